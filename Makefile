@@ -1,0 +1,24 @@
+# Both targets do their own set-up, idempotently, on Debian as root.
+VENV := .venv
+PY := $(VENV)/bin/python
+
+.PHONY: setup setup-test demo test bench clean
+
+setup:
+	sh scripts/setup.sh
+
+setup-test:
+	sh scripts/setup.sh test
+
+demo: setup
+	sh scripts/demo.sh
+
+test: setup-test
+	$(PY) -m pytest -ra tests
+
+bench: setup
+	$(PY) benchmarks/record_overhead.py
+	$(PY) benchmarks/analyze_speed.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

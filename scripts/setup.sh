@@ -1,0 +1,41 @@
+#!/bin/sh
+# Idempotent set-up on Debian (bookworm or later), as root: system packages,
+# the project's virtualenv, and a kernel-header tree for bcc's own includes.
+set -eu
+cd "$(dirname "$0")/.."
+
+[ "$(id -u)" -eq 0 ] || { echo "setup: run as root (sudo make ...)" >&2; exit 1; }
+
+PKGS="bpfcc-tools python3-bpfcc bpftrace bpftool e2fsprogs util-linux kmod python3-venv python3-pip"
+# The tests render the HTML report in headless Chromium.
+[ "${1:-}" = "test" ] && PKGS="$PKGS chromium"
+missing=""
+for p in $PKGS; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+release=$(uname -r)
+if [ ! -e "/lib/modules/$release/build" ]; then
+    # Prefer the running kernel's own header package; else the distribution's generic one.
+    if apt-cache show "linux-headers-$release" >/dev/null 2>&1; then
+        dpkg-query -W "linux-headers-$release" >/dev/null 2>&1 || missing="$missing linux-headers-$release"
+    else
+        dpkg-query -W -f='${Status}' linux-headers-amd64 2>/dev/null | grep -q "install ok installed" || missing="$missing linux-headers-amd64"
+    fi
+fi
+if [ -n "$missing" ]; then
+    echo "setup: installing$missing"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+
+# bcc's Python bindings are a Debian package for /usr/bin/python3 only.
+if [ ! -x .venv/bin/python ]; then
+    /usr/bin/python3 -m venv --system-site-packages .venv
+fi
+stamp=.venv/.jstall-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+    .venv/bin/pip install -q -e '.[test]'
+    touch "$stamp"
+fi
+
+sh scripts/kernel-headers.sh

@@ -1,0 +1,55 @@
+"""The `jstall` command: one subcommand per job, each defined by the part that does it."""
+
+import argparse
+import importlib
+import sys
+
+from . import __version__
+from .errors import JstallError
+
+# subcommand -> module that defines add_arguments(parser) and run(args) -> exit status
+COMMANDS = {
+    "record": ("jstall.probes.record_cmd", "record jbd2 events, slow metadata calls and their stacks"),
+    "analyze": ("jstall.analyzer.analyze_cmd", "explain the stalls in a session or a sweep"),
+    "report": ("jstall.analyzer.report_cmd", "write a self-contained HTML report of a session or a sweep"),
+    "lab": ("jstall.workloads.lab_cmd", "reproduce stalls on scratch ext4 filesystems (run, sweep, cleanup)"),
+}
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="jstall",
+        description="Find and explain ext4/jbd2 journal checkpoint stalls.",
+        epilog="Run 'jstall COMMAND -h' for a command's options and examples.",
+    )
+    parser.add_argument("--version", action="version", version=f"jstall {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name, (module, summary) in COMMANDS.items():
+        mod = importlib.import_module(module)
+        p = sub.add_parser(
+            name,
+            help=summary,
+            description=getattr(mod, "DESCRIPTION", summary),
+            epilog=getattr(mod, "EXAMPLES", None),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        mod.add_arguments(p)
+        p.set_defaults(_run=mod.run)
+    return parser
+
+
+def main(argv=None):
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args._run(args) or 0
+    except JstallError as e:
+        print(f"jstall {args.command}: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
