@@ -1,0 +1,132 @@
+"""Struct member offsets from the running kernel's BTF.
+
+The headers bcc compiles against may belong to another kernel version, so every
+offset the probes use comes from /sys/kernel/btf/vmlinux (read with bpftool).
+"""
+
+import json
+import os
+import shutil
+import subprocess
+
+from jstall.errors import JstallError
+
+VMLINUX_BTF = "/sys/kernel/btf/vmlinux"
+
+#: (struct, member) pairs the probes read, by the macro name they get in the BPF C.
+FIELDS = {
+    "SB_DEV": ("super_block", "s_dev"),
+    "SB_FS_INFO": ("super_block", "s_fs_info"),
+    "EXT4_SB_JOURNAL": ("ext4_sb_info", "s_journal"),
+    "INODE_SB": ("inode", "i_sb"),
+    "BDEV_DEV": ("block_device", "bd_dev"),
+    "J_FS_DEV": ("journal_s", "j_fs_dev"),
+    "J_FREE": ("journal_s", "j_free"),
+    "J_HEAD": ("journal_s", "j_head"),
+    "J_TAIL": ("journal_s", "j_tail"),
+    "J_FIRST": ("journal_s", "j_first"),
+    "J_LAST": ("journal_s", "j_last"),
+    "J_TOTAL_LEN": ("journal_s", "j_total_len"),
+    "J_MAX_TX": ("journal_s", "j_max_transaction_buffers"),
+    "J_RUNNING": ("journal_s", "j_running_transaction"),
+    "J_COMMITTING": ("journal_s", "j_committing_transaction"),
+    "J_TAIL_SEQ": ("journal_s", "j_tail_sequence"),
+    "T_TID": ("transaction_s", "t_tid"),
+    "RS_WAIT": ("transaction_run_stats_s", "rs_wait"),
+    "RS_REQUEST_DELAY": ("transaction_run_stats_s", "rs_request_delay"),
+    "RS_RUNNING": ("transaction_run_stats_s", "rs_running"),
+    "RS_LOCKED": ("transaction_run_stats_s", "rs_locked"),
+    "RS_FLUSHING": ("transaction_run_stats_s", "rs_flushing"),
+    "RS_LOGGING": ("transaction_run_stats_s", "rs_logging"),
+    "RS_HANDLE_COUNT": ("transaction_run_stats_s", "rs_handle_count"),
+    "RS_BLOCKS": ("transaction_run_stats_s", "rs_blocks"),
+    "RS_BLOCKS_LOGGED": ("transaction_run_stats_s", "rs_blocks_logged"),
+    "CS_CHP_TIME": ("transaction_chp_stats_s", "cs_chp_time"),
+    "CS_FORCED_TO_CLOSE": ("transaction_chp_stats_s", "cs_forced_to_close"),
+    "CS_WRITTEN": ("transaction_chp_stats_s", "cs_written"),
+    "CS_DROPPED": ("transaction_chp_stats_s", "cs_dropped"),
+}
+
+_QUALIFIERS = ("TYPEDEF", "VOLATILE", "CONST", "RESTRICT", "TYPE_TAG")
+
+
+class BtfTypes:
+    """The kernel's BTF types, as bpftool's JSON dump gives them."""
+
+    def __init__(self, types):
+        self._by_id = {t["id"]: t for t in types}
+        self._structs = {}
+        for t in types:
+            if t.get("kind") in ("STRUCT", "UNION") and t.get("name"):
+                self._structs.setdefault(t["name"], t)
+
+    @classmethod
+    def load(cls, path=VMLINUX_BTF):
+        if not os.path.exists(path):
+            raise JstallError(f"{path} is missing: this kernel has no BTF; use a kernel built with CONFIG_DEBUG_INFO_BTF=y")
+        bpftool = shutil.which("bpftool") or "/usr/sbin/bpftool"
+        if not os.path.exists(bpftool):
+            raise JstallError("bpftool not found; install it (apt install bpftool) or run 'make demo' to set up")
+        try:
+            out = subprocess.run(
+                [bpftool, "-j", "btf", "dump", "file", path], check=True, capture_output=True
+            ).stdout
+        except subprocess.CalledProcessError as e:
+            msg = e.stderr.decode(errors="replace").strip().splitlines()
+            raise JstallError(f"bpftool cannot read {path}: {msg[-1] if msg else e}") from None
+        return cls(json.loads(out)["types"])
+
+    def _size(self, type_id):
+        t = self._by_id.get(type_id)
+        while t is not None and t["kind"] in _QUALIFIERS:
+            t = self._by_id.get(t["type_id"])
+        if t is None:
+            return 0
+        if t["kind"] == "PTR":
+            return 8
+        if t["kind"] == "ARRAY":
+            return self._size(t["type_id"]) * t["nr_elems"]
+        return t.get("size", 0)
+
+    def _find(self, struct, member, base_bits=0):
+        for m in struct.get("members", ()):
+            bits = base_bits + m["bits_offset"]
+            if m["name"] == member:
+                return bits, self._size(m["type_id"])
+            if not m["name"]:  # anonymous struct or union: search inside it
+                inner = self._by_id.get(m["type_id"])
+                while inner is not None and inner["kind"] in _QUALIFIERS:
+                    inner = self._by_id.get(inner["type_id"])
+                if inner is not None and inner["kind"] in ("STRUCT", "UNION"):
+                    found = self._find(inner, member, bits)
+                    if found:
+                        return found
+        return None
+
+    def member(self, struct_name, member):
+        """(byte offset, size in bytes) of struct_name.member; KeyError if absent."""
+        struct = self._structs.get(struct_name)
+        if struct is None:
+            raise KeyError(f"struct {struct_name} is not in the kernel's BTF")
+        found = self._find(struct, member)
+        if found is None:
+            raise KeyError(f"struct {struct_name} has no member {member} in the kernel's BTF")
+        bits, size = found
+        if bits % 8:
+            raise KeyError(f"{struct_name}.{member} is a bit-field")
+        return bits // 8, size
+
+
+def probe_defines(types, fields=FIELDS):
+    """C macros <NAME>_OFF and <NAME>_SIZE for every field the probes read."""
+    defines = {}
+    for name, (struct, member) in fields.items():
+        try:
+            off, size = types.member(struct, member)
+        except KeyError as e:
+            raise JstallError(f"{e.args[0]}: this kernel's jbd2/ext4 layout is not supported") from None
+        if size not in (1, 2, 4, 8):
+            raise JstallError(f"{struct}.{member} has size {size}; jstall reads only scalars and pointers")
+        defines[f"{name}_OFF"] = off
+        defines[f"{name}_SIZE"] = size
+    return defines

@@ -1,0 +1,111 @@
+"""What the running kernel offers the probes: privileges, tracefs, tracepoints,
+kernel headers for bcc's includes, and HZ."""
+
+import glob
+import gzip
+import os
+import re
+import subprocess
+import sys
+import time
+
+from jstall.errors import JstallError
+
+TRACEFS = "/sys/kernel/tracing"
+COMMON_HZ = (100, 250, 300, 1000)
+
+
+def require_root():
+    if os.geteuid() != 0:
+        raise JstallError("tracing needs root: run it with sudo")
+
+
+def ensure_tracefs():
+    """Mount tracefs at /sys/kernel/tracing when nothing is mounted there yet."""
+    if os.path.isdir(os.path.join(TRACEFS, "events")):
+        return
+    res = subprocess.run(["mount", "-t", "tracefs", "nodev", TRACEFS], capture_output=True, text=True)
+    if res.returncode != 0 or not os.path.isdir(os.path.join(TRACEFS, "events")):
+        raise JstallError(f"tracefs is not mounted and mounting it failed ({res.stderr.strip()}); "
+                          f"run: mount -t tracefs nodev {TRACEFS}")
+    print(f"jstall: mounted tracefs at {TRACEFS}", file=sys.stderr)
+
+
+def tracepoint_exists(category, event):
+    return os.path.isdir(os.path.join(TRACEFS, "events", category, event))
+
+
+def tracepoint_fields(category, event):
+    """{field: (offset, size)} from the tracepoint's format file."""
+    path = os.path.join(TRACEFS, "events", category, event, "format")
+    fields = {}
+    with open(path) as f:
+        for line in f:
+            m = re.search(r"field:.*?(\w+)(?:\[\d+\])?;\s*offset:(\d+);\s*size:(\d+);", line)
+            if m:
+                fields[m.group(1)] = (int(m.group(2)), int(m.group(3)))
+    return fields
+
+
+def kernel_headers_env():
+    """Environment for bcc: BCC_KERNEL_SOURCE pointing at the project's generic-header
+    tree when the running kernel has no headers of its own (scripts/kernel-headers.sh)."""
+    release = os.uname().release
+    if os.path.exists(f"/lib/modules/{release}/build/include/linux/kconfig.h"):
+        return {}
+    if os.environ.get("BCC_KERNEL_SOURCE"):
+        return {}
+    candidates = [
+        os.path.join(sys.prefix, "share", "jstall", "kernel-headers"),
+        os.path.join(os.path.dirname(__file__), "..", ".venv", "share", "jstall", "kernel-headers"),
+    ]
+    for c in candidates:
+        if os.path.exists(os.path.join(c, "include", "linux", "kconfig.h")):
+            return {"BCC_KERNEL_SOURCE": os.path.realpath(c)}
+    raise JstallError(
+        f"no kernel headers for {release}: install linux-headers-{release}, or run "
+        "'sh scripts/setup.sh' (make demo does) to build the generic-header fallback"
+    )
+
+
+def config_hz():
+    """CONFIG_HZ from /proc/config.gz or /boot/config-<release>, or None."""
+    paths = ["/proc/config.gz", f"/boot/config-{os.uname().release}"]
+    for path in paths:
+        try:
+            opener = gzip.open if path.endswith(".gz") else open
+            with opener(path, "rt") as f:
+                for line in f:
+                    if line.startswith("CONFIG_HZ="):
+                        return int(line.split("=", 1)[1])
+        except OSError:
+            continue
+    return None
+
+
+def read_jiffies():
+    """(jiffies, CLOCK_MONOTONIC ns) from /proc/timer_list, or None."""
+    try:
+        with open("/proc/timer_list") as f:
+            for line in f:
+                if line.startswith("jiffies:"):
+                    return int(line.split()[1]), time.monotonic_ns()
+    except OSError:
+        pass
+    return None
+
+
+def measured_hz(first, last):
+    """HZ from two read_jiffies() readings, snapped to the nearest common value."""
+    if not first or not last or last[1] - first[1] < 200_000_000:
+        return None
+    raw = (last[0] - first[0]) * 1e9 / (last[1] - first[1])
+    return min(COMMON_HZ, key=lambda hz: abs(hz - raw)), raw
+
+
+def btf_path_ok():
+    return os.path.exists("/sys/kernel/btf/vmlinux")
+
+
+def jbd2_proc_dirs():
+    return glob.glob("/proc/fs/jbd2/*")

@@ -1,0 +1,140 @@
+"""Mounted ext4 filesystems and their journals: device resolution for -d, the
+journal geometry stored in a session's metadata, and /proc/fs/jbd2 statistics."""
+
+import os
+import re
+import stat
+import subprocess
+
+from jstall.errors import JstallError
+
+
+def kernel_dev(major, minor):
+    """dev_t as the kernel encodes it inside (MKDEV): major << 20 | minor."""
+    return (major << 20) | minor
+
+
+def dev_name(kdev):
+    """'MAJOR:MINOR' of a kernel-encoded dev_t."""
+    return f"{kdev >> 20}:{kdev & 0xFFFFF}"
+
+
+def parse_dev(text):
+    major, minor = text.split(":")
+    return int(major), int(minor)
+
+
+def ext4_mounts():
+    """{'MAJ:MIN': {'mountpoint', 'source', 'options'}} of mounted ext4 filesystems (first mount of each)."""
+    mounts = {}
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            fields, rfields = left.split(), right.split()
+            if len(rfields) < 3 or rfields[0] != "ext4":
+                continue
+            dev = fields[2]
+            if dev in mounts:
+                continue
+            opts = fields[5].split(",") + [o for o in rfields[2].split(",") if o not in ("rw", "ro")]
+            mounts[dev] = {
+                "mountpoint": fields[4].replace("\\040", " "),
+                "source": rfields[1],
+                "options": ",".join(dict.fromkeys(opts)),
+            }
+    return mounts
+
+
+def resolve_device(spec, mounts=None):
+    """'MAJ:MIN' of the mounted ext4 named by spec: MAJ:MIN, a block device, or a path on it."""
+    mounts = ext4_mounts() if mounts is None else mounts
+    if re.fullmatch(r"\d+:\d+", spec):
+        dev = spec
+    else:
+        try:
+            st = os.stat(spec)
+        except OSError as e:
+            raise JstallError(f"-d {spec}: {e.strerror}; give a mount point, a block device or MAJOR:MINOR") from None
+        num = st.st_rdev if stat.S_ISBLK(st.st_mode) else st.st_dev
+        dev = f"{os.major(num)}:{os.minor(num)}"
+    if dev not in mounts:
+        raise JstallError(f"-d {spec}: device {dev} is not a mounted ext4 filesystem; give a mounted ext4 (see findmnt -t ext4)")
+    return dev
+
+
+def dumpe2fs(device):
+    """The superblock fields `dumpe2fs -h` prints, as {name: text}."""
+    res = subprocess.run(["dumpe2fs", "-h", device], capture_output=True, text=True)
+    if res.returncode != 0:
+        raise JstallError(f"dumpe2fs -h {device} failed: {res.stderr.strip().splitlines()[-1:]}")
+    out = {}
+    for line in res.stdout.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key and not key.startswith(" "):
+            out.setdefault(key.strip(), value.strip())
+    return out
+
+
+def proc_info_name(dev, source, sb):
+    """The /proc/fs/jbd2 directory name of a journal: '<fsdev>-<journal inode>' for an
+    internal journal, '<journal device>' for an external one (jbd2_journal_init_*)."""
+    ext = sb.get("Journal device")
+    if ext:
+        num = int(ext.split()[0], 0)
+        try:
+            with open(f"/sys/dev/block/{os.major(num)}:{os.minor(num)}/uevent") as f:
+                for line in f:
+                    if line.startswith("DEVNAME="):
+                        return line.strip().split("=", 1)[1]
+        except OSError:
+            return None
+    inode = sb.get("Journal inode", "8")
+    return f"{os.path.basename(os.path.realpath(source))}-{inode}"
+
+
+def read_proc_info(name):
+    if not name:
+        return None
+    try:
+        with open(f"/proc/fs/jbd2/{name}/info") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def describe(dev, mount):
+    """The journal description stored in a session's metadata (docs/session-format.md)."""
+    source = mount["source"]
+    sb = dumpe2fs(source)
+    features = sb.get("Filesystem features", "").split()
+    if "has_journal" not in features:
+        raise JstallError(f"{mount['mountpoint']} ({dev}) has no journal; nothing for jbd2 to record")
+    ext = sb.get("Journal device")
+    journal_dev = None
+    if ext:
+        num = int(ext.split()[0], 0)
+        journal_dev = f"{os.major(num)}:{os.minor(num)}"
+    blocks = sb.get("Total journal blocks") or sb.get("Journal length")
+    fc = int(sb.get("Fast commit length", "0") or 0)
+    journal_blocks = int(blocks) if blocks else None
+    name = proc_info_name(dev, source, sb)
+    return {
+        "dev": dev,
+        "device": source,
+        "mountpoint": mount["mountpoint"],
+        "mount_options": mount["options"],
+        "block_size": int(sb.get("Block size", "0")),
+        "inode_size": int(sb.get("Inode size", "0")),
+        "features": features,
+        "journal_features": sb.get("Journal features", "").split(),
+        "journal_blocks": journal_blocks,
+        "fast_commit_blocks": fc,
+        # j_max_transaction_buffers: the recorder fills it in from the probes' reading
+        # of journal_t (its formula, jbd2_journal_get_max_txn_bufs(), varies by version).
+        "max_transaction_blocks": None,
+        "journal_device": journal_dev,
+        "fast_commit": "fast_commit" in features,
+        "proc_info_name": name,
+        "proc_info_start": read_proc_info(name),
+        "proc_info_end": None,
+    }

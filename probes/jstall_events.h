@@ -1,0 +1,163 @@
+/* Event records the BPF side writes to its ring buffers and the Python side reads
+ * (probes/events.py parses this file to build its record layouts).
+ * Rules that keep both sides in step: only __u32/__s32/__u64/__s64 and char arrays,
+ * every field naturally aligned, every struct a multiple of 8 bytes, and the first
+ * field of each record is its kind.
+ */
+#ifndef JSTALL_EVENTS_H
+#define JSTALL_EVENTS_H
+
+#define JSTALL_COMM_LEN 16
+
+enum jstall_kind {
+	KIND_CALL = 1,
+	KIND_OFFCPU = 2,
+	KIND_JBD2 = 3,
+	KIND_RUN_STATS = 4,
+	KIND_CHECKPOINT_STATS = 5,
+	KIND_LOG_TAIL = 6,
+	KIND_FILL = 7,
+};
+
+/* jbd2 lifecycle events (struct jbd2_event.event) */
+enum jstall_jbd2_event {
+	JBD2_START_COMMIT = 0,
+	JBD2_COMMIT_LOCKING = 1,
+	JBD2_COMMIT_FLUSHING = 2,
+	JBD2_COMMIT_LOGGING = 3,
+	JBD2_END_COMMIT = 4,
+	JBD2_DROP_TRANSACTION = 5,
+	JBD2_CHECKPOINT = 6,
+	JBD2_LOCK_BUFFER_STALL = 7,
+	JBD2_WRITE_SUPERBLOCK = 8,
+};
+
+/* ring buffers, and the index of each one's lost-event counter */
+enum jstall_buffer {
+	BUF_CALLS = 0,
+	BUF_OFFCPU = 1,
+	BUF_JBD2 = 2,
+	STACKS_LOST = 3,
+	NR_COUNTERS = 4,
+};
+
+/* The journal's fill level, read from journal_t; has_journal is 0 when unknown. */
+struct jstall_fill {
+	__u64 free_blocks;
+	__u64 head_block;
+	__u64 tail_block;
+	__u64 first_block;
+	__u64 last_block;
+	__u32 journal_blocks;
+	__s32 max_transaction_blocks;
+	__s32 running_transaction;
+	__s32 committing_transaction;
+	__u32 has_journal;
+	__u32 fill_pad;
+};
+
+/* A traced metadata call at or above the threshold. */
+struct call_event {
+	__u32 kind;
+	__u32 syscall_nr;
+	__u64 ts_ns;
+	__u64 latency_ns;
+	__u32 tid;
+	__u32 pid;
+	__s64 ret;
+	__u32 dev;
+	__u32 handles;
+	__u64 journal_free_blocks;
+	__u64 journal_min_free_blocks;
+	__u64 journal_log_blocks;
+	char comm[JSTALL_COMM_LEN];
+};
+
+/* An off-CPU interval of a thread inside a traced call. */
+struct offcpu_event {
+	__u32 kind;
+	__u32 tid;
+	__u64 ts_ns;
+	__u64 offcpu_ns;
+	__u32 pid;
+	__s32 stack_id;
+	__s64 state;
+	__u64 call_ts_ns;
+	__u32 syscall_nr;
+	__u32 dev;
+	char comm[JSTALL_COMM_LEN];
+};
+
+/* A jbd2 lifecycle event with the journal's fill level at that moment. */
+struct jbd2_event {
+	__u32 kind;
+	__u32 event;
+	__u64 ts_ns;
+	__u32 dev;
+	__s32 transaction;
+	__u32 tid;
+	__u32 pid;
+	__s64 arg;
+	struct jstall_fill fill;
+	char comm[JSTALL_COMM_LEN];
+};
+
+/* jbd2_run_stats: times are raw jiffies */
+struct run_stats_event {
+	__u32 kind;
+	__u32 dev;
+	__u64 ts_ns;
+	__u32 transaction;
+	__u32 tid;
+	__u32 pid;
+	__u32 handle_count;
+	__u64 wait_jiffies;
+	__u64 request_delay_jiffies;
+	__u64 running_jiffies;
+	__u64 locked_jiffies;
+	__u64 flushing_jiffies;
+	__u64 logging_jiffies;
+	__u32 blocks;
+	__u32 blocks_logged;
+	char comm[JSTALL_COMM_LEN];
+};
+
+/* jbd2_checkpoint_stats: chp_time is raw jiffies */
+struct checkpoint_stats_event {
+	__u32 kind;
+	__u32 dev;
+	__u64 ts_ns;
+	__u32 transaction;
+	__u32 tid;
+	__u32 pid;
+	__u32 forced_to_close;
+	__u64 chp_time_jiffies;
+	__u32 written;
+	__u32 dropped;
+	char comm[JSTALL_COMM_LEN];
+};
+
+/* jbd2_update_log_tail: fires before j_free grows by freed_blocks */
+struct log_tail_event {
+	__u32 kind;
+	__u32 dev;
+	__u64 ts_ns;
+	__u32 tid;
+	__u32 pid;
+	__u32 tail_sequence;
+	__u32 first_tid;
+	__u64 block_nr;
+	__u64 freed_blocks;
+	struct jstall_fill fill;
+	char comm[JSTALL_COMM_LEN];
+};
+
+/* A fill-level sample taken at a handle start. */
+struct fill_event {
+	__u32 kind;
+	__u32 dev;
+	__u64 ts_ns;
+	struct jstall_fill fill;
+};
+
+#endif

@@ -1,0 +1,147 @@
+"""`jstall record`: trace jbd2, slow metadata calls and their blocking stacks."""
+
+DESCRIPTION = """\
+Record what ext4's journal (jbd2) does, every metadata call (setxattr, unlink, mkdir,
+rmdir, create, rename, fsync, ...) and the kernel stack each stalled call blocked in.
+Prints one line per call at or above --min-ms and writes a session directory for
+'jstall analyze' and 'jstall report'.
+
+With a COMMAND, the probes attach first, then COMMAND runs (traced with its
+descendants) and recording stops when it exits; its exit status is returned.
+Without one, it traces system-wide until Ctrl-C, SIGTERM or --duration."""
+
+EXAMPLES = """\
+examples:
+    jstall record -- setfattr -n user.a -v 1 /mnt/x/f   # trace one command and its children
+    jstall record -d /mnt/scratch                       # system-wide, one filesystem, until Ctrl-C
+    jstall record -d 7:0 -d /srv --duration 60          # two filesystems, for 60 seconds
+    jstall record -p 1234 --min-ms 10                   # one process, print calls >= 10 ms
+    jstall record --cgroup /sys/fs/cgroup/unified/app.slice -o app-session
+    jstall analyze jstall-session-20261123-070000       # then explain what was recorded
+
+output columns: TIME COMM PID TID CALL LAT(ms) DEV FILL%
+    DEV is the filesystem the call journaled on; FILL% the journal's fill when the
+    call requested its first journal handle."""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+from jstall.errors import JstallError
+
+
+def add_arguments(p):
+    p.add_argument("-o", "--output", metavar="DIR", help="session directory (default: jstall-session-<time>)")
+    p.add_argument("-d", "--device", action="append", default=[], metavar="DEV",
+                   help="trace only this ext4 (MAJ:MIN, block device or mount point); repeatable")
+    p.add_argument("-p", "--pid", type=int, help="trace only this process")
+    p.add_argument("--cgroup", metavar="PATH", help="trace only tasks in this cgroup v2 directory")
+    p.add_argument("--min-ms", type=float, default=1.0, metavar="MS",
+                   help="print and store calls at or above MS milliseconds (default 1); every call is counted")
+    p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds")
+    p.add_argument("-q", "--quiet", action="store_true", help="no per-call lines")
+    p.add_argument("command", nargs=argparse_remainder(), metavar="-- COMMAND", help="command to run and trace")
+
+
+def argparse_remainder():
+    import argparse
+
+    return argparse.REMAINDER
+
+
+def run(args):
+    from .recorder import RecordOptions, Recorder
+
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if args.min_ms < 0:
+        raise JstallError("--min-ms must be zero or positive")
+    if command and args.pid:
+        raise JstallError("give either -p PID or a COMMAND, not both")
+    rec = Recorder(RecordOptions(
+        output_dir=args.output, devices=args.device, pid=args.pid, cgroup=args.cgroup,
+        command_tree=bool(command), min_ms=args.min_ms, quiet=args.quiet,
+    ))
+    rec.start()
+    if command:
+        return _run_command(rec, command, args.duration)
+    return _run_system_wide(rec, args.duration)
+
+
+def _summary(rec, path):
+    m, t = rec.metadata, rec.tables
+    calls = sum(t["call_totals"]["count"].to_pylist())
+    ev = t["jbd2_events"].to_pydict()
+    forced = sum(1 for e, j in zip(ev["event"], ev["jbd2_thread"]) if e == "checkpoint" and not j)
+    background = sum(1 for e, j in zip(ev["event"], ev["jbd2_thread"]) if e == "checkpoint" and j)
+    secs = (m["end"]["monotonic_ns"] - m["start"]["monotonic_ns"]) / 1e9
+    lost = m["events_lost"]
+    print(f"\njstall: {secs:.1f} s, {calls} traced calls, {t['calls'].num_rows} at or above {m['min_ms']:g} ms; "
+          f"{t['run_stats'].num_rows} transactions committed; checkpoints: {forced} forced in a user task, "
+          f"{background} by jbd2", file=sys.stderr)
+    lost_total = sum(lost.values()) + m["stacks_lost"]
+    print(f"jstall: events lost: calls {lost['calls']}, offcpu {lost['offcpu']}, jbd2 {lost['jbd2']}, "
+          f"stacks {m['stacks_lost']}" + ("  (WARNING: the session is incomplete)" if lost_total else ""),
+          file=sys.stderr)
+    print(f"jstall: session written to {path}", file=sys.stderr)
+
+
+def _run_command(rec, command, duration):
+    # Children of a traced tgid join the tree (sched_process_fork): trace jstall itself
+    # only while it forks the command, so the command is traced from its first call.
+    me = os.getpid()
+    rec.trace_tgid(me)
+    try:
+        proc = subprocess.Popen(command)
+    except OSError as e:
+        rec.untrace_tgid(me)
+        rec.stop(command=command, status="interrupted")
+        raise JstallError(f"cannot run {command[0]}: {e.strerror}") from None
+    finally:
+        rec.untrace_tgid(me)
+    rec.trace_tgid(proc.pid)
+    status = {"value": "complete"}
+
+    def forward(signum, frame):
+        status["value"] = "interrupted"
+        if signum != signal.SIGINT:  # the terminal already sent SIGINT to the command
+            proc.send_signal(signum)
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    timer = None
+    if duration:
+        timer = threading.Timer(duration, proc.terminate)
+        timer.start()
+    try:
+        while True:
+            try:
+                code = proc.wait()
+                break
+            except KeyboardInterrupt:
+                continue
+    finally:
+        if timer:
+            timer.cancel()
+        for s, h in old.items():
+            signal.signal(s, h)
+    path = rec.stop(command=command, exit_status=code, status=status["value"])
+    _summary(rec, path)
+    return code if code >= 0 else 128 - code
+
+
+def _run_system_wide(rec, duration):
+    done = threading.Event()
+
+    def stop(signum, frame):
+        done.set()
+
+    old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        done.wait(duration)
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    path = rec.stop()
+    _summary(rec, path)
+    return 0

@@ -1,0 +1,492 @@
+/* jstall recorder: jbd2 lifecycle and journal fill, metadata syscalls, off-CPU stacks.
+ *
+ * Compiled by bcc with these macros from probes/recorder.py:
+ *   <FIELD>_OFF / <FIELD>_SIZE  struct member offsets and sizes from the kernel's BTF
+ *   TP_<EVENT>_<FIELD>          tracepoint field offsets from tracefs format files
+ *   MIN_NS                      calls at or above this latency are emitted one by one
+ *   OFFCPU_MIN_NS               off-CPU intervals above this are emitted
+ *   FILL_SAMPLE_NS              at most one fill sample per journal per this interval
+ *   FILTER_PID, FILTER_TREE, FILTER_DEV, FILTER_CGROUP   filters (0 = off)
+ *   SIZEOF_<struct>             record sizes the Python side decodes
+ */
+#include <uapi/linux/ptrace.h>
+#include <linux/types.h>
+#include "jstall_events.h"
+
+_Static_assert(sizeof(struct call_event) == SIZEOF_call_event, "call_event layout");
+_Static_assert(sizeof(struct offcpu_event) == SIZEOF_offcpu_event, "offcpu_event layout");
+_Static_assert(sizeof(struct jbd2_event) == SIZEOF_jbd2_event, "jbd2_event layout");
+_Static_assert(sizeof(struct run_stats_event) == SIZEOF_run_stats_event, "run_stats_event layout");
+_Static_assert(sizeof(struct checkpoint_stats_event) == SIZEOF_checkpoint_stats_event, "checkpoint_stats layout");
+_Static_assert(sizeof(struct log_tail_event) == SIZEOF_log_tail_event, "log_tail_event layout");
+_Static_assert(sizeof(struct fill_event) == SIZEOF_fill_event, "fill_event layout");
+
+/* A traced call in flight, per thread. */
+struct inflight {
+	__u64 ts_ns;
+	__u32 syscall_nr;
+	__u32 dev;
+	__u32 handles;
+	__u32 pid;
+	__u64 free_first;
+	__u64 free_min;
+	__u64 log_blocks;
+};
+
+struct offstart {
+	__u64 ts_ns;
+	__s64 state;
+	__s32 stack_id;
+	__u32 pad;
+};
+
+struct call_key {
+	__u32 syscall_nr;
+	__u32 dev;
+};
+
+struct hist_key {
+	__u32 syscall_nr;
+	__u32 dev;
+	__u32 bucket;
+	__u32 pad;
+};
+
+struct call_totals {
+	__u64 count;
+	__u64 errors;
+	__u64 total_ns;
+	__u64 max_ns;
+};
+
+BPF_RINGBUF_OUTPUT(calls_rb, RB_PAGES);
+BPF_RINGBUF_OUTPUT(offcpu_rb, RB_PAGES);
+BPF_RINGBUF_OUTPUT(jbd2_rb, RB_PAGES);
+BPF_ARRAY(counters, __u64, NR_COUNTERS);
+BPF_HASH(inflight, __u32, struct inflight, 65536);
+BPF_HASH(offstart, __u32, struct offstart, 65536);
+BPF_STACK_TRACE(stacks, STACK_ENTRIES);
+BPF_HASH(hist, struct hist_key, __u64, 16384);
+BPF_HASH(totals, struct call_key, struct call_totals, 4096);
+BPF_HASH(journals, __u32, __u64, 256);          /* dev -> journal_t * */
+BPF_HASH(last_sample, __u32, __u64, 256);       /* dev -> ts of last fill sample */
+BPF_HASH(devices, __u32, __u8, 64);             /* device filter */
+BPF_HASH(tgids, __u32, __u8, 65536);            /* traced command tree */
+
+#define READ_FIELD(base, NAME) read_sized((const void *)(base) + NAME##_OFF, NAME##_SIZE)
+
+static __always_inline __u64 read_sized(const void *addr, int size)
+{
+	__u64 v = 0;
+	/* little-endian: a narrower field lands in the low bytes */
+	bpf_probe_read_kernel(&v, size & 0xf, addr);
+	return v;
+}
+
+static __always_inline void count(__u32 idx)
+{
+	__u64 *c = counters.lookup(&idx);
+	if (c)
+		__sync_fetch_and_add(c, 1);
+}
+
+/* dev_t as the kernel encodes it: major << 20 | minor */
+static __always_inline int dev_allowed(__u32 dev)
+{
+#if FILTER_DEV
+	return devices.lookup(&dev) != NULL;
+#else
+	return 1;
+#endif
+}
+
+static __always_inline int task_allowed(__u32 tgid)
+{
+#if FILTER_PID
+	if (tgid != FILTER_PID)
+		return 0;
+#endif
+#if FILTER_TREE
+	if (!tgids.lookup(&tgid))
+		return 0;
+#endif
+#if FILTER_CGROUP
+	if (bpf_get_current_cgroup_id() != FILTER_CGROUP)
+		return 0;
+#endif
+	return 1;
+}
+
+static __always_inline __u32 journal_dev(__u64 journal)
+{
+	__u64 bdev = READ_FIELD(journal, J_FS_DEV);
+	return bdev ? (__u32)READ_FIELD(bdev, BDEV_DEV) : 0;
+}
+
+static __always_inline __s32 transaction_tid(__u64 transaction)
+{
+	return transaction ? (__s32)READ_FIELD(transaction, T_TID) : -1;
+}
+
+static __always_inline void read_fill(__u64 journal, struct jstall_fill *f)
+{
+	if (!journal)
+		return;
+	f->free_blocks = READ_FIELD(journal, J_FREE);
+	f->head_block = READ_FIELD(journal, J_HEAD);
+	f->tail_block = READ_FIELD(journal, J_TAIL);
+	f->first_block = READ_FIELD(journal, J_FIRST);
+	f->last_block = READ_FIELD(journal, J_LAST);
+	f->journal_blocks = READ_FIELD(journal, J_TOTAL_LEN);
+	f->max_transaction_blocks = READ_FIELD(journal, J_MAX_TX);
+	f->running_transaction = transaction_tid(READ_FIELD(journal, J_RUNNING));
+	f->committing_transaction = transaction_tid(READ_FIELD(journal, J_COMMITTING));
+	f->has_journal = 1;
+}
+
+static __always_inline __u64 journal_of_dev(__u32 dev)
+{
+	__u64 *j = journals.lookup(&dev);
+	return j ? *j : 0;
+}
+
+/* ---- metadata syscalls ------------------------------------------------------ */
+
+int on_sys_enter(void *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)id;
+	if (!task_allowed(id >> 32))
+		return 0;
+	struct inflight c = {};
+	c.ts_ns = bpf_ktime_get_ns();
+	c.syscall_nr = *(__s32 *)(ctx + TP_SYS_ENTER_NR);
+	c.pid = id >> 32;
+	inflight.update(&tid, &c);
+	return 0;
+}
+
+static __always_inline __u32 log2_u64(__u64 v)
+{
+	__u32 r = 0;
+	#pragma unroll
+	for (int shift = 32; shift > 0; shift >>= 1) {
+		if (v >> shift) {
+			v >>= shift;
+			r += shift;
+		}
+	}
+	return r;
+}
+
+int on_sys_exit(void *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)id;
+	struct inflight *c = inflight.lookup(&tid);
+	if (!c)
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	__u64 lat = now - c->ts_ns;
+	__s64 ret = *(__s64 *)(ctx + TP_SYS_EXIT_RET);
+	if (dev_allowed(c->dev)) {
+		struct hist_key hk = {.syscall_nr = c->syscall_nr, .dev = c->dev, .bucket = log2_u64(lat)};
+		__u64 zero = 0, *n = hist.lookup_or_try_init(&hk, &zero);
+		if (n)
+			__sync_fetch_and_add(n, 1);
+		struct call_key ck = {.syscall_nr = c->syscall_nr, .dev = c->dev};
+		struct call_totals tz = {}, *t = totals.lookup_or_try_init(&ck, &tz);
+		if (t) {
+			__sync_fetch_and_add(&t->count, 1);
+			__sync_fetch_and_add(&t->total_ns, lat);
+			if (ret < 0)
+				__sync_fetch_and_add(&t->errors, 1);
+			if (lat > t->max_ns)
+				t->max_ns = lat;
+		}
+		if (lat >= MIN_NS) {
+			struct call_event e = {};
+			e.kind = KIND_CALL;
+			e.syscall_nr = c->syscall_nr;
+			e.ts_ns = c->ts_ns;
+			e.latency_ns = lat;
+			e.tid = tid;
+			e.pid = id >> 32;
+			e.ret = ret;
+			e.dev = c->dev;
+			e.handles = c->handles;
+			e.journal_free_blocks = c->free_first;
+			e.journal_min_free_blocks = c->free_min;
+			e.journal_log_blocks = c->log_blocks;
+			bpf_get_current_comm(&e.comm, sizeof(e.comm));
+			if (calls_rb.ringbuf_output(&e, sizeof(e), 0))
+				count(BUF_CALLS);
+		}
+	}
+	inflight.delete(&tid);
+	offstart.delete(&tid);
+	return 0;
+}
+
+/* ---- journal handles: which device a call journals on, and fill samples ---- */
+
+static __always_inline int handle_start(__u64 sb)
+{
+	__u32 dev = READ_FIELD(sb, SB_DEV);
+	__u64 sbi = READ_FIELD(sb, SB_FS_INFO);
+	__u64 journal = sbi ? READ_FIELD(sbi, EXT4_SB_JOURNAL) : 0;
+	if (!journal || !dev_allowed(dev))
+		return 0;
+	journals.update(&dev, &journal);
+
+	struct fill_event e = {};
+	read_fill(journal, &e.fill);
+
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct inflight *c = inflight.lookup(&tid);
+	if (c) {
+		if (c->handles == 0) {
+			c->dev = dev;
+			c->free_first = e.fill.free_blocks;
+			c->free_min = e.fill.free_blocks;
+			c->log_blocks = e.fill.last_block - e.fill.first_block;
+		} else if (e.fill.free_blocks < c->free_min) {
+			c->free_min = e.fill.free_blocks;
+		}
+		c->handles++;
+	}
+
+	__u64 now = bpf_ktime_get_ns();
+	__u64 *last = last_sample.lookup(&dev);
+	if (last && now - *last < FILL_SAMPLE_NS)
+		return 0;
+	last_sample.update(&dev, &now);
+	e.kind = KIND_FILL;
+	e.dev = dev;
+	e.ts_ns = now;
+	if (jbd2_rb.ringbuf_output(&e, sizeof(e), 0))
+		count(BUF_JBD2);
+	return 0;
+}
+
+/* trace_ext4_journal_start_sb(sb, blocks, rsv_blocks, revoke_creds, type, ip) */
+int rtp_ext4_journal_start_sb(struct bpf_raw_tracepoint_args *ctx)
+{
+	return handle_start(ctx->args[0]);
+}
+
+/* trace_ext4_journal_start_inode(inode, blocks, rsv_blocks, revoke_creds, type, ip) */
+int rtp_ext4_journal_start_inode(struct bpf_raw_tracepoint_args *ctx)
+{
+	__u64 inode = ctx->args[0];
+	return handle_start(READ_FIELD(inode, INODE_SB));
+}
+
+/* ---- jbd2 lifecycle ----------------------------------------------------------- */
+
+static __always_inline int emit_jbd2(__u64 journal, __u32 dev, __u32 event, __s32 transaction, __s64 arg)
+{
+	if (journal)
+		dev = journal_dev(journal);
+	else
+		journal = journal_of_dev(dev);
+	if (!dev_allowed(dev))
+		return 0;
+	if (journal)
+		journals.update(&dev, &journal);
+	__u64 id = bpf_get_current_pid_tgid();
+	struct jbd2_event e = {};
+	e.kind = KIND_JBD2;
+	e.event = event;
+	e.ts_ns = bpf_ktime_get_ns();
+	e.dev = dev;
+	e.transaction = transaction;
+	e.tid = (__u32)id;
+	e.pid = id >> 32;
+	e.arg = arg;
+	read_fill(journal, &e.fill);
+	bpf_get_current_comm(&e.comm, sizeof(e.comm));
+	if (jbd2_rb.ringbuf_output(&e, sizeof(e), 0))
+		count(BUF_JBD2);
+	return 0;
+}
+
+/* (journal_t *journal, transaction_t *commit_transaction) */
+#define TRANSACTION_EVENT(name, EVENT)                                                   \
+	int rtp_##name(struct bpf_raw_tracepoint_args *ctx)                              \
+	{                                                                                \
+		return emit_jbd2(ctx->args[0], 0, EVENT, transaction_tid(ctx->args[1]), 0); \
+	}
+
+TRANSACTION_EVENT(jbd2_start_commit, JBD2_START_COMMIT)
+TRANSACTION_EVENT(jbd2_commit_locking, JBD2_COMMIT_LOCKING)
+TRANSACTION_EVENT(jbd2_commit_flushing, JBD2_COMMIT_FLUSHING)
+TRANSACTION_EVENT(jbd2_commit_logging, JBD2_COMMIT_LOGGING)
+TRANSACTION_EVENT(jbd2_end_commit, JBD2_END_COMMIT)
+TRANSACTION_EVENT(jbd2_drop_transaction, JBD2_DROP_TRANSACTION)
+
+/* (journal_t *journal, int result): fires in the task that checkpoints, which is a
+ * user task when start_this_handle -> __jbd2_log_wait_for_space forced it. */
+int rtp_jbd2_checkpoint(struct bpf_raw_tracepoint_args *ctx)
+{
+	return emit_jbd2(ctx->args[0], 0, JBD2_CHECKPOINT, -1, (__s32)ctx->args[1]);
+}
+
+/* (journal_t *journal, blk_opf_t write_flags) */
+int rtp_jbd2_write_superblock(struct bpf_raw_tracepoint_args *ctx)
+{
+	return emit_jbd2(ctx->args[0], 0, JBD2_WRITE_SUPERBLOCK, -1, (__u32)ctx->args[1]);
+}
+
+/* (dev_t dev, unsigned long stall_ms) */
+int rtp_jbd2_lock_buffer_stall(struct bpf_raw_tracepoint_args *ctx)
+{
+	return emit_jbd2(0, (__u32)ctx->args[0], JBD2_LOCK_BUFFER_STALL, -1, ctx->args[1]);
+}
+
+/* (journal_t *journal, tid_t first_tid, unsigned long block_nr, unsigned long freed) */
+int rtp_jbd2_update_log_tail(struct bpf_raw_tracepoint_args *ctx)
+{
+	__u64 journal = ctx->args[0];
+	__u32 dev = journal_dev(journal);
+	if (!dev_allowed(dev))
+		return 0;
+	journals.update(&dev, &journal);
+	__u64 id = bpf_get_current_pid_tgid();
+	struct log_tail_event e = {};
+	e.kind = KIND_LOG_TAIL;
+	e.dev = dev;
+	e.ts_ns = bpf_ktime_get_ns();
+	e.tid = (__u32)id;
+	e.pid = id >> 32;
+	e.tail_sequence = READ_FIELD(journal, J_TAIL_SEQ);
+	e.first_tid = ctx->args[1];
+	e.block_nr = ctx->args[2];
+	e.freed_blocks = ctx->args[3];
+	read_fill(journal, &e.fill);
+	bpf_get_current_comm(&e.comm, sizeof(e.comm));
+	if (jbd2_rb.ringbuf_output(&e, sizeof(e), 0))
+		count(BUF_JBD2);
+	return 0;
+}
+
+/* (dev_t dev, tid_t tid, struct transaction_run_stats_s *stats) */
+int rtp_jbd2_run_stats(struct bpf_raw_tracepoint_args *ctx)
+{
+	__u32 dev = ctx->args[0];
+	if (!dev_allowed(dev))
+		return 0;
+	__u64 s = ctx->args[2];
+	__u64 id = bpf_get_current_pid_tgid();
+	struct run_stats_event e = {};
+	e.kind = KIND_RUN_STATS;
+	e.dev = dev;
+	e.ts_ns = bpf_ktime_get_ns();
+	e.transaction = ctx->args[1];
+	e.tid = (__u32)id;
+	e.pid = id >> 32;
+	e.wait_jiffies = READ_FIELD(s, RS_WAIT);
+	e.request_delay_jiffies = READ_FIELD(s, RS_REQUEST_DELAY);
+	e.running_jiffies = READ_FIELD(s, RS_RUNNING);
+	e.locked_jiffies = READ_FIELD(s, RS_LOCKED);
+	e.flushing_jiffies = READ_FIELD(s, RS_FLUSHING);
+	e.logging_jiffies = READ_FIELD(s, RS_LOGGING);
+	e.handle_count = READ_FIELD(s, RS_HANDLE_COUNT);
+	e.blocks = READ_FIELD(s, RS_BLOCKS);
+	e.blocks_logged = READ_FIELD(s, RS_BLOCKS_LOGGED);
+	bpf_get_current_comm(&e.comm, sizeof(e.comm));
+	if (jbd2_rb.ringbuf_output(&e, sizeof(e), 0))
+		count(BUF_JBD2);
+	return 0;
+}
+
+/* (dev_t dev, tid_t tid, struct transaction_chp_stats_s *stats) */
+int rtp_jbd2_checkpoint_stats(struct bpf_raw_tracepoint_args *ctx)
+{
+	__u32 dev = ctx->args[0];
+	if (!dev_allowed(dev))
+		return 0;
+	__u64 s = ctx->args[2];
+	__u64 id = bpf_get_current_pid_tgid();
+	struct checkpoint_stats_event e = {};
+	e.kind = KIND_CHECKPOINT_STATS;
+	e.dev = dev;
+	e.ts_ns = bpf_ktime_get_ns();
+	e.transaction = ctx->args[1];
+	e.tid = (__u32)id;
+	e.pid = id >> 32;
+	e.chp_time_jiffies = READ_FIELD(s, CS_CHP_TIME);
+	e.forced_to_close = READ_FIELD(s, CS_FORCED_TO_CLOSE);
+	e.written = READ_FIELD(s, CS_WRITTEN);
+	e.dropped = READ_FIELD(s, CS_DROPPED);
+	bpf_get_current_comm(&e.comm, sizeof(e.comm));
+	if (jbd2_rb.ringbuf_output(&e, sizeof(e), 0))
+		count(BUF_JBD2);
+	return 0;
+}
+
+/* ---- scheduler: off-CPU intervals of threads inside traced calls -------------- */
+
+int on_sched_switch(void *ctx)
+{
+	__u32 prev = *(__s32 *)(ctx + TP_SCHED_SWITCH_PREV_PID);
+	__u32 next = *(__s32 *)(ctx + TP_SCHED_SWITCH_NEXT_PID);
+	__u64 now = bpf_ktime_get_ns();
+
+	if (prev && inflight.lookup(&prev)) {
+		struct offstart s = {};
+		s.ts_ns = now;
+		s.state = *(__s64 *)(ctx + TP_SCHED_SWITCH_PREV_STATE);
+		s.stack_id = stacks.get_stackid(ctx, 0);
+		if (s.stack_id < 0)
+			count(STACKS_LOST);
+		offstart.update(&prev, &s);
+	}
+
+	if (!next)
+		return 0;
+	struct offstart *s = offstart.lookup(&next);
+	if (!s)
+		return 0;
+	__u64 delta = now - s->ts_ns;
+	struct inflight *c = inflight.lookup(&next);
+	if (c && delta > OFFCPU_MIN_NS && (!c->dev || dev_allowed(c->dev))) {
+		struct offcpu_event e = {};
+		e.kind = KIND_OFFCPU;
+		e.tid = next;
+		e.ts_ns = s->ts_ns;
+		e.offcpu_ns = delta;
+		e.stack_id = s->stack_id;
+		e.state = s->state;
+		e.call_ts_ns = c->ts_ns;
+		e.syscall_nr = c->syscall_nr;
+		e.dev = c->dev;
+		e.pid = c->pid;
+		bpf_probe_read_kernel_str(&e.comm, sizeof(e.comm), ctx + TP_SCHED_SWITCH_NEXT_COMM);
+		if (offcpu_rb.ringbuf_output(&e, sizeof(e), 0))
+			count(BUF_OFFCPU);
+	}
+	offstart.delete(&next);
+	return 0;
+}
+
+/* ---- the traced command's process tree, and thread exits ---------------------- */
+
+int on_sched_process_fork(void *ctx)
+{
+	__u32 parent = bpf_get_current_pid_tgid() >> 32;
+	__u32 child = *(__s32 *)(ctx + TP_SCHED_PROCESS_FORK_CHILD_PID);
+	if (tgids.lookup(&parent)) {
+		__u8 one = 1;
+		tgids.update(&child, &one);
+	}
+	return 0;
+}
+
+int on_sched_process_exit(void *ctx)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	inflight.delete(&tid);
+	offstart.delete(&tid);
+	return 0;
+}

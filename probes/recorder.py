@@ -1,0 +1,471 @@
+"""The recorder: loads the bcc probes (recorder.bpf.c), streams their events, and
+writes a session directory (docs/session-format.md).
+
+Library use (the lab records this way):
+
+    rec = Recorder(RecordOptions(output_dir="s1", devices=["7:0"], quiet=True))
+    rec.start()            # probes attached when it returns
+    ...                    # run the workload
+    path = rec.stop(extra_metadata={"lab": {...}})
+"""
+
+import ctypes
+import dataclasses
+import datetime
+import os
+import socket
+import sys
+import threading
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from jstall import __version__
+from jstall.errors import JstallError
+from jstall.schema import SCHEMAS
+from jstall.session import FILL_COLUMNS, FORMAT, SCHEMA_VERSION, TABLES, table_path, write_metadata
+
+from . import btf, events, host, journals, syscalls
+
+BPF_SOURCE = os.path.join(os.path.dirname(__file__), "recorder.bpf.c")
+
+JBD2_RAW_TRACEPOINTS = (
+    "jbd2_start_commit", "jbd2_commit_locking", "jbd2_commit_flushing", "jbd2_commit_logging",
+    "jbd2_end_commit", "jbd2_drop_transaction", "jbd2_checkpoint", "jbd2_write_superblock",
+    "jbd2_lock_buffer_stall", "jbd2_update_log_tail", "jbd2_run_stats", "jbd2_checkpoint_stats",
+)
+EXT4_RAW_TRACEPOINTS = ("ext4_journal_start_sb", "ext4_journal_start_inode")
+RING_PAGES = 1024          # 4 MiB per ring buffer
+STACK_ENTRIES = 16384
+FILL_SAMPLE_NS = 10_000_000
+
+
+@dataclasses.dataclass
+class RecordOptions:
+    """What to record. Times: min_ms in milliseconds, offcpu_min_us in microseconds."""
+
+    output_dir: str = None
+    devices: list = dataclasses.field(default_factory=list)   # MAJ:MIN, mount points or block devices
+    pid: int = None
+    cgroup: str = None                                        # cgroup v2 directory
+    command_tree: bool = False                                # trace only tgids added with trace_tgid()
+    min_ms: float = 1.0
+    offcpu_min_us: int = 100
+    quiet: bool = False
+    console: object = None                                    # stream for live lines (default stderr)
+
+
+def default_output_dir():
+    return "jstall-session-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+
+
+def _clock():
+    return {
+        "wall": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "wall_ns": time.time_ns(),
+        "monotonic_ns": time.monotonic_ns(),
+    }
+
+
+def _fill_pct(free, log_blocks):
+    return 100.0 * (1.0 - free / log_blocks) if log_blocks else float("nan")
+
+
+class Recorder:
+    def __init__(self, options):
+        self.opts = options
+        self.console = options.console or sys.stderr
+        host.require_root()
+        if not host.btf_path_ok():
+            raise JstallError("/sys/kernel/btf/vmlinux is missing: this kernel has no BTF; use a kernel built with CONFIG_DEBUG_INFO_BTF=y")
+        host.ensure_tracefs()
+        self.syscall_numbers = syscalls.numbers()
+        self.syscall_names = {nr: name for name, nr in self.syscall_numbers.items()}
+        mounts = journals.ext4_mounts()
+        self.devices = [journals.resolve_device(d, mounts) for d in options.devices]
+        self.journals = {}
+        for dev in self.devices:
+            self.journals[dev] = journals.describe(dev, mounts[dev])
+        if not self.devices:  # system-wide: every mounted ext4 with a journal
+            for dev, m in mounts.items():
+                try:
+                    self.journals[dev] = journals.describe(dev, m)
+                except JstallError:
+                    continue
+        self.cgroup_id = None
+        if options.cgroup:
+            try:
+                self.cgroup_id = os.stat(options.cgroup).st_ino
+            except OSError as e:
+                raise JstallError(f"--cgroup {options.cgroup}: {e.strerror}; give a cgroup v2 directory") from None
+        self.bpf = None
+        self.attached, self.missing = [], []
+        self._chunks = {kind: [] for kind in events.KIND_STRUCTS}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = None
+        self.slow_calls = 0
+
+    # ---- set-up -------------------------------------------------------------------
+
+    def _cflags(self):
+        defines = btf.probe_defines(btf.BtfTypes.load())
+        for struct, dt in events.DTYPES.items():
+            defines[f"SIZEOF_{struct}"] = dt.itemsize
+        tp = {
+            "TP_SYS_ENTER_NR": ("syscalls", "sys_enter_openat", "__syscall_nr"),
+            "TP_SYS_EXIT_RET": ("syscalls", "sys_exit_openat", "ret"),
+            "TP_SCHED_SWITCH_PREV_PID": ("sched", "sched_switch", "prev_pid"),
+            "TP_SCHED_SWITCH_PREV_STATE": ("sched", "sched_switch", "prev_state"),
+            "TP_SCHED_SWITCH_NEXT_PID": ("sched", "sched_switch", "next_pid"),
+            "TP_SCHED_SWITCH_NEXT_COMM": ("sched", "sched_switch", "next_comm"),
+            "TP_SCHED_PROCESS_FORK_CHILD_PID": ("sched", "sched_process_fork", "child_pid"),
+        }
+        for macro, (cat, ev, field) in tp.items():
+            if not host.tracepoint_exists(cat, ev):
+                raise JstallError(f"tracepoint {cat}:{ev} is missing; jstall needs CONFIG_FTRACE_SYSCALLS and sched tracepoints")
+            defines[macro] = host.tracepoint_fields(cat, ev)[field][0]
+        defines.update(
+            MIN_NS=int(self.opts.min_ms * 1e6),
+            OFFCPU_MIN_NS=int(self.opts.offcpu_min_us * 1000),
+            FILL_SAMPLE_NS=FILL_SAMPLE_NS,
+            RB_PAGES=RING_PAGES,
+            STACK_ENTRIES=STACK_ENTRIES,
+            FILTER_PID=self.opts.pid or 0,
+            FILTER_TREE=int(bool(self.opts.command_tree)),
+            FILTER_DEV=int(bool(self.devices)),
+            FILTER_CGROUP=self.cgroup_id or 0,
+        )
+        return [f"-D{k}={v}" for k, v in defines.items()] + [f"-I{os.path.dirname(BPF_SOURCE)}"]
+
+    def _compile(self):
+        os.environ.update(host.kernel_headers_env())
+        from bcc import BPF  # Debian's python3-bpfcc
+
+        try:
+            return BPF(src_file=BPF_SOURCE.encode(), cflags=self._cflags())
+        except Exception as e:
+            raise JstallError(
+                f"bcc could not compile the probes ({e}); if it says headers are missing, run "
+                "'sh scripts/setup.sh' (builds the generic-header fallback) or install linux-headers-$(uname -r)"
+            ) from None
+
+    def _attach(self, b):
+        for name in self.syscall_numbers:
+            if host.tracepoint_exists("syscalls", f"sys_enter_{name}") and host.tracepoint_exists("syscalls", f"sys_exit_{name}"):
+                b.attach_tracepoint(tp=f"syscalls:sys_enter_{name}", fn_name=b"on_sys_enter")
+                b.attach_tracepoint(tp=f"syscalls:sys_exit_{name}", fn_name=b"on_sys_exit")
+                self.attached += [f"syscalls:sys_enter_{name}", f"syscalls:sys_exit_{name}"]
+            else:
+                self.missing.append(f"syscalls:sys_enter_{name}")
+        for cat, names in (("ext4", EXT4_RAW_TRACEPOINTS), ("jbd2", JBD2_RAW_TRACEPOINTS)):
+            for name in names:
+                if host.tracepoint_exists(cat, name):
+                    b.attach_raw_tracepoint(tp=name.encode(), fn_name=f"rtp_{name}".encode())
+                    self.attached.append(f"raw:{cat}:{name}")
+                else:
+                    self.missing.append(f"raw:{cat}:{name}")
+        sched = ["sched_switch", "sched_process_exit"] + (["sched_process_fork"] if self.opts.command_tree else [])
+        for name in sched:
+            b.attach_tracepoint(tp=f"sched:{name}", fn_name=f"on_{name}".encode())
+            self.attached.append(f"sched:{name}")
+        if self.missing and not self.opts.quiet:
+            print(f"jstall: tracepoints missing on this kernel, not recorded: {' '.join(self.missing)}", file=self.console)
+
+    def start(self):
+        """Compile and attach the probes, then stream events in a background thread."""
+        self.output_dir = self.opts.output_dir or default_output_dir()
+        if os.path.exists(os.path.join(self.output_dir, "metadata.json")):
+            raise JstallError(f"{self.output_dir} already holds a session; choose another -o")
+        os.makedirs(self.output_dir, exist_ok=True)
+        b = self.bpf = self._compile()
+        one = ctypes.c_uint8(1)
+        for dev in self.devices:
+            major, minor = journals.parse_dev(dev)
+            b["devices"][ctypes.c_uint32(journals.kernel_dev(major, minor))] = one
+        self._attach(b)
+        for name in ("calls_rb", "offcpu_rb", "jbd2_rb"):
+            b[name].open_ring_buffer(self._on_event)
+        self.start_clock = _clock()
+        self._jiffies_start = host.read_jiffies()
+        if not self.opts.quiet:
+            print(f"{'TIME':<8} {'COMM':<16} {'PID':>7} {'TID':>7} {'CALL':<13} {'LAT(ms)':>9} {'DEV':>7} {'FILL%':>6}",
+                  file=self.console, flush=True)
+        self._thread = threading.Thread(target=self._poll, name="jstall-poll", daemon=True)
+        self._thread.start()
+        return self
+
+    def trace_tgid(self, tgid):
+        """Add a process (and, through sched_process_fork, its descendants) to the traced tree."""
+        self.bpf["tgids"][ctypes.c_uint32(tgid)] = ctypes.c_uint8(1)
+
+    def untrace_tgid(self, tgid):
+        try:
+            del self.bpf["tgids"][ctypes.c_uint32(tgid)]
+        except KeyError:
+            pass
+
+    # ---- streaming ------------------------------------------------------------------
+
+    def _on_event(self, ctx, data, size):
+        raw = ctypes.string_at(data, size)
+        kind = raw[0]
+        with self._lock:
+            self._chunks[kind].append(raw)
+        if kind == events.KINDS["KIND_CALL"]:
+            self.slow_calls += 1
+            if not self.opts.quiet:
+                self._print_call(np.frombuffer(raw, dtype=events.DTYPES["call_event"])[0])
+
+    def _print_call(self, e):
+        name = self.syscall_names.get(int(e["syscall_nr"]), str(e["syscall_nr"]))
+        dev = journals.dev_name(int(e["dev"])) if e["dev"] else "-"
+        fill = f"{_fill_pct(int(e['journal_free_blocks']), int(e['journal_log_blocks'])):6.1f}" if e["handles"] else "     -"
+        t = time.strftime("%H:%M:%S")
+        comm = e["comm"].decode(errors="replace")
+        print(f"{t:<8} {comm:<16} {e['pid']:>7} {e['tid']:>7} {name:<13} {e['latency_ns'] / 1e6:>9.2f} {dev:>7} {fill}",
+              file=self.console, flush=True)
+
+    def _poll(self):
+        while not self._stop.is_set():
+            self.bpf.ring_buffer_poll(100)
+
+    # ---- tear-down and writing ------------------------------------------------------
+
+    def stop(self, extra_metadata=None, command=None, exit_status=None, status="complete"):
+        """Detach, drain the buffers, write every table and then metadata.json; return the path."""
+        self._stop.set()
+        if self._thread:
+            self._thread.join()
+        b = self.bpf
+        b.ring_buffer_consume()
+        end_clock = _clock()
+        jiffies_end = host.read_jiffies()
+        counters = [int(v.value) for v in b["counters"].values()]
+        hz = host.config_hz()
+        measured = host.measured_hz(self._jiffies_start, jiffies_end)
+        hz_used = hz or (measured[0] if measured else None)
+        tables = self._build_tables(b, hz_used)
+        lost = {name: counters[events.BUFFERS[f"BUF_{name.upper()}"]] for name in ("calls", "offcpu", "jbd2")}
+        stacks_lost = counters[events.BUFFERS["STACKS_LOST"]]
+        b.cleanup()
+        self.bpf = None
+
+        for name in TABLES:
+            pq.write_table(tables[name], table_path(self.output_dir, name))
+
+        for dev, j in self.journals.items():
+            j["proc_info_end"] = journals.read_proc_info(j["proc_info_name"])
+            seen = tables["jbd2_events"].filter(pc.equal(tables["jbd2_events"]["dev"], dev))
+            mtb = pc.max(seen["max_transaction_blocks"]).as_py() if seen.num_rows else None
+            if mtb:
+                j["max_transaction_blocks"] = mtb
+        metadata = {
+            "format": FORMAT,
+            "schema_version": SCHEMA_VERSION,
+            "tool_version": __version__,
+            "status": status,
+            "kernel_release": os.uname().release,
+            "host": socket.gethostname(),
+            "hz": hz_used,
+            "hz_source": "config" if hz else ("measured" if measured else None),
+            "hz_measured": round(measured[1], 1) if measured else None,
+            "start": self.start_clock,
+            "end": end_clock,
+            "command": command,
+            "command_exit_status": exit_status,
+            "filters": {
+                "devices": self.devices,
+                "pid": self.opts.pid,
+                "cgroup": self.opts.cgroup,
+                "command_tree": bool(self.opts.command_tree),
+            },
+            "min_ms": self.opts.min_ms,
+            "offcpu_min_us": self.opts.offcpu_min_us,
+            "probes": {"attached": self.attached, "missing": self.missing},
+            "events_lost": lost,
+            "stacks_lost": stacks_lost,
+            "journals": list(self.journals.values()),
+        }
+        if extra_metadata:
+            metadata.update(extra_metadata)
+        write_metadata(self.output_dir, metadata)
+        self.metadata = metadata
+        self.tables = tables
+        return self.output_dir
+
+    def _build_tables(self, b, hz):
+        with self._lock:
+            chunks = {k: list(v) for k, v in self._chunks.items()}
+        arrays = {events.KIND_STRUCTS[k]: events.decode(events.KIND_STRUCTS[k], v) for k, v in chunks.items()}
+        out = {}
+        out["calls"] = _calls_table(arrays["call_event"], self.syscall_names)
+        out["offcpu"] = _offcpu_table(arrays["offcpu_event"], self.syscall_names)
+        out["stacks"] = _stacks_table(b, arrays["offcpu_event"]["stack_id"])
+        out["jbd2_events"] = _jbd2_table(arrays["jbd2_event"])
+        out["run_stats"] = _run_stats_table(arrays["run_stats_event"], hz)
+        out["checkpoint_stats"] = _checkpoint_stats_table(arrays["checkpoint_stats_event"], hz)
+        out["log_tail"] = _log_tail_table(arrays["log_tail_event"])
+        out["fill"] = _fill_table(arrays["fill_event"])
+        out["call_histograms"], out["call_totals"] = _histogram_tables(b, self.syscall_names)
+        return out
+
+
+# ---- raw records -> Arrow tables ---------------------------------------------------
+
+
+def _table(name, columns):
+    schema = SCHEMAS[name]
+    arrays = []
+    for field in schema:
+        col = columns[field.name]
+        arrays.append(col if isinstance(col, pa.Array) else pa.array(col, type=field.type, from_pandas=True))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _devs(values):
+    uniq, inv = np.unique(np.asarray(values, dtype=np.uint64), return_inverse=True)
+    names = np.array([journals.dev_name(int(u)) if u else None for u in uniq], dtype=object)
+    return pa.array(names[inv] if len(values) else [], type=pa.string())
+
+
+def _names(values, table):
+    uniq, inv = np.unique(np.asarray(values), return_inverse=True)
+    names = np.array([table.get(int(u), f"nr{int(u)}") for u in uniq], dtype=object)
+    return pa.array(names[inv] if len(values) else [], type=pa.string())
+
+
+def _comm(a):
+    return pa.array(np.char.decode(a["comm"], "utf-8", "replace") if len(a) else [], type=pa.string())
+
+
+def _masked(values, valid):
+    return pa.array(np.asarray(values, dtype=np.int64), type=pa.int64(), mask=~np.asarray(valid, dtype=bool))
+
+
+def _fill_columns(a):
+    has = a["has_journal"] != 0
+    return {col: _masked(a[col], has) for col in FILL_COLUMNS}
+
+
+def _task(a):
+    return {"tid": a["tid"].astype(np.int32), "pid": a["pid"].astype(np.int32), "comm": _comm(a)}
+
+
+def _calls_table(a, names):
+    has = a["handles"] > 0
+    return _table("calls", {
+        "ts_ns": a["ts_ns"].astype(np.int64), "latency_ns": a["latency_ns"].astype(np.int64), **_task(a),
+        "syscall": _names(a["syscall_nr"], names), "ret": a["ret"], "dev": _devs(a["dev"]),
+        "handles": a["handles"].astype(np.int32),
+        "journal_free_blocks": _masked(a["journal_free_blocks"], has),
+        "journal_min_free_blocks": _masked(a["journal_min_free_blocks"], has),
+        "journal_log_blocks": _masked(a["journal_log_blocks"], has),
+    })
+
+
+def _offcpu_table(a, names):
+    state = a["state"].astype(np.int64)
+    # sched_switch's prev_state is TASK_REPORT_MAX (bit 8 and up) for a preempted task
+    # (__trace_sched_switch_state), 0 for one that yielded while runnable.
+    runnable = (state == 0) | (state >= 0x100)
+    return _table("offcpu", {
+        "ts_ns": a["ts_ns"].astype(np.int64), "offcpu_ns": a["offcpu_ns"].astype(np.int64), **_task(a),
+        "state": state, "runnable": runnable, "stack_id": a["stack_id"].astype(np.int32),
+        "call_ts_ns": a["call_ts_ns"].astype(np.int64), "syscall": _names(a["syscall_nr"], names),
+        "dev": _devs(a["dev"]),
+    })
+
+
+def _stacks_table(b, stack_ids):
+    ids = sorted(int(s) for s in np.unique(stack_ids) if s >= 0)
+    table = b["stacks"]
+    frames = []
+    for sid in ids:
+        try:
+            frames.append([b.ksym(addr).decode(errors="replace") for addr in table.walk(sid)])
+        except KeyError:
+            frames.append([])
+    return _table("stacks", {"stack_id": np.array(ids, dtype=np.int32), "frames": pa.array(frames, type=pa.list_(pa.string()))})
+
+
+def _jbd2_table(a):
+    names = events.JBD2_EVENT_NAMES
+    ev = a["event"]
+    comm = _comm(a)
+    is_ = {n: ev == code for code, n in names.items()}
+    return _table("jbd2_events", {
+        "ts_ns": a["ts_ns"].astype(np.int64), "event": _names(ev, names), "dev": _devs(a["dev"]),
+        "transaction": _masked(a["transaction"], a["transaction"] >= 0),
+        "tid": a["tid"].astype(np.int32), "pid": a["pid"].astype(np.int32), "comm": comm,
+        "jbd2_thread": pc.starts_with(comm, "jbd2/") if len(a) else pa.array([], type=pa.bool_()),
+        "result": _masked(a["arg"], is_["checkpoint"]),
+        "write_flags": _masked(a["arg"], is_["write_superblock"]),
+        "stall_ms": _masked(a["arg"], is_["lock_buffer_stall"]),
+        **_fill_columns(a),
+    })
+
+
+def _jiffies_ns(values, hz):
+    return np.rint(np.asarray(values, dtype=np.float64) * (1e9 / hz)).astype(np.int64) if hz else np.full(len(values), None)
+
+
+def _run_stats_table(a, hz):
+    cols = {"ts_ns": a["ts_ns"].astype(np.int64), "dev": _devs(a["dev"]),
+            "transaction": a["transaction"].astype(np.int64), **_task(a)}
+    for phase in ("wait", "request_delay", "running", "locked", "flushing", "logging"):
+        cols[f"{phase}_jiffies"] = a[f"{phase}_jiffies"].astype(np.int64)
+        cols[f"{phase}_ns"] = _jiffies_ns(a[f"{phase}_jiffies"], hz)
+    for c in ("handle_count", "blocks", "blocks_logged"):
+        cols[c] = a[c].astype(np.int64)
+    return _table("run_stats", cols)
+
+
+def _checkpoint_stats_table(a, hz):
+    return _table("checkpoint_stats", {
+        "ts_ns": a["ts_ns"].astype(np.int64), "dev": _devs(a["dev"]),
+        "transaction": a["transaction"].astype(np.int64), **_task(a),
+        "chp_time_jiffies": a["chp_time_jiffies"].astype(np.int64),
+        "chp_time_ns": _jiffies_ns(a["chp_time_jiffies"], hz),
+        "forced_to_close": a["forced_to_close"].astype(np.int64),
+        "written": a["written"].astype(np.int64), "dropped": a["dropped"].astype(np.int64),
+    })
+
+
+def _log_tail_table(a):
+    return _table("log_tail", {
+        "ts_ns": a["ts_ns"].astype(np.int64), "dev": _devs(a["dev"]), **_task(a),
+        "tail_sequence": a["tail_sequence"].astype(np.int64), "first_tid": a["first_tid"].astype(np.int64),
+        "block_nr": a["block_nr"].astype(np.int64), "freed_blocks": a["freed_blocks"].astype(np.int64),
+        **_fill_columns(a),
+    })
+
+
+def _fill_table(a):
+    return _table("fill", {
+        "ts_ns": a["ts_ns"].astype(np.int64), "dev": _devs(a["dev"]), **_fill_columns(a),
+        "source": pa.array(["handle_start"] * len(a), type=pa.string()),
+    })
+
+
+def _histogram_tables(b, names):
+    hist = [(k.syscall_nr, k.dev, k.bucket, v.value) for k, v in b["hist"].items()]
+    tot = [(k.syscall_nr, k.dev, v.count, v.errors, v.total_ns, v.max_ns) for k, v in b["totals"].items()]
+    hist.sort()
+    tot.sort()
+    h = np.array(hist, dtype=np.int64).reshape(-1, 4)
+    t = np.array(tot, dtype=np.int64).reshape(-1, 6)
+    bucket = h[:, 2]
+    histograms = _table("call_histograms", {
+        "syscall": _names(h[:, 0], names), "dev": _devs(h[:, 1]), "bucket": bucket.astype(np.int32),
+        "low_ns": np.where(bucket == 0, 0, np.left_shift(1, bucket)), "high_ns": np.left_shift(1, bucket + 1),
+        "count": h[:, 3],
+    })
+    totals = _table("call_totals", {
+        "syscall": _names(t[:, 0], names), "dev": _devs(t[:, 1]), "count": t[:, 2], "errors": t[:, 3],
+        "total_latency_ns": t[:, 4], "max_latency_ns": t[:, 5],
+    })
+    return histograms, totals
