@@ -1,0 +1,196 @@
+"""The whole analysis of one session: every table the summary, the JSON and the report use.
+
+``analyze(path_or_session, min_ms=10)`` returns an :class:`Analysis` whose attributes are
+DataFrames (see each module for units) and ``to_dict()`` the stable JSON document
+(docs/analysis.md).
+"""
+
+from .causes import CAUSES
+from .stalls import DEFAULT_MIN_MS
+
+#: Version of the JSON document ``jstall analyze --json`` prints (not the session's).
+JSON_SCHEMA_VERSION = 1
+
+
+def _num(v, nd=3):
+    """JSON-safe number: NaN/None -> None, numpy scalars -> Python, floats rounded."""
+    import math
+
+    if v is None:
+        return None
+    try:
+        import numpy as np
+
+        if isinstance(v, np.generic):
+            v = v.item()
+    except ImportError:  # pragma: no cover
+        pass
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float):
+        if math.isnan(v) or math.isinf(v):
+            return None
+        return round(v, nd)
+    try:
+        import pandas as pd
+
+        if v is pd.NA:
+            return None
+    except ImportError:  # pragma: no cover
+        pass
+    return v
+
+
+def _clean(obj):
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    return _num(obj)
+
+
+class Analysis:
+    """Result of :func:`analyze`.  Attributes:
+
+    - ``session``: the loaded :class:`~jstall.analyzer.load.Session`; ``min_ms``.
+    - ``timeline``: fill samples (fill.timeline); ``stalls``: the stall table
+      (stalls.find_stalls); ``causes``: stall count and off-CPU ms per cause.
+    - ``transactions``, ``phases`` (commit phase bands), ``checkpoints``: per journal event.
+    - ``journals``: one row per journal (journals.summary); ``proc``: agreement with
+      /proc/fs/jbd2 (journals.proc_agreement).
+    - ``calls``: latency statistics per syscall; ``recommendations``; ``warnings`` (strings).
+    """
+
+    def __init__(self, session, min_ms=DEFAULT_MIN_MS):
+        from . import calls as calls_mod
+        from . import fill, journals, recommend, stalls
+
+        self.session = session
+        self.min_ms = float(min_ms)
+        self.timeline = fill.timeline(session)
+        self.stalls = stalls.find_stalls(session, self.timeline, self.min_ms)
+        self.causes = stalls.by_cause(self.stalls)
+        self.transactions = journals.transactions(session)
+        self.phases = journals.commit_phases(session)
+        self.checkpoints = journals.checkpoints(session)
+        self.journals = journals.summary(session, self.timeline, self.transactions, self.stalls)
+        self.proc = journals.proc_agreement(session, self.transactions)
+        self.calls = calls_mod.call_stats(session)
+        self.warnings = self._warnings()
+        self.recommendations = recommend.recommendations(session, self.journals, self.stalls, self.causes,
+                                                         self.calls, self.transactions, self.min_ms)
+
+    def _warnings(self):
+        m = self.session.meta
+        w = []
+        lost = m.get("events_lost") or {}
+        if any(int(v or 0) for v in lost.values()) or int(m.get("stacks_lost") or 0):
+            parts = [f"{k} {int(v)}" for k, v in lost.items() if int(v or 0)]
+            if int(m.get("stacks_lost") or 0):
+                parts.append(f"stacks {int(m['stacks_lost'])}")
+            w.append("events lost while recording: " + ", ".join(parts) + " (figures are lower bounds)")
+        if m.get("status") == "interrupted":
+            w.append("the recording was interrupted: the session covers only part of the command")
+        missing = (m.get("probes") or {}).get("missing") or []
+        if missing:
+            w.append("probes missing while recording: " + ", ".join(missing))
+        if not len(self.session.jbd2_events) and not len(self.session.run_stats):
+            w.append("no jbd2 events in this session: no journal activity was recorded (is the device traced?)")
+        if len(self.proc):
+            bad = self.proc[~self.proc["agree"]]
+            for _, r in bad.iterrows():  # a handful of rows at most
+                w.append(f"{r['dev']}: {r['metric']} disagrees with /proc/fs/jbd2 "
+                         f"(analyzer {r['analyzer']:.2f}, kernel {r['kernel']:.2f})")
+        return w
+
+    # --- JSON ------------------------------------------------------------------------------
+
+    def to_dict(self, top=20):
+        """The JSON document of docs/analysis.md (stable keys; numbers rounded to 3 decimals,
+        NaN as null)."""
+        from .journals import session_span_s
+
+        s = self.session
+        m = s.meta
+        st = self.stalls
+        lab = m.get("lab")
+        journals = []
+        for _, j in self.journals.iterrows():  # one row per journal
+            d = {k: j[k] for k in (
+                "dev", "device", "mountpoint", "journal_blocks", "block_size", "log_blocks", "journal_mib",
+                "max_transaction_blocks", "inode_size", "fast_commit", "journal_device", "transactions",
+                "avg_blocks_per_transaction", "avg_logged_blocks_per_transaction", "avg_handles_per_transaction",
+                "forced_checkpoints", "background_checkpoints", "forced_checkpoint_written_blocks",
+                "background_checkpoint_written_blocks", "logged_blocks", "log_rate_blocks_per_s",
+                "peak_log_rate_blocks_per_s", "max_fill_pct", "min_free_blocks", "forced_fill_pct",
+                "time_at_forced_level_s", "stalls", "stall_ms")}
+            for k in ("journal_blocks", "max_transaction_blocks", "log_blocks", "min_free_blocks"):
+                if d[k] == d[k] and d[k] is not None:
+                    d[k] = int(d[k])
+            d["avg_phase_ms"] = {p: j[f"avg_{p}_ms"] for p in
+                                 ("wait", "request_delay", "running", "locked", "flushing", "logging")}
+            p = self.proc[self.proc["dev"] == j["dev"]]
+            d["proc_agreement"] = None if not len(p) else {
+                "agree": bool(p["agree"].all()),
+                "metrics": [{k: r[k] for k in ("metric", "analyzer", "kernel", "kernel_low", "kernel_high",
+                                               "rel_diff", "agree")} for _, r in p.iterrows()],
+            }
+            journals.append(d)
+        top_rows = st.sort_values("latency_ms", ascending=False, kind="stable").head(top)
+        t0 = s.start_ns or 0
+        top_list = [{
+            "t_s": (r["ts_ns"] - t0) / 1e9, "ts_ns": int(r["ts_ns"]), "latency_ms": r["latency_ms"],
+            "syscall": r["syscall"], "comm": r["comm"], "pid": int(r["pid"]), "tid": int(r["tid"]), "dev": r["dev"],
+            "cause": str(r["cause"]), "cause_label": r["cause_label"],
+            "by_cause_ms": {c: r[f"{c}_ms"] for c in CAUSES if r[f"{c}_ms"] > 0},
+            "oncpu_ms": r["oncpu_ms"], "fill_start_pct": r["fill_start_pct"], "fill_max_pct": r["fill_max_pct"],
+            "min_free_blocks": r["min_free_blocks"], "forced_fill_pct": r["forced_fill_pct"],
+            "at_forced_level": bool(r["at_forced_level"]), "own_checkpoint": bool(r["own_checkpoint"]),
+            "running_transaction": r["running_transaction"], "committing_transaction": r["committing_transaction"],
+        } for _, r in top_rows.iterrows()]
+        at = st[st["at_forced_level"]]
+        doc = {
+            "schema_version": JSON_SCHEMA_VERSION,
+            "kind": "session",
+            "session": {
+                "path": s.path, "schema_version": m.get("schema_version"), "status": m.get("status"),
+                "tool_version": m.get("tool_version"), "kernel_release": m.get("kernel_release"),
+                "host": m.get("host"), "hz": s.hz, "start": (m.get("start") or {}).get("wall"),
+                "duration_s": session_span_s(s),
+                "command": m.get("command"), "lab": None if not lab else {
+                    "config": lab.get("config"), "phases": lab.get("phases")},
+            },
+            "min_ms": self.min_ms,
+            "events_lost": {k: int(v or 0) for k, v in (m.get("events_lost") or {}).items()},
+            "stacks_lost": int(m.get("stacks_lost") or 0),
+            "warnings": list(self.warnings),
+            "journals": journals,
+            "stalls": {
+                "count": len(st),
+                "total_ms": float(st["latency_ms"].sum()),
+                "max_ms": float(st["latency_ms"].max()) if len(st) else 0.0,
+                "offcpu_ms": float(st["offcpu_ms"].sum()),
+                "oncpu_ms": float(st["oncpu_ms"].sum()),
+                "own_checkpoint": int(st["own_checkpoint"].sum()),
+                "at_forced_level": {"count": len(at), "total_ms": float(at["latency_ms"].sum())},
+                "by_cause": {c: {"count": int(self.causes.loc[c, "count"]),
+                                 "total_ms": float(self.causes.loc[c, "total_ms"])} for c in CAUSES},
+                "top": top_list,
+            },
+            "calls": {r["syscall"]: {"count": int(r["count"]), "errors": int(r["errors"]),
+                                     "total_ms": r["total_ms"], "p50_ms": r["p50_ms"], "p99_ms": r["p99_ms"],
+                                     "max_ms": r["max_ms"]} for _, r in self.calls.iterrows()},
+            "recommendations": [dict(r) for r in self.recommendations],
+        }
+        return _clean(doc)
+
+
+def analyze(session, min_ms=DEFAULT_MIN_MS):
+    """Analyze a session (a path or a loaded Session) and return an :class:`Analysis`."""
+    from .load import Session, load_session
+
+    if not isinstance(session, Session):
+        session = load_session(session)
+    return Analysis(session, min_ms)

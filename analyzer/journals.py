@@ -1,0 +1,292 @@
+"""Per-journal figures: transactions and their commit phases, checkpoints, fill, log rate,
+and the comparison with the kernel's own /proc/fs/jbd2/<dev>/info.
+
+Times from jbd2_run_stats / jbd2_checkpoint_stats are jiffies at ``session.hz``; they are
+converted here as ``jiffies * 1000 / hz`` milliseconds.
+"""
+
+import re
+
+from .fill import RESERVED_BLOCKS, forced_fill_pct
+from .schema import PHASES
+
+COMMIT_EVENTS = ("start_commit", "commit_locking", "commit_flushing", "commit_logging", "end_commit")
+
+
+def transactions(session):
+    """One row per committed transaction (jbd2_run_stats), with its commit-phase event times.
+
+    Columns: ``dev``, ``transaction``, ``ts_ns`` (run_stats fired), ``<phase>_ms`` for each of
+    PHASES (from jiffies at hz), ``handle_count``, ``blocks``, ``blocks_logged``, and
+    ``<event>_ns`` for each of COMMIT_EVENTS (NaN when that event was not recorded)."""
+    import pandas as pd
+
+    rs = session.run_stats
+    out = rs[["dev", "transaction", "ts_ns", "tid", "comm"]].copy()
+    out["dev"] = out["dev"].astype("str")
+    for p in PHASES:
+        out[f"{p}_ms"] = rs[f"{p}_jiffies"].astype("float64") * 1000.0 / session.hz
+    for c in ("handle_count", "blocks", "blocks_logged"):
+        out[c] = rs[c].astype("int64")
+    ev = session.jbd2_events
+    ev = ev[ev["event"].isin(COMMIT_EVENTS) & ev["transaction"].notna()]
+    if len(ev):
+        wide = ev.pivot_table(index=["dev", "transaction"], columns="event", values="ts_ns", aggfunc="min")
+        wide = wide.reindex(columns=list(COMMIT_EVENTS))
+        wide.columns = [f"{c}_ns" for c in wide.columns]
+        wide = wide.reset_index().astype({"dev": "str", "transaction": "int64"})
+        out = out.astype({"transaction": "int64"}).merge(wide, on=["dev", "transaction"], how="left")
+    else:
+        for c in COMMIT_EVENTS:
+            out[f"{c}_ns"] = float("nan")
+    return out.sort_values(["dev", "ts_ns"], kind="stable").reset_index(drop=True)
+
+
+def commit_phases(session):
+    """Commit phases as time bands for plotting: one row per (dev, transaction, phase) with
+    ``start_ns``/``end_ns`` taken from consecutive commit events (locking -> flushing ->
+    logging -> end_commit).  Phases whose bounding events are missing are left out."""
+    import pandas as pd
+
+    ev = session.jbd2_events
+    ev = ev[ev["event"].isin(COMMIT_EVENTS) & ev["transaction"].notna()]
+    if not len(ev):
+        return pd.DataFrame({"dev": pd.Series([], dtype="str"), "transaction": pd.Series([], dtype="int64"),
+                             "phase": pd.Series([], dtype="str"), "start_ns": pd.Series([], dtype="int64"),
+                             "end_ns": pd.Series([], dtype="int64")})
+    wide = ev.pivot_table(index=["dev", "transaction"], columns="event", values="ts_ns", aggfunc="min")
+    wide = wide.reindex(columns=list(COMMIT_EVENTS))
+    parts = []
+    for a, b, name in (("commit_locking", "commit_flushing", "locked"),
+                       ("commit_flushing", "commit_logging", "flushing"),
+                       ("commit_logging", "end_commit", "logging")):
+        p = wide[[a, b]].dropna().rename(columns={a: "start_ns", b: "end_ns"}).reset_index()
+        p["phase"] = name
+        parts.append(p)
+    out = pd.concat(parts, ignore_index=True)
+    out = out.astype({"dev": "str", "transaction": "int64", "start_ns": "int64", "end_ns": "int64"})
+    return out[["dev", "transaction", "phase", "start_ns", "end_ns"]].sort_values(["dev", "start_ns"]).reset_index(
+        drop=True)
+
+
+def jbd2_thread_tids(session):
+    """Thread ids seen running as a journal's own jbd2 thread (jbd2_thread, or comm jbd2/...)."""
+    ev = session.jbd2_events
+    tids = set(ev.loc[ev["jbd2_thread"], "tid"].astype("int64").tolist())
+    tids |= set(ev.loc[ev["comm"].astype("str").str.startswith("jbd2/"), "tid"].astype("int64").tolist())
+    return tids
+
+
+def checkpoints(session, timeline=None):
+    """Checkpoint events: ``ts_ns``, ``dev``, ``tid``, ``pid``, ``comm``, ``forced`` (ran in a
+    user task, i.e. not the jbd2 thread: ``__jbd2_log_wait_for_space``), ``result``,
+    ``free_blocks`` and ``fill_pct`` at the event (NaN when not read)."""
+    ev = session.jbd2_events
+    cp = ev[ev["event"] == "checkpoint"]
+    out = cp[["ts_ns", "dev", "tid", "pid", "comm", "result", "free_blocks", "first_block", "last_block"]].copy()
+    out["dev"] = out["dev"].astype("str")
+    out["forced"] = ~cp["jbd2_thread"].astype(bool)
+    log_blocks = (out["last_block"] - out["first_block"]).astype("float64")
+    out["fill_pct"] = 100.0 * (1.0 - out["free_blocks"].astype("float64") / log_blocks.where(log_blocks > 0))
+    return out.drop(columns=["first_block", "last_block"]).reset_index(drop=True)
+
+
+def checkpoint_writes(session):
+    """jbd2_checkpoint_stats rows with ``forced`` (fired in a task other than a jbd2 thread)
+    and ``chp_time_ms`` (from jiffies at hz); ``written`` counts blocks written home."""
+    cs = session.checkpoint_stats.copy()
+    cs["dev"] = cs["dev"].astype("str")
+    tids = jbd2_thread_tids(session)
+    cs["forced"] = ~(cs["tid"].astype("int64").isin(tids) | cs["comm"].astype("str").str.startswith("jbd2/"))
+    cs["chp_time_ms"] = cs["chp_time_jiffies"].astype("float64") * 1000.0 / session.hz
+    return cs
+
+
+def time_at_forced_level(timeline, limits):
+    """Per device, seconds the fill step function spent at or above the forced-checkpoint
+    level (each sample holds until the next one on its device)."""
+    import numpy as np
+    import pandas as pd
+
+    if not len(timeline):
+        return pd.Series(dtype="float64")
+    t = timeline
+    nxt = t.groupby("dev")["ts_ns"].shift(-1)
+    dur = (nxt - t["ts_ns"]).fillna(0).to_numpy(dtype="float64")
+    mtb = t["max_transaction_blocks"].fillna(t["dev"].map(limits["max_transaction_blocks"]))
+    at = (t["free_blocks"] - RESERVED_BLOCKS < mtb).to_numpy()
+    return pd.Series(np.where(at, dur, 0.0), index=t.index).groupby(t["dev"]).sum() / 1e9
+
+
+def session_span_s(session):
+    """The session's duration in seconds (metadata clocks; else the span of its events)."""
+    if session.start_ns is not None and session.end_ns is not None and session.end_ns > session.start_ns:
+        return (session.end_ns - session.start_ns) / 1e9
+    ts = [df["ts_ns"] for df in (session.calls, session.jbd2_events, session.run_stats) if len(df)]
+    if not ts:
+        return 0.0
+    return max((max(int(t.max()) for t in ts) - min(int(t.min()) for t in ts)) / 1e9, 0.0)
+
+
+def summary(session, timeline, txns, stalls=None):
+    """One row per journal (dev): size, transactions and per-transaction averages, checkpoints,
+    fill and log rate.  Units in column names; ``*_pct`` are percent of the log."""
+    import numpy as np
+    import pandas as pd
+
+    from .stalls import journal_limits
+
+    limits = journal_limits(session, timeline)
+    meta = {j["dev"]: j for j in session.journals}
+    devs = list(dict.fromkeys(list(meta) + sorted(set(txns["dev"]) | set(timeline["dev"])
+                                                  | set(session.jbd2_events["dev"].astype("str")))))
+    cps = checkpoints(session)
+    cw = checkpoint_writes(session)
+    above = time_at_forced_level(timeline, limits)
+    span = session_span_s(session)
+    rows = []
+    for dev in devs:  # one iteration per journal
+        m = meta.get(dev, {})
+        t = txns[txns["dev"] == dev]
+        tl = timeline[timeline["dev"] == dev]
+        c = cps[cps["dev"] == dev]
+        w = cw[cw["dev"] == dev]
+        lb = limits["log_blocks"].get(dev, np.nan)
+        mtb = limits["max_transaction_blocks"].get(dev, np.nan)
+        jb = m.get("journal_blocks") or (tl["journal_blocks"].iloc[-1] if len(tl) else np.nan)
+        bs = m.get("block_size")
+        n = len(t)
+        row = {
+            "dev": dev, "device": m.get("device"), "mountpoint": m.get("mountpoint"),
+            "block_size": bs, "journal_blocks": jb, "log_blocks": lb,
+            "journal_mib": (jb * bs / 2**20) if (bs and jb == jb) else np.nan,
+            "max_transaction_blocks": m.get("max_transaction_blocks", mtb) if mtb != mtb else mtb,
+            "inode_size": m.get("inode_size"), "fast_commit": m.get("fast_commit"),
+            "journal_device": m.get("journal_device"),
+            "transactions": n,
+        }
+        for p in PHASES:
+            row[f"avg_{p}_ms"] = float(t[f"{p}_ms"].mean()) if n else np.nan
+        row["avg_handles_per_transaction"] = float(t["handle_count"].mean()) if n else np.nan
+        row["avg_blocks_per_transaction"] = float(t["blocks"].mean()) if n else np.nan
+        row["avg_logged_blocks_per_transaction"] = float(t["blocks_logged"].mean()) if n else np.nan
+        row["logged_blocks"] = int(t["blocks_logged"].sum())
+        row["log_rate_blocks_per_s"] = row["logged_blocks"] / span if span > 0 else np.nan
+        if n > 1:
+            per_s = t.groupby(t["ts_ns"] // 1_000_000_000)["blocks_logged"].sum()
+            row["peak_log_rate_blocks_per_s"] = float(per_s.max())
+        else:
+            row["peak_log_rate_blocks_per_s"] = float(row["logged_blocks"])
+        row["forced_checkpoints"] = int(c["forced"].sum())
+        row["background_checkpoints"] = int((~c["forced"]).sum())
+        row["forced_checkpoint_written_blocks"] = int(w.loc[w["forced"], "written"].sum())
+        row["background_checkpoint_written_blocks"] = int(w.loc[~w["forced"], "written"].sum())
+        row["checkpointed_transactions"] = len(w)
+        row["max_fill_pct"] = float(tl["fill_pct"].max()) if len(tl) else np.nan
+        row["min_free_blocks"] = float(tl["free_blocks"].min()) if len(tl) else np.nan
+        row["forced_fill_pct"] = float(forced_fill_pct(mtb, lb)) if lb == lb and lb > 0 else np.nan
+        row["time_at_forced_level_s"] = float(above.get(dev, 0.0))
+        if stalls is not None:
+            s = stalls[stalls["dev"].astype("str") == dev]
+            row["stalls"] = len(s)
+            row["stall_ms"] = float(s["latency_ms"].sum())
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+# --- /proc/fs/jbd2/<dev>/info -------------------------------------------------------------
+
+_PROC_LINES = {
+    "wait_ms": r"(\d+)ms waiting for transaction",
+    "request_delay_ms": r"(\d+)ms request delay",
+    "running_ms": r"(\d+)ms running transaction",
+    "locked_ms": r"(\d+)ms transaction was being locked",
+    "flushing_ms": r"(\d+)ms flushing data",
+    "logging_ms": r"(\d+)ms logging transaction",
+    "commit_time_us": r"(\d+)us average transaction commit time",
+    "handles": r"(\d+) handles per transaction",
+    "blocks": r"(\d+) blocks per transaction",
+    "blocks_logged": r"(\d+) logged blocks per transaction",
+}
+
+
+def parse_proc_info(text):
+    """Parse /proc/fs/jbd2/<dev>/info (``jbd2_seq_info_show``) into a dict: ``transactions``,
+    ``requested``, ``max_transaction_blocks`` and the integer averages (keys of _PROC_LINES);
+    None when ``text`` is empty or unrecognised.  Averages are absent while transactions is 0."""
+    if not text:
+        return None
+    m = re.search(r"(\d+) transactions? \((\d+) requested\), each up to (\d+) blocks", text)
+    if not m:
+        return None
+    out = {"transactions": int(m.group(1)), "requested": int(m.group(2)), "max_transaction_blocks": int(m.group(3))}
+    for key, pat in _PROC_LINES.items():
+        mm = re.search(pat, text)
+        if mm:
+            out[key] = int(mm.group(1))
+    return out
+
+
+#: metric -> (analyzer column of ``transactions()``, unit the kernel prints, is a time)
+_COMPARED = {
+    "wait_ms": ("wait_ms", True),
+    "running_ms": ("running_ms", True),
+    "locked_ms": ("locked_ms", True),
+    "flushing_ms": ("flushing_ms", True),
+    "logging_ms": ("logging_ms", True),
+    "handles": ("handle_count", False),
+    "blocks": ("blocks", False),
+    "blocks_logged": ("blocks_logged", False),
+}
+
+
+def proc_agreement(session, txns, tolerance=0.01):
+    """Compare the analyzer's figures with the kernel's /proc/fs/jbd2/<dev>/info deltas.
+
+    The kernel prints ``sum // n`` over all ``n`` transactions since mount (times: jiffies
+    summed, divided, then converted to ms).  Over the session, the kernel's transaction count
+    is ``n_end - n_start`` and its sum of a figure lies in
+    ``[avg_end*n_end - avg_start*n_start - (n_start - 1), avg_end*n_end + (n_end - 1) - avg_start*n_start]``
+    (each printed average hides up to ``n - 1`` of its sum); ``kernel`` is the midpoint-free
+    estimate ``(avg_end*n_end - avg_start*n_start) / (n_end - n_start)``.  A figure agrees when
+    the analyzer's average is within ``tolerance`` (1%) of the kernel's estimate or inside
+    the rounding interval widened by 1%.  The transaction count must be equal.
+
+    Returns a DataFrame: ``dev, metric, analyzer, kernel, kernel_low, kernel_high,
+    rel_diff, agree`` (metric ``transactions`` first); empty when no journal has both texts."""
+    import pandas as pd
+
+    rows = []
+    hz = session.hz
+    for j in session.journals:
+        a, b = parse_proc_info(j.get("proc_info_start")), parse_proc_info(j.get("proc_info_end"))
+        if not a or not b:
+            continue
+        dev = j["dev"]
+        t = txns[txns["dev"] == dev]
+        n0, n1 = a["transactions"], b["transactions"]
+        dn = n1 - n0
+        rows.append({"dev": dev, "metric": "transactions", "analyzer": float(len(t)), "kernel": float(dn),
+                     "kernel_low": float(dn), "kernel_high": float(dn), "agree": len(t) == dn})
+        if dn <= 0 or len(t) == 0:
+            continue
+        for metric, (col, is_time) in _COMPARED.items():
+            if metric not in b:
+                continue
+            # back to the kernel's integer unit: jiffies for times (ms = jiffies * 1000 / hz)
+            scale = (1000.0 / hz) if is_time else 1.0
+            avg1 = round(b[metric] / scale)
+            avg0 = round(a.get(metric, 0) / scale) if n0 else 0
+            s = avg1 * n1 - avg0 * n0
+            low = s - max(n0 - 1, 0)
+            high = s + max(n1 - 1, 0)
+            ana = float(t[col].mean())
+            kern = s / dn * scale
+            klo, khi = low / dn * scale, high / dn * scale
+            rel = abs(ana - kern) / abs(kern) if kern else (0.0 if ana == 0 else float("inf"))
+            agree = rel <= tolerance or (klo * (1 - tolerance) - 1e-9 <= ana <= khi * (1 + tolerance) + 1e-9)
+            rows.append({"dev": dev, "metric": metric, "analyzer": ana, "kernel": kern, "kernel_low": klo,
+                         "kernel_high": khi, "agree": bool(agree)})
+    df = pd.DataFrame(rows, columns=["dev", "metric", "analyzer", "kernel", "kernel_low", "kernel_high", "agree"])
+    df.insert(4, "rel_diff", (df["analyzer"] - df["kernel"]).abs() / df["kernel"].abs().where(df["kernel"] != 0))
+    return df

@@ -1,0 +1,67 @@
+"""What the analyzer expects of a session's tables (docs/session-format.md, schema version 1).
+
+Each table is described as an ordered list of ``(column, arrow type, nullable)``.  The loader
+checks that every column is present with a castable type; the test helper and the benchmark
+write sessions with exactly these schemas.  Needs pyarrow only.
+"""
+
+import pyarrow as pa
+
+from jstall.session import FILL_COLUMNS, JBD2_EVENTS, TABLES  # noqa: F401  (re-exported)
+
+_i32, _i64, _str, _bool = pa.int32(), pa.int64(), pa.string(), pa.bool_()
+
+_FILL = [(name, _i64, True) for name in FILL_COLUMNS]
+_TASK = [("tid", _i32, False), ("pid", _i32, False), ("comm", _str, False)]
+_PHASES = ("wait", "request_delay", "running", "locked", "flushing", "logging")
+
+COLUMNS = {
+    "calls": [("ts_ns", _i64, False), ("latency_ns", _i64, False)] + _TASK + [
+        ("syscall", _str, False), ("ret", _i64, False), ("dev", _str, True), ("handles", _i32, False),
+        ("journal_free_blocks", _i64, True), ("journal_min_free_blocks", _i64, True),
+        ("journal_log_blocks", _i64, True),
+    ],
+    "call_histograms": [
+        ("syscall", _str, False), ("dev", _str, True), ("bucket", _i32, False),
+        ("low_ns", _i64, False), ("high_ns", _i64, False), ("count", _i64, False),
+    ],
+    "call_totals": [
+        ("syscall", _str, False), ("dev", _str, True), ("count", _i64, False), ("errors", _i64, False),
+        ("total_latency_ns", _i64, False), ("max_latency_ns", _i64, False),
+    ],
+    "offcpu": [("ts_ns", _i64, False), ("offcpu_ns", _i64, False)] + _TASK + [
+        ("state", _i64, False), ("runnable", _bool, False), ("stack_id", _i32, False),
+        ("call_ts_ns", _i64, False), ("syscall", _str, False), ("dev", _str, True),
+    ],
+    "stacks": [("stack_id", _i32, False), ("frames", pa.list_(_str), False)],
+    "jbd2_events": [("ts_ns", _i64, False), ("event", _str, False), ("dev", _str, False),
+                    ("transaction", _i64, True)] + _TASK + [
+        ("jbd2_thread", _bool, False), ("result", _i64, True), ("write_flags", _i64, True),
+        ("stall_ms", _i64, True),
+    ] + _FILL,
+    "run_stats": [("ts_ns", _i64, False), ("dev", _str, False), ("transaction", _i64, False)] + _TASK
+    + [(f"{p}_{u}", _i64, False) for p in _PHASES for u in ("jiffies", "ns")]
+    + [("handle_count", _i64, False), ("blocks", _i64, False), ("blocks_logged", _i64, False)],
+    "checkpoint_stats": [("ts_ns", _i64, False), ("dev", _str, False), ("transaction", _i64, False)] + _TASK + [
+        ("chp_time_jiffies", _i64, False), ("chp_time_ns", _i64, False),
+        ("forced_to_close", _i64, False), ("written", _i64, False), ("dropped", _i64, False),
+    ],
+    "log_tail": [("ts_ns", _i64, False), ("dev", _str, False)] + _TASK + [
+        ("tail_sequence", _i64, False), ("first_tid", _i64, False), ("block_nr", _i64, False),
+        ("freed_blocks", _i64, False),
+    ] + _FILL,
+    "fill": [("ts_ns", _i64, False), ("dev", _str, False)] + _FILL + [("source", _str, False)],
+}
+
+#: The commit phases jbd2_run_stats reports, in order.
+PHASES = _PHASES
+
+
+def arrow_schema(table):
+    """The arrow schema a session's ``table`` is written with."""
+    return pa.schema([pa.field(n, t, nullable=nullable) for n, t, nullable in COLUMNS[table]])
+
+
+def nullable_int_columns(table):
+    """Integer columns of ``table`` that may hold nulls (loaded as pandas ``Int64``)."""
+    return [n for n, t, nullable in COLUMNS[table] if nullable and pa.types.is_integer(t)]

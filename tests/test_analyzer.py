@@ -1,0 +1,410 @@
+"""Unit tests of the analyzer on hand-built sessions written with the real session format."""
+
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from jstall.analyzer import analyze
+from jstall.analyzer.causes import CAUSES, classify_stack, stack_causes
+from jstall.analyzer.fill import forced_fill_pct
+from jstall.analyzer.load import load_session
+from jstall.analyzer.synthetic import fill_columns, journal_meta, metadata, rows, write_session
+
+MS = 1_000_000
+S = 1_000_000_000
+
+TAIL = ["ext4_xattr_set", "__vfs_setxattr", "vfs_setxattr", "path_setxattr", "__x64_sys_setxattr",
+        "do_syscall_64", "entry_SYSCALL_64_after_hwframe"]
+STACKS = {
+    1: ("checkpoint", ["__schedule", "schedule", "io_schedule", "bit_wait_io", "__wait_on_bit",
+                       "out_of_line_wait_on_bit", "__wait_on_buffer", "jbd2_log_do_checkpoint",
+                       "__jbd2_log_wait_for_space", "add_transaction_credits", "start_this_handle",
+                       "jbd2__journal_start", "__ext4_journal_start_sb"] + TAIL),
+    2: ("transaction_wait", ["__schedule", "schedule", "wait_transaction_locked", "add_transaction_credits",
+                             "start_this_handle", "jbd2__journal_start", "__ext4_journal_start_sb"] + TAIL),
+    3: ("commit_wait", ["__schedule", "schedule", "jbd2_log_wait_commit", "jbd2_complete_transaction",
+                        "ext4_fc_commit", "ext4_sync_file", "__x64_sys_fsync", "do_syscall_64"]),
+    4: ("buffer_io", ["__schedule+0x2b1/0x760", "schedule+0x27/0x80", "io_schedule+0x46/0x70",
+                      "bit_wait_io+0x11/0x60", "__wait_on_bit+0x42/0x110", "out_of_line_wait_on_bit+0x8c/0xb0",
+                      "__wait_on_buffer+0x30/0x40", "ext4_read_bh+0x7a/0x90", "__ext4_get_inode_loc+0x1b0/0x4a0"]
+          + TAIL),
+    5: ("lock_buffer", ["__schedule", "schedule", "io_schedule", "bit_wait_io", "__wait_on_bit_lock",
+                        "out_of_line_wait_on_bit_lock", "__lock_buffer", "do_get_write_access",
+                        "jbd2_journal_get_write_access", "__ext4_journal_get_write_access"] + TAIL),
+    6: ("writeback_throttle", ["__schedule", "schedule_timeout", "io_schedule_timeout", "balance_dirty_pages",
+                               "balance_dirty_pages_ratelimited_flags", "generic_perform_write",
+                               "ext4_buffered_write_iter", "vfs_write", "ksys_write"]),
+    7: ("other", ["__schedule", "schedule", "rwsem_down_write_slowpath", "down_write", "vfs_setxattr",
+                  "path_setxattr", "__x64_sys_setxattr"]),
+    # a commit wait under a checkpoint is the checkpoint
+    8: ("checkpoint", ["__schedule", "schedule", "jbd2_log_wait_commit", "__jbd2_log_wait_for_space",
+                       "add_transaction_credits", "start_this_handle"] + TAIL),
+}
+
+
+def stacks_df():
+    return pd.DataFrame({"stack_id": list(STACKS), "frames": [f for _, f in STACKS.values()]})
+
+
+def call(ts, latency, tid, syscall="setxattr", dev="7:0", **kw):
+    r = {"ts_ns": ts, "latency_ns": latency, "tid": tid, "pid": tid, "comm": f"w{tid}", "syscall": syscall,
+         "ret": 0, "dev": dev, "handles": 1}
+    r.update(kw)
+    return r
+
+
+def off(call_row, ts, dur, stack_id, runnable=False):
+    return {"ts_ns": ts, "offcpu_ns": dur, "tid": call_row["tid"], "pid": call_row["pid"], "comm": call_row["comm"],
+            "state": 0 if runnable else 2, "runnable": runnable, "stack_id": stack_id,
+            "call_ts_ns": call_row["ts_ns"], "syscall": call_row["syscall"], "dev": call_row["dev"]}
+
+
+def jev(ts, event, tid, dev="7:0", jbd2_thread=False, transaction=None, free=None, result=None, **kw):
+    r = {"ts_ns": ts, "event": event, "dev": dev, "transaction": transaction, "tid": tid, "pid": tid,
+         "comm": f"jbd2/loop{dev[-1]}-8" if jbd2_thread else f"w{tid}", "jbd2_thread": jbd2_thread,
+         "result": result}
+    if free is not None:
+        r.update(fill_columns(free, **kw))
+    return r
+
+
+def fsample(ts, free, dev="7:0", **kw):
+    return {"ts_ns": ts, "dev": dev, "source": "handle_start", **fill_columns(free, **kw)}
+
+
+def _session(tmp_path, name="s", meta=None, **tables):
+    return load_session(write_session(str(tmp_path / name), {k: rows(v) if isinstance(v, list) else v
+                                                             for k, v in tables.items()}, meta))
+
+
+# --- causes ---------------------------------------------------------------------------------
+
+def test_each_cause_recognised_from_its_stack(tmp_path):
+    s = _session(tmp_path, stacks=stacks_df())
+    assert s.stacks["frames"].map(len).tolist() == [len(f) for _, f in STACKS.values()]
+    got = stack_causes(s.stacks).set_index("stack_id")
+    for sid, (cause, frames) in STACKS.items():
+        assert got.loc[sid, "cause"] == cause, (sid, got.loc[sid].to_dict())
+        assert classify_stack(frames) == cause
+    assert got.loc[7, "label"] == "rwsem_down_write_slowpath <- down_write" or "vfs_setxattr" in got.loc[7, "label"]
+    assert got.loc[1, "label"] == "jbd2_log_do_checkpoint"
+    assert set(got["cause"]) | {"cpu"} == set(CAUSES)
+
+
+def test_stall_time_split_by_cause_and_runnable_is_cpu(tmp_path):
+    c = call(1 * S, 600 * MS, 100)
+    offs = [off(c, c["ts_ns"] + 1 * MS, 300 * MS, 1), off(c, c["ts_ns"] + 310 * MS, 100 * MS, 4),
+            off(c, c["ts_ns"] + 420 * MS, 50 * MS, 7, runnable=True),  # stack says other, runnable wins
+            off(c, c["ts_ns"] + 480 * MS, 40 * MS, 2), off(c, c["ts_ns"] + 530 * MS, 20 * MS, 5)]
+    # a short call (below min_ms) with its own off-CPU time: not a stall
+    c2 = call(3 * S, 5 * MS, 100)
+    s = _session(tmp_path, calls=[c, c2], offcpu=offs + [off(c2, c2["ts_ns"], 2 * MS, 1)], stacks=stacks_df(),
+                 jbd2_events=[jev(c["ts_ns"] + 2 * MS, "checkpoint", 100, result=0)])
+    a = analyze(s)
+    assert len(a.stalls) == 1
+    r = a.stalls.iloc[0]
+    assert r["cause"] == "checkpoint" and r["cause_label"] == "jbd2_log_do_checkpoint"
+    assert r["checkpoint_ms"] == 300 and r["buffer_io_ms"] == 100 and r["cpu_ms"] == 50
+    assert r["transaction_wait_ms"] == 40 and r["lock_buffer_ms"] == 20 and r["other_ms"] == 0
+    assert r["offcpu_ms"] == 510 and r["oncpu_ms"] == 90
+    assert bool(r["own_checkpoint"]) and r["own_checkpoints"] == 1
+    d = a.to_dict()
+    assert d["stalls"]["by_cause"]["checkpoint"] == {"count": 1, "total_ms": 300.0}
+    assert d["stalls"]["by_cause"]["cpu"] == {"count": 0, "total_ms": 50.0}
+
+
+def test_each_cause_can_be_primary(tmp_path):
+    calls, offs = [], []
+    for i, (sid, (cause, _)) in enumerate(STACKS.items()):
+        c = call((i + 1) * S, 100 * MS, 1000 + i)
+        calls.append(c)
+        offs.append(off(c, c["ts_ns"] + MS, 80 * MS, sid))
+    c = call(20 * S, 100 * MS, 2000)
+    calls.append(c)
+    offs.append(off(c, c["ts_ns"] + MS, 80 * MS, 3, runnable=True))
+    a = analyze(_session(tmp_path, calls=calls, offcpu=offs, stacks=stacks_df()))
+    expected = [cause for cause, _ in STACKS.values()] + ["cpu"]
+    assert a.stalls["cause"].astype(str).tolist() == expected
+    bc = a.to_dict()["stalls"]["by_cause"]
+    assert set(bc) == set(CAUSES)
+    assert all(bc[cz]["count"] >= 1 for cz in CAUSES)
+    assert bc["checkpoint"] == {"count": 2, "total_ms": 160.0}
+
+
+def test_own_task_checkpoint_beats_coincident_background_one(tmp_path):
+    t = 5 * S
+    own = call(t, 400 * MS, 300)
+    bg_only = call(t, 400 * MS, 200)
+    evs = [
+        jev(t + 100 * MS, "checkpoint", 50, jbd2_thread=True, result=0, free=100),
+        jev(t + 100 * MS, "checkpoint", 300, result=0, free=100),  # the same instant, in the stalled task
+    ]
+    offs = [off(own, t + 1 * MS, 350 * MS, -1), off(bg_only, t + 1 * MS, 350 * MS, -1)]
+    a = analyze(_session(tmp_path, calls=[own, bg_only], offcpu=offs, jbd2_events=evs, stacks=stacks_df()))
+    st = a.stalls.set_index("tid")
+    assert bool(st.loc[300, "own_checkpoint"]) and st.loc[300, "cause"] == "checkpoint"
+    assert "own thread" in st.loc[300, "cause_label"]
+    assert not bool(st.loc[200, "own_checkpoint"]) and st.loc[200, "cause"] == "other"
+    assert st.loc[200, "background_checkpoints"] == 1 and st.loc[300, "background_checkpoints"] == 1
+    # a checkpoint by the same thread just after its call ended is not the call's
+    a2 = analyze(_session(tmp_path, "s2", calls=[own], offcpu=[off(own, t + MS, 350 * MS, -1)],
+                          jbd2_events=[jev(t + 400 * MS + 1, "checkpoint", 300, result=0)]))
+    assert not bool(a2.stalls["own_checkpoint"].iloc[0])
+    a3 = analyze(_session(tmp_path, "s3", calls=[own], offcpu=[off(own, t + MS, 350 * MS, -1)],
+                          jbd2_events=[jev(t + 400 * MS, "checkpoint", 300, result=0)]))
+    assert bool(a3.stalls["own_checkpoint"].iloc[0])
+    ck = a.checkpoints
+    assert ck["forced"].tolist() == [False, True]
+    assert a.journals.set_index("dev").loc["7:0", "forced_checkpoints"] == 1
+
+
+# --- fill -----------------------------------------------------------------------------------
+
+def test_fill_asof_join_at_exact_boundaries(tmp_path):
+    t, lat = 10 * S, 50 * MS
+    c = call(t, lat, 100, journal_free_blocks=999, journal_min_free_blocks=999, journal_log_blocks=1024)
+    samples = [fsample(t - 1, 800, running_transaction=7), fsample(t, 600, running_transaction=8,
+                                                                   committing_transaction=7),
+               fsample(t + lat, 200), fsample(t + lat + 1, 10)]
+    a = analyze(_session(tmp_path, calls=[c], fill=samples))
+    r = a.stalls.iloc[0]
+    assert r["free_start_blocks"] == 600  # the sample exactly at the start is "when it began"
+    assert r["running_transaction"] == 8 and r["committing_transaction"] == 7
+    assert r["min_free_blocks"] == 200  # the sample exactly at the end is inside; end + 1 is not
+    assert r["fill_start_pct"] == pytest.approx(100 * (1 - 600 / 1024))
+    assert r["fill_max_pct"] == pytest.approx(100 * (1 - 200 / 1024))
+    assert r["forced_fill_pct"] == pytest.approx(100 * (1 - 288 / 1024))
+    assert bool(r["at_forced_level"])  # 200 - 32 < 256
+    # one ns later the start sample is the 600 one still; one ns earlier it is the 800 one
+    a2 = analyze(_session(tmp_path, "s2", calls=[dict(c, ts_ns=t - 1)], fill=samples))
+    assert a2.stalls.iloc[0]["free_start_blocks"] == 800
+    assert a2.stalls.iloc[0]["min_free_blocks"] == 600  # [t-1, t-1+lat] excludes the 200 at t+lat
+
+
+def test_fill_from_jbd2_and_log_tail_and_call_fallback(tmp_path):
+    t = 2 * S
+    c1 = call(t, 30 * MS, 1)
+    c2 = call(t + S, 30 * MS, 2, journal_free_blocks=700, journal_min_free_blocks=650, journal_log_blocks=1024,
+              dev="8:16")  # no samples on this device: the call's own fields
+    lt = {"ts_ns": t + 10 * MS, "dev": "7:0", "tid": 9, "pid": 9, "comm": "jbd2/loop0-8", "tail_sequence": 5,
+          "first_tid": 5, "block_nr": 10, "freed_blocks": 300, **fill_columns(90)}
+    a = analyze(_session(tmp_path, calls=[c1, c2], jbd2_events=[jev(t - MS, "start_commit", 9, jbd2_thread=True, transaction=4, free=500)],
+                         log_tail=[lt]))
+    r1, r2 = a.stalls.iloc[0], a.stalls.iloc[1]
+    assert r1["free_start_blocks"] == 500 and r1["min_free_blocks"] == 90
+    assert r2["free_start_blocks"] == 700 and r2["min_free_blocks"] == 650
+    assert not bool(r2["at_forced_level"])
+    assert a.timeline["source"].tolist() == ["jbd2:start_commit", "log_tail"]
+
+
+def test_forced_fill_level_formula():
+    assert forced_fill_pct(256, 1024) == pytest.approx(71.875)
+    # a 4 MiB journal: 1024 blocks, j_max_transaction_buffers 256 (kernel value), log 1..1024
+    assert forced_fill_pct(256, 1023) == pytest.approx(100 * (1 - 288 / 1023))
+
+
+# --- journals -------------------------------------------------------------------------------
+
+def run_stat(ts, txn, dev="7:0", hz=250, handles=10, blocks=20, logged=22, **jiffies):
+    r = {"ts_ns": ts, "dev": dev, "transaction": txn, "tid": 9, "pid": 9, "comm": f"jbd2/{dev}",
+         "handle_count": handles, "blocks": blocks, "blocks_logged": logged}
+    for p in ("wait", "request_delay", "running", "locked", "flushing", "logging"):
+        j = jiffies.get(p, 0)
+        r[f"{p}_jiffies"] = j
+        r[f"{p}_ns"] = j * S // hz
+    return r
+
+
+def test_several_journals(tmp_path):
+    meta = metadata(journals=[journal_meta("7:0"), journal_meta("7:1", journal_blocks=4096,
+                                                               max_transaction_blocks=1024)])
+    big = dict(last_block=4097, journal_blocks=4096, max_transaction_blocks=1024)
+    c0, c1 = call(1 * S, 40 * MS, 10, dev="7:0"), call(1 * S, 40 * MS, 11, dev="7:1")
+    a = analyze(_session(
+        tmp_path, meta=meta, calls=[c0, c1],
+        fill=[fsample(S - 5, 100, "7:0"), fsample(S - 5, 3000, "7:1", **big), fsample(S + 5, 50, "7:0")],
+        run_stats=[run_stat(S, 1, "7:0", running=1250, logging=10), run_stat(S, 1, "7:1", logging=30),
+                   run_stat(2 * S, 2, "7:1", logging=50, handles=30, blocks=100, logged=104)],
+        jbd2_events=[jev(S + 1, "checkpoint", 10, "7:0", result=0), jev(S + 2, "checkpoint", 77, "7:1", True)]))
+    st = a.stalls.set_index("dev")
+    assert st.loc["7:0", "free_start_blocks"] == 100 and st.loc["7:0", "min_free_blocks"] == 50
+    assert st.loc["7:1", "free_start_blocks"] == 3000 and st.loc["7:1", "min_free_blocks"] == 3000
+    assert st.loc["7:1", "forced_fill_pct"] == pytest.approx(100 * (1 - 1056 / 4096))
+    assert bool(st.loc["7:0", "own_checkpoint"]) and not bool(st.loc["7:1", "own_checkpoint"])
+    j = a.journals.set_index("dev")
+    assert j.loc["7:0", "transactions"] == 1 and j.loc["7:1", "transactions"] == 2
+    assert j.loc["7:0", "avg_running_ms"] == 5000.0  # 1250 jiffies at HZ 250
+    assert j.loc["7:1", "avg_logging_ms"] == pytest.approx((30 + 50) / 2 * 4)
+    assert j.loc["7:1", "avg_blocks_per_transaction"] == 60 and j.loc["7:1", "avg_logged_blocks_per_transaction"] == 63
+    assert (j.loc["7:0", "forced_checkpoints"], j.loc["7:0", "background_checkpoints"]) == (1, 0)
+    assert (j.loc["7:1", "forced_checkpoints"], j.loc["7:1", "background_checkpoints"]) == (0, 1)
+    d = a.to_dict()
+    assert [x["dev"] for x in d["journals"]] == ["7:0", "7:1"]
+    assert d["journals"][1]["journal_blocks"] == 4096
+
+
+def test_checkpoint_writes_forced_versus_background(tmp_path):
+    cs = [{"ts_ns": S, "dev": "7:0", "transaction": 3, "tid": 100, "pid": 100, "comm": "w100",
+           "chp_time_jiffies": 25, "chp_time_ns": 100 * MS, "forced_to_close": 0, "written": 120, "dropped": 2},
+          {"ts_ns": 2 * S, "dev": "7:0", "transaction": 4, "tid": 9, "pid": 9, "comm": "jbd2/loop0-8",
+           "chp_time_jiffies": 1, "chp_time_ns": 4 * MS, "forced_to_close": 0, "written": 7, "dropped": 0}]
+    a = analyze(_session(tmp_path, checkpoint_stats=cs))
+    j = a.journals.iloc[0]
+    assert j["forced_checkpoint_written_blocks"] == 120 and j["background_checkpoint_written_blocks"] == 7
+    assert j["checkpointed_transactions"] == 2
+
+
+def proc_text(n, requested, mtb, avgs):
+    t = f"{n} transactions ({requested} requested), each up to {mtb} blocks\n"
+    if n:
+        t += ("average: \n  {wait}ms waiting for transaction\n  0ms request delay\n  {running}ms running transaction\n"
+              "  {locked}ms transaction was being locked\n  {flushing}ms flushing data (in ordered mode)\n"
+              "  {logging}ms logging transaction\n  1234us average transaction commit time\n"
+              "  {handles} handles per transaction\n  {blocks} blocks per transaction\n"
+              "  {logged} logged blocks per transaction\n").format(**avgs)
+    return t
+
+
+def _kernel_view(stats, hz=250):
+    """What jbd2_seq_info_show prints for the given run_stats rows (integer divisions)."""
+    n = len(stats)
+    if not n:
+        return {}
+    j = lambda p: sum(r[f"{p}_jiffies"] for r in stats) // n * 1000 // hz  # noqa: E731
+    return {"wait": j("wait"), "running": j("running"), "locked": j("locked"), "flushing": j("flushing"),
+            "logging": j("logging"), "handles": sum(r["handle_count"] for r in stats) // n,
+            "blocks": sum(r["blocks"] for r in stats) // n, "logged": sum(r["blocks_logged"] for r in stats) // n}
+
+
+@pytest.mark.parametrize("before", [0, 37])
+def test_proc_info_agreement(tmp_path, before):
+    import random
+
+    rnd = random.Random(before)
+    mk = lambda i: run_stat(i * MS, i, running=rnd.randint(100, 2000), logging=rnd.randint(0, 40),  # noqa: E731
+                            locked=rnd.randint(0, 3), flushing=rnd.randint(0, 2), wait=0,
+                            handles=rnd.randint(1, 500), blocks=rnd.randint(3, 250), logged=rnd.randint(5, 260))
+    earlier = [mk(i) for i in range(before)]
+    session_rows = [mk(before + i) for i in range(60)]
+    start = proc_text(before, 0, 256, _kernel_view(earlier))
+    end = proc_text(before + 60, 0, 256, _kernel_view(earlier + session_rows))
+    meta = metadata(journals=[journal_meta(proc_info_start=start, proc_info_end=end)])
+    a = analyze(_session(tmp_path, meta=meta, run_stats=session_rows))
+    p = a.proc.set_index("metric")
+    assert p.loc["transactions", "analyzer"] == p.loc["transactions", "kernel"] == 60
+    assert p["agree"].all(), p
+    assert a.to_dict()["journals"][0]["proc_agreement"]["agree"] is True
+    # one transaction missing from the recording: the counts disagree and a warning says so
+    a2 = analyze(_session(tmp_path, "s2", meta=meta, run_stats=session_rows[1:]))
+    assert not a2.proc.set_index("metric").loc["transactions", "agree"]
+    assert any("transactions disagrees" in w for w in a2.warnings)
+    # the analyzer's averages far off the kernel's: caught
+    doubled = [dict(r, blocks=r["blocks"] * 2) for r in session_rows]
+    a3 = analyze(_session(tmp_path, "s3", meta=meta, run_stats=doubled))
+    assert not a3.proc.set_index("metric").loc["blocks", "agree"]
+
+
+# --- whole-session cases --------------------------------------------------------------------
+
+def test_no_stalls(tmp_path):
+    calls = [call(S + i * MS, 2 * MS, 5) for i in range(5)]
+    totals = [{"syscall": "setxattr", "dev": "7:0", "count": 500, "errors": 0, "total_latency_ns": 500 * 100_000,
+               "max_latency_ns": 2 * MS}]
+    a = analyze(_session(tmp_path, calls=calls, call_totals=totals))
+    d = a.to_dict()
+    assert d["stalls"]["count"] == 0 and d["stalls"]["total_ms"] == 0 and d["stalls"]["max_ms"] == 0
+    assert d["stalls"]["by_cause"] == {c: {"count": 0, "total_ms": 0.0} for c in CAUSES}
+    assert [r["kind"] for r in d["recommendations"]] == ["no_stalls"]
+    assert d["calls"]["setxattr"]["count"] == 500
+    json.dumps(d, allow_nan=False)
+
+
+def test_no_jbd2_events(tmp_path):
+    c = call(S, 50 * MS, 5, dev=None, handles=0)
+    a = analyze(_session(tmp_path, calls=[c], offcpu=[off(c, S + MS, 40 * MS, 4)], stacks=stacks_df()))
+    d = a.to_dict()
+    assert any("no jbd2 events" in w for w in d["warnings"])
+    assert d["stalls"]["count"] == 1 and d["stalls"]["by_cause"]["buffer_io"]["count"] == 1
+    assert d["stalls"]["top"][0]["fill_start_pct"] is None
+    j = d["journals"][0]
+    assert j["transactions"] == 0 and j["forced_checkpoints"] == 0 and j["max_fill_pct"] is None
+    json.dumps(d, allow_nan=False)
+
+
+def test_empty_session(tmp_path):
+    d = analyze(_session(tmp_path, meta=metadata(journals=[]))).to_dict()
+    assert d["journals"] == [] and d["calls"] == {} and d["stalls"]["count"] == 0
+    json.dumps(d, allow_nan=False)
+
+
+def test_lost_events_are_reported(tmp_path):
+    meta = metadata(events_lost={"calls": 3, "offcpu": 0, "jbd2": 12}, stacks_lost=2, status="interrupted")
+    c = call(S, 50 * MS, 5)
+    d = analyze(_session(tmp_path, meta=meta, calls=[c])).to_dict()
+    assert d["events_lost"] == {"calls": 3, "offcpu": 0, "jbd2": 12} and d["stacks_lost"] == 2
+    assert any("events lost" in w and "jbd2 12" in w and "stacks 2" in w for w in d["warnings"])
+    assert any("interrupted" in w for w in d["warnings"])
+    assert d["recommendations"][0]["kind"] == "lost_events"
+
+
+def test_call_percentiles_exact_above_threshold_and_from_histogram_below(tmp_path):
+    lat = [1 * MS + i * 100_000 for i in range(15)]  # 15 calls recorded one by one (>= 1 ms)
+    calls = [call(S + i * S // 100, v, 7) for i, v in enumerate(lat)]
+    hist = [{"syscall": "setxattr", "dev": "7:0", "bucket": 13, "low_ns": 8192, "high_ns": 16384, "count": 985},
+            {"syscall": "setxattr", "dev": "7:0", "bucket": 19, "low_ns": 2**19, "high_ns": 2**20, "count": 0},
+            {"syscall": "setxattr", "dev": "7:0", "bucket": 20, "low_ns": 2**20, "high_ns": 2**21, "count": 15}]
+    totals = [{"syscall": "setxattr", "dev": "7:0", "count": 1000, "errors": 4, "total_latency_ns": 10**9,
+               "max_latency_ns": max(lat)}]
+    a = analyze(_session(tmp_path, calls=calls, call_histograms=hist, call_totals=totals))
+    r = a.calls.set_index("syscall").loc["setxattr"]
+    assert r["count"] == 1000 and r["errors"] == 4 and r["max_ms"] == max(lat) / MS
+    assert r["p99_exact"] and r["p99_ms"] == lat[990 - 985 - 1] / MS  # rank 990 is the 5th recorded
+    assert not r["p50_exact"] and 8192 / MS <= r["p50_ms"] < 16384 / MS
+    assert r["p50_ms"] == pytest.approx((8192 + 8192 * (500 - 0.5) / 985) / MS)
+
+
+def test_classic_case_recommendations(tmp_path):
+    """The xattr case: forced checkpoints at a full journal; estimates are labelled."""
+    calls, offs, evs, fills = [], [], [], []
+    for i in range(20):
+        t = S + i * 200 * MS
+        c = call(t, 150 * MS, 100 + i % 2)
+        calls.append(c)
+        offs.append(off(c, t + MS, 140 * MS, 1))
+        evs.append(jev(t + MS, "checkpoint", c["tid"], result=0, free=100))
+        fills.append(fsample(t, 250))
+    rs = [run_stat(S + i * 100 * MS, i, handles=100, blocks=200, logged=205, logging=5) for i in range(40)]
+    totals = [{"syscall": "setxattr", "dev": "7:0", "count": 4000, "errors": 0, "total_latency_ns": 3 * S,
+               "max_latency_ns": 150 * MS}]
+    a = analyze(_session(tmp_path, calls=calls, offcpu=offs, jbd2_events=evs, fill=fills, run_stats=rs,
+                         call_totals=totals, stacks=stacks_df()))
+    d = a.to_dict()
+    assert d["stalls"]["count"] == 20 and d["stalls"]["by_cause"]["checkpoint"]["total_ms"] == 20 * 140
+    assert d["stalls"]["at_forced_level"]["count"] == 20
+    kinds = {r["kind"]: r for r in d["recommendations"]}
+    js = kinds["journal_size"]
+    assert js["estimate"] and "Estimate" in js["text"]
+    assert js["values"]["peak_logged_blocks"] == 40 * 205  # the whole run fits in the window
+    need = js["values"]["needed_blocks"]
+    assert need == math.ceil((40 * 205 + 32 + 0) / (1 - 256 / 1024))
+    assert js["values"]["recommended_mib"] >= need * 4096 / 2**20
+    assert kinds["inode_size"]["estimate"] and kinds["inode_size"]["values"]["xattr_calls"] == 4000
+    assert kinds["inode_size"]["values"]["xattr_block_pct"] == pytest.approx(100 * 4000 / (40 * 205), abs=1e-3)
+    assert "ineligible" in kinds["fast_commit"]["text"]
+    assert d["journals"][0]["forced_checkpoints"] == 20
+    assert d["journals"][0]["max_fill_pct"] == pytest.approx(100 * (1 - 100 / 1024), abs=1e-3)
+
+
+def test_json_has_the_documented_keys(tmp_path):
+    c = call(S, 50 * MS, 5)
+    d = analyze(_session(tmp_path, calls=[c], run_stats=[run_stat(S, 1)])).to_dict()
+    assert {"schema_version", "journals", "stalls", "calls", "recommendations"} <= set(d)
+    for k in ("dev", "journal_blocks", "block_size", "max_transaction_blocks", "transactions",
+              "avg_blocks_per_transaction", "avg_logged_blocks_per_transaction", "forced_checkpoints",
+              "background_checkpoints", "max_fill_pct"):
+        assert k in d["journals"][0]
+    assert {"count", "total_ms", "max_ms", "by_cause"} <= set(d["stalls"])
+    assert set(d["calls"]["setxattr"]) >= {"count", "p50_ms", "p99_ms", "max_ms"}
+    assert all(set(r) >= {"kind", "text"} for r in d["recommendations"])
