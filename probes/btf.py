@@ -32,6 +32,7 @@ FIELDS = {
     "J_COMMITTING": ("journal_s", "j_committing_transaction"),
     "J_TAIL_SEQ": ("journal_s", "j_tail_sequence"),
     "T_TID": ("transaction_s", "t_tid"),
+    "T_OUTSTANDING_CREDITS": ("transaction_s", "t_outstanding_credits"),
     "RS_WAIT": ("transaction_run_stats_s", "rs_wait"),
     "RS_REQUEST_DELAY": ("transaction_run_stats_s", "rs_request_delay"),
     "RS_RUNNING": ("transaction_run_stats_s", "rs_running"),

@@ -52,8 +52,8 @@ struct jstall_fill {
 	__s32 max_transaction_blocks;
 	__s32 running_transaction;
 	__s32 committing_transaction;
+	__s32 committing_credits;
 	__u32 has_journal;
-	__u32 fill_pad;
 };
 
 /* A traced metadata call at or above the threshold. */

@@ -140,7 +140,11 @@ static __always_inline void read_fill(__u64 journal, struct jstall_fill *f)
 	f->journal_blocks = READ_FIELD(journal, J_TOTAL_LEN);
 	f->max_transaction_blocks = READ_FIELD(journal, J_MAX_TX);
 	f->running_transaction = transaction_tid(READ_FIELD(journal, J_RUNNING));
-	f->committing_transaction = transaction_tid(READ_FIELD(journal, J_COMMITTING));
+	__u64 committing = READ_FIELD(journal, J_COMMITTING);
+	f->committing_transaction = transaction_tid(committing);
+	/* jbd2_log_space_left() counts the committing transaction's outstanding
+	 * credits as used: they decide, with j_free, whether a handle must wait. */
+	f->committing_credits = committing ? (__s32)READ_FIELD(committing, T_OUTSTANDING_CREDITS) : 0;
 	f->has_journal = 1;
 }
 

@@ -38,6 +38,7 @@ FILL_COLUMNS = (
     "max_transaction_blocks",
     "running_transaction",
     "committing_transaction",
+    "committing_credits",
 )
 
 #: jbd2 lifecycle events, in the order a transaction meets them.
