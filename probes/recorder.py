@@ -191,6 +191,8 @@ class Recorder:
             b[name].open_ring_buffer(self._on_event)
         self.start_clock = _clock()
         self._jiffies_start = host.read_jiffies()
+        for j in self.journals.values():  # the kernel's own statistics, from now on traced
+            j["proc_info_start"] = journals.read_proc_info(j["proc_info_name"])
         if not self.opts.quiet:
             print(f"{'TIME':<8} {'COMM':<16} {'PID':>7} {'TID':>7} {'CALL':<13} {'LAT(ms)':>9} {'DEV':>7} {'FILL%':>6}",
                   file=self.console, flush=True)
@@ -243,6 +245,8 @@ class Recorder:
         b = self.bpf
         b.ring_buffer_consume()
         end_clock = _clock()
+        for j in self.journals.values():
+            j["proc_info_end"] = journals.read_proc_info(j["proc_info_name"])
         jiffies_end = host.read_jiffies()
         counters = [int(v.value) for v in b["counters"].values()]
         hz = host.config_hz()
@@ -258,7 +262,6 @@ class Recorder:
             pq.write_table(tables[name], table_path(self.output_dir, name))
 
         for dev, j in self.journals.items():
-            j["proc_info_end"] = journals.read_proc_info(j["proc_info_name"])
             seen = tables["jbd2_events"].filter(pc.equal(tables["jbd2_events"]["dev"], dev))
             mtb = pc.max(seen["max_transaction_blocks"]).as_py() if seen.num_rows else None
             if mtb:

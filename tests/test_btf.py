@@ -1,0 +1,77 @@
+"""BTF offset lookup: hand-built type graphs, and the running kernel's own BTF."""
+
+import os
+
+import pytest
+
+from jstall.errors import JstallError
+from jstall.probes import btf
+
+# struct outer { int a; union { long b; struct { char c; int d; }; }; struct inner *p; }
+TYPES = [
+    {"id": 1, "kind": "INT", "name": "int", "size": 4},
+    {"id": 2, "kind": "INT", "name": "long", "size": 8},
+    {"id": 3, "kind": "INT", "name": "char", "size": 1},
+    {"id": 4, "kind": "STRUCT", "name": "", "size": 8, "members": [
+        {"name": "c", "type_id": 3, "bits_offset": 0},
+        {"name": "d", "type_id": 7, "bits_offset": 32},
+    ]},
+    {"id": 5, "kind": "UNION", "name": "", "size": 8, "members": [
+        {"name": "b", "type_id": 2, "bits_offset": 0},
+        {"name": "", "type_id": 4, "bits_offset": 0},
+    ]},
+    {"id": 6, "kind": "STRUCT", "name": "outer", "size": 24, "members": [
+        {"name": "a", "type_id": 1, "bits_offset": 0},
+        {"name": "", "type_id": 5, "bits_offset": 64},
+        {"name": "p", "type_id": 8, "bits_offset": 128},
+        {"name": "bits", "type_id": 1, "bits_offset": 161},
+    ]},
+    {"id": 7, "kind": "TYPEDEF", "name": "s32", "type_id": 9},
+    {"id": 8, "kind": "PTR", "name": "", "type_id": 6},
+    {"id": 9, "kind": "VOLATILE", "name": "", "type_id": 1},
+]
+
+
+def test_members_through_anonymous_unions_typedefs_and_pointers():
+    types = btf.BtfTypes(TYPES)
+    assert types.member("outer", "a") == (0, 4)
+    assert types.member("outer", "b") == (8, 8)
+    assert types.member("outer", "c") == (8, 1)
+    assert types.member("outer", "d") == (12, 4)  # s32 -> volatile int
+    assert types.member("outer", "p") == (16, 8)
+
+
+def test_missing_struct_member_and_bitfield_are_refused():
+    types = btf.BtfTypes(TYPES)
+    with pytest.raises(KeyError):
+        types.member("nosuch", "a")
+    with pytest.raises(KeyError):
+        types.member("outer", "zz")
+    with pytest.raises(KeyError):
+        types.member("outer", "bits")
+    with pytest.raises(JstallError, match="not supported"):
+        btf.probe_defines(types, {"X": ("outer", "zz")})
+
+
+def test_defines_carry_offset_and_size():
+    d = btf.probe_defines(btf.BtfTypes(TYPES), {"OUTER_D": ("outer", "d")})
+    assert d == {"OUTER_D_OFF": 12, "OUTER_D_SIZE": 4}
+
+
+def test_missing_btf_file_names_the_fix(tmp_path):
+    with pytest.raises(JstallError, match="CONFIG_DEBUG_INFO_BTF"):
+        btf.BtfTypes.load(str(tmp_path / "vmlinux"))
+
+
+@pytest.mark.skipif(not os.path.exists(btf.VMLINUX_BTF), reason="no kernel BTF")
+def test_running_kernel_has_every_field_the_probes_read():
+    types = btf.BtfTypes.load()
+    d = btf.probe_defines(types)
+    assert set(d) == {f"{n}_{s}" for n in btf.FIELDS for s in ("OFF", "SIZE")}
+    # Pointers are 8 bytes; j_total_len and t_tid are 32-bit; j_free is unsigned long.
+    assert d["J_FS_DEV_SIZE"] == d["J_RUNNING_SIZE"] == d["SB_FS_INFO_SIZE"] == 8
+    assert d["J_TOTAL_LEN_SIZE"] == d["T_TID_SIZE"] == d["BDEV_DEV_SIZE"] == 4
+    assert d["J_FREE_SIZE"] == 8
+    # Members of one struct have distinct offsets inside it.
+    journal = [d[f"{n}_OFF"] for n, (s, _) in btf.FIELDS.items() if s == "journal_s"]
+    assert len(set(journal)) == len(journal)
