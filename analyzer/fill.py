@@ -11,8 +11,8 @@ Units: ``*_blocks`` in filesystem blocks, ``fill_pct`` in percent of the log
 #: jbd2 keeps this many blocks in reserve (``jbd2_log_space_left``: ``j_free - 32``).
 RESERVED_BLOCKS = 32
 
-TIMELINE_COLUMNS = ("ts_ns", "dev", "source", "free_blocks", "log_blocks", "used_blocks", "fill_pct",
-                    "max_transaction_blocks", "journal_blocks", "running_transaction",
+TIMELINE_COLUMNS = ("ts_ns", "dev", "source", "free_blocks", "space_left_blocks", "log_blocks", "used_blocks",
+                    "fill_pct", "max_transaction_blocks", "journal_blocks", "running_transaction",
                     "committing_transaction")
 
 
@@ -35,11 +35,13 @@ def timeline(session):
     """All fill samples of the session, sorted by (dev, ts_ns), as a DataFrame with
     TIMELINE_COLUMNS.  ``source`` is the table (and event) the sample came from.  Samples with
     a null ``free_blocks`` or a non-positive log size are dropped; values are float64 so that
-    NaN marks an unknown transaction id (-1 in the kernel means none)."""
+    NaN marks an unknown transaction id (-1 in the kernel means none).  ``space_left_blocks``
+    is what ``jbd2_log_space_left()`` returns: ``free - 32 - committing_credits``; a handle
+    must checkpoint when it is below ``max_transaction_blocks``."""
     import pandas as pd
 
     cols = ["ts_ns", "dev", "free_blocks", "first_block", "last_block", "max_transaction_blocks",
-            "journal_blocks", "running_transaction", "committing_transaction"]
+            "journal_blocks", "running_transaction", "committing_transaction", "committing_credits"]
     parts = []
     f = session.fill
     if len(f):
@@ -64,6 +66,7 @@ def timeline(session):
         "dev": t["dev"].astype("str"),
         "source": t["source"].astype("str"),
         "free_blocks": num["free_blocks"],
+        "space_left_blocks": num["free_blocks"] - RESERVED_BLOCKS - num["committing_credits"].fillna(0.0),
         "log_blocks": log_blocks,
         "used_blocks": log_blocks - num["free_blocks"],
         "fill_pct": fill_pct(num["free_blocks"], log_blocks),

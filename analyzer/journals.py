@@ -114,7 +114,7 @@ def time_at_forced_level(timeline, limits):
     nxt = t.groupby("dev")["ts_ns"].shift(-1)
     dur = (nxt - t["ts_ns"]).fillna(0).to_numpy(dtype="float64")
     mtb = t["max_transaction_blocks"].fillna(t["dev"].map(limits["max_transaction_blocks"]))
-    at = (t["free_blocks"] - RESERVED_BLOCKS < mtb).to_numpy()
+    at = ((t["free_blocks"] - RESERVED_BLOCKS < mtb) | (t["space_left_blocks"] < mtb)).to_numpy()
     return pd.Series(np.where(at, dur, 0.0), index=t.index).groupby(t["dev"]).sum() / 1e9
 
 

@@ -89,6 +89,9 @@ def read_table(session_dir, table, columns=None):
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise JstallError(f"{path}: unreadable table ({msg}); the session is corrupt, record it again") from None
     spec = [c for c in schema.COLUMNS[table] if columns is None or c[0] in columns]
+    for n, typ, _ in spec:
+        if n in schema.OPTIONAL and n not in t.column_names:
+            t = t.append_column(n, pa.nulls(len(t), type=typ))
     missing = [n for n, _, _ in spec if n not in t.column_names]
     if missing:
         raise JstallError(

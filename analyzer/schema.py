@@ -57,6 +57,11 @@ COLUMNS = {
 PHASES = _PHASES
 
 
+#: Columns added to the format after sessions were first written: a session without them
+#: loads with nulls (still schema version 1).
+OPTIONAL = frozenset(("committing_credits",))
+
+
 def arrow_schema(table):
     """The arrow schema a session's ``table`` is written with."""
     return pa.schema([pa.field(n, t, nullable=nullable) for n, t, nullable in COLUMNS[table]])

@@ -15,7 +15,7 @@ STALL_COLUMNS = (
      "cause", "cause_label", "offcpu_ms", "oncpu_ms"]
     + [f"{c}_ms" for c in CAUSES]
     + ["free_start_blocks", "fill_start_pct", "min_free_blocks", "fill_max_pct", "log_blocks",
-       "max_transaction_blocks", "forced_fill_pct", "at_forced_level", "running_transaction",
+       "max_transaction_blocks", "forced_fill_pct", "min_space_left_blocks", "at_forced_level", "running_transaction",
        "committing_transaction", "own_checkpoint", "own_checkpoints", "background_checkpoints"]
 )
 
@@ -100,8 +100,11 @@ def find_stalls(session, timeline, min_ms=DEFAULT_MIN_MS):
       start on its device (else the call's own ``journal_free_blocks``);
       ``min_free_blocks``/``fill_max_pct``: the lowest free space from the start sample, every
       sample inside [ts_ns, end_ns] and the call's ``journal_min_free_blocks``.
-    - ``at_forced_level``: ``min_free_blocks - 32 < max_transaction_blocks``: the journal
-      reached the level at which handles must checkpoint.
+    - ``min_space_left_blocks``: lowest ``jbd2_log_space_left()`` (free - 32 - committing
+      transaction's credits) at the start sample and the samples inside the call.
+    - ``at_forced_level``: ``min_free_blocks - 32 < max_transaction_blocks`` or
+      ``min_space_left_blocks < max_transaction_blocks``: the journal reached the level at
+      which handles must checkpoint.
     - ``running_transaction``/``committing_transaction``: at the start sample (-1: none).
     - ``own_checkpoint``: a checkpoint ran in this call's own task during it;
       ``background_checkpoints``: checkpoints by the jbd2 thread on its device during it.
@@ -159,7 +162,11 @@ def find_stalls(session, timeline, min_ms=DEFAULT_MIN_MS):
     out["log_blocks"] = log_blocks.to_numpy()
     out["max_transaction_blocks"] = mtb.to_numpy()
     out["forced_fill_pct"] = forced_fill_pct(mtb, log_blocks).to_numpy()
-    out["at_forced_level"] = ((min_free - RESERVED_BLOCKS) < mtb).to_numpy()
+    space = pd.concat([start["space_left_blocks"].astype("float64"),
+                       pd.Series(range_min(timeline, st.assign(dev=st["dev"].fillna("")), value="space_left_blocks"),
+                                 index=st.index)], axis=1).min(axis=1)
+    out["min_space_left_blocks"] = space.to_numpy()
+    out["at_forced_level"] = (((min_free - RESERVED_BLOCKS) < mtb) | (space < mtb)).to_numpy()
     out["running_transaction"] = start["running_transaction"].astype("Int64").to_numpy()
     out["committing_transaction"] = start["committing_transaction"].astype("Int64").to_numpy()
     out["own_checkpoints"] = own

@@ -91,7 +91,8 @@ def write_session(path, tables=None, meta=None):
 
 
 def fill_columns(free_blocks, first_block=1, last_block=1025, max_transaction_blocks=256, journal_blocks=1024,
-                 running_transaction=-1, committing_transaction=-1, head_block=None, tail_block=None):
+                 running_transaction=-1, committing_transaction=-1, head_block=None, tail_block=None,
+                 committing_credits=0):
     """The journal fill columns of one event as a dict (defaults: a 1024-block journal whose
     log spans blocks 1..1024, so ``last_block - first_block`` = 1024)."""
     return {
@@ -99,7 +100,7 @@ def fill_columns(free_blocks, first_block=1, last_block=1025, max_transaction_bl
         "tail_block": first_block if tail_block is None else tail_block, "first_block": first_block,
         "last_block": last_block, "journal_blocks": journal_blocks,
         "max_transaction_blocks": max_transaction_blocks, "running_transaction": running_transaction,
-        "committing_transaction": committing_transaction,
+        "committing_transaction": committing_transaction, "committing_credits": committing_credits,
     }
 
 

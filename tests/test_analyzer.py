@@ -408,3 +408,16 @@ def test_json_has_the_documented_keys(tmp_path):
     assert {"count", "total_ms", "max_ms", "by_cause"} <= set(d["stalls"])
     assert set(d["calls"]["setxattr"]) >= {"count", "p50_ms", "p99_ms", "max_ms"}
     assert all(set(r) >= {"kind", "text"} for r in d["recommendations"])
+
+
+def test_committing_credits_bring_the_forced_level_early(tmp_path):
+    t = S
+    c = call(t, 50 * MS, 1)
+    # 400 free blocks look ample (400 - 32 >= 256), but the committing transaction claims 150
+    a = analyze(_session(tmp_path, calls=[c], fill=[fsample(t, 400, committing_transaction=3,
+                                                            committing_credits=150)]))
+    r = a.stalls.iloc[0]
+    assert r["min_space_left_blocks"] == 400 - 32 - 150 and bool(r["at_forced_level"])
+    a2 = analyze(_session(tmp_path, "s2", calls=[c], fill=[fsample(t, 400)]))
+    assert not bool(a2.stalls.iloc[0]["at_forced_level"])
+    assert a.journals.iloc[0]["time_at_forced_level_s"] == 0  # one sample: no duration

@@ -107,3 +107,11 @@ def test_metadata_defaults_are_a_valid_session(tmp_path):
     path = write_session(str(tmp_path / "e"), None, m)
     s = load_session(path)
     assert all(len(df) == 0 for df in s.tables.values())
+
+
+def test_optional_column_absent_loads_as_null(tmp_path):
+    path = _good(tmp_path)
+    f = os.path.join(path, "jbd2_events.parquet")
+    pq.write_table(pq.read_table(f).drop_columns(["committing_credits"]), f)
+    s = load_session(path)
+    assert s.jbd2_events["committing_credits"].isna().all()

@@ -1,0 +1,58 @@
+"""``jstall analyze``: explain the stalls in a session, or compare the runs of a sweep.
+
+Kept light at import: pandas and the analysis modules load inside ``run``."""
+
+DESCRIPTION = """\
+Explain the stalls in a recorded session: which metadata calls stalled, for how long, what
+they waited on (checkpoint, transaction_wait, commit_wait, buffer_io, lock_buffer,
+writeback_throttle, cpu, other), how full the journal was, why it filled, and which change
+removes the stall. Given a lab sweep directory, print per-configuration tables instead.
+The --json document is described in docs/analysis.md."""
+
+EXAMPLES = """\
+examples:
+  jstall analyze jstall-session-20261123-070000        # summary: stalls, journals, recommendations
+  jstall analyze SESSION --min-ms 100                  # only calls of 100 ms or more are stalls
+  jstall analyze SESSION --json | jq .stalls.by_cause  # machine-readable, stable keys
+  jstall analyze SWEEP_DIR                             # a lab sweep: rows journal size, columns phases
+  jstall analyze SWEEP_DIR --json > sweep.json"""
+
+
+def add_arguments(parser):
+    parser.add_argument("path", metavar="SESSION|SWEEP_DIR", help="a session directory or a lab sweep directory")
+    parser.add_argument("--min-ms", type=float, default=10.0, metavar="MS",
+                        help="calls at least this slow are stalls (default 10)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the summary")
+    parser.add_argument("--top", type=int, default=10, metavar="N",
+                        help="list the N slowest stalls (default 10; --json lists 20)")
+
+
+def run(args):
+    import json
+    import sys
+
+    from jstall.errors import JstallError
+    from jstall.session import is_sweep_dir
+
+    if args.min_ms < 0:
+        raise JstallError("--min-ms must be 0 or more")
+    if is_sweep_dir(args.path):
+        from .sweep import analyze_sweep
+
+        sw = analyze_sweep(args.path, min_ms=args.min_ms)
+        if args.json:
+            json.dump(sw.to_dict(), sys.stdout, indent=2, allow_nan=False)
+            sys.stdout.write("\n")
+        else:
+            sys.stdout.write(sw.text())
+        return 0
+    from .analysis import analyze
+    from .text import session_summary
+
+    a = analyze(args.path, min_ms=args.min_ms)
+    if args.json:
+        json.dump(a.to_dict(top=max(args.top, 20)), sys.stdout, indent=2, allow_nan=False)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(session_summary(a, top=args.top))
+    return 0

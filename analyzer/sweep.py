@@ -1,0 +1,308 @@
+"""Lab sweeps: compare the runs of ``jstall lab sweep`` per configuration.
+
+A sweep directory holds ``sweep.json`` (the sweep's options), ``results.parquet`` (one row
+per run, written by the lab) and one session directory per run.  Each run's session is
+analyzed; its lab configuration (``metadata["lab"]["config"]``) and phase timings
+(``metadata["lab"]["phases"]``) come from the session's metadata.  Per configuration (the
+values of the swept options), every figure is reported as mean and standard deviation over
+the repeats (sample standard deviation; 0 for a single run).
+"""
+
+import json
+import os
+
+from .causes import CAUSES
+
+#: Config keys that differ between repeats of one configuration, never a swept option.
+_NOT_OPTIONS = {"seed", "repeat", "run", "run_id", "session", "scratch", "output", "out", "name"}
+
+
+def _flat(d, prefix=""):
+    out = {}
+    for k, v in (d or {}).items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flat(v, key + "."))
+        elif isinstance(v, (list, tuple)):
+            out[key] = ",".join(map(str, v))
+        else:
+            out[key] = v
+    return out
+
+
+def _phases(lab):
+    """Normalise metadata["lab"]["phases"] to a list of dicts with ``name``, ``seconds`` and
+    numeric fields; tolerant of a list of dicts or a mapping name -> dict / seconds."""
+    ph = (lab or {}).get("phases") or []
+    if isinstance(ph, dict):
+        ph = [dict(v, name=k) if isinstance(v, dict) else {"name": k, "seconds": v} for k, v in ph.items()]
+    out = []
+    for p in ph:
+        if not isinstance(p, dict) or "name" not in p:
+            continue
+        q = dict(p)
+        for k in ("seconds", "elapsed_s", "duration_s", "wall_s", "time_s"):
+            if isinstance(q.get(k), (int, float)):
+                q["seconds"] = float(q[k])
+                break
+        if "seconds" not in q and isinstance(q.get("start_ns"), int) and isinstance(q.get("end_ns"), int):
+            q["seconds"] = (q["end_ns"] - q["start_ns"]) / 1e9
+        out.append(q)
+    return out
+
+
+def _rate_key(p):
+    """The phase's main rate: the first numeric ``*_per_s`` field (e.g. files_per_s)."""
+    for k, v in p.items():
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and (k.endswith("_per_s") or k == "rate"):
+            return k
+    return None
+
+
+def find_runs(path, depth=3):
+    """Session directories (holding metadata.json) under ``path``, sorted by path."""
+    found = []
+    base = path.rstrip(os.sep).count(os.sep)
+    for root, dirs, files in os.walk(path):
+        if "metadata.json" in files and os.path.abspath(root) != os.path.abspath(path):
+            found.append(root)
+            dirs[:] = []
+            continue
+        if root.count(os.sep) - base >= depth:
+            dirs[:] = []
+        dirs.sort()
+    return sorted(found)
+
+
+class Sweep:
+    """Analysis of a sweep directory.  Attributes: ``path``, ``meta`` (sweep.json),
+    ``runs`` (DataFrame, one row per analyzed run: ``run``, the config columns, ``stalls``,
+    ``stall_ms``, ``max_stall_ms``, ``<cause>_ms``, ``forced_checkpoints``, ``transactions``,
+    ``max_fill_pct``, ``<call>_p50_ms``/``_p99_ms``/``_max_ms``, ``<phase>_s`` and
+    ``<phase>_rate``), ``options`` (swept option names), ``phases``, ``warnings``."""
+
+    def __init__(self, path, min_ms=10.0):
+        import pandas as pd
+
+        from jstall.errors import JstallError
+
+        from .analysis import analyze
+
+        self.path = path
+        self.min_ms = float(min_ms)
+        try:
+            with open(os.path.join(path, "sweep.json")) as f:
+                self.meta = json.load(f)
+        except (OSError, ValueError) as e:
+            raise JstallError(f"{path}: unreadable sweep.json ({e}); run the sweep again to resume it") from None
+        self.warnings = []
+        self.results = None
+        rp = os.path.join(path, "results.parquet")
+        if os.path.exists(rp):
+            try:
+                self.results = pd.read_parquet(rp)
+            except Exception as e:  # a damaged results table is reported, the sessions still count
+                self.warnings.append(f"results.parquet unreadable ({str(e).splitlines()[0]})")
+        rows, self._rate_units = [], {}
+        phase_order = []
+        for run_dir in find_runs(path):  # one iteration per run (tens), each a whole analysis
+            try:
+                a = analyze(run_dir, min_ms=min_ms)
+            except JstallError as e:
+                self.warnings.append(f"{os.path.relpath(run_dir, path)}: skipped ({e})")
+                continue
+            lab = a.session.meta.get("lab") or {}
+            row = {"run": os.path.relpath(run_dir, path)}
+            row.update(_flat(lab.get("config")))
+            d = a.to_dict(top=0)
+            st = d["stalls"]
+            row.update({"stalls": st["count"], "stall_ms": st["total_ms"], "max_stall_ms": st["max_ms"],
+                        "checkpoint_stalls": st["by_cause"]["checkpoint"]["count"]})
+            for c in CAUSES:
+                row[f"{c}_ms"] = st["by_cause"][c]["total_ms"]
+            js = d["journals"]
+            row["forced_checkpoints"] = sum(j["forced_checkpoints"] for j in js)
+            row["background_checkpoints"] = sum(j["background_checkpoints"] for j in js)
+            row["transactions"] = sum(j["transactions"] for j in js)
+            row["max_fill_pct"] = max([j["max_fill_pct"] for j in js if j["max_fill_pct"] is not None], default=None)
+            for name, c in d["calls"].items():
+                for k in ("p50_ms", "p99_ms", "max_ms"):
+                    row[f"{name}_{k}"] = c[k]
+            for p in _phases(lab):
+                n = str(p["name"])
+                if n not in phase_order:
+                    phase_order.append(n)
+                if "seconds" in p:
+                    row[f"{n}_s"] = p["seconds"]
+                rk = _rate_key(p)
+                if rk:
+                    row[f"{n}_rate"] = float(p[rk])
+                    self._rate_units.setdefault(n, rk)
+            rows.append(row)
+        if not rows:
+            raise JstallError(f"{path}: no loadable run sessions in this sweep directory; run 'jstall lab sweep' again")
+        self.runs = pd.DataFrame(rows)
+        self.phases = phase_order
+        self.options = self._options()
+
+    @property
+    def name(self):
+        return os.path.basename(os.path.normpath(self.path))
+
+    def rate_unit(self, phase):
+        return self._rate_units.get(phase, "per s").replace("_per_s", "/s").replace("_", " ")
+
+    def _options(self):
+        declared = None
+        for key in ("options", "swept", "grid", "axes", "sweep"):
+            v = self.meta.get(key)
+            if isinstance(v, dict) and v:
+                declared = list(v)
+                break
+            if isinstance(v, list) and v and all(isinstance(x, str) for x in v):
+                declared = list(v)
+                break
+        cols = [c for c in self.runs.columns if c not in ("run",)]
+        if declared:
+            norm = {c.replace("-", "_"): c for c in cols}
+            found = [norm.get(o.lstrip("-").replace("-", "_")) for o in declared]
+            found = [f for f in found if f]
+            if found:
+                return found
+        config = [c for c in cols if c in self._config_columns() and c not in _NOT_OPTIONS]
+        return [c for c in config if self.runs[c].astype("str").nunique() > 1]
+
+    def _config_columns(self):
+        measured = {"stalls", "stall_ms", "max_stall_ms", "checkpoint_stalls", "forced_checkpoints",
+                    "background_checkpoints", "transactions", "max_fill_pct"}
+        return [c for c in self.runs.columns if c != "run" and c not in measured and not c.endswith(
+            ("_ms", "_s", "_rate"))]
+
+    @staticmethod
+    def value_key(v):
+        """Sort key for option values: sizes like 16M/1G by bytes, numbers numerically."""
+        import re
+
+        s = str(v)
+        m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGT]i?B?)?", s, re.I)
+        if m:
+            mult = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}[(m.group(2) or "")[:1].upper()]
+            return (0, float(m.group(1)) * mult, s)
+        return (1, 0.0, s)
+
+    def measures(self):
+        """The measured columns aggregated per configuration."""
+        base = ["stalls", "stall_ms", "max_stall_ms", "forced_checkpoints", "transactions", "max_fill_pct"]
+        base += [f"{c}_ms" for c in CAUSES]
+        calls = [c for c in self.runs.columns if c.endswith(("_p50_ms", "_p99_ms")) or
+                 (c.endswith("_max_ms") and c != "max_stall_ms")]
+        phases = [f"{p}_{k}" for p in self.phases for k in ("s", "rate") if f"{p}_{k}" in self.runs]
+        return [c for c in base + sorted(calls) + phases if c in self.runs]
+
+    def by_config(self, options=None):
+        """Mean and standard deviation (``<col>_mean``, ``<col>_sd``) of every measure per
+        combination of ``options`` (default: all swept options), with ``runs`` (count)."""
+        import pandas as pd
+
+        options = list(self.options if options is None else options)
+        r = self.runs.copy()
+        meas = self.measures()
+        r[meas] = r[meas].apply(pd.to_numeric, errors="coerce")
+        if not options:
+            r["config"] = "all"
+            options = ["config"]
+        for o in options:
+            r[o] = r[o].astype("str")
+        g = r.groupby(options, sort=False)
+        mean = g[meas].mean().add_suffix("_mean")
+        sd = g[meas].std(ddof=1).fillna(0.0).add_suffix("_sd")
+        out = pd.concat([g.size().rename("runs"), mean, sd], axis=1).reset_index()
+        keys = [tuple(self.value_key(v) for v in row) for row in out[options].itertuples(index=False)]
+        out = out.iloc[sorted(range(len(out)), key=keys.__getitem__)].reset_index(drop=True)
+        out["_order"] = range(len(out))
+        return out.reset_index(drop=True)
+
+    def by_option(self, option):
+        """by_config grouped by ``option`` and the other swept options."""
+        return self.by_config([option] + [o for o in self.options if o != option])
+
+    def phase_table(self, row_option=None, value="rate"):
+        """The journal-size layout: rows the values of ``row_option`` (default
+        ``journal_size`` when swept, else the first option), columns the phases, cells
+        ``mean ± sd`` of each phase's rate (or seconds with ``value="s"``)."""
+        import pandas as pd
+
+        if row_option is None:
+            row_option = next((o for o in self.options if "journal" in o and "size" in o),
+                              self.options[0] if self.options else None)
+        t = self.by_config([row_option] if row_option else None)
+        key = row_option or "config"
+        cols = {}
+        for p in self.phases:
+            m, s = f"{p}_{value}_mean", f"{p}_{value}_sd"
+            if m in t:
+                cols[p] = [f"{a:.1f} ± {b:.1f}" if a == a else "-" for a, b in zip(t[m], t[s])]
+        return pd.DataFrame(cols, index=pd.Index(t[key], name=key))
+
+    def to_dict(self):
+        """JSON document of the sweep (see docs/analysis.md)."""
+        from .analysis import JSON_SCHEMA_VERSION, _clean
+
+        t = self.by_config().drop(columns="_order")
+        return _clean({
+            "schema_version": JSON_SCHEMA_VERSION, "kind": "sweep", "path": self.path, "min_ms": self.min_ms,
+            "options": self.options, "phases": self.phases, "warnings": self.warnings,
+            "configurations": t.to_dict(orient="records"),
+            "runs": self.runs.to_dict(orient="records"),
+        })
+
+    def text(self):
+        """The sweep tables as text."""
+        from .text import _table
+
+        out = [f"sweep {self.path}: {len(self.runs)} runs; swept: {', '.join(self.options) or 'nothing'}"]
+        out += [f"WARNING: {w}" for w in self.warnings]
+        t = self.by_config()
+        opts = self.options or ["config"]
+        rows = []
+        for _, r in t.iterrows():
+            rows.append([" ".join(str(r[o]) for o in opts), int(r["runs"]),
+                         f"{r['stalls_mean']:.1f} ± {r['stalls_sd']:.1f}",
+                         f"{r['stall_ms_mean']:.0f} ± {r['stall_ms_sd']:.0f}",
+                         f"{r['checkpoint_ms_mean']:.0f}", f"{r['max_stall_ms_mean']:.1f}",
+                         f"{r['forced_checkpoints_mean']:.1f} ± {r['forced_checkpoints_sd']:.1f}",
+                         "-" if r["max_fill_pct_mean"] != r["max_fill_pct_mean"] else f"{r['max_fill_pct_mean']:.1f}"])
+        out.append("")
+        out.append(f"stalls per configuration (calls >= {self.min_ms:g} ms; mean ± sd over runs)")
+        out.append(_table([" ".join(opts), "runs", "stalls", "stall ms", "checkpoint ms", "worst ms",
+                           "forced cp", "max fill%"], rows))
+        calls = sorted({c[: -len("_p99_ms")] for c in self.runs.columns if c.endswith("_p99_ms")})
+        if calls:
+            out.append("")
+            out.append("call latency per configuration (ms, mean over runs: p50 / p99 / max)")
+            rows = [[" ".join(str(r[o]) for o in opts)] +
+                    [f"{r.get(f'{c}_p50_ms_mean', float('nan')):.3f} / {r.get(f'{c}_p99_ms_mean', float('nan')):.2f}"
+                     f" / {r.get(f'{c}_max_ms_mean', float('nan')):.1f}" for c in calls] for _, r in t.iterrows()]
+            out.append(_table([" ".join(opts)] + calls, rows))
+        if self.phases:
+            for value, label in (("rate", "phase rates"), ("s", "phase seconds")):
+                pt = self.phase_table(value=value)
+                if len(pt.columns):
+                    units = ", ".join(f"{p}: {self.rate_unit(p)}" for p in pt.columns) if value == "rate" else "s"
+                    out.append("")
+                    out.append(f"{label} (mean ± sd; {units})")
+                    out.append(_table([pt.index.name] + list(pt.columns),
+                                      [[i] + list(r) for i, r in zip(pt.index, pt.itertuples(index=False))]))
+        return "\n".join(out) + "\n"
+
+
+def analyze_sweep(path, min_ms=10.0):
+    """Analyze every run of the sweep at ``path``; returns a :class:`Sweep`."""
+    from jstall.errors import JstallError
+    from jstall.session import is_sweep_dir
+
+    if not os.path.isdir(path):
+        raise JstallError(f"{path}: no such sweep directory")
+    if not is_sweep_dir(path):
+        raise JstallError(f"{path}: no sweep.json; not a lab sweep directory (make one with 'jstall lab sweep')")
+    return Sweep(path, min_ms)

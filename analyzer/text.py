@@ -1,0 +1,98 @@
+"""Readable summaries of an analysis (what ``jstall analyze`` prints)."""
+
+from .causes import CAUSES
+
+
+def _table(headers, rows, align=None):
+    """A plain text table: ``headers`` list, ``rows`` list of lists of str."""
+    widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) if rows else len(str(h))
+              for i, h in enumerate(headers)]
+    align = align or ["<"] + [">"] * (len(headers) - 1)
+    fmt = "  ".join(f"{{:{a}{w}}}" for a, w in zip(align, widths))
+    lines = [fmt.format(*headers).rstrip()]
+    lines += [fmt.format(*[str(c) for c in r]).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
+def _f(v, fmt="{:.1f}", none="-"):
+    if v is None or v != v:
+        return none
+    return fmt.format(v)
+
+
+def session_summary(analysis, top=10):
+    """The text summary: header, warnings, stall totals by cause, top stalls, journals,
+    slowest calls, recommendations."""
+    d = analysis.to_dict(top=top)
+    s = d["session"]
+    out = []
+    head = f"session {s['path']}: {s['duration_s']:.1f} s on {s['host']} (kernel {s['kernel_release']}, HZ {s['hz']})"
+    out.append(head)
+    if s.get("command"):
+        out.append("command: " + " ".join(map(str, s["command"])))
+    lab = s.get("lab")
+    if lab and isinstance(lab.get("config"), dict):
+        cfg = lab["config"]
+        keys = [k for k in ("pattern", "journal_size", "inode_size", "device_profile", "fs_size") if k in cfg]
+        out.append("lab: " + ", ".join(f"{k}={cfg[k]}" for k in keys))
+    for w in d["warnings"]:
+        out.append(f"WARNING: {w}")
+    st = d["stalls"]
+    out.append("")
+    if not st["count"]:
+        out.append(f"No stalls: no call took {d['min_ms']:g} ms or more.")
+    else:
+        out.append(f"{st['count']} stalls (calls >= {d['min_ms']:g} ms): {st['total_ms']:.0f} ms in all, "
+                   f"worst {st['max_ms']:.1f} ms; {st['at_forced_level']['count']} at or above the "
+                   f"forced-checkpoint fill level; {st['own_checkpoint']} checkpointed in their own task.")
+        rows = []
+        for c in CAUSES:
+            bc = st["by_cause"][c]
+            if bc["count"] or bc["total_ms"]:
+                pct = 100 * bc["total_ms"] / st["total_ms"] if st["total_ms"] else 0
+                rows.append([c, bc["count"], f"{bc['total_ms']:.1f}", f"{pct:.1f}"])
+        rows.append(["(on CPU, unattributed)", "", f"{st['oncpu_ms']:.1f}",
+                     f"{100 * st['oncpu_ms'] / st['total_ms']:.1f}" if st["total_ms"] else "0.0"])
+        out.append("")
+        out.append("stall time by cause (count: stalls with that primary cause; ms: off-CPU time in it)")
+        out.append(_table(["cause", "stalls", "ms", "% of stall time"], rows))
+        out.append("")
+        out.append(f"top {min(top, st['count'])} stalls")
+        rows = [[f"{r['t_s']:.3f}", r["comm"], r["pid"], r["syscall"], f"{r['latency_ms']:.1f}", r["dev"] or "-",
+                 r["cause"], _f(r["fill_start_pct"]), _f(r["fill_max_pct"]), "yes" if r["own_checkpoint"] else "",
+                 r["cause_label"][:48]] for r in st["top"]]
+        out.append(_table(["t s", "comm", "pid", "call", "ms", "dev", "cause", "fill%", "max%", "own cp", "blocked in"],
+                          rows, ["<", "<", ">", "<", ">", "<", "<", ">", ">", "<", "<"]))
+    if d["journals"]:
+        out.append("")
+        out.append("journals")
+        rows = []
+        for j in d["journals"]:
+            ph = j["avg_phase_ms"]
+            rows.append([j["dev"], _f(j["journal_mib"], "{:g}"), j["transactions"],
+                         _f(j["avg_handles_per_transaction"]), _f(j["avg_blocks_per_transaction"]),
+                         _f(j["avg_logged_blocks_per_transaction"]), _f(ph["running"]), _f(ph["locked"]),
+                         _f(ph["flushing"]), _f(ph["logging"]), _f(j["log_rate_blocks_per_s"], "{:.0f}"),
+                         j["forced_checkpoints"], j["background_checkpoints"], _f(j["max_fill_pct"]),
+                         _f(j["forced_fill_pct"])])
+        out.append(_table(["dev", "MiB", "txns", "handles/t", "blocks/t", "logged/t", "run ms", "lock ms",
+                           "flush ms", "log ms", "blocks/s", "forced cp", "bg cp", "max fill%", "forced at%"], rows))
+        for j in d["journals"]:
+            pa = j.get("proc_agreement")
+            if pa:
+                bad = [m["metric"] for m in pa["metrics"] if not m["agree"]]
+                out.append(f"{j['dev']}: /proc/fs/jbd2 agreement: " + ("all figures agree" if not bad else
+                                                                       "disagree on " + ", ".join(bad)))
+    if d["calls"]:
+        out.append("")
+        out.append("calls (all traced calls; p50 below the recording threshold is from log2 histograms)")
+        rows = [[k, v["count"], v["errors"], _f(v["p50_ms"], "{:.3f}"), _f(v["p99_ms"], "{:.3f}"),
+                 _f(v["max_ms"], "{:.1f}"), _f(v["total_ms"], "{:.0f}")]
+                for k, v in list(d["calls"].items())[:12]]
+        out.append(_table(["call", "count", "errors", "p50 ms", "p99 ms", "max ms", "total ms"], rows))
+    if d["recommendations"]:
+        out.append("")
+        out.append("diagnosis and recommendations")
+        for r in d["recommendations"]:
+            out.append(f"- [{r['kind']}] {r['text']}")
+    return "\n".join(out) + "\n"
