@@ -15,6 +15,8 @@ VMLINUX_BTF = "/sys/kernel/btf/vmlinux"
 
 #: (struct, member) pairs the probes read, by the macro name they get in the BPF C.
 FIELDS = {
+    "TASK_PID": ("task_struct", "pid"),
+    "TASK_COMM": ("task_struct", "comm"),
     "SB_DEV": ("super_block", "s_dev"),
     "SB_FS_INFO": ("super_block", "s_fs_info"),
     "EXT4_SB_JOURNAL": ("ext4_sb_info", "s_journal"),
@@ -126,8 +128,6 @@ def probe_defines(types, fields=FIELDS):
             off, size = types.member(struct, member)
         except KeyError as e:
             raise JstallError(f"{e.args[0]}: this kernel's jbd2/ext4 layout is not supported") from None
-        if size not in (1, 2, 4, 8):
-            raise JstallError(f"{struct}.{member} has size {size}; jstall reads only scalars and pointers")
         defines[f"{name}_OFF"] = off
         defines[f"{name}_SIZE"] = size
     return defines

@@ -4,7 +4,6 @@ kernel headers for bcc's includes, and HZ."""
 import glob
 import gzip
 import os
-import re
 import subprocess
 import sys
 import time
@@ -33,18 +32,6 @@ def ensure_tracefs():
 
 def tracepoint_exists(category, event):
     return os.path.isdir(os.path.join(TRACEFS, "events", category, event))
-
-
-def tracepoint_fields(category, event):
-    """{field: (offset, size)} from the tracepoint's format file."""
-    path = os.path.join(TRACEFS, "events", category, event, "format")
-    fields = {}
-    with open(path) as f:
-        for line in f:
-            m = re.search(r"field:.*?(\w+)(?:\[\d+\])?;\s*offset:(\d+);\s*size:(\d+);", line)
-            if m:
-                fields[m.group(1)] = (int(m.group(2)), int(m.group(3)))
-    return fields
 
 
 def kernel_headers_env():

@@ -2,7 +2,6 @@
  *
  * Compiled by bcc with these macros from probes/recorder.py:
  *   <FIELD>_OFF / <FIELD>_SIZE  struct member offsets and sizes from the kernel's BTF
- *   TP_<EVENT>_<FIELD>          tracepoint field offsets from tracefs format files
  *   MIN_NS                      calls at or above this latency are emitted one by one
  *   OFFCPU_MIN_NS               off-CPU intervals above this are emitted
  *   FILL_SAMPLE_NS              at most one fill sample per journal per this interval
@@ -33,11 +32,16 @@ struct inflight {
 	__u64 log_blocks;
 };
 
+/* A traced thread switched out; the call's fields are copied because only the
+ * current task's storage can be read at sched_switch. */
 struct offstart {
 	__u64 ts_ns;
 	__s64 state;
 	__s32 stack_id;
-	__u32 pad;
+	__u32 syscall_nr;
+	__u64 call_ts_ns;
+	__u32 pid;
+	__u32 dev;
 };
 
 struct call_key {
@@ -45,35 +49,32 @@ struct call_key {
 	__u32 dev;
 };
 
-struct hist_key {
-	__u32 syscall_nr;
-	__u32 dev;
-	__u32 bucket;
-	__u32 pad;
-};
-
-struct call_totals {
+/* Every call of one syscall on one device: totals and log2(latency_ns) buckets. */
+struct call_stats {
 	__u64 count;
 	__u64 errors;
 	__u64 total_ns;
 	__u64 max_ns;
+	__u64 buckets[HIST_BUCKETS];
 };
 
 BPF_RINGBUF_OUTPUT(calls_rb, RB_PAGES);
 BPF_RINGBUF_OUTPUT(offcpu_rb, RB_PAGES);
 BPF_RINGBUF_OUTPUT(jbd2_rb, RB_PAGES);
 BPF_ARRAY(counters, __u64, NR_COUNTERS);
-BPF_HASH(inflight, __u32, struct inflight, 65536);
+BPF_TASK_STORAGE(inflight, struct inflight);   /* ts_ns == 0: no traced call */
 BPF_HASH(offstart, __u32, struct offstart, 65536);
 BPF_STACK_TRACE(stacks, STACK_ENTRIES);
-BPF_HASH(hist, struct hist_key, __u64, 16384);
-BPF_HASH(totals, struct call_key, struct call_totals, 4096);
+BPF_HASH(call_stats, struct call_key, struct call_stats, 4096);
 BPF_HASH(journals, __u32, __u64, 256);          /* dev -> journal_t * */
 BPF_HASH(last_sample, __u32, __u64, 256);       /* dev -> ts of last fill sample */
 BPF_HASH(devices, __u32, __u8, 64);             /* device filter */
 BPF_HASH(tgids, __u32, __u8, 65536);            /* traced command tree */
+BPF_ARRAY(traced_nr, __u8, 1024);               /* syscall numbers traced */
 
-#define READ_FIELD(base, NAME) read_sized((const void *)(base) + NAME##_OFF, NAME##_SIZE)
+/* Read a scalar or pointer member; the array type fails to compile for a wider one. */
+#define READ_FIELD(base, NAME) \
+	read_sized((const void *)(base) + NAME##_OFF, NAME##_SIZE + 0 * sizeof(char[NAME##_SIZE <= 8 ? 1 : -1]))
 
 static __always_inline __u64 read_sized(const void *addr, int size)
 {
@@ -156,17 +157,33 @@ static __always_inline __u64 journal_of_dev(__u32 dev)
 
 /* ---- metadata syscalls ------------------------------------------------------ */
 
-int on_sys_enter(void *ctx)
+static __always_inline struct inflight *current_call(__u64 flags)
 {
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task_btf();
+	return inflight.task_storage_get(task, 0, flags);
+}
+
+/* raw_syscalls:sys_enter(struct pt_regs *regs, long id): one cheap program for every
+ * syscall beats a perf tracepoint per traced syscall; untraced numbers return at once. */
+int on_sys_enter(struct bpf_raw_tracepoint_args *ctx)
+{
+	__u32 nr = ctx->args[1];
+	__u8 *traced = traced_nr.lookup(&nr);
+	if (!traced || !*traced)
+		return 0;
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)id;
 	if (!task_allowed(id >> 32))
 		return 0;
-	struct inflight c = {};
-	c.ts_ns = bpf_ktime_get_ns();
-	c.syscall_nr = *(__s32 *)(ctx + TP_SYS_ENTER_NR);
-	c.pid = id >> 32;
-	inflight.update(&tid, &c);
+	struct inflight *c = current_call(BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!c)
+		return 0;
+	c->ts_ns = bpf_ktime_get_ns();
+	c->syscall_nr = nr;
+	c->pid = id >> 32;
+	c->dev = 0;
+	c->handles = 0;
+	c->free_first = c->free_min = c->log_blocks = 0;
 	return 0;
 }
 
@@ -183,24 +200,30 @@ static __always_inline __u32 log2_u64(__u64 v)
 	return r;
 }
 
-int on_sys_exit(void *ctx)
+/* raw_syscalls:sys_exit(struct pt_regs *regs, long ret) */
+int on_sys_exit(struct bpf_raw_tracepoint_args *ctx)
 {
+	struct inflight *c = current_call(0);
+	if (!c || !c->ts_ns)
+		return 0;
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)id;
-	struct inflight *c = inflight.lookup(&tid);
-	if (!c)
-		return 0;
 	__u64 now = bpf_ktime_get_ns();
 	__u64 lat = now - c->ts_ns;
-	__s64 ret = *(__s64 *)(ctx + TP_SYS_EXIT_RET);
+	__s64 ret = ctx->args[1];
 	if (dev_allowed(c->dev)) {
-		struct hist_key hk = {.syscall_nr = c->syscall_nr, .dev = c->dev, .bucket = log2_u64(lat)};
-		__u64 zero = 0, *n = hist.lookup_or_try_init(&hk, &zero);
-		if (n)
-			__sync_fetch_and_add(n, 1);
 		struct call_key ck = {.syscall_nr = c->syscall_nr, .dev = c->dev};
-		struct call_totals tz = {}, *t = totals.lookup_or_try_init(&ck, &tz);
+		struct call_stats *t = call_stats.lookup(&ck);
+		if (!t) {
+			struct call_stats zero = {};
+			call_stats.update(&ck, &zero);
+			t = call_stats.lookup(&ck);
+		}
 		if (t) {
+			__u32 bucket = log2_u64(lat);
+			if (bucket >= HIST_BUCKETS)
+				bucket = HIST_BUCKETS - 1;
+			__sync_fetch_and_add(&t->buckets[bucket], 1);
 			__sync_fetch_and_add(&t->count, 1);
 			__sync_fetch_and_add(&t->total_ns, lat);
 			if (ret < 0)
@@ -227,8 +250,7 @@ int on_sys_exit(void *ctx)
 				count(BUF_CALLS);
 		}
 	}
-	inflight.delete(&tid);
-	offstart.delete(&tid);
+	c->ts_ns = 0;
 	return 0;
 }
 
@@ -237,34 +259,39 @@ int on_sys_exit(void *ctx)
 static __always_inline int handle_start(__u64 sb)
 {
 	__u32 dev = READ_FIELD(sb, SB_DEV);
+	if (!dev_allowed(dev))
+		return 0;
+	struct inflight *c = current_call(0);
+	if (c && !c->ts_ns)
+		c = NULL;
+	__u64 now = bpf_ktime_get_ns();
+	__u64 *last = last_sample.lookup(&dev);
+	int sample = !last || now - *last >= FILL_SAMPLE_NS;
+	if (!c && !sample)
+		return 0;
+
 	__u64 sbi = READ_FIELD(sb, SB_FS_INFO);
 	__u64 journal = sbi ? READ_FIELD(sbi, EXT4_SB_JOURNAL) : 0;
-	if (!journal || !dev_allowed(dev))
+	if (!journal)
 		return 0;
-	journals.update(&dev, &journal);
-
-	struct fill_event e = {};
-	read_fill(journal, &e.fill);
-
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	struct inflight *c = inflight.lookup(&tid);
 	if (c) {
+		__u64 free = READ_FIELD(journal, J_FREE);
 		if (c->handles == 0) {
 			c->dev = dev;
-			c->free_first = e.fill.free_blocks;
-			c->free_min = e.fill.free_blocks;
-			c->log_blocks = e.fill.last_block - e.fill.first_block;
-		} else if (e.fill.free_blocks < c->free_min) {
-			c->free_min = e.fill.free_blocks;
+			c->free_first = free;
+			c->free_min = free;
+			c->log_blocks = READ_FIELD(journal, J_LAST) - READ_FIELD(journal, J_FIRST);
+		} else if (free < c->free_min) {
+			c->free_min = free;
 		}
 		c->handles++;
 	}
-
-	__u64 now = bpf_ktime_get_ns();
-	__u64 *last = last_sample.lookup(&dev);
-	if (last && now - *last < FILL_SAMPLE_NS)
+	if (!sample)
 		return 0;
+	journals.update(&dev, &journal);
 	last_sample.update(&dev, &now);
+	struct fill_event e = {};
+	read_fill(journal, &e.fill);
 	e.kind = KIND_FILL;
 	e.dev = dev;
 	e.ts_ns = now;
@@ -431,30 +458,37 @@ int rtp_jbd2_checkpoint_stats(struct bpf_raw_tracepoint_args *ctx)
 
 /* ---- scheduler: off-CPU intervals of threads inside traced calls -------------- */
 
-int on_sched_switch(void *ctx)
+/* sched_switch(bool preempt, struct task_struct *prev, struct task_struct *next,
+ *              unsigned int prev_state): fires in prev's context, before the switch. */
+int rtp_sched_switch(struct bpf_raw_tracepoint_args *ctx)
 {
-	__u32 prev = *(__s32 *)(ctx + TP_SCHED_SWITCH_PREV_PID);
-	__u32 next = *(__s32 *)(ctx + TP_SCHED_SWITCH_NEXT_PID);
 	__u64 now = bpf_ktime_get_ns();
-
-	if (prev && inflight.lookup(&prev)) {
+	struct inflight *c = current_call(0);
+	if (c && c->ts_ns) {
 		struct offstart s = {};
 		s.ts_ns = now;
-		s.state = *(__s64 *)(ctx + TP_SCHED_SWITCH_PREV_STATE);
+		/* a preempted task is runnable whatever its __state says */
+		s.state = ctx->args[0] ? 0 : (__u32)ctx->args[3];
 		s.stack_id = stacks.get_stackid(ctx, 0);
 		if (s.stack_id < 0)
 			count(STACKS_LOST);
+		s.call_ts_ns = c->ts_ns;
+		s.syscall_nr = c->syscall_nr;
+		s.pid = c->pid;
+		s.dev = c->dev;
+		__u32 prev = (__u32)bpf_get_current_pid_tgid();
 		offstart.update(&prev, &s);
 	}
 
+	__u64 next_task = ctx->args[2];
+	__u32 next = READ_FIELD(next_task, TASK_PID);
 	if (!next)
 		return 0;
 	struct offstart *s = offstart.lookup(&next);
 	if (!s)
 		return 0;
 	__u64 delta = now - s->ts_ns;
-	struct inflight *c = inflight.lookup(&next);
-	if (c && delta > OFFCPU_MIN_NS && (!c->dev || dev_allowed(c->dev))) {
+	if (delta > OFFCPU_MIN_NS && (!s->dev || dev_allowed(s->dev))) {
 		struct offcpu_event e = {};
 		e.kind = KIND_OFFCPU;
 		e.tid = next;
@@ -462,11 +496,11 @@ int on_sched_switch(void *ctx)
 		e.offcpu_ns = delta;
 		e.stack_id = s->stack_id;
 		e.state = s->state;
-		e.call_ts_ns = c->ts_ns;
-		e.syscall_nr = c->syscall_nr;
-		e.dev = c->dev;
-		e.pid = c->pid;
-		bpf_probe_read_kernel_str(&e.comm, sizeof(e.comm), ctx + TP_SCHED_SWITCH_NEXT_COMM);
+		e.call_ts_ns = s->call_ts_ns;
+		e.syscall_nr = s->syscall_nr;
+		e.dev = s->dev;
+		e.pid = s->pid;
+		bpf_probe_read_kernel_str(&e.comm, sizeof(e.comm), (void *)next_task + TASK_COMM_OFF);
 		if (offcpu_rb.ringbuf_output(&e, sizeof(e), 0))
 			count(BUF_OFFCPU);
 	}
@@ -474,23 +508,16 @@ int on_sched_switch(void *ctx)
 	return 0;
 }
 
-/* ---- the traced command's process tree, and thread exits ---------------------- */
+/* ---- the traced command's process tree ---------------------------------------- */
 
-int on_sched_process_fork(void *ctx)
+/* sched_process_fork(struct task_struct *parent, struct task_struct *child) */
+int rtp_sched_process_fork(struct bpf_raw_tracepoint_args *ctx)
 {
 	__u32 parent = bpf_get_current_pid_tgid() >> 32;
-	__u32 child = *(__s32 *)(ctx + TP_SCHED_PROCESS_FORK_CHILD_PID);
+	__u32 child = READ_FIELD(ctx->args[1], TASK_PID);
 	if (tgids.lookup(&parent)) {
 		__u8 one = 1;
 		tgids.update(&child, &one);
 	}
-	return 0;
-}
-
-int on_sched_process_exit(void *ctx)
-{
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	inflight.delete(&tid);
-	offstart.delete(&tid);
 	return 0;
 }

@@ -40,6 +40,7 @@ JBD2_RAW_TRACEPOINTS = (
 EXT4_RAW_TRACEPOINTS = ("ext4_journal_start_sb", "ext4_journal_start_inode")
 RING_PAGES = 1024          # 4 MiB per ring buffer
 STACK_ENTRIES = 16384
+HIST_BUCKETS = 40          # log2(latency_ns) buckets: the last holds everything from 2^39 ns (9 min)
 FILL_SAMPLE_NS = 10_000_000
 
 
@@ -115,25 +116,13 @@ class Recorder:
         defines = btf.probe_defines(btf.BtfTypes.load())
         for struct, dt in events.DTYPES.items():
             defines[f"SIZEOF_{struct}"] = dt.itemsize
-        tp = {
-            "TP_SYS_ENTER_NR": ("syscalls", "sys_enter_openat", "__syscall_nr"),
-            "TP_SYS_EXIT_RET": ("syscalls", "sys_exit_openat", "ret"),
-            "TP_SCHED_SWITCH_PREV_PID": ("sched", "sched_switch", "prev_pid"),
-            "TP_SCHED_SWITCH_PREV_STATE": ("sched", "sched_switch", "prev_state"),
-            "TP_SCHED_SWITCH_NEXT_PID": ("sched", "sched_switch", "next_pid"),
-            "TP_SCHED_SWITCH_NEXT_COMM": ("sched", "sched_switch", "next_comm"),
-            "TP_SCHED_PROCESS_FORK_CHILD_PID": ("sched", "sched_process_fork", "child_pid"),
-        }
-        for macro, (cat, ev, field) in tp.items():
-            if not host.tracepoint_exists(cat, ev):
-                raise JstallError(f"tracepoint {cat}:{ev} is missing; jstall needs CONFIG_FTRACE_SYSCALLS and sched tracepoints")
-            defines[macro] = host.tracepoint_fields(cat, ev)[field][0]
         defines.update(
             MIN_NS=int(self.opts.min_ms * 1e6),
             OFFCPU_MIN_NS=int(self.opts.offcpu_min_us * 1000),
             FILL_SAMPLE_NS=FILL_SAMPLE_NS,
             RB_PAGES=RING_PAGES,
             STACK_ENTRIES=STACK_ENTRIES,
+            HIST_BUCKETS=HIST_BUCKETS,
             FILTER_PID=self.opts.pid or 0,
             FILTER_TREE=int(bool(self.opts.command_tree)),
             FILTER_DEV=int(bool(self.devices)),
@@ -154,13 +143,14 @@ class Recorder:
             ) from None
 
     def _attach(self, b):
-        for name in self.syscall_numbers:
-            if host.tracepoint_exists("syscalls", f"sys_enter_{name}") and host.tracepoint_exists("syscalls", f"sys_exit_{name}"):
-                b.attach_tracepoint(tp=f"syscalls:sys_enter_{name}", fn_name=b"on_sys_enter")
-                b.attach_tracepoint(tp=f"syscalls:sys_exit_{name}", fn_name=b"on_sys_exit")
-                self.attached += [f"syscalls:sys_enter_{name}", f"syscalls:sys_exit_{name}"]
-            else:
-                self.missing.append(f"syscalls:sys_enter_{name}")
+        traced = b["traced_nr"]
+        for nr in self.syscall_numbers.values():
+            traced[ctypes.c_uint32(nr)] = ctypes.c_uint8(1)
+        for name in ("sys_enter", "sys_exit"):
+            if not host.tracepoint_exists("raw_syscalls", name):
+                raise JstallError(f"tracepoint raw_syscalls:{name} is missing; jstall needs a kernel with CONFIG_FTRACE_SYSCALLS")
+            b.attach_raw_tracepoint(tp=name.encode(), fn_name=f"on_{name}".encode())
+            self.attached.append(f"raw:raw_syscalls:{name}")
         for cat, names in (("ext4", EXT4_RAW_TRACEPOINTS), ("jbd2", JBD2_RAW_TRACEPOINTS)):
             for name in names:
                 if host.tracepoint_exists(cat, name):
@@ -168,10 +158,10 @@ class Recorder:
                     self.attached.append(f"raw:{cat}:{name}")
                 else:
                     self.missing.append(f"raw:{cat}:{name}")
-        sched = ["sched_switch", "sched_process_exit"] + (["sched_process_fork"] if self.opts.command_tree else [])
+        sched = ["sched_switch"] + (["sched_process_fork"] if self.opts.command_tree else [])
         for name in sched:
-            b.attach_tracepoint(tp=f"sched:{name}", fn_name=f"on_{name}".encode())
-            self.attached.append(f"sched:{name}")
+            b.attach_raw_tracepoint(tp=name.encode(), fn_name=f"rtp_{name}".encode())
+            self.attached.append(f"raw:sched:{name}")
         if self.missing and not self.opts.quiet:
             print(f"jstall: tracepoints missing on this kernel, not recorded: {' '.join(self.missing)}", file=self.console)
 
@@ -288,7 +278,8 @@ class Recorder:
             },
             "min_ms": self.opts.min_ms,
             "offcpu_min_us": self.opts.offcpu_min_us,
-            "probes": {"attached": self.attached, "missing": self.missing},
+            "probes": {"attached": self.attached, "missing": self.missing,
+                       "syscalls": sorted(self.syscall_numbers)},
             "events_lost": lost,
             "stacks_lost": stacks_lost,
             "journals": list(self.journals.values()),
@@ -372,9 +363,7 @@ def _calls_table(a, names):
 
 def _offcpu_table(a, names):
     state = a["state"].astype(np.int64)
-    # sched_switch's prev_state is TASK_REPORT_MAX (bit 8 and up) for a preempted task
-    # (__trace_sched_switch_state), 0 for one that yielded while runnable.
-    runnable = (state == 0) | (state >= 0x100)
+    runnable = state == 0  # the probe stores 0 for a preempted task
     return _table("offcpu", {
         "ts_ns": a["ts_ns"].astype(np.int64), "offcpu_ns": a["offcpu_ns"].astype(np.int64), **_task(a),
         "state": state, "runnable": runnable, "stack_id": a["stack_id"].astype(np.int32),
@@ -455,8 +444,10 @@ def _fill_table(a):
 
 
 def _histogram_tables(b, names):
-    hist = [(k.syscall_nr, k.dev, k.bucket, v.value) for k, v in b["hist"].items()]
-    tot = [(k.syscall_nr, k.dev, v.count, v.errors, v.total_ns, v.max_ns) for k, v in b["totals"].items()]
+    hist, tot = [], []
+    for k, v in b["call_stats"].items():
+        tot.append((k.syscall_nr, k.dev, v.count, v.errors, v.total_ns, v.max_ns))
+        hist += [(k.syscall_nr, k.dev, i, n) for i, n in enumerate(v.buckets) if n]
     hist.sort()
     tot.sort()
     h = np.array(hist, dtype=np.int64).reshape(-1, 4)

@@ -80,8 +80,8 @@ def test_run_stats_jiffies_convert_with_hz_and_keep_raw():
 
 
 def test_offcpu_runnable_means_preempted():
-    a = records("offcpu_event", [dict(kind=2, state=s, stack_id=1) for s in (0, 1, 2, 0x100)])
-    assert recorder._offcpu_table(a, NAMES).to_pydict()["runnable"] == [True, False, False, True]
+    a = records("offcpu_event", [dict(kind=2, state=s, stack_id=1) for s in (0, 1, 2, 0x402)])
+    assert recorder._offcpu_table(a, NAMES).to_pydict()["runnable"] == [True, False, False, False]
 
 
 def test_empty_tables_have_the_full_schema(tmp_path):
