@@ -8,7 +8,8 @@ Rules, applied to a stack's frames (innermost first) in this order of precedence
    lock wait).
 3. otherwise the innermost frame that belongs to ``transaction_wait``, ``commit_wait``,
    ``buffer_io`` or ``writeback_throttle`` names the cause;
-4. else ``other``, labelled with the innermost frames that are not scheduler functions.
+4. else ``other``, labelled with the two innermost frames that are not scheduler functions
+   (nor the tracing program's own ``bpf_*`` frames).
 
 An off-CPU interval with ``runnable`` set is ``cpu`` whatever its stack.  An interval whose
 stack is missing (``stack_id`` -1 or unknown) is ``checkpoint`` when a checkpoint fired in the
@@ -109,7 +110,7 @@ def stack_causes(stacks):
     best = best.rename(columns={"frame": "label"})
 
     # labels for the rest: the two innermost non-scheduler frames
-    rest = ex[~ex["frame"].isin(SCHED_FRAMES)]
+    rest = ex[~ex["frame"].isin(SCHED_FRAMES) & ~ex["frame"].str.startswith("bpf_")]
     rest = rest[rest.groupby("stack_id").cumcount() < 2]
     other_label = rest.groupby("stack_id")["frame"].agg(" <- ".join)
 

@@ -128,7 +128,8 @@ def recommendations(session, journals, stalls, causes, call_table, txns, min_ms)
                 "values": {"dev": dev, "inode_size": 128, "xattr_calls": xc, "logged_blocks": logged,
                            "xattr_blocks": xblocks, "xattr_block_pct": xshare},
                 "text": (f"{dev}: 128-byte inodes have no room for extended attributes, so each of the {xc} "
-                         "xattr calls dirtied an external 4 KiB attribute block that the journal logs. "
+                         "xattr calls dirtied an external attribute block (one "
+                         f"{bs // 1024} KiB filesystem block) that the journal logs. "
                          f"Estimate: about {xshare:.0f}% of the {logged} logged blocks were such blocks "
                          "(assuming one distinct block per xattr call within a transaction). With "
                          "256-byte inodes (mkfs.ext4 -I 256) small attributes (up to about 90 bytes in "

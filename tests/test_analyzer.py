@@ -421,3 +421,10 @@ def test_committing_credits_bring_the_forced_level_early(tmp_path):
     a2 = analyze(_session(tmp_path, "s2", calls=[c], fill=[fsample(t, 400)]))
     assert not bool(a2.stalls.iloc[0]["at_forced_level"])
     assert a.journals.iloc[0]["time_at_forced_level_s"] == 0  # one sample: no duration
+
+
+def test_other_label_skips_scheduler_and_tracing_frames():
+    st = pd.DataFrame({"stack_id": [1], "frames": [["bpf_prog_4a2f_rtp_sched_switch", "bpf_trace_run4", "__schedule",
+                                                     "schedule", "pipe_read", "vfs_read", "ksys_read"]]})
+    r = stack_causes(st).iloc[0]
+    assert r["cause"] == "other" and r["label"] == "pipe_read <- vfs_read"
