@@ -16,7 +16,9 @@ COMMANDS = {
 }
 
 
-def build_parser():
+def build_parser(selected=None):
+    """The parser; only the selected subcommand's module is imported (the analyzer's
+    pandas and plotly load only for the commands that use them)."""
     parser = argparse.ArgumentParser(
         prog="jstall",
         description="Find and explain ext4/jbd2 journal checkpoint stalls.",
@@ -26,6 +28,9 @@ def build_parser():
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name, (module, summary) in COMMANDS.items():
+        if name != selected:
+            sub.add_parser(name, help=summary)
+            continue
         mod = importlib.import_module(module)
         p = sub.add_parser(
             name,
@@ -40,7 +45,9 @@ def build_parser():
 
 
 def main(argv=None):
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    selected = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(selected if selected in COMMANDS else None)
     args = parser.parse_args(argv)
     try:
         return args._run(args) or 0

@@ -1,0 +1,155 @@
+"""`jstall record` on a real loop-device ext4 (128-byte inodes, 4 MiB journal, the
+device throttled so that checkpoints happen in the workload's own task)."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pyarrow.parquet as pq
+import pytest
+
+from jstall import session
+from jstall.probes import journals
+
+from loopfs import loop_ext4
+
+pytestmark = [pytest.mark.kernel, pytest.mark.skipif(os.geteuid() != 0, reason="needs root")]
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+JSTALL = os.path.join(os.path.dirname(sys.executable), "jstall")
+FILES, UPDATES = 3000, 6000
+
+
+def transactions(name):
+    with open(f"/proc/fs/jbd2/{name}/info") as f:
+        return int(re.match(r"(\d+) transactions", f.read()).group(1))
+
+
+def table(path, name):
+    return pq.read_table(session.table_path(path, name)).to_pandas()
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("rec") / "session")
+    with loop_ext4(write_iops=2000) as (mnt, loop, dev):
+        name = os.path.basename(loop) + "-8"
+        subprocess.run(["sync", "-f", mnt], check=True)
+        sb = journals.dumpe2fs(loop)
+        before = transactions(name)
+        proc = subprocess.run(
+            [JSTALL, "record", "-o", out, "-d", mnt, "--min-ms", "1", "--",
+             sys.executable, os.path.join(HERE, "xattr_workload.py"), os.path.join(mnt, "d"), str(FILES), str(UPDATES)],
+            capture_output=True, text=True, timeout=600,
+        )
+        after = transactions(name)
+    assert proc.returncode == 0, proc.stderr
+    return {"path": out, "dev": dev, "sb": sb, "proc_delta": after - before,
+            "workload": json.loads(proc.stdout), "stderr": proc.stderr}
+
+
+def test_session_loads_with_every_table_and_no_lost_events(recorded):
+    meta = session.read_metadata(recorded["path"])
+    assert meta["status"] == "complete" and meta["command_exit_status"] == 0
+    assert meta["events_lost"] == {"calls": 0, "offcpu": 0, "jbd2": 0}
+    assert meta["hz"] in (100, 250, 300, 1000)
+    (j,) = meta["journals"]
+    assert j["dev"] == recorded["dev"] and j["inode_size"] == 128
+    assert "events lost: calls 0, offcpu 0, jbd2 0" in recorded["stderr"]
+
+
+def test_commits_and_checkpoints_are_recorded(recorded):
+    ev = table(recorded["path"], "jbd2_events")
+    for name in ("start_commit", "commit_locking", "commit_flushing", "commit_logging", "end_commit", "checkpoint"):
+        assert (ev.event == name).any(), name
+    assert (ev.dev == recorded["dev"]).all()
+    commits = ev[ev.event == "start_commit"]
+    assert commits.jbd2_thread.all() and commits.transaction.notna().all()
+
+
+def test_fill_is_within_the_journal_and_its_size_matches_dumpe2fs(recorded):
+    journal_blocks = int(recorded["sb"]["Total journal blocks"])
+    samples = [table(recorded["path"], t) for t in ("fill", "jbd2_events", "log_tail")]
+    fill = samples[0]
+    assert len(fill) > 0
+    for df in samples:
+        df = df.dropna(subset=["free_blocks"])
+        assert ((df.free_blocks >= 0) & (df.free_blocks <= df.journal_blocks)).all()
+        assert (df.journal_blocks == journal_blocks).all()
+        assert ((df.first_block <= df.head_block) & (df.head_block < df.last_block)).all()
+    meta = session.read_metadata(recorded["path"])
+    assert meta["journals"][0]["journal_blocks"] == journal_blocks
+    assert meta["journals"][0]["max_transaction_blocks"] == int(fill.max_transaction_blocks.iloc[0])
+    # at most one sample per 10 ms per journal
+    assert (fill.ts_ns.diff().dropna() >= 10_000_000).all()
+
+
+def test_a_checkpoint_ran_in_the_workloads_own_task(recorded):
+    ev = table(recorded["path"], "jbd2_events")
+    forced = ev[(ev.event == "checkpoint") & ~ev.jbd2_thread]
+    assert (forced.pid == recorded["workload"]["pid"]).any()
+
+
+def test_histograms_count_every_setxattr_exactly(recorded):
+    hist = table(recorded["path"], "call_histograms")
+    totals = table(recorded["path"], "call_totals")
+    setx = hist[(hist.syscall == "setxattr") & (hist.dev == recorded["dev"])]
+    assert setx["count"].sum() == recorded["workload"]["setxattr"] == FILES * 2 + UPDATES
+    t = totals[(totals.syscall == "setxattr") & (totals.dev == recorded["dev"])]
+    assert int(t["count"].iloc[0]) == recorded["workload"]["setxattr"]
+    assert (setx.low_ns < setx.high_ns).all()
+    calls = table(recorded["path"], "calls")
+    slow = calls[calls.syscall == "setxattr"]
+    assert (slow.latency_ns >= 1_000_000).all()
+    assert int(t["max_latency_ns"].iloc[0]) == slow.latency_ns.max()
+
+
+def test_run_stats_count_equals_the_kernels_transaction_count(recorded):
+    rs = table(recorded["path"], "run_stats")
+    assert len(rs) == recorded["proc_delta"] > 0
+    meta = session.read_metadata(recorded["path"])
+    j = meta["journals"][0]
+    start, end = (int(re.match(r"(\d+)", j[k]).group(1)) for k in ("proc_info_start", "proc_info_end"))
+    assert end - start == len(rs)
+
+
+def test_stalled_calls_have_symbolized_jbd2_stacks(recorded):
+    calls = table(recorded["path"], "calls")
+    off = table(recorded["path"], "offcpu")
+    stacks = table(recorded["path"], "stacks").set_index("stack_id")
+    ev = table(recorded["path"], "jbd2_events")
+    forced = ev[(ev.event == "checkpoint") & ~ev.jbd2_thread]
+    # calls during which their own task checkpointed
+    m = calls.merge(forced[["tid", "ts_ns"]].rename(columns={"ts_ns": "chk_ns"}), on="tid")
+    m = m[(m.chk_ns >= m.ts_ns) & (m.chk_ns <= m.ts_ns + m.latency_ns)]
+    assert len(m) > 0
+    for _, call in m.drop_duplicates("ts_ns").iterrows():
+        rows = off[(off.tid == call.tid) & (off.call_ts_ns == call.ts_ns)]
+        frames = [f for sid in rows.stack_id if sid >= 0 for f in stacks.loc[sid, "frames"]]
+        assert any(f.startswith("jbd2_") or f.startswith("__jbd2") for f in frames), frames[:20]
+        assert "jbd2_log_do_checkpoint" in frames
+    assert all(len(f) > 0 for f in stacks.frames)
+
+
+def test_command_status_and_output_pass_through(tmp_path):
+    with loop_ext4(size_mb=32, mkfs_args=("-J", "size=4")) as (mnt, loop, dev):
+        proc = subprocess.run([JSTALL, "record", "-q", "-o", str(tmp_path / "s"), "-d", dev, "--",
+                               "sh", "-c", f"echo out; echo err >&2; mkdir {mnt}/x; exit 3"],
+                              capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 3
+    assert proc.stdout == "out\n"
+    assert proc.stderr.startswith("err\n")
+    meta = session.read_metadata(str(tmp_path / "s"))
+    assert meta["command_exit_status"] == 3 and meta["command"][0] == "sh"
+    totals = table(str(tmp_path / "s"), "call_totals")
+    assert int(totals[(totals.syscall == "mkdir") & (totals.dev == dev)]["count"].sum()) == 1
+
+
+def test_bad_devices_are_refused_with_one_line(tmp_path):
+    proc = subprocess.run([JSTALL, "record", "-o", str(tmp_path / "s"), "-d", "/proc", "--", "true"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "not a mounted ext4" in proc.stderr
+    assert not (tmp_path / "s").exists()
