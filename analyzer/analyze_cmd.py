@@ -27,9 +27,21 @@ def add_arguments(parser):
                         help="list the N slowest stalls (default 10; --json lists 20)")
 
 
+def _emit(text):
+    """Write to stdout; a reader that went away (``| head``) is not an error."""
+    import os
+    import sys
+
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+
+
 def run(args):
     import json
-    import sys
 
     from jstall.errors import JstallError
     from jstall.session import is_sweep_dir
@@ -40,19 +52,14 @@ def run(args):
         from .sweep import analyze_sweep
 
         sw = analyze_sweep(args.path, min_ms=args.min_ms)
-        if args.json:
-            json.dump(sw.to_dict(), sys.stdout, indent=2, allow_nan=False)
-            sys.stdout.write("\n")
-        else:
-            sys.stdout.write(sw.text())
+        _emit(json.dumps(sw.to_dict(), indent=2, allow_nan=False) + "\n" if args.json else sw.text())
         return 0
     from .analysis import analyze
     from .text import session_summary
 
     a = analyze(args.path, min_ms=args.min_ms)
     if args.json:
-        json.dump(a.to_dict(top=max(args.top, 20)), sys.stdout, indent=2, allow_nan=False)
-        sys.stdout.write("\n")
+        _emit(json.dumps(a.to_dict(top=max(args.top, 20)), indent=2, allow_nan=False) + "\n")
     else:
-        sys.stdout.write(session_summary(a, top=args.top))
+        _emit(session_summary(a, top=args.top))
     return 0
