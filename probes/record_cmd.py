@@ -23,6 +23,7 @@ output columns: TIME COMM PID TID CALL LAT(ms) DEV FILL%
     DEV is the filesystem the call journaled on; FILL% the journal's fill when the
     call requested its first journal handle."""
 
+import argparse
 import os
 import signal
 import subprocess
@@ -33,6 +34,8 @@ from jstall.errors import JstallError
 
 
 def add_arguments(p):
+    p.usage = ("jstall record [-h] [-o DIR] [-d DEV]... [-p PID] [--cgroup PATH] [--min-ms MS] "
+               "[--duration S] [-q] [-- COMMAND [ARG ...]]")
     p.add_argument("-o", "--output", metavar="DIR", help="session directory (default: jstall-session-<time>)")
     p.add_argument("-d", "--device", action="append", default=[], metavar="DEV",
                    help="trace only this ext4 (MAJ:MIN, block device or mount point); repeatable")
@@ -42,13 +45,8 @@ def add_arguments(p):
                    help="print and store calls at or above MS milliseconds (default 1); every call is counted")
     p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds")
     p.add_argument("-q", "--quiet", action="store_true", help="no per-call lines")
-    p.add_argument("command", nargs=argparse_remainder(), metavar="-- COMMAND", help="command to run and trace")
-
-
-def argparse_remainder():
-    import argparse
-
-    return argparse.REMAINDER
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARG ...]",
+                   help="run COMMAND, trace it and its descendants, stop when it exits")
 
 
 def run(args):

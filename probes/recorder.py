@@ -143,7 +143,7 @@ class Recorder:
             ) from None
 
     def _attach(self, b):
-        traced = b["traced_nr"]
+        traced = b[b"traced_nr"]
         for nr in self.syscall_numbers.values():
             traced[ctypes.c_uint32(nr)] = ctypes.c_uint8(1)
         for name in ("sys_enter", "sys_exit"):
@@ -175,10 +175,10 @@ class Recorder:
         one = ctypes.c_uint8(1)
         for dev in self.devices:
             major, minor = journals.parse_dev(dev)
-            b["devices"][ctypes.c_uint32(journals.kernel_dev(major, minor))] = one
+            b[b"devices"][ctypes.c_uint32(journals.kernel_dev(major, minor))] = one
         self._attach(b)
         for name in ("calls_rb", "offcpu_rb", "jbd2_rb"):
-            b[name].open_ring_buffer(self._on_event)
+            b[name.encode()].open_ring_buffer(self._on_event)
         self.start_clock = _clock()
         self._jiffies_start = host.read_jiffies()
         for j in self.journals.values():  # the kernel's own statistics, from now on traced
@@ -192,11 +192,11 @@ class Recorder:
 
     def trace_tgid(self, tgid):
         """Add a process (and, through sched_process_fork, its descendants) to the traced tree."""
-        self.bpf["tgids"][ctypes.c_uint32(tgid)] = ctypes.c_uint8(1)
+        self.bpf[b"tgids"][ctypes.c_uint32(tgid)] = ctypes.c_uint8(1)
 
     def untrace_tgid(self, tgid):
         try:
-            del self.bpf["tgids"][ctypes.c_uint32(tgid)]
+            del self.bpf[b"tgids"][ctypes.c_uint32(tgid)]
         except KeyError:
             pass
 
@@ -238,7 +238,7 @@ class Recorder:
         for j in self.journals.values():
             j["proc_info_end"] = journals.read_proc_info(j["proc_info_name"])
         jiffies_end = host.read_jiffies()
-        counters = [int(v.value) for v in b["counters"].values()]
+        counters = [int(v.value) for v in b[b"counters"].values()]
         hz = host.config_hz()
         measured = host.measured_hz(self._jiffies_start, jiffies_end)
         hz_used = hz or (measured[0] if measured else None)
@@ -374,7 +374,7 @@ def _offcpu_table(a, names):
 
 def _stacks_table(b, stack_ids):
     ids = sorted(int(s) for s in np.unique(stack_ids) if s >= 0)
-    table = b["stacks"]
+    table = b[b"stacks"]
     frames = []
     for sid in ids:
         try:
@@ -445,7 +445,7 @@ def _fill_table(a):
 
 def _histogram_tables(b, names):
     hist, tot = [], []
-    for k, v in b["call_stats"].items():
+    for k, v in b[b"call_stats"].items():
         tot.append((k.syscall_nr, k.dev, v.count, v.errors, v.total_ns, v.max_ns))
         hist += [(k.syscall_nr, k.dev, i, n) for i, n in enumerate(v.buckets) if n]
     hist.sort()

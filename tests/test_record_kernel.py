@@ -153,3 +153,26 @@ def test_bad_devices_are_refused_with_one_line(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "not a mounted ext4" in proc.stderr
     assert not (tmp_path / "s").exists()
+
+
+def test_pid_filter_traces_only_that_process(tmp_path):
+    from jstall.probes.recorder import RecordOptions, Recorder
+
+    script = "import os,sys; sys.stdin.readline(); [os.mkdir(f'{sys.argv[1]}/p{i}') for i in range(10)]"
+    with loop_ext4(size_mb=32, mkfs_args=("-J", "size=4")) as (mnt, loop, dev):
+        child = subprocess.Popen([sys.executable, "-c", script, mnt], stdin=subprocess.PIPE, text=True)
+        try:
+            rec = Recorder(RecordOptions(output_dir=str(tmp_path / "s"), devices=[mnt], pid=child.pid, quiet=True))
+            rec.start()
+            for i in range(5):  # this process's own calls are not traced
+                os.mkdir(os.path.join(mnt, f"own{i}"))
+            child.stdin.write("go\n")
+            child.stdin.close()
+            assert child.wait(timeout=30) == 0
+            rec.stop()
+        finally:
+            child.kill()
+            child.wait()
+    totals = table(str(tmp_path / "s"), "call_totals")
+    assert totals.loc[totals.syscall == "mkdir", "count"].sum() == 10
+    assert session.read_metadata(str(tmp_path / "s"))["filters"]["pid"] == child.pid
