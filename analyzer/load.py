@@ -122,6 +122,7 @@ def read_table(session_dir, table, columns=None):
 def load_session(path, tables=None):
     """Load the session at ``path``; raise JstallError when it is missing, truncated, corrupt
     or newer than this jstall.  ``tables`` restricts which tables are read (default: all)."""
+    path = os.fspath(path)
     meta = read_metadata(path)
     _check_meta(path, meta)
     names = TABLES if tables is None else tuple(tables)

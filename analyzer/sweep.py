@@ -301,6 +301,7 @@ def analyze_sweep(path, min_ms=10.0):
     from jstall.errors import JstallError
     from jstall.session import is_sweep_dir
 
+    path = os.fspath(path)
     if not os.path.isdir(path):
         raise JstallError(f"{path}: no such sweep directory")
     if not is_sweep_dir(path):
