@@ -103,9 +103,15 @@ class Sweep:
                 self.results = pd.read_parquet(rp)
             except Exception as e:  # a damaged results table is reported, the sessions still count
                 self.warnings.append(f"results.parquet unreadable ({str(e).splitlines()[0]})")
+        runs = find_runs(path)
+        for entry in sorted(os.listdir(path)):
+            full = os.path.join(path, entry)
+            if (os.path.isdir(full) and full not in runs and not any(r.startswith(full + os.sep) for r in runs)
+                    and any(f.endswith(".parquet") for f in os.listdir(full))):
+                self.warnings.append(f"{entry}: incomplete run (no metadata.json); re-run the sweep to redo it")
         rows, self._rate_units = [], {}
         phase_order = []
-        for run_dir in find_runs(path):  # one iteration per run (tens), each a whole analysis
+        for run_dir in runs:  # one iteration per run (tens), each a whole analysis
             try:
                 a = analyze(run_dir, min_ms=min_ms)
             except JstallError as e:

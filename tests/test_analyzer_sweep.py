@@ -84,6 +84,7 @@ def test_sweep_command_and_damaged_runs(tmp_path, capsys):
     assert analyze_cmd.run(p.parse_args([root, "--json"])) == 0
     d = json.loads(capsys.readouterr().out)
     assert len(d["runs"]) == 1
+    assert any("run-8M-128-1: incomplete run" in w for w in d["warnings"])
     os.remove(os.path.join(root, "run-8M-128-0", "metadata.json"))
     with pytest.raises(JstallError, match="no loadable run sessions"):
         analyze_sweep(root)
