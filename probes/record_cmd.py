@@ -57,9 +57,11 @@ def run(args):
         raise JstallError("--min-ms must be zero or positive")
     if command and args.pid:
         raise JstallError("give either -p PID or a COMMAND, not both")
+    # Per-call lines go to stdout like bcc's tools, except when stdout is the command's.
     rec = Recorder(RecordOptions(
         output_dir=args.output, devices=args.device, pid=args.pid, cgroup=args.cgroup,
         command_tree=bool(command), min_ms=args.min_ms, quiet=args.quiet,
+        console=sys.stderr if command else sys.stdout,
     ))
     rec.start()
     if command:

@@ -4,6 +4,7 @@ device throttled so that checkpoints happen in the workload's own task)."""
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 
@@ -176,3 +177,74 @@ def test_pid_filter_traces_only_that_process(tmp_path):
     totals = table(str(tmp_path / "s"), "call_totals")
     assert totals.loc[totals.syscall == "mkdir", "count"].sum() == 10
     assert session.read_metadata(str(tmp_path / "s"))["filters"]["pid"] == child.pid
+
+
+def test_sigint_system_wide_leaves_a_complete_session(tmp_path):
+    out = tmp_path / "s"
+    with loop_ext4(size_mb=32, mkfs_args=("-J", "size=4")) as (mnt, loop, dev):
+        proc = subprocess.Popen([JSTALL, "record", "-o", str(out), "-d", dev, "--min-ms", "0"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            header = proc.stdout.readline()  # printed once the probes are attached
+            assert header.split()[:5] == ["TIME", "COMM", "PID", "TID", "CALL"]
+            os.mkdir(os.path.join(mnt, "during"))
+            line = proc.stdout.readline()
+            proc.send_signal(signal.SIGINT)
+            rest, err = proc.communicate(timeout=60)
+        finally:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert " mkdir " in line and dev in line
+    meta = session.read_metadata(str(out))
+    assert meta["status"] == "complete" and meta["command"] is None
+    totals = table(str(out), "call_totals")
+    assert totals.loc[(totals.syscall == "mkdir") & (totals.dev == dev), "count"].sum() == 1
+    assert "session written to" in err
+
+
+def test_ext4_without_journal_is_refused(tmp_path):
+    with loop_ext4(size_mb=32, mkfs_args=("-O", "^has_journal")) as (mnt, loop, dev):
+        proc = subprocess.run([JSTALL, "record", "-o", str(tmp_path / "s"), "-d", mnt, "--", "true"],
+                              capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "has no journal" in proc.stderr
+    assert not (tmp_path / "s").exists()
+
+
+def test_not_root_is_refused(tmp_path):
+    proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                           JSTALL, "record", "-o", str(tmp_path / "s"), "--", "true"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "jstall record: tracing needs root: run it with sudo"
+
+
+def test_cgroup_filter(tmp_path):
+    from jstall.probes.recorder import RecordOptions, Recorder
+
+    root = "/sys/fs/cgroup/unified"
+    if not os.path.exists(os.path.join(root, "cgroup.procs")):
+        pytest.skip("no cgroup v2 hierarchy at " + root)
+    cg = os.path.join(root, f"jstall-test-{os.getpid()}")
+    os.mkdir(cg)
+    script = "import os,sys; sys.stdin.readline(); [os.mkdir(f'{sys.argv[1]}/c{i}') for i in range(7)]"
+    try:
+        with loop_ext4(size_mb=32, mkfs_args=("-J", "size=4")) as (mnt, loop, dev):
+            child = subprocess.Popen([sys.executable, "-c", script, mnt], stdin=subprocess.PIPE, text=True)
+            try:
+                with open(os.path.join(cg, "cgroup.procs"), "w") as f:
+                    f.write(str(child.pid))
+                rec = Recorder(RecordOptions(output_dir=str(tmp_path / "s"), devices=[dev], cgroup=cg, quiet=True))
+                rec.start()
+                os.mkdir(os.path.join(mnt, "outside"))
+                child.stdin.write("go\n")
+                child.stdin.close()
+                assert child.wait(timeout=30) == 0
+                rec.stop()
+            finally:
+                child.kill()
+                child.wait()
+    finally:
+        os.rmdir(cg)
+    totals = table(str(tmp_path / "s"), "call_totals")
+    assert totals.loc[totals.syscall == "mkdir", "count"].sum() == 7

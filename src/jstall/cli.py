@@ -25,7 +25,7 @@ def build_parser(selected=None):
         epilog="Run 'jstall COMMAND -h' for a command's options and examples.",
     )
     parser.add_argument("--version", action="version", version=f"jstall {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="subcommand", metavar="COMMAND")
     sub.required = True
     for name, (module, summary) in COMMANDS.items():
         if name != selected:
@@ -52,7 +52,7 @@ def main(argv=None):
     try:
         return args._run(args) or 0
     except JstallError as e:
-        print(f"jstall {args.command}: {e}", file=sys.stderr)
+        print(f"jstall {args.subcommand}: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
