@@ -65,7 +65,7 @@ BPF_ARRAY(counters, __u64, NR_COUNTERS);
 BPF_TASK_STORAGE(inflight, struct inflight);   /* ts_ns == 0: no traced call */
 BPF_HASH(offstart, __u32, struct offstart, 65536);
 BPF_STACK_TRACE(stacks, STACK_ENTRIES);
-BPF_HASH(call_stats, struct call_key, struct call_stats, 4096);
+BPF_PERCPU_HASH(call_stats, struct call_key, struct call_stats, 4096);  /* summed by the reader */
 BPF_HASH(journals, __u32, __u64, 256);          /* dev -> journal_t * */
 BPF_HASH(last_sample, __u32, __u64, 256);       /* dev -> ts of last fill sample */
 BPF_HASH(devices, __u32, __u8, 64);             /* device filter */
@@ -223,11 +223,11 @@ int on_sys_exit(struct bpf_raw_tracepoint_args *ctx)
 			__u32 bucket = log2_u64(lat);
 			if (bucket >= HIST_BUCKETS)
 				bucket = HIST_BUCKETS - 1;
-			__sync_fetch_and_add(&t->buckets[bucket], 1);
-			__sync_fetch_and_add(&t->count, 1);
-			__sync_fetch_and_add(&t->total_ns, lat);
+			t->buckets[bucket]++;
+			t->count++;
+			t->total_ns += lat;
 			if (ret < 0)
-				__sync_fetch_and_add(&t->errors, 1);
+				t->errors++;
 			if (lat > t->max_ns)
 				t->max_ns = lat;
 		}

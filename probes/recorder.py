@@ -445,9 +445,11 @@ def _fill_table(a):
 
 def _histogram_tables(b, names):
     hist, tot = [], []
-    for k, v in b[b"call_stats"].items():
-        tot.append((k.syscall_nr, k.dev, v.count, v.errors, v.total_ns, v.max_ns))
-        hist += [(k.syscall_nr, k.dev, i, n) for i, n in enumerate(v.buckets) if n]
+    for k, per_cpu in b[b"call_stats"].items():
+        tot.append((k.syscall_nr, k.dev, sum(v.count for v in per_cpu), sum(v.errors for v in per_cpu),
+                    sum(v.total_ns for v in per_cpu), max(v.max_ns for v in per_cpu)))
+        buckets = np.sum([np.ctypeslib.as_array(v.buckets) for v in per_cpu], axis=0)
+        hist += [(k.syscall_nr, k.dev, i, int(n)) for i, n in enumerate(buckets) if n]
     hist.sort()
     tot.sort()
     h = np.array(hist, dtype=np.int64).reshape(-1, 4)
