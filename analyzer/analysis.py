@@ -97,7 +97,7 @@ class Analysis:
         if missing:
             w.append("probes missing while recording: " + ", ".join(missing))
         if not len(self.session.jbd2_events) and not len(self.session.run_stats):
-            w.append("no jbd2 events in this session: no journal activity was recorded (is the device traced?)")
+            w.append("no jbd2 events in this session: no commit or checkpoint happened while recording, or the journal's device was not traced")
         if len(self.proc):
             bad = self.proc[~self.proc["agree"]]
             for _, r in bad.iterrows():  # a handful of rows at most

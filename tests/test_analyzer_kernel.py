@@ -1,0 +1,75 @@
+"""Analyzer integration on the real kernel: the xattr case on a throttled loop-device ext4
+with a 4 MiB journal.  128-byte inodes: the stall time is checkpointing, at or beyond the
+forced-checkpoint level; 256-byte inodes: no checkpoint stalls.  Both: the analyzer agrees
+with /proc/fs/jbd2/<dev>/info."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from jstall.analyzer import analyze
+
+pytestmark = [pytest.mark.kernel, pytest.mark.skipif(os.geteuid() != 0, reason="needs root")]
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+JSTALL = os.path.join(os.path.dirname(sys.executable), "jstall")
+FILES, UPDATES, WRITE_IOPS = 2000, 6000, 500
+
+
+def record(out, inode_size):
+    from loopfs import loop_ext4
+
+    with loop_ext4(size_mb=128, mkfs_args=("-I", str(inode_size), "-J", "size=4"), write_iops=WRITE_IOPS) as (
+            mnt, loop, dev):
+        proc = subprocess.run(
+            [JSTALL, "record", "-q", "-o", out, "-d", mnt, "--", sys.executable,
+             os.path.join(HERE, "xattr_workload.py"), os.path.join(mnt, "d"), str(FILES), str(UPDATES)],
+            capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+@pytest.fixture(scope="module")
+def small_inodes(tmp_path_factory):
+    return analyze(record(str(tmp_path_factory.mktemp("i128") / "s"), 128))
+
+
+@pytest.fixture(scope="module")
+def large_inodes(tmp_path_factory):
+    return analyze(record(str(tmp_path_factory.mktemp("i256") / "s"), 256))
+
+
+def test_128_byte_inodes_stall_in_checkpoints_at_the_forced_level(small_inodes):
+    a = small_inodes
+    d = a.to_dict()
+    st = d["stalls"]
+    assert st["count"] >= 1, d
+    assert d["events_lost"] == {"calls": 0, "offcpu": 0, "jbd2": 0}
+    assert st["by_cause"]["checkpoint"]["total_ms"] >= 0.9 * st["total_ms"], st["by_cause"]
+    cp = a.stalls[a.stalls["cause"] == "checkpoint"]
+    assert cp["own_checkpoint"].all()
+    at = cp["at_forced_level"]
+    assert cp.loc[at, "latency_ms"].sum() >= 0.9 * cp["latency_ms"].sum()
+    # the fill the calls saw reached the computed forced level
+    assert (cp["fill_max_pct"] >= cp["forced_fill_pct"] - 1.0).all(), cp[["fill_max_pct", "forced_fill_pct"]]
+    (j,) = d["journals"]
+    assert j["forced_checkpoints"] >= 1 and j["inode_size"] == 128
+    assert j["max_fill_pct"] >= j["forced_fill_pct"]
+    assert any(r["kind"] == "journal_size" and r["estimate"] for r in d["recommendations"])
+
+
+def test_256_byte_inodes_have_no_checkpoint_stalls(large_inodes):
+    d = large_inodes.to_dict()
+    assert d["stalls"]["by_cause"]["checkpoint"] == {"count": 0, "total_ms": 0.0}
+    assert d["journals"][0]["forced_checkpoints"] == 0
+
+
+@pytest.mark.parametrize("case", ["small_inodes", "large_inodes"])
+def test_agrees_with_proc_fs_jbd2(case, request):
+    a = request.getfixturevalue(case)
+    p = a.proc.set_index("metric")
+    assert len(p), "the session holds no /proc/fs/jbd2 texts"
+    assert p.loc["transactions", "analyzer"] == p.loc["transactions", "kernel"]
+    assert p["agree"].all(), p
