@@ -428,3 +428,26 @@ def test_other_label_skips_scheduler_and_tracing_frames():
                                                      "schedule", "pipe_read", "vfs_read", "ksys_read"]]})
     r = stack_causes(st).iloc[0]
     assert r["cause"] == "other" and r["label"] == "pipe_read <- vfs_read"
+
+
+def test_range_min_and_asof_match_a_brute_force_reference():
+    import numpy as np
+
+    from jstall.analyzer.fill import asof, range_min
+
+    rng = np.random.default_rng(7)
+    n = 3000
+    samples = pd.DataFrame({"ts_ns": rng.integers(0, 10_000, n), "dev": rng.choice(["7:0", "7:1"], n),
+                            "free_blocks": rng.integers(0, 1000, n).astype(float)})
+    samples = samples.sort_values(["dev", "ts_ns"], kind="stable").reset_index(drop=True)
+    keys = pd.DataFrame({"ts_ns": rng.integers(0, 10_000, 400), "dev": rng.choice(["7:0", "7:1", "8:0"], 400)})
+    keys["end_ns"] = keys["ts_ns"] + rng.integers(0, 300, 400)
+    got_min = range_min(samples, keys)
+    got_asof = asof(samples, keys)["free_blocks"].to_numpy()
+    for i, k in keys.iterrows():
+        s = samples[samples["dev"] == k["dev"]]
+        inside = s[(s["ts_ns"] >= k["ts_ns"]) & (s["ts_ns"] <= k["end_ns"])]["free_blocks"]
+        before = s[s["ts_ns"] <= k["ts_ns"]]["free_blocks"]
+        assert (np.isnan(got_min[i]) and inside.empty) or got_min[i] == inside.min()
+        # the last sample at or before (stable order: the last one written at equal times)
+        assert (np.isnan(got_asof[i]) and before.empty) or got_asof[i] == before.iloc[-1]

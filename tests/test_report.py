@@ -105,3 +105,18 @@ def test_report_refuses_missing_session_and_bad_output(tmp_path):
     s = classic_session(tmp_path)
     with pytest.raises(JstallError, match="no such directory for -o"):
         report_cmd.run(p.parse_args([s.path, "-o", str(tmp_path / "no" / "r.html")]))
+
+
+def test_timeline_thinning_keeps_the_peaks():
+    import numpy as np
+    import pandas as pd
+
+    from jstall.analyzer import figures
+
+    n = 50_000
+    rng = np.random.default_rng(3)
+    tl = pd.DataFrame({"ts_ns": np.arange(n) * 1000, "fill_pct": rng.random(n) * 50})
+    tl.loc[12_345, "fill_pct"] = 99.0
+    thin = figures._thin(tl)
+    assert len(thin) <= figures.MAX_POINTS and thin["fill_pct"].max() == 99.0
+    assert thin["ts_ns"].is_monotonic_increasing
