@@ -1,0 +1,73 @@
+"""Shared fixtures: a scratch directory for loop-device filesystems, checked to be left
+clean (no loop device, mount or throttle rule of its own remains) after each test."""
+
+import os
+import shutil
+import uuid
+
+import pytest
+
+BLKIO = "/sys/fs/cgroup/blkio"
+THROTTLE_FILES = ("read_iops", "write_iops", "read_bps", "write_bps")
+
+
+def throttle_rules():
+    """{(limit, 'MAJ:MIN'): value} of the cgroup v1 blkio throttle rules now set."""
+    rules = {}
+    for name in THROTTLE_FILES:
+        try:
+            with open(f"{BLKIO}/blkio.throttle.{name}_device") as f:
+                for line in f:
+                    dev, value = line.split()
+                    rules[(name, dev)] = int(value)
+        except (OSError, ValueError):
+            pass
+    return rules
+
+
+def leftovers(directory):
+    """Loop devices backed by files under directory, and mounts under it."""
+    prefix = directory.rstrip("/") + "/"
+    loops = []
+    for name in os.listdir("/sys/block"):
+        try:
+            with open(f"/sys/block/{name}/loop/backing_file") as f:
+                if f.read().strip().startswith(prefix):
+                    loops.append(name)
+        except OSError:
+            pass
+    with open("/proc/self/mounts") as f:
+        mounts = [line.split()[1] for line in f if line.split()[1].startswith(prefix)]
+    return loops, mounts
+
+
+def loop_devs():
+    """{'MAJ:MIN'} of attached loop devices."""
+    out = set()
+    for name in os.listdir("/sys/block"):
+        if os.path.exists(f"/sys/block/{name}/loop/backing_file"):
+            with open(f"/sys/block/{name}/dev") as f:
+                out.add(f.read().strip())
+    return out
+
+
+@pytest.fixture
+def scratch_dir():
+    """A new directory under /var/tmp for scratch filesystems; after the test, asserts that no
+    loop device, mount or new throttle rule of its own is left, and removes it."""
+    path = f"/var/tmp/jstall-test-{uuid.uuid4().hex[:10]}"
+    before = throttle_rules()
+    yield path
+    loops, mounts = leftovers(path)
+    # A rule that is new and not on a device someone else's loop now holds is ours.
+    others = loop_devs()
+    new_rules = {k: v for k, v in throttle_rules().items() if k not in before and k[1] not in others}
+    if loops or mounts or new_rules:  # undo them anyway, so that a failing test leaves nothing behind
+        from jstall.workloads import scratch, throttle
+
+        scratch.cleanup(path, include_alive=True)
+        for name, dev in new_rules:
+            throttle.set_rule(dev, name, 0)
+    if not leftovers(path)[1]:
+        shutil.rmtree(path, ignore_errors=True)
+    assert not loops and not mounts and not new_rules, (loops, mounts, new_rules)
