@@ -14,13 +14,14 @@ import pytest
 from jstall import session
 from jstall.probes import journals
 
-from loopfs import loop_ext4
+from jstall.workloads.scratch import FsConfig, ScratchFs
 
 pytestmark = [pytest.mark.kernel, pytest.mark.skipif(os.geteuid() != 0, reason="needs root")]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 JSTALL = os.path.join(os.path.dirname(sys.executable), "jstall")
 FILES, UPDATES = 3000, 6000
+SMALL = FsConfig(fs_size="32M", journal_size="4M")
 
 
 def transactions(name):
@@ -35,7 +36,10 @@ def table(path, name):
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("rec") / "session")
-    with loop_ext4(write_iops=2000) as (mnt, loop, dev):
+    # 1 KiB blocks: a 4 MiB journal of 4096 blocks, one 1 KiB attribute block per file
+    cfg = FsConfig(fs_size="64M", journal_size="4M", inode_size=128, block_size=1024, write_iops=2000)
+    with ScratchFs(cfg) as fs:
+        mnt, loop, dev = fs.mountpoint, fs.device, fs.dev
         name = os.path.basename(loop) + "-8"
         subprocess.run(["sync", "-f", mnt], check=True)
         sb = journals.dumpe2fs(loop)
@@ -135,7 +139,8 @@ def test_stalled_calls_have_symbolized_jbd2_stacks(recorded):
 
 
 def test_command_status_and_output_pass_through(tmp_path):
-    with loop_ext4(size_mb=32, mkfs_args=("-J", "size=4")) as (mnt, loop, dev):
+    with ScratchFs(SMALL) as fs:
+        mnt, dev = fs.mountpoint, fs.dev
         proc = subprocess.run([JSTALL, "record", "-q", "-o", str(tmp_path / "s"), "-d", dev, "--",
                                "sh", "-c", f"echo out; echo err >&2; mkdir {mnt}/x; exit 3"],
                               capture_output=True, text=True, timeout=120)
@@ -160,7 +165,8 @@ def test_pid_filter_traces_only_that_process(tmp_path):
     from jstall.probes.recorder import RecordOptions, Recorder
 
     script = "import os,sys; sys.stdin.readline(); [os.mkdir(f'{sys.argv[1]}/p{i}') for i in range(10)]"
-    with loop_ext4(size_mb=32, mkfs_args=("-J", "size=4")) as (mnt, loop, dev):
+    with ScratchFs(SMALL) as fs:
+        mnt, dev = fs.mountpoint, fs.dev
         child = subprocess.Popen([sys.executable, "-c", script, mnt], stdin=subprocess.PIPE, text=True)
         try:
             rec = Recorder(RecordOptions(output_dir=str(tmp_path / "s"), devices=[mnt], pid=child.pid, quiet=True))
@@ -181,7 +187,8 @@ def test_pid_filter_traces_only_that_process(tmp_path):
 
 def test_sigint_system_wide_leaves_a_complete_session(tmp_path):
     out = tmp_path / "s"
-    with loop_ext4(size_mb=32, mkfs_args=("-J", "size=4")) as (mnt, loop, dev):
+    with ScratchFs(SMALL) as fs:
+        mnt, dev = fs.mountpoint, fs.dev
         proc = subprocess.Popen([JSTALL, "record", "-o", str(out), "-d", dev, "--min-ms", "0"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
@@ -203,7 +210,11 @@ def test_sigint_system_wide_leaves_a_complete_session(tmp_path):
 
 
 def test_ext4_without_journal_is_refused(tmp_path):
-    with loop_ext4(size_mb=32, mkfs_args=("-O", "^has_journal")) as (mnt, loop, dev):
+    with ScratchFs(SMALL) as fs:
+        mnt = fs.mountpoint
+        subprocess.run(["umount", mnt], check=True)
+        subprocess.run(["tune2fs", "-O", "^has_journal", fs.device], check=True, capture_output=True)
+        subprocess.run(["mount", fs.device, mnt], check=True)
         proc = subprocess.run([JSTALL, "record", "-o", str(tmp_path / "s"), "-d", mnt, "--", "true"],
                               capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
@@ -229,7 +240,8 @@ def test_cgroup_filter(tmp_path):
     os.mkdir(cg)
     script = "import os,sys; sys.stdin.readline(); [os.mkdir(f'{sys.argv[1]}/c{i}') for i in range(7)]"
     try:
-        with loop_ext4(size_mb=32, mkfs_args=("-J", "size=4")) as (mnt, loop, dev):
+        with ScratchFs(SMALL) as fs:
+            mnt, dev = fs.mountpoint, fs.dev
             child = subprocess.Popen([sys.executable, "-c", script, mnt], stdin=subprocess.PIPE, text=True)
             try:
                 with open(os.path.join(cg, "cgroup.procs"), "w") as f:
