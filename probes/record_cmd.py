@@ -70,16 +70,13 @@ def run(args):
 
 
 def _summary(rec, path):
-    m, t = rec.metadata, rec.tables
-    calls = sum(t["call_totals"]["count"].to_pylist())
-    ev = t["jbd2_events"].to_pydict()
-    forced = sum(1 for e, j in zip(ev["event"], ev["jbd2_thread"]) if e == "checkpoint" and not j)
-    background = sum(1 for e, j in zip(ev["event"], ev["jbd2_thread"]) if e == "checkpoint" and j)
+    m = rec.metadata
+    calls = sum(rec.tables["call_totals"]["count"].to_pylist())
     secs = (m["end"]["monotonic_ns"] - m["start"]["monotonic_ns"]) / 1e9
     lost = m["events_lost"]
-    print(f"\njstall: {secs:.1f} s, {calls} traced calls, {t['calls'].num_rows} at or above {m['min_ms']:g} ms; "
-          f"{t['run_stats'].num_rows} transactions committed; checkpoints: {forced} forced in a user task, "
-          f"{background} by jbd2", file=sys.stderr)
+    print(f"\njstall: {secs:.1f} s, {calls} traced calls, {rec.rows['calls']} at or above {m['min_ms']:g} ms; "
+          f"{rec.rows['run_stats']} transactions committed; checkpoints: {rec.checkpoints['forced']} forced in a "
+          f"user task, {rec.checkpoints['background']} by jbd2", file=sys.stderr)
     lost_total = sum(lost.values()) + m["stacks_lost"]
     print(f"jstall: events lost: calls {lost['calls']}, offcpu {lost['offcpu']}, jbd2 {lost['jbd2']}, "
           f"stacks {m['stacks_lost']}" + ("  (WARNING: the session is incomplete)" if lost_total else ""),

@@ -42,6 +42,10 @@ RING_PAGES = 1024          # 4 MiB per ring buffer
 STACK_ENTRIES = 16384
 HIST_BUCKETS = 40          # log2(latency_ns) buckets: the last holds everything from 2^39 ns (9 min)
 FILL_SAMPLE_NS = 10_000_000
+FLUSH_SECONDS = 1.0        # streamed tables get a Parquet row group this often
+
+#: tables streamed to disk while recording: name -> (event struct, builder)
+STREAMED = ("calls", "offcpu", "jbd2_events", "run_stats", "checkpoint_stats", "log_tail", "fill")
 
 
 @dataclasses.dataclass
@@ -108,7 +112,11 @@ class Recorder:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = None
-        self.slow_calls = 0
+        self._writers = {}
+        self.rows = dict.fromkeys(STREAMED, 0)            # rows written per streamed table
+        self.checkpoints = {"forced": 0, "background": 0}  # jbd2_checkpoint events by task
+        self._stack_ids = set()
+        self._max_tx = {}                                 # dev -> j_max_transaction_buffers seen
 
     # ---- set-up -------------------------------------------------------------------
 
@@ -179,6 +187,14 @@ class Recorder:
         self._attach(b)
         for name in ("calls_rb", "offcpu_rb", "jbd2_rb"):
             b[name.encode()].open_ring_buffer(self._on_event)
+        self.hz, self.hz_source = host.config_hz(), "config"
+        if not self.hz:
+            first = host.read_jiffies()
+            time.sleep(0.25)
+            measured = host.measured_hz(first, host.read_jiffies())
+            self.hz, self.hz_source = (measured[0], "measured") if measured else (None, None)
+        for name in STREAMED:
+            self._writers[name] = pq.ParquetWriter(table_path(self.output_dir, name), SCHEMAS[name])
         self.start_clock = _clock()
         self._jiffies_start = host.read_jiffies()
         for j in self.journals.values():  # the kernel's own statistics, from now on traced
@@ -208,7 +224,6 @@ class Recorder:
         with self._lock:
             self._chunks[kind].append(raw)
         if kind == events.KINDS["KIND_CALL"]:
-            self.slow_calls += 1
             if not self.opts.quiet:
                 self._print_call(np.frombuffer(raw, dtype=events.DTYPES["call_event"])[0])
 
@@ -222,8 +237,47 @@ class Recorder:
               file=self.console, flush=True)
 
     def _poll(self):
+        last_flush = time.monotonic()
         while not self._stop.is_set():
             self.bpf.ring_buffer_poll(100)
+            if time.monotonic() - last_flush >= FLUSH_SECONDS:
+                self._flush()
+                last_flush = time.monotonic()
+
+    def _flush(self):
+        """Decode the records gathered so far and append them to the streamed tables."""
+        with self._lock:
+            chunks, self._chunks = self._chunks, {kind: [] for kind in events.KIND_STRUCTS}
+        a = {events.KIND_STRUCTS[k]: events.decode(events.KIND_STRUCTS[k], v) for k, v in chunks.items() if v}
+        if not a:
+            return
+        builders = {
+            "calls": ("call_event", lambda r: _calls_table(r, self.syscall_names)),
+            "offcpu": ("offcpu_event", lambda r: _offcpu_table(r, self.syscall_names)),
+            "jbd2_events": ("jbd2_event", _jbd2_table),
+            "run_stats": ("run_stats_event", lambda r: _run_stats_table(r, self.hz)),
+            "checkpoint_stats": ("checkpoint_stats_event", lambda r: _checkpoint_stats_table(r, self.hz)),
+            "log_tail": ("log_tail_event", _log_tail_table),
+            "fill": ("fill_event", _fill_table),
+        }
+        for name, (struct, build) in builders.items():
+            if struct not in a:
+                continue
+            table = build(a[struct])
+            self._writers[name].write_table(table)
+            self.rows[name] += table.num_rows
+        if "offcpu_event" in a:
+            self._stack_ids.update(int(s) for s in np.unique(a["offcpu_event"]["stack_id"]) if s >= 0)
+        if "jbd2_event" in a:
+            j = a["jbd2_event"]
+            is_checkpoint = j["event"] == events.ENUMS["jstall_jbd2_event"]["JBD2_CHECKPOINT"]
+            in_jbd2 = np.char.startswith(j["comm"], b"jbd2/")
+            self.checkpoints["forced"] += int(np.sum(is_checkpoint & ~in_jbd2))
+            self.checkpoints["background"] += int(np.sum(is_checkpoint & in_jbd2))
+            known = j[j["has_journal"] != 0]
+            for dev in np.unique(known["dev"]):
+                mtb = int(known["max_transaction_blocks"][known["dev"] == dev].max())
+                self._max_tx[journals.dev_name(int(dev))] = mtb
 
     # ---- tear-down and writing ------------------------------------------------------
 
@@ -238,24 +292,29 @@ class Recorder:
         for j in self.journals.values():
             j["proc_info_end"] = journals.read_proc_info(j["proc_info_name"])
         jiffies_end = host.read_jiffies()
+        self._flush()
+        for writer in self._writers.values():
+            writer.close()
         counters = [int(v.value) for v in b[b"counters"].values()]
-        hz = host.config_hz()
-        measured = host.measured_hz(self._jiffies_start, jiffies_end)
-        hz_used = hz or (measured[0] if measured else None)
-        tables = self._build_tables(b, hz_used)
         lost = {name: counters[events.BUFFERS[f"BUF_{name.upper()}"]] for name in ("calls", "offcpu", "jbd2")}
         stacks_lost = counters[events.BUFFERS["STACKS_LOST"]]
+        self.tables = {"stacks": _stacks_table(b, sorted(self._stack_ids))}
+        self.tables["call_histograms"], self.tables["call_totals"] = _histogram_tables(b, self.syscall_names)
         b.cleanup()
         self.bpf = None
+        for name, table in self.tables.items():
+            pq.write_table(table, table_path(self.output_dir, name))
 
-        for name in TABLES:
-            pq.write_table(tables[name], table_path(self.output_dir, name))
-
-        for dev, j in self.journals.items():
-            seen = tables["jbd2_events"].filter(pc.equal(tables["jbd2_events"]["dev"], dev))
-            mtb = pc.max(seen["max_transaction_blocks"]).as_py() if seen.num_rows else None
-            if mtb:
-                j["max_transaction_blocks"] = mtb
+        mounts = journals.ext4_mounts()
+        for dev, mtb in self._max_tx.items():
+            if dev not in self.journals and dev in mounts:  # mounted while recording
+                try:
+                    self.journals[dev] = journals.describe(dev, mounts[dev])
+                except JstallError:
+                    continue
+            if dev in self.journals:
+                self.journals[dev]["max_transaction_blocks"] = mtb
+        measured = host.measured_hz(self._jiffies_start, jiffies_end)
         metadata = {
             "format": FORMAT,
             "schema_version": SCHEMA_VERSION,
@@ -263,8 +322,8 @@ class Recorder:
             "status": status,
             "kernel_release": os.uname().release,
             "host": socket.gethostname(),
-            "hz": hz_used,
-            "hz_source": "config" if hz else ("measured" if measured else None),
+            "hz": self.hz,
+            "hz_source": self.hz_source,
             "hz_measured": round(measured[1], 1) if measured else None,
             "start": self.start_clock,
             "end": end_clock,
@@ -288,24 +347,7 @@ class Recorder:
             metadata.update(extra_metadata)
         write_metadata(self.output_dir, metadata)
         self.metadata = metadata
-        self.tables = tables
         return self.output_dir
-
-    def _build_tables(self, b, hz):
-        with self._lock:
-            chunks = {k: list(v) for k, v in self._chunks.items()}
-        arrays = {events.KIND_STRUCTS[k]: events.decode(events.KIND_STRUCTS[k], v) for k, v in chunks.items()}
-        out = {}
-        out["calls"] = _calls_table(arrays["call_event"], self.syscall_names)
-        out["offcpu"] = _offcpu_table(arrays["offcpu_event"], self.syscall_names)
-        out["stacks"] = _stacks_table(b, arrays["offcpu_event"]["stack_id"])
-        out["jbd2_events"] = _jbd2_table(arrays["jbd2_event"])
-        out["run_stats"] = _run_stats_table(arrays["run_stats_event"], hz)
-        out["checkpoint_stats"] = _checkpoint_stats_table(arrays["checkpoint_stats_event"], hz)
-        out["log_tail"] = _log_tail_table(arrays["log_tail_event"])
-        out["fill"] = _fill_table(arrays["fill_event"])
-        out["call_histograms"], out["call_totals"] = _histogram_tables(b, self.syscall_names)
-        return out
 
 
 # ---- raw records -> Arrow tables ---------------------------------------------------
@@ -372,8 +414,7 @@ def _offcpu_table(a, names):
     })
 
 
-def _stacks_table(b, stack_ids):
-    ids = sorted(int(s) for s in np.unique(stack_ids) if s >= 0)
+def _stacks_table(b, ids):
     table = b[b"stacks"]
     frames = []
     for sid in ids:
