@@ -19,7 +19,7 @@ COLUMNS = {
     "calls": [("ts_ns", _i64, False), ("latency_ns", _i64, False)] + _TASK + [
         ("syscall", _str, False), ("ret", _i64, False), ("dev", _str, True), ("handles", _i32, False),
         ("journal_free_blocks", _i64, True), ("journal_min_free_blocks", _i64, True),
-        ("journal_log_blocks", _i64, True),
+        ("journal_log_blocks", _i64, True), ("journal_committing_credits", _i64, True),
     ],
     "call_histograms": [
         ("syscall", _str, False), ("dev", _str, True), ("bucket", _i32, False),

@@ -70,6 +70,7 @@ struct call_event {
 	__u64 journal_free_blocks;
 	__u64 journal_min_free_blocks;
 	__u64 journal_log_blocks;
+	__u64 journal_committing_credits;
 	char comm[JSTALL_COMM_LEN];
 };
 

@@ -21,7 +21,8 @@ examples:
 
 output columns: TIME COMM PID TID CALL LAT(ms) DEV FILL%
     DEV is the filesystem the call journaled on; FILL% the journal's fill when the
-    call requested its first journal handle."""
+    call requested its first journal handle, counting the committing transaction's
+    credits as used, as jbd2 does when it decides whether a handle must checkpoint."""
 
 import argparse
 import os

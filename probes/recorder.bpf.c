@@ -30,6 +30,7 @@ struct inflight {
 	__u64 free_first;
 	__u64 free_min;
 	__u64 log_blocks;
+	__u64 credits_first;
 };
 
 /* A traced thread switched out; the call's fields are copied because only the
@@ -183,7 +184,7 @@ int on_sys_enter(struct bpf_raw_tracepoint_args *ctx)
 	c->pid = id >> 32;
 	c->dev = 0;
 	c->handles = 0;
-	c->free_first = c->free_min = c->log_blocks = 0;
+	c->free_first = c->free_min = c->log_blocks = c->credits_first = 0;
 	return 0;
 }
 
@@ -245,6 +246,7 @@ int on_sys_exit(struct bpf_raw_tracepoint_args *ctx)
 			e.journal_free_blocks = c->free_first;
 			e.journal_min_free_blocks = c->free_min;
 			e.journal_log_blocks = c->log_blocks;
+			e.journal_committing_credits = c->credits_first;
 			bpf_get_current_comm(&e.comm, sizeof(e.comm));
 			if (calls_rb.ringbuf_output(&e, sizeof(e), 0))
 				count(BUF_CALLS);
@@ -281,6 +283,8 @@ static __always_inline int handle_start(__u64 sb)
 			c->free_first = free;
 			c->free_min = free;
 			c->log_blocks = READ_FIELD(journal, J_LAST) - READ_FIELD(journal, J_FIRST);
+			__u64 committing = READ_FIELD(journal, J_COMMITTING);
+			c->credits_first = committing ? (__s32)READ_FIELD(committing, T_OUTSTANDING_CREDITS) : 0;
 		} else if (free < c->free_min) {
 			c->free_min = free;
 		}

@@ -230,7 +230,10 @@ class Recorder:
     def _print_call(self, e):
         name = self.syscall_names.get(int(e["syscall_nr"]), str(e["syscall_nr"]))
         dev = journals.dev_name(int(e["dev"])) if e["dev"] else "-"
-        fill = f"{_fill_pct(int(e['journal_free_blocks']), int(e['journal_log_blocks'])):6.1f}" if e["handles"] else "     -"
+        # the fill the handle saw: the committing transaction's credits count as used
+        # (jbd2_log_space_left), as they do when jbd2 decides whether a handle must wait
+        used_free = int(e["journal_free_blocks"]) - int(e["journal_committing_credits"])
+        fill = f"{_fill_pct(used_free, int(e['journal_log_blocks'])):6.1f}" if e["handles"] else "     -"
         t = time.strftime("%H:%M:%S")
         comm = e["comm"].decode(errors="replace")
         print(f"{t:<8} {comm:<16} {e['pid']:>7} {e['tid']:>7} {name:<13} {e['latency_ns'] / 1e6:>9.2f} {dev:>7} {fill}",
@@ -400,6 +403,7 @@ def _calls_table(a, names):
         "journal_free_blocks": _masked(a["journal_free_blocks"], has),
         "journal_min_free_blocks": _masked(a["journal_min_free_blocks"], has),
         "journal_log_blocks": _masked(a["journal_log_blocks"], has),
+        "journal_committing_credits": _masked(a["journal_committing_credits"], has),
     })
 
 

@@ -19,10 +19,11 @@ FILES, UPDATES, WRITE_IOPS = 2000, 6000, 500
 
 
 def record(out, inode_size):
-    from loopfs import loop_ext4
+    from jstall.workloads.scratch import FsConfig, ScratchFs
 
-    with loop_ext4(size_mb=128, mkfs_args=("-I", str(inode_size), "-J", "size=4"), write_iops=WRITE_IOPS) as (
-            mnt, loop, dev):
+    cfg = FsConfig(fs_size="128M", journal_size="4M", inode_size=inode_size, block_size=1024, write_iops=WRITE_IOPS)
+    with ScratchFs(cfg) as fs:
+        mnt = fs.mountpoint
         proc = subprocess.run(
             [JSTALL, "record", "-q", "-o", out, "-d", mnt, "--", sys.executable,
              os.path.join(HERE, "xattr_workload.py"), os.path.join(mnt, "d"), str(FILES), str(UPDATES)],

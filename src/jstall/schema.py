@@ -15,6 +15,7 @@ SCHEMAS = {
         [("ts_ns", _i64), ("latency_ns", _i64)] + _TASK + [
             ("syscall", _str), ("ret", _i64), ("dev", _str), ("handles", _i32),
             ("journal_free_blocks", _i64), ("journal_min_free_blocks", _i64), ("journal_log_blocks", _i64),
+            ("journal_committing_credits", _i64),
         ]
     ),
     "call_histograms": pa.schema(
