@@ -59,7 +59,7 @@ PHASES = _PHASES
 
 #: Columns added to the format after sessions were first written: a session without them
 #: loads with nulls (still schema version 1).
-OPTIONAL = frozenset(("committing_credits",))
+OPTIONAL = frozenset(("committing_credits", "journal_committing_credits"))
 
 
 def arrow_schema(table):

@@ -101,7 +101,8 @@ def find_stalls(session, timeline, min_ms=DEFAULT_MIN_MS):
       ``min_free_blocks``/``fill_max_pct``: the lowest free space from the start sample, every
       sample inside [ts_ns, end_ns] and the call's ``journal_min_free_blocks``.
     - ``min_space_left_blocks``: lowest ``jbd2_log_space_left()`` (free - 32 - committing
-      transaction's credits) at the start sample and the samples inside the call.
+      transaction's credits) at the start sample, the samples inside the call and the call's
+      first handle (``journal_free_blocks``, ``journal_committing_credits``).
     - ``at_forced_level``: ``min_free_blocks - 32 < max_transaction_blocks`` or
       ``min_space_left_blocks < max_transaction_blocks``: the journal reached the level at
       which handles must checkpoint.
@@ -162,7 +163,9 @@ def find_stalls(session, timeline, min_ms=DEFAULT_MIN_MS):
     out["log_blocks"] = log_blocks.to_numpy()
     out["max_transaction_blocks"] = mtb.to_numpy()
     out["forced_fill_pct"] = forced_fill_pct(mtb, log_blocks).to_numpy()
-    space = pd.concat([start["space_left_blocks"].astype("float64"),
+    own_space = (st["journal_free_blocks"].astype("float64") - RESERVED_BLOCKS
+                 - st["journal_committing_credits"].astype("float64").fillna(0.0))
+    space = pd.concat([start["space_left_blocks"].astype("float64"), own_space,
                        pd.Series(range_min(timeline, st.assign(dev=st["dev"].fillna("")), value="space_left_blocks"),
                                  index=st.index)], axis=1).min(axis=1)
     out["min_space_left_blocks"] = space.to_numpy()

@@ -451,3 +451,11 @@ def test_range_min_and_asof_match_a_brute_force_reference():
         assert (np.isnan(got_min[i]) and inside.empty) or got_min[i] == inside.min()
         # the last sample at or before (stable order: the last one written at equal times)
         assert (np.isnan(got_asof[i]) and before.empty) or got_asof[i] == before.iloc[-1]
+
+
+def test_call_own_committing_credits_count_at_its_first_handle(tmp_path):
+    c = call(S, 50 * MS, 1, journal_free_blocks=400, journal_min_free_blocks=400, journal_log_blocks=1024,
+             journal_committing_credits=150)
+    r = analyze(_session(tmp_path, calls=[c])).stalls.iloc[0]
+    assert r["min_space_left_blocks"] == 400 - 32 - 150 and bool(r["at_forced_level"])
+    assert r["free_start_blocks"] == 400  # no fill samples: the call's own reading
