@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 from jstall import __version__
 from jstall.errors import JstallError
 from jstall.schema import SCHEMAS
-from jstall.session import FILL_COLUMNS, FORMAT, SCHEMA_VERSION, TABLES, table_path, write_metadata
+from jstall.session import FILL_COLUMNS, FORMAT, SCHEMA_VERSION, table_path, write_metadata
 
 from . import btf, events, host, journals, syscalls
 
@@ -44,7 +44,7 @@ HIST_BUCKETS = 40          # log2(latency_ns) buckets: the last holds everything
 FILL_SAMPLE_NS = 10_000_000
 FLUSH_SECONDS = 1.0        # streamed tables get a Parquet row group this often
 
-#: tables streamed to disk while recording: name -> (event struct, builder)
+#: tables appended to while recording; the others are written at the end
 STREAMED = ("calls", "offcpu", "jbd2_events", "run_stats", "checkpoint_stats", "log_tail", "fill")
 
 
@@ -90,7 +90,9 @@ class Recorder:
         self.syscall_numbers = syscalls.numbers()
         self.syscall_names = {nr: name for name, nr in self.syscall_numbers.items()}
         mounts = journals.ext4_mounts()
-        self.devices = [journals.resolve_device(d, mounts) for d in options.devices]
+        self.devices = list(dict.fromkeys(journals.resolve_device(d, mounts) for d in options.devices))
+        if options.pid is not None and not os.path.exists(f"/proc/{options.pid}"):
+            raise JstallError(f"-p {options.pid}: no such process")
         self.journals = {}
         for dev in self.devices:
             self.journals[dev] = journals.describe(dev, mounts[dev])

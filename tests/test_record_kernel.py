@@ -166,7 +166,7 @@ def test_pid_filter_traces_only_that_process(tmp_path):
 
     script = "import os,sys; sys.stdin.readline(); [os.mkdir(f'{sys.argv[1]}/p{i}') for i in range(10)]"
     with ScratchFs(SMALL) as fs:
-        mnt, dev = fs.mountpoint, fs.dev
+        mnt = fs.mountpoint
         child = subprocess.Popen([sys.executable, "-c", script, mnt], stdin=subprocess.PIPE, text=True)
         try:
             rec = Recorder(RecordOptions(output_dir=str(tmp_path / "s"), devices=[mnt], pid=child.pid, quiet=True))
