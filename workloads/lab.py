@@ -1,0 +1,312 @@
+"""`jstall lab run` as a library: a scratch ext4, a recording, a pattern's timed phases.
+
+    from jstall.workloads.lab import LabConfig, run_lab
+    result = run_lab(LabConfig(fs=FsConfig(...), pattern="xattr", params={"files": 200}, output_dir="s1"))
+    result.session_dir, result.lab      # the session (None with record=False), the "lab" metadata
+
+Phases run in forked processes (``jobs`` at once); a phase's time is from just before the
+first fork to the reaping of the last job, on CLOCK_MONOTONIC (``time.monotonic_ns()``, the
+clock of the session's ``ts_ns``).
+"""
+
+import dataclasses
+import json
+import os
+import signal
+import sys
+import threading
+import time
+
+from jstall.errors import JstallError
+
+from . import patterns
+from .scratch import FsConfig, ScratchFs
+
+LAB_FORMAT_VERSION = 1
+
+
+@dataclasses.dataclass
+class LabConfig:
+    """One lab run. ``min_ms``: the recorder's per-call threshold in milliseconds."""
+
+    fs: FsConfig = dataclasses.field(default_factory=FsConfig)
+    pattern: str = "xattr"
+    params: dict = dataclasses.field(default_factory=dict)
+    jobs: int = 1
+    seed: int = 1
+    record: bool = True
+    min_ms: float = 1.0
+    output_dir: str = None
+    scratch_dir: str = None
+    progress: bool = False
+    census: bool = True
+    extra: dict = None          # copied into the lab metadata (e.g. the sweep's run name)
+
+
+@dataclasses.dataclass
+class LabResult:
+    lab: dict
+    session_dir: str = None
+    slow_calls: int = None
+    events_lost: dict = None
+
+    @property
+    def exit_status(self):
+        st = self.lab.get("command_exit_statuses") or []
+        return next((s for s in st if s), 0)
+
+
+def prepare(cfg):
+    """Validate everything before touching anything: return the pattern object."""
+    cfg.fs.validate()
+    pat = patterns.make_pattern(cfg.pattern, cfg.params, jobs=cfg.jobs, seed=cfg.seed)
+    pat.check_fits(cfg.fs)
+    if not isinstance(cfg.min_ms, (int, float)) or cfg.min_ms < 0:
+        raise JstallError(f"--min-ms {cfg.min_ms}: give milliseconds ≥ 0")
+    if cfg.output_dir:
+        if os.path.exists(os.path.join(cfg.output_dir, "metadata.json")) or os.path.exists(
+                os.path.join(cfg.output_dir, "lab.json")):
+            raise JstallError(f"{cfg.output_dir} already holds a session; choose another -o")
+        if os.path.exists(cfg.output_dir) and not os.path.isdir(cfg.output_dir):
+            raise JstallError(f"-o {cfg.output_dir}: exists and is not a directory; choose another -o")
+    return pat
+
+
+class _Bar:
+    """A one-line progress bar on a terminal (phase, done/total, rate, elapsed)."""
+
+    def __init__(self, stream, enabled):
+        self.stream, self.enabled = stream, enabled
+        self._stop = threading.Event()
+
+    def run(self, phase, total, progress, start):
+        if not self.enabled:
+            return None
+        self._stop.clear()
+        self._start = start
+
+        def loop():
+            while not self._stop.wait(0.25):
+                self.draw(phase, total, progress.total(), start)
+
+        t = threading.Thread(target=loop, daemon=True)
+        t.start()
+        return t
+
+    def draw(self, phase, total, done, start, end=False):
+        el = (time.monotonic_ns() - start) / 1e9
+        frac = min(1.0, done / total) if total else 1.0
+        width = 30
+        bar = "#" * int(frac * width) + "-" * (width - int(frac * width))
+        rate = done / el if el > 0 else 0.0
+        line = f"\r{phase:<12} [{bar}] {done:>9,}/{total:<9,} {rate:>10,.0f}/s {el:7.1f} s"
+        self.stream.write(line + ("\n" if end else ""))
+        self.stream.flush()
+
+    def finish(self, thread, phase, total, done):
+        if thread is None:
+            return
+        self._stop.set()
+        thread.join()
+        self.draw(phase, total, done, self._start, end=True)
+
+
+def _fork_phase(phase, pat, roots, progress):
+    """Run a phase in len(roots) forked jobs; return (start_ns, end_ns, wall start/end, [counts])."""
+    progress.reset()
+    pids, pipes = [], []
+    wall0 = time.time()
+    start = time.monotonic_ns()
+    try:
+        for j, root in enumerate(roots):
+            r, w = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the job: never returns into the lab's own code
+                code = 1
+                try:
+                    signal.signal(signal.SIGINT, signal.SIG_DFL)
+                    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                    os.close(r)
+                    rng = pat.rng(phase.name, j)
+                    res = phase.run(j, root, rng, lambda n, j=j: progress.set(j, n))
+                    progress.set(j, res.get("ops", 0))
+                    os.write(w, json.dumps(res).encode())
+                    code = 0
+                except BaseException as e:  # noqa: BLE001 -- reported to the parent
+                    try:
+                        os.write(w, json.dumps({"error": f"{type(e).__name__}: {e}"}).encode())
+                    except BaseException:  # noqa: BLE001
+                        pass
+                finally:
+                    os._exit(code)
+            os.close(w)
+            pids.append(pid)
+            pipes.append(r)
+        statuses = [os.waitpid(pid, 0)[1] for pid in pids]
+        end = time.monotonic_ns()
+        wall1 = time.time()
+    except BaseException:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for pid in pids:
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+        for r in pipes:
+            os.close(r)
+        raise
+    results = []
+    for j, (r, st) in enumerate(zip(pipes, statuses)):
+        with os.fdopen(r, "rb") as f:
+            text = f.read()
+        try:
+            res = json.loads(text) if text else {"error": f"exited with status {st}"}
+        except ValueError:
+            res = {"error": f"exited with status {st}"}
+        if "error" in res:
+            raise JstallError(f"{pat.name} phase {phase.name}, job {j}: {res['error']} "
+                              "(on ENOSPC give a larger --fs-size)")
+        results.append(res)
+    return start, end, wall0, wall1, results
+
+
+def _phase_record(phase, start, end, wall0, wall1, counts):
+    """The phase's entry in the lab metadata (see docs/lab.md)."""
+    secs = (end - start) / 1e9
+    tot = {k: sum(int(c.get(k, 0)) for c in counts) for k in ("ops", "files", "dirs", "attrs", "bytes")}
+    rec = {"name": phase.name, "unit": phase.unit, "start_ns": start, "end_ns": end,
+           "start_wall": wall0, "end_wall": wall1, "seconds": secs, **tot,
+           "jobs": len(counts), "per_job_ops": [int(c.get("ops", 0)) for c in counts]}
+    rate = (lambda n: n / secs if secs > 0 else None)
+    rec["rate_per_s"] = rate(tot["ops"])
+    # Per-unit rates only for the phase's own unit (and KiB/s where file data moved), so that
+    # a reader taking the first *_per_s field in key order finds the phase's own rate.
+    if phase.unit == "dirs":
+        rec["dirs_per_s"] = rate(tot["dirs"])
+    if phase.unit == "files":
+        rec["files_per_s"] = rate(tot["files"])
+        if tot["bytes"] and phase.name not in ("create", "remove", "file_remove"):
+            rec["kib_per_s"] = rate(tot["bytes"] / 1024)
+    return rec
+
+
+def run_lab(cfg, before_phase=None, console=None, out=None):
+    """Run one lab run (see the module docstring). ``before_phase(name, fs)`` is called before
+    each phase, untimed (tests walk the filesystem there). Prints a progress bar (with
+    cfg.progress) to ``console`` and the summary to ``out``."""
+    console = console or sys.stderr
+    pat = prepare(cfg)
+    lab = {
+        "lab_version": LAB_FORMAT_VERSION,
+        "status": "running",
+        "pattern": pat.name,
+        "params": pat.describe(),
+        "jobs": cfg.jobs,
+        "seed": cfg.seed,
+        "config": {**cfg.fs.as_dict(), "pattern": pat.name, "jobs": cfg.jobs, "seed": cfg.seed, **pat.describe()},
+        "phases": [],
+        "census": None,
+    }
+    if cfg.extra:
+        lab.update(cfg.extra)
+    rec = None
+    result = LabResult(lab=lab)
+    bar = _Bar(console, cfg.progress)
+    with ScratchFs(cfg.fs, scratch_dir=cfg.scratch_dir) as fs:
+        roots = [os.path.join(fs.mountpoint, f"job{j}") for j in range(cfg.jobs)]
+        for r in roots:
+            os.mkdir(r)
+        os.sync()
+        lab["dumpe2fs"] = {k: v for k, v in fs.dumpe2fs().items() if k not in ("raw", "journal_raw")}
+        lab["filesystem"] = fs.describe()
+        if cfg.record:
+            from jstall.probes.recorder import Recorder, RecordOptions
+
+            rec = Recorder(RecordOptions(output_dir=cfg.output_dir, devices=[fs.dev], min_ms=cfg.min_ms, quiet=True))
+            rec.start()
+        progress = patterns.Progress(cfg.jobs)
+        status = "interrupted"
+        try:
+            lab["start"] = {"monotonic_ns": time.monotonic_ns(), "wall": time.time()}
+            for phase in pat.phases():
+                if phase.removal and lab["census"] is None and cfg.census:
+                    lab["census"] = patterns.census(roots)
+                if phase.drop_caches:
+                    fs.drop_caches()
+                if before_phase:
+                    before_phase(phase.name, fs)
+                if pat.name == "command":
+                    start, end, statuses = pat.run_command(fs.mountpoint, roots)
+                    lab["command_exit_statuses"] = statuses
+                    rec_ = {"name": "command", "unit": "runs", "start_ns": start, "end_ns": end,
+                            "seconds": (end - start) / 1e9, "ops": len(statuses), "files": 0, "dirs": 0,
+                            "attrs": 0, "bytes": 0, "jobs": len(statuses), "exit_statuses": statuses}
+                    lab["phases"].append(rec_)
+                    continue
+                t = bar.run(phase.name, phase.total, progress, time.monotonic_ns())
+                try:
+                    start, end, w0, w1, counts = _fork_phase(phase, pat, roots, progress)
+                finally:
+                    bar.finish(t, phase.name, phase.total, progress.total())
+                lab["phases"].append(_phase_record(phase, start, end, w0, w1, counts))
+            if lab["census"] is None and cfg.census:
+                lab["census"] = patterns.census(roots)
+            lab["end"] = {"monotonic_ns": time.monotonic_ns(), "wall": time.time()}
+            status = "complete"
+        except JstallError as e:
+            lab["error"] = str(e)
+            status = "failed"
+            raise
+        finally:
+            lab["status"] = status
+            lab.setdefault("end", {"monotonic_ns": time.monotonic_ns(), "wall": time.time()})
+            lab["seconds"] = sum(p["seconds"] for p in lab["phases"])
+            if rec is not None:
+                result.session_dir = rec.stop(extra_metadata={"lab": lab},
+                                              status="complete" if status == "complete" else "interrupted")
+                result.slow_calls = rec.rows["calls"]
+                result.events_lost = rec.metadata.get("events_lost")
+            elif cfg.output_dir:
+                os.makedirs(cfg.output_dir, exist_ok=True)
+                with open(os.path.join(cfg.output_dir, "lab.json"), "w") as f:
+                    json.dump(lab, f, indent=2, sort_keys=True)
+                result.session_dir = None
+    if out is not None:
+        print_summary(result, out)
+    return result
+
+
+def _num(v, fmt="{:,.1f}"):
+    return "-" if v is None else fmt.format(v)
+
+
+def print_summary(result, out):
+    lab = result.lab
+    c, sb = lab["config"], lab.get("dumpe2fs") or {}
+    jdesc = (f"external journal {sb.get('journal_blocks')} blocks" if sb.get("external_journal")
+             else f"journal {sb.get('journal_blocks')} blocks")
+    limits = lab.get("filesystem", {}).get("throttles") or {}
+    lim = "; ".join(f"{d} " + ",".join(f"{k}={v}" for k, v in L.items() if v) for d, L in limits.items()) or "none"
+    print(f"lab {lab['pattern']}: {', '.join(f'{k}={v}' for k, v in lab['params'].items())}; jobs={lab['jobs']} "
+          f"seed={lab['seed']}", file=out)
+    print(f"ext4 {c['fs_size']} on {lab.get('filesystem', {}).get('device')}: {sb.get('block_size')}-byte blocks, "
+          f"{sb.get('inode_size')}-byte inodes, {jdesc} ({sb.get('journal_bytes', 0) >> 20} MiB), "
+          f"data={c['data_mode']}{', fast_commit' if sb.get('fast_commit') else ''}; throttle: {lim}", file=out)
+    print(f"{'PHASE':<12} {'SECONDS':>9} {'OPS':>10} {'UNIT':<9} {'RATE/s':>11} {'KiB/s':>10}", file=out)
+    for p in lab["phases"]:
+        print(f"{p['name']:<12} {p['seconds']:>9.3f} {p['ops']:>10,} {p['unit']:<9} {_num(p.get('rate_per_s')):>11} "
+              f"{_num(p.get('kib_per_s')):>10}", file=out)
+    if lab.get("census"):
+        cs = lab["census"]
+        print(f"census before removal: {cs['dirs']:,} dirs, {cs['files']:,} files, {cs['bytes']:,} bytes, "
+              f"{cs['attrs']:,} attributes", file=out)
+    if result.session_dir:
+        lost = sum((result.events_lost or {}).values())
+        print(f"session {result.session_dir}: {result.slow_calls:,} calls ≥ threshold, {lost} events lost "
+              f"(explain it: jstall analyze {result.session_dir})", file=out)
+    if lab["status"] != "complete":
+        print(f"status: {lab['status']}" + (f" ({lab['error']})" if lab.get("error") else ""), file=out)

@@ -1,0 +1,269 @@
+"""The `jstall lab` command: run, sweep, cleanup (see docs/lab.md)."""
+
+import argparse
+import datetime
+import json
+import os
+import sys
+
+from jstall.errors import JstallError
+
+DESCRIPTION = """\
+Reproduce journal stalls on scratch ext4 filesystems. 'run' makes a loop-device ext4 with
+the options given (journal size, inode size, external journal, fast_commit, data mode, a
+slow-device profile), records with jstall's probes while a workload pattern runs on it
+(xattr, fdtree, smallfile, or any command), times each phase, and removes everything
+again, leaving a session directory whose metadata holds the configuration and the phase
+timings. 'sweep' runs 'run' over every combination of comma-separated option values.
+'cleanup' removes what a crashed run left behind. Needs root."""
+
+EXAMPLES = """\
+examples:
+  # the classic stall: 128-byte inodes, small journal, slow disk (xattr defaults: 5,000 files,
+  # 2 attributes of 16 bytes, 54,247 updates)
+  sudo jstall lab run xattr --inode-size 128 --journal-size 32M --write-iops 200 -o classic
+  sudo jstall lab run xattr --inode-size 256 --journal-size 32M --write-iops 200 -o big-inodes
+  jstall analyze classic
+  # a quick look at a pattern, nothing recorded
+  sudo jstall lab run fdtree --shape deep --no-record
+  # 1,000 files of about 64 KiB per process, 4 processes, an external journal on a fast device,
+  # the filesystem on an emulated disk
+  sudo jstall lab run smallfile --jobs 4 --journal-device --device-profile hdd
+  # any program, with the scratch mount point as its working directory
+  sudo jstall lab run command --command 'fs_mark -d . -n 2000 -s 0' --journal-size 16M
+  # journal size × inode size, 3 repeats each; re-running resumes
+  sudo jstall lab sweep xattr --journal-size 16M,64M,256M,1G --inode-size 128,256 --repeat 3 -o sweep1
+  jstall analyze sweep1
+  # remove loop devices, mounts, throttles and images a crashed run left
+  sudo jstall lab cleanup --dry-run
+  sudo jstall lab cleanup
+"""
+
+# (dest, kind, default, help). kind: size, rate (0 or a size), int, float, bool, choice:a|b, str.
+FS_OPTIONS = [
+    ("fs_size", "size", "2G", "filesystem size (e.g. 64M, 2G)"),
+    ("journal_size", "size", "32M", "journal size (internal: whole MiB; ext4 takes 1,024 blocks or more)"),
+    ("inode_size", "int", 256, "inode size in bytes: 128, 256, 512, ... (128: no room for attributes in the inode)"),
+    ("block_size", "int", 4096, "filesystem block size in bytes"),
+    ("journal_device", "bool", False, "put the journal on a second loop device (mkfs.ext4 -O journal_dev)"),
+    ("fast_commit", "bool", False, "mkfs.ext4 -O fast_commit"),
+    ("data_mode", "choice:ordered|writeback|journal", "ordered", "mount -o data=MODE"),
+    ("barrier", "bool", True, "mount with barrier (default) or nobarrier"),
+    ("commit_interval", "int", None, "mount -o commit=SECONDS"),
+    ("mkfs_options", "str", None, "more mke2fs options, e.g. '-E stride=4 -O ^metadata_csum' (-E -O -N -i -m -g -G -L -e)"),
+    ("mount_options", "str", None, "more mount options, comma-separated, e.g. noatime,journal_checksum"),
+    ("device_profile", "choice:none|hdd|ssd", "none", "emulate a slow filesystem device (see docs/lab.md)"),
+    ("read_iops", "int", None, "filesystem device: read operations per second (0 = unlimited)"),
+    ("write_iops", "int", None, "filesystem device: write operations per second (0 = unlimited)"),
+    ("read_bps", "rate", None, "filesystem device: read bytes per second (e.g. 50M)"),
+    ("write_bps", "rate", None, "filesystem device: write bytes per second (e.g. 50M)"),
+    ("journal_device_profile", "choice:none|hdd|ssd", "none", "emulate a slow external journal device"),
+    ("journal_read_iops", "int", None, "external journal device: read operations per second"),
+    ("journal_write_iops", "int", None, "external journal device: write operations per second"),
+    ("journal_read_bps", "rate", None, "external journal device: read bytes per second"),
+    ("journal_write_bps", "rate", None, "external journal device: write bytes per second"),
+]
+PATTERN_OPTIONS = [
+    ("files", "int", None, "xattr: files in all (default 5000); smallfile: files per job (default 1000)"),
+    ("attrs", "int", None, "xattr: attributes per file (default 2)"),
+    ("attr_size", "int", None, "xattr: bytes per attribute value (default 16)"),
+    ("updates", "int", None, "xattr: setxattr updates on random files (default 54247)"),
+    ("remove", "bool", None, "xattr: finally remove every attribute and file"),
+    ("shape", "choice:shallow|deep", None, "fdtree: shallow (1 level × 100 dirs × 100 files) or deep (5 levels × 4, 5 files)"),
+    ("levels", "int", None, "fdtree: directory levels"),
+    ("fanout", "int", None, "fdtree: subdirectories per directory"),
+    ("files_per_dir", "int", None, "fdtree: files in each directory; smallfile: files per directory (default 100)"),
+    ("file_size", "size", None, "fdtree: bytes per file (default 4K); smallfile: average bytes per file (default 64K)"),
+    ("command", "str", None, "command: the program and its arguments, run in the mount point"),
+]
+RUN_OPTIONS = [
+    ("jobs", "int", 1, "concurrent processes"),
+    ("seed", "int", 1, "seed of every random choice (same seed, same work)"),
+]
+PATTERN_NAMES = ("xattr", "fdtree", "smallfile", "command")
+SWEEP_KINDS = ("size", "rate", "int", "float", "bool", "choice")
+
+
+def _flag(dest):
+    return "--" + dest.replace("_", "-")
+
+
+def parse_value(dest, kind, text):
+    """Parse one option value given as text; raise JstallError naming the option."""
+    from .scratch import parse_size
+
+    flag = _flag(dest)
+    if kind == "size":
+        parse_size(text, flag)
+        return str(text)
+    if kind == "rate":
+        return 0 if str(text) == "0" else parse_size(text, flag)
+    if kind in ("int", "float"):
+        try:
+            return int(text) if kind == "int" else float(text)
+        except ValueError:
+            raise JstallError(f"{flag} {text}: not a{'n integer' if kind == 'int' else ' number'}") from None
+    if kind == "bool":
+        t = str(text).lower()
+        if t in ("on", "yes", "true", "1"):
+            return True
+        if t in ("off", "no", "false", "0"):
+            return False
+        raise JstallError(f"{flag} {text}: give on or off")
+    if kind.startswith("choice:"):
+        choices = kind.split(":", 1)[1].split("|")
+        if text not in choices:
+            raise JstallError(f"{flag} {text}: choose one of {', '.join(choices)}")
+        return text
+    return text
+
+
+def _add_options(p, sweep):
+    groups = [("filesystem", FS_OPTIONS), ("workload pattern", PATTERN_OPTIONS), ("run", RUN_OPTIONS)]
+    for title, opts in groups:
+        g = p.add_argument_group(title + (" (comma-separated values are swept)" if sweep else ""))
+        for dest, kind, default, help_ in opts:
+            sweepable = kind.split(":")[0] in SWEEP_KINDS
+            if kind == "bool" and not sweep:
+                g.add_argument(_flag(dest), dest=dest, action=argparse.BooleanOptionalAction, default=None,
+                               help=help_ + (f" (default: {'on' if default else 'off'})" if default is not None else ""))
+                continue
+            meta = "ON|OFF" if kind == "bool" else ("LIST" if sweep and sweepable else
+                                                     ("BYTES" if kind in ("size", "rate") else None))
+            if kind.startswith("choice:") and not sweep:
+                g.add_argument(_flag(dest), dest=dest, choices=kind.split(":", 1)[1].split("|"), default=None,
+                               help=help_ + (f" (default: {default})" if default is not None else ""))
+            else:
+                g.add_argument(_flag(dest), dest=dest, metavar=meta, default=None,
+                               help=help_ + (f" (default: {default})" if default is not None else ""))
+    p.add_argument("--min-ms", type=float, default=1.0, help="record calls at or above this many ms one by one (default 1)")
+    p.add_argument("--scratch", metavar="DIR", default=None,
+                   help="scratch directory for images and mounts (default /var/tmp/jstall-lab)")
+    p.add_argument("--no-record", dest="record", action="store_false", help="run the pattern without recording")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress bar on stderr (default: when stderr is a terminal)")
+
+
+def add_arguments(parser):
+    sub = parser.add_subparsers(dest="lab_command", metavar="ACTION")
+    sub.required = True
+    fmt = argparse.RawDescriptionHelpFormatter
+    run = sub.add_parser("run", help="one run: scratch ext4, record a pattern, tear down", formatter_class=fmt,
+                         description=DESCRIPTION, epilog=EXAMPLES)
+    run.add_argument("pattern", choices=PATTERN_NAMES, help="the workload")
+    run.add_argument("-o", "--output", metavar="DIR", help="session directory (default jstall-lab-PATTERN-TIME)")
+    run.add_argument("--json", action="store_true", help="print the lab metadata as JSON instead of the summary")
+    _add_options(run, sweep=False)
+    run.set_defaults(_lab=_run)
+    sw = sub.add_parser("sweep", help="run over every combination of comma-separated option values",
+                        formatter_class=fmt, description=DESCRIPTION, epilog=EXAMPLES)
+    sw.add_argument("pattern", choices=PATTERN_NAMES, help="the workload")
+    sw.add_argument("-o", "--output", metavar="DIR", required=True, help="sweep directory (re-run to resume)")
+    sw.add_argument("--repeat", type=int, default=1, help="runs of each configuration (default 1)")
+    _add_options(sw, sweep=True)
+    sw.set_defaults(_lab=_sweep)
+    cl = sub.add_parser("cleanup", help="remove what crashed runs left (loops, mounts, throttles, images)",
+                        formatter_class=fmt, description=DESCRIPTION, epilog=EXAMPLES)
+    cl.add_argument("--scratch", metavar="DIR", default=None, help="scratch directory (default /var/tmp/jstall-lab)")
+    cl.add_argument("--dry-run", action="store_true", help="list what would be removed; change nothing")
+    cl.set_defaults(_lab=_cleanup)
+
+
+def run(args):
+    return args._lab(args)
+
+
+# ---- building configurations ------------------------------------------------------------
+
+
+ALL_OPTIONS = FS_OPTIONS + PATTERN_OPTIONS + RUN_OPTIONS
+
+
+def config_from(values, pattern, record=True, min_ms=1.0, output_dir=None, scratch_dir=None, progress=False,
+                extra=None):
+    """LabConfig from parsed option values {dest: value or None}."""
+    from .lab import LabConfig
+    from .scratch import FsConfig
+
+    fs = {}
+    for dest, kind, default, _ in FS_OPTIONS:
+        v = values.get(dest)
+        fs[dest] = default if v is None else v
+    params = {dest: values[dest] for dest, *_ in PATTERN_OPTIONS if values.get(dest) is not None}
+    run_vals = {dest: (default if values.get(dest) is None else values[dest]) for dest, _, default, _ in RUN_OPTIONS}
+    return LabConfig(fs=FsConfig(**fs), pattern=pattern, params=params, jobs=run_vals["jobs"], seed=run_vals["seed"],
+                     record=record, min_ms=min_ms, output_dir=output_dir, scratch_dir=scratch_dir, progress=progress,
+                     extra=extra)
+
+
+def _values(args, sweep):
+    """{dest: parsed value} of a run's options; for a sweep {dest: [(text, value), ...]}."""
+    out = {}
+    for dest, kind, _, _ in ALL_OPTIONS:
+        raw = getattr(args, dest)
+        if raw is None:
+            continue
+        if not sweep:
+            out[dest] = raw if kind in ("bool",) or kind.startswith("choice:") else parse_value(dest, kind, raw)
+        elif kind.split(":")[0] in SWEEP_KINDS:
+            texts = [t.strip() for t in str(raw).split(",")]
+            if any(not t for t in texts) or len(set(texts)) != len(texts):
+                raise JstallError(f"{_flag(dest)} {raw}: give distinct comma-separated values, e.g. 16M,64M")
+            out[dest] = [(t, parse_value(dest, kind, t)) for t in texts]
+        else:
+            out[dest] = [(raw, raw)]
+    return out
+
+
+def _progress(args):
+    return sys.stderr.isatty() if args.progress is None else args.progress
+
+
+# ---- actions ----------------------------------------------------------------------------
+
+
+def _run(args):
+    from .lab import prepare, run_lab
+
+    values = _values(args, sweep=False)
+    out_dir = args.output
+    if args.record and not out_dir:
+        out_dir = f"jstall-lab-{args.pattern}-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    cfg = config_from(values, args.pattern, record=args.record, min_ms=args.min_ms, output_dir=out_dir,
+                      scratch_dir=args.scratch, progress=_progress(args))
+    prepare(cfg)
+    if os.geteuid() != 0:
+        raise JstallError("the lab makes loop devices and mounts: run it as root (sudo)")
+    res = run_lab(cfg, out=None if args.json else sys.stdout)
+    if args.json:
+        json.dump(res.lab, sys.stdout, indent=2, sort_keys=True)
+        print()
+    if res.exit_status:
+        print(f"jstall lab run: the command exited with status {res.exit_status}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _sweep(args):
+    from .sweep import run_sweep
+
+    values = _values(args, sweep=True)
+    if args.repeat < 1:
+        raise JstallError(f"--repeat {args.repeat}: give 1 or more")
+    return run_sweep(args.pattern, values, repeat=args.repeat, out_dir=args.output, record=args.record,
+                     min_ms=args.min_ms, scratch_dir=args.scratch, progress=_progress(args), out=sys.stdout)
+
+
+def _cleanup(args):
+    from .scratch import cleanup
+
+    if os.geteuid() != 0 and not args.dry_run:
+        raise JstallError("cleanup detaches loop devices and unmounts: run it as root (sudo), or add --dry-run")
+    done = cleanup(args.scratch, dry_run=args.dry_run)
+    if not done:
+        print("nothing to clean up")
+    for run_dir, lines in done:
+        print(run_dir)
+        for line in lines:
+            print("  " + line)
+    return 0

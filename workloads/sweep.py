@@ -1,0 +1,209 @@
+"""`jstall lab sweep`: lab runs over the cartesian product of option values × repeats.
+
+The sweep directory holds ``sweep.json`` (written first: the options, the runs and their
+directory names), one session directory per run, ``results.parquet``/``results.csv`` (one row
+per finished run) and ``summary.parquet``/``summary.csv`` (mean and sample standard deviation
+per configuration). A run is finished when its session's metadata says complete; running the
+same sweep again skips finished runs and redoes the others from scratch.
+"""
+
+import itertools
+import json
+import os
+import shutil
+import sys
+import time
+
+from jstall.errors import JstallError
+
+SWEEP_FORMAT = "jstall-sweep"
+SWEEP_VERSION = 1
+
+
+def _slug(text):
+    return "".join(c if c.isalnum() or c in ".-" else "_" for c in str(text))
+
+
+def plan(pattern, values, repeat):
+    """(axes {dest: [text]}, base {dest: text}, runs [{run, repeat, options {dest: text}}])."""
+    axes = {d: [t for t, _ in v] for d, v in values.items() if len(v) > 1}
+    base = {d: v[0][0] for d, v in values.items() if len(v) == 1}
+    combos = list(itertools.product(*axes.values())) if axes else [()]
+    runs = []
+    for i, combo in enumerate(combos, 1):
+        opts = dict(zip(axes, combo))
+        label = "-".join(f"{d}={_slug(t)}" for d, t in opts.items()) or pattern
+        for r in range(1, repeat + 1):
+            runs.append({"run": f"{i:03d}-{label}-rep{r}", "repeat": r, "options": opts})
+    return axes, base, runs
+
+
+def _finished(run_dir):
+    """The run's lab metadata when its session (or, unrecorded, lab.json) is complete, else None."""
+    for name in ("metadata.json", "lab.json"):
+        try:
+            with open(os.path.join(run_dir, name)) as f:
+                meta = json.load(f)
+        except (OSError, ValueError):
+            continue
+        lab = meta.get("lab", meta) if name == "metadata.json" else meta
+        if meta.get("status", "complete") == "complete" and isinstance(lab, dict) and lab.get("status") == "complete":
+            return meta
+    return None
+
+
+def run_sweep(pattern, values, repeat, out_dir, record=True, min_ms=1.0, scratch_dir=None, progress=False,
+              out=None, console=None):
+    """Run (or resume) a sweep; return 0. ``values``: {dest: [(text, parsed value)]}."""
+    from .lab import prepare, run_lab
+    from .lab_cmd import config_from
+
+    out = out or sys.stdout
+    console = console or sys.stderr
+    axes, base, runs = plan(pattern, values, repeat)
+    parsed = {d: dict(v) for d, v in values.items()}
+    configs = {}
+    for r in runs:  # validate every combination before touching anything
+        vals = {d: parsed[d][t] for d, t in {**base, **r["options"]}.items()}
+        configs[r["run"]] = vals
+        try:
+            prepare(config_from(vals, pattern, record=record, min_ms=min_ms))
+        except JstallError as e:
+            where = " ".join(f"--{d.replace('_', '-')} {t}" for d, t in r["options"].items())
+            raise JstallError(f"{where}: {e}" if where else str(e)) from None
+    if os.geteuid() != 0:
+        raise JstallError("the lab makes loop devices and mounts: run it as root (sudo)")
+    doc = {"format": SWEEP_FORMAT, "version": SWEEP_VERSION, "pattern": pattern, "options": axes, "base": base,
+           "repeat": repeat, "record": record, "min_ms": min_ms, "runs": runs}
+    path = os.path.join(out_dir, "sweep.json")
+    if os.path.exists(path):
+        try:
+            with open(path) as f:
+                old = json.load(f)
+        except (OSError, ValueError):
+            old = None
+        keys = ("format", "pattern", "options", "base", "repeat", "record", "min_ms")
+        if not isinstance(old, dict) or any(old.get(k) != doc[k] for k in keys):
+            raise JstallError(f"{out_dir} holds a different sweep; give the same options to resume it, or another -o")
+        doc["created"] = old.get("created")
+    elif os.path.isdir(out_dir) and os.listdir(out_dir):
+        raise JstallError(f"-o {out_dir}: holds files and no sweep.json; give a new or empty directory")
+    doc.setdefault("created", time.time())
+    if doc["created"] is None:
+        doc["created"] = time.time()
+    os.makedirs(out_dir, exist_ok=True)
+    with open(path + ".tmp", "w") as f:
+        json.dump(doc, f, indent=2)
+        f.write("\n")
+    os.replace(path + ".tmp", path)
+
+    todo = [r for r in runs if _finished(os.path.join(out_dir, r["run"])) is None]
+    print(f"sweep {out_dir}: {len(runs)} runs ({len(runs) - len(todo)} finished before, {len(todo)} to run)", file=out,
+          flush=True)
+    # Repeats interleaved (rep 1 of every configuration, then rep 2, ...): slow drift of the
+    # machine spreads over all configurations instead of biasing one.
+    todo.sort(key=lambda r: (r["repeat"], r["run"]))
+    durations = []
+    try:
+        for k, r in enumerate(todo, 1):
+            run_dir = os.path.join(out_dir, r["run"])
+            if os.path.exists(run_dir):  # an interrupted run: redo it from scratch
+                shutil.rmtree(run_dir)
+            eta = ""
+            if durations:
+                eta = f", about {_fmt_s(sum(durations) / len(durations) * (len(todo) - k + 1))} left"
+            opts = " ".join(f"{d}={t}" for d, t in r["options"].items())
+            print(f"[{k}/{len(todo)}] {opts or pattern} rep {r['repeat']}{eta}", file=console, flush=True)
+            t0 = time.monotonic()
+            cfg = config_from(configs[r["run"]], pattern, record=record, min_ms=min_ms, output_dir=run_dir,
+                              scratch_dir=scratch_dir, progress=progress,
+                              extra={"sweep": {"run": r["run"], "repeat": r["repeat"], "options": r["options"]}})
+            run_lab(cfg)
+            durations.append(time.monotonic() - t0)
+            write_results(out_dir)
+    finally:
+        if any(_finished(os.path.join(out_dir, r["run"])) for r in runs):
+            write_results(out_dir)
+    res = write_results(out_dir)
+    _print_summary(res, axes, out)
+    return 0
+
+
+def _fmt_s(s):
+    return f"{s / 60:.1f} min" if s >= 90 else f"{s:.0f} s"
+
+
+def collect(out_dir):
+    """One dict per finished run: run, repeat, swept options (as given), pattern, jobs, seed,
+    per phase ``<phase>_s``, ``<phase>_rate_per_s``, ``<phase>_ops`` (and ``<phase>_kib_per_s``),
+    ``seconds``, ``slow_calls`` and ``events_lost`` (recorded runs)."""
+    with open(os.path.join(out_dir, "sweep.json")) as f:
+        doc = json.load(f)
+    rows = []
+    for r in doc["runs"]:
+        run_dir = os.path.join(out_dir, r["run"])
+        meta = _finished(run_dir)
+        if meta is None:
+            continue
+        lab = meta.get("lab", meta)
+        row = {"run": r["run"], "repeat": r["repeat"]}
+        row.update({d: t for d, t in {**doc["base"], **r["options"]}.items() if d in doc["options"]})
+        row.update({"pattern": lab["pattern"], "jobs": lab["jobs"], "seed": lab["seed"],
+                    "journal_blocks": (lab.get("dumpe2fs") or {}).get("journal_blocks"),
+                    "inode_size_real": (lab.get("dumpe2fs") or {}).get("inode_size")})
+        for p in lab["phases"]:
+            n = p["name"]
+            row[f"{n}_s"] = p["seconds"]
+            row[f"{n}_ops"] = p["ops"]
+            row[f"{n}_rate_per_s"] = p.get("rate_per_s")
+            if p.get("kib_per_s") is not None:
+                row[f"{n}_kib_per_s"] = p["kib_per_s"]
+        row["seconds"] = lab.get("seconds")
+        if "events_lost" in meta:
+            import pyarrow.parquet as pq
+
+            row["slow_calls"] = pq.read_metadata(os.path.join(run_dir, "calls.parquet")).num_rows
+            row["events_lost"] = sum(meta["events_lost"].values())
+        rows.append(row)
+    return doc, rows
+
+
+def write_results(out_dir):
+    """Write results.{parquet,csv} and summary.{parquet,csv}; return (results, summary) DataFrames."""
+    import pandas as pd
+
+    doc, rows = collect(out_dir)
+    options = list(doc["options"])
+    res = pd.DataFrame(rows)
+    if res.empty:
+        res = pd.DataFrame(columns=["run", "repeat", *options])
+    res.to_parquet(os.path.join(out_dir, "results.parquet"), index=False)
+    res.to_csv(os.path.join(out_dir, "results.csv"), index=False)
+    measures = [c for c in res.columns if c not in ("run", "repeat", "pattern", "seed", *options)
+                and pd.api.types.is_numeric_dtype(res[c])]
+    if res.empty:
+        summ = pd.DataFrame(columns=[*options, "runs"])
+    elif options:
+        g = res.groupby(options, sort=False)
+        summ = pd.concat([g.size().rename("runs"), g[measures].mean().add_suffix("_mean"),
+                          g[measures].std(ddof=1).fillna(0.0).add_suffix("_sd")], axis=1).reset_index()
+    else:
+        summ = pd.DataFrame([{"runs": len(res), **{f"{m}_mean": res[m].mean() for m in measures},
+                              **{f"{m}_sd": (res[m].std(ddof=1) if len(res) > 1 else 0.0) for m in measures}}])
+    summ.to_parquet(os.path.join(out_dir, "summary.parquet"), index=False)
+    summ.to_csv(os.path.join(out_dir, "summary.csv"), index=False)
+    return res, summ
+
+
+def _print_summary(tables, axes, out):
+    res, summ = tables
+    if summ.empty:
+        return
+    phases = [c[:-len("_s_mean")] for c in summ.columns if c.endswith("_s_mean") and c != "seconds_mean"
+              and not c.endswith(("_kib_per_s_mean", "_rate_per_s_mean"))]
+    head = [*axes, "runs"] + [f"{p} s" for p in phases]
+    print("  ".join(f"{h:>14}" for h in head), file=out)
+    for _, row in summ.iterrows():
+        cells = [str(row[a]) for a in axes] + [str(int(row["runs"]))]
+        cells += [f"{row[f'{p}_s_mean']:.3f}±{row[f'{p}_s_sd']:.3f}" for p in phases]
+        print("  ".join(f"{c:>14}" for c in cells), file=out)
