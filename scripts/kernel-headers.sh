@@ -16,7 +16,7 @@ if [ -e "/lib/modules/$release/build/include/linux/kconfig.h" ]; then
 fi
 arch_dir=$(ls -d /usr/src/linux-headers-*-amd64 /usr/src/linux-headers-*-arm64 2>/dev/null | grep -v -- '-common' | sort -V | tail -n 1 || true)
 if [ -z "$arch_dir" ]; then
-    echo "kernel-headers: no /usr/src/linux-headers-*; install linux-headers-amd64" >&2
+    echo "kernel-headers: no /usr/src/linux-headers-*; install linux-headers-$(dpkg --print-architecture)" >&2
     exit 1
 fi
 common_dir=$(sed -n 's/^include \(.*\)\/Makefile$/\1/p' "$arch_dir/Makefile" | head -n 1)

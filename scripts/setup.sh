@@ -19,7 +19,8 @@ if [ ! -e "/lib/modules/$release/build" ]; then
     if apt-cache show "linux-headers-$release" >/dev/null 2>&1; then
         dpkg-query -W "linux-headers-$release" >/dev/null 2>&1 || missing="$missing linux-headers-$release"
     else
-        dpkg-query -W -f='${Status}' linux-headers-amd64 2>/dev/null | grep -q "install ok installed" || missing="$missing linux-headers-amd64"
+        generic="linux-headers-$(dpkg --print-architecture)"
+        dpkg-query -W -f='${Status}' "$generic" 2>/dev/null | grep -q "install ok installed" || missing="$missing $generic"
     fi
 fi
 if [ -n "$missing" ]; then
