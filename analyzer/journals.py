@@ -7,8 +7,9 @@ converted here as ``jiffies * 1000 / hz`` milliseconds.
 
 import re
 
+from jstall.schema import PHASES
+
 from .fill import RESERVED_BLOCKS, forced_fill_pct
-from .schema import PHASES
 
 COMMIT_EVENTS = ("start_commit", "commit_locking", "commit_flushing", "commit_logging", "end_commit")
 

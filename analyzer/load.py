@@ -14,10 +14,9 @@ innermost first.  Times stay in monotonic nanoseconds.
 
 import os
 
+from jstall import schema
 from jstall.errors import JstallError
 from jstall.session import TABLES, read_metadata, table_path
-
-from . import schema
 
 
 class Session:

@@ -8,10 +8,8 @@ nulls (nullable columns) or zero/empty values, and metadata.json last, as the re
 
 import os
 
-from jstall import __version__
+from jstall import __version__, schema
 from jstall.session import FORMAT, SCHEMA_VERSION, TABLES, table_path, write_metadata
-
-from . import schema
 
 
 def journal_meta(dev="7:0", journal_blocks=1024, block_size=4096, max_transaction_blocks=256, **kw):

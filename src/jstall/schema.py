@@ -1,5 +1,9 @@
-"""Arrow schemas of the session tables (docs/session-format.md), used to write them
-and to check them on load. Every column's unit is in its name."""
+"""The session tables' columns (docs/session-format.md, schema version 1): the recorder
+writes them, the analyzer checks them on load. Every column's unit is in its name.
+
+Each table is an ordered list of ``(column, arrow type, nullable)``; ``SCHEMAS`` holds the
+arrow schema each table is written with. Needs pyarrow only.
+"""
 
 import pyarrow as pa
 
@@ -7,52 +11,66 @@ from .session import FILL_COLUMNS
 
 _i32, _i64, _str, _bool = pa.int32(), pa.int64(), pa.string(), pa.bool_()
 
-_FILL = [(name, _i64) for name in FILL_COLUMNS]
-_TASK = [("tid", _i32), ("pid", _i32), ("comm", _str)]
+_FILL = [(name, _i64, True) for name in FILL_COLUMNS]
+_TASK = [("tid", _i32, False), ("pid", _i32, False), ("comm", _str, False)]
+_PHASES = ("wait", "request_delay", "running", "locked", "flushing", "logging")
 
-SCHEMAS = {
-    "calls": pa.schema(
-        [("ts_ns", _i64), ("latency_ns", _i64)] + _TASK + [
-            ("syscall", _str), ("ret", _i64), ("dev", _str), ("handles", _i32),
-            ("journal_free_blocks", _i64), ("journal_min_free_blocks", _i64), ("journal_log_blocks", _i64),
-            ("journal_committing_credits", _i64),
-        ]
-    ),
-    "call_histograms": pa.schema(
-        [("syscall", _str), ("dev", _str), ("bucket", _i32), ("low_ns", _i64), ("high_ns", _i64), ("count", _i64)]
-    ),
-    "call_totals": pa.schema(
-        [("syscall", _str), ("dev", _str), ("count", _i64), ("errors", _i64),
-         ("total_latency_ns", _i64), ("max_latency_ns", _i64)]
-    ),
-    "offcpu": pa.schema(
-        [("ts_ns", _i64), ("offcpu_ns", _i64)] + _TASK + [
-            ("state", _i64), ("runnable", _bool), ("stack_id", _i32),
-            ("call_ts_ns", _i64), ("syscall", _str), ("dev", _str),
-        ]
-    ),
-    "stacks": pa.schema([("stack_id", _i32), ("frames", pa.list_(_str))]),
-    "jbd2_events": pa.schema(
-        [("ts_ns", _i64), ("event", _str), ("dev", _str), ("transaction", _i64)] + _TASK + [
-            ("jbd2_thread", _bool), ("result", _i64), ("write_flags", _i64), ("stall_ms", _i64),
-        ] + _FILL
-    ),
-    "run_stats": pa.schema(
-        [("ts_ns", _i64), ("dev", _str), ("transaction", _i64)] + _TASK
-        + [(f"{p}_{u}", _i64) for p in ("wait", "request_delay", "running", "locked", "flushing", "logging")
-           for u in ("jiffies", "ns")]
-        + [("handle_count", _i64), ("blocks", _i64), ("blocks_logged", _i64)]
-    ),
-    "checkpoint_stats": pa.schema(
-        [("ts_ns", _i64), ("dev", _str), ("transaction", _i64)] + _TASK + [
-            ("chp_time_jiffies", _i64), ("chp_time_ns", _i64),
-            ("forced_to_close", _i64), ("written", _i64), ("dropped", _i64),
-        ]
-    ),
-    "log_tail": pa.schema(
-        [("ts_ns", _i64), ("dev", _str)] + _TASK + [
-            ("tail_sequence", _i64), ("first_tid", _i64), ("block_nr", _i64), ("freed_blocks", _i64),
-        ] + _FILL
-    ),
-    "fill": pa.schema([("ts_ns", _i64), ("dev", _str)] + _FILL + [("source", _str)]),
+COLUMNS = {
+    "calls": [("ts_ns", _i64, False), ("latency_ns", _i64, False)] + _TASK + [
+        ("syscall", _str, False), ("ret", _i64, False), ("dev", _str, True), ("handles", _i32, False),
+        ("journal_free_blocks", _i64, True), ("journal_min_free_blocks", _i64, True),
+        ("journal_log_blocks", _i64, True), ("journal_committing_credits", _i64, True),
+    ],
+    "call_histograms": [
+        ("syscall", _str, False), ("dev", _str, True), ("bucket", _i32, False),
+        ("low_ns", _i64, False), ("high_ns", _i64, False), ("count", _i64, False),
+    ],
+    "call_totals": [
+        ("syscall", _str, False), ("dev", _str, True), ("count", _i64, False), ("errors", _i64, False),
+        ("total_latency_ns", _i64, False), ("max_latency_ns", _i64, False),
+    ],
+    "offcpu": [("ts_ns", _i64, False), ("offcpu_ns", _i64, False)] + _TASK + [
+        ("state", _i64, False), ("runnable", _bool, False), ("stack_id", _i32, False),
+        ("call_ts_ns", _i64, False), ("syscall", _str, False), ("dev", _str, True),
+    ],
+    "stacks": [("stack_id", _i32, False), ("frames", pa.list_(_str), False)],
+    "jbd2_events": [("ts_ns", _i64, False), ("event", _str, False), ("dev", _str, False),
+                    ("transaction", _i64, True)] + _TASK + [
+        ("jbd2_thread", _bool, False), ("result", _i64, True), ("write_flags", _i64, True),
+        ("stall_ms", _i64, True),
+    ] + _FILL,
+    "run_stats": [("ts_ns", _i64, False), ("dev", _str, False), ("transaction", _i64, False)] + _TASK
+    + [(f"{p}_{u}", _i64, False) for p in _PHASES for u in ("jiffies", "ns")]
+    + [("handle_count", _i64, False), ("blocks", _i64, False), ("blocks_logged", _i64, False)],
+    "checkpoint_stats": [("ts_ns", _i64, False), ("dev", _str, False), ("transaction", _i64, False)] + _TASK + [
+        ("chp_time_jiffies", _i64, False), ("chp_time_ns", _i64, False),
+        ("forced_to_close", _i64, False), ("written", _i64, False), ("dropped", _i64, False),
+    ],
+    "log_tail": [("ts_ns", _i64, False), ("dev", _str, False)] + _TASK + [
+        ("tail_sequence", _i64, False), ("first_tid", _i64, False), ("block_nr", _i64, False),
+        ("freed_blocks", _i64, False),
+    ] + _FILL,
+    "fill": [("ts_ns", _i64, False), ("dev", _str, False)] + _FILL + [("source", _str, False)],
 }
+
+#: The commit phases jbd2_run_stats reports, in order.
+PHASES = _PHASES
+
+
+#: Columns added to the format after sessions were first written: a session without them
+#: loads with nulls (still schema version 1).
+OPTIONAL = frozenset(("committing_credits", "journal_committing_credits"))
+
+
+def arrow_schema(table):
+    """The arrow schema a session's ``table`` is written with."""
+    return pa.schema([pa.field(n, t, nullable=nullable) for n, t, nullable in COLUMNS[table]])
+
+
+def nullable_int_columns(table):
+    """Integer columns of ``table`` that may hold nulls (loaded as pandas ``Int64``)."""
+    return [n for n, t, nullable in COLUMNS[table] if nullable and pa.types.is_integer(t)]
+
+
+#: table name -> the arrow schema it is written with
+SCHEMAS = {table: arrow_schema(table) for table in COLUMNS}
