@@ -79,7 +79,6 @@ def read_table(session_dir, table, columns=None):
     """Read one table of a session as a typed DataFrame (see the module docstring)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-    import pandas as pd
 
     path = table_path(session_dir, table)
     try:

@@ -9,7 +9,6 @@ own.  Usage: python benchmarks/analyze_speed.py [--calls N] [--offcpu N] [--jbd2
 
 import argparse
 import os
-import resource
 import shutil
 import subprocess
 import sys
