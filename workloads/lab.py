@@ -9,6 +9,7 @@ first fork to the reaping of the last job, on CLOCK_MONOTONIC (``time.monotonic_
 clock of the session's ``ts_ns``).
 """
 
+import ctypes
 import dataclasses
 import json
 import os
@@ -111,6 +112,15 @@ class _Bar:
         self.draw(phase, total, done, self._start, end=True)
 
 
+def _set_comm(name):
+    """Name this process (its comm, 15 bytes) so recordings show which pattern job it is."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(15, ctypes.c_char_p(name.encode()[:15]), 0, 0, 0)  # PR_SET_NAME
+    except (OSError, AttributeError):
+        pass
+
+
 def _fork_phase(phase, pat, roots, progress):
     """Run a phase in len(roots) forked jobs; return (start_ns, end_ns, wall start/end, [counts])."""
     progress.reset()
@@ -126,6 +136,7 @@ def _fork_phase(phase, pat, roots, progress):
                 try:
                     signal.signal(signal.SIGINT, signal.SIG_DFL)
                     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                    _set_comm(f"lab-{pat.name}")
                     os.close(r)
                     rng = pat.rng(phase.name, j)
                     res = phase.run(j, root, rng, lambda n, j=j: progress.set(j, n))
