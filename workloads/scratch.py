@@ -41,14 +41,15 @@ FREE_MARGIN = 64 << 20
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 #: mke2fs options the pass-through accepts (each takes a value); the rest have their own option
 MKFS_PASSTHROUGH = {"-E", "-O", "-N", "-i", "-m", "-g", "-G", "-L", "-e"}
-MKFS_OWN = {"-I": "--inode-size", "-J": "--journal-size/--journal-device", "-b": "--block-size",
-            "-t": "(the lab makes ext4)", "-T": "--inode-size/--mkfs-options -i", "-F": "(always given)",
-            "-q": "(always given)", "-n": "(the lab formats for real)"}
-MKFS_FEATURES_OWN = {"journal_dev": "--journal-device", "has_journal": "(the lab studies journals)",
-                     "fast_commit": "--fast-commit"}
-MOUNT_OWN = {"data": "--data-mode", "barrier": "--barrier/--no-barrier", "nobarrier": "--no-barrier",
-             "commit": "--commit-interval", "journal_path": "--journal-device", "journal_dev": "--journal-device",
-             "ro": "(the lab writes)", "noload": "(the lab studies journals)", "norecovery": "(the lab studies journals)"}
+MKFS_OWN = {"-I": "use --inode-size", "-J": "use --journal-size/--journal-device", "-b": "use --block-size",
+            "-t": "the lab makes ext4", "-T": "use --inode-size/--mkfs-options -i", "-F": "the lab always gives it",
+            "-q": "the lab always gives it", "-n": "the lab formats for real"}
+MKFS_FEATURES_OWN = {"journal_dev": "use --journal-device", "has_journal": "the lab studies journals",
+                     "fast_commit": "use --fast-commit"}
+MOUNT_OWN = {"data": "use --data-mode", "barrier": "use --barrier/--no-barrier", "nobarrier": "use --no-barrier",
+             "commit": "use --commit-interval", "journal_path": "use --journal-device",
+             "journal_dev": "use --journal-device", "ro": "the lab writes",
+             "noload": "the lab studies journals", "norecovery": "the lab studies journals"}
 
 
 def parse_size(text, what="size"):
@@ -238,7 +239,7 @@ class FsConfig:
         while i < len(toks):
             opt = toks[i]
             if opt in MKFS_OWN:
-                raise JstallError(f"--mkfs-options {opt}: not passed through; use {MKFS_OWN[opt]}")
+                raise JstallError(f"--mkfs-options {opt}: not passed through; {MKFS_OWN[opt]}")
             if opt not in MKFS_PASSTHROUGH:
                 raise JstallError(f"--mkfs-options {opt}: not accepted; the pass-through takes "
                                   f"{' '.join(sorted(MKFS_PASSTHROUGH))}, each with a value")
@@ -248,7 +249,7 @@ class FsConfig:
                 for feat in toks[i + 1].split(","):
                     name = feat.lstrip("^")
                     if name in MKFS_FEATURES_OWN:
-                        raise JstallError(f"--mkfs-options -O {feat}: not passed through; use {MKFS_FEATURES_OWN[name]}")
+                        raise JstallError(f"--mkfs-options -O {feat}: not passed through; {MKFS_FEATURES_OWN[name]}")
             if opt == "-E" and re.search(r"(^|,)(lazy_journal_init|lazy_itable_init|nodiscard|discard)\b", toks[i + 1]):
                 raise JstallError(f"--mkfs-options -E {toks[i + 1]}: the lab sets lazy_*_init and discard itself; drop them")
             i += 2
@@ -262,7 +263,7 @@ class FsConfig:
                     raise JstallError(f"--mount-options {opt}: not a mount option (write name or name=value, comma-separated)")
                 name = opt.split("=", 1)[0]
                 if name in MOUNT_OWN:
-                    raise JstallError(f"--mount-options {opt}: not passed through; use {MOUNT_OWN[name]}")
+                    raise JstallError(f"--mount-options {opt}: not passed through; {MOUNT_OWN[name]}")
 
 
 # ---- loop devices, mounts and the marker ----------------------------------------------------
