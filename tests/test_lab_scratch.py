@@ -88,7 +88,7 @@ def test_exception_inside_undoes_everything(scratch_dir):
 @pytest.mark.parametrize("cfg, message", [
     (dict(inode_size=384), "power of two"),
     (dict(inode_size=8192), "power of two"),
-    (dict(fs_size="64M", journal_size="64M"), "at most half"),
+    (dict(fs_size="64M", journal_size="64M"), "at most 40%"),
     (dict(journal_size="2M"), "1024 to"),
     (dict(journal_size="4500K"), "whole MiB"),
     (dict(fs_size="4M"), "at least 16M"),

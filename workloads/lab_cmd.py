@@ -41,7 +41,7 @@ examples:
 
 # (dest, kind, default, help). kind: size, rate (0 or a size), int, float, bool, choice:a|b, str.
 FS_OPTIONS = [
-    ("fs_size", "size", "2G", "filesystem size (e.g. 64M, 2G)"),
+    ("fs_size", "size", None, "filesystem size (e.g. 64M, 2G; default 2G, or 4 × an internal journal larger than 512M)"),
     ("journal_size", "size", "32M", "journal size (internal: whole MiB; ext4 takes 1,024 blocks or more)"),
     ("inode_size", "int", 256, "inode size in bytes: 128, 256, 512, ... (128: no room for attributes in the inode)"),
     ("block_size", "int", 4096, "filesystem block size in bytes"),
@@ -179,6 +179,14 @@ def run(args):
 ALL_OPTIONS = FS_OPTIONS + PATTERN_OPTIONS + RUN_OPTIONS
 
 
+def default_fs_size(journal_size, journal_device):
+    """2G, or room for an internal journal larger than 512M (it takes at most 40% of the fs)."""
+    from .scratch import format_size, parse_size
+
+    jb = parse_size(journal_size, "--journal-size")
+    return "2G" if journal_device or jb <= 512 << 20 else format_size(4 * jb)
+
+
 def config_from(values, pattern, record=True, min_ms=1.0, output_dir=None, scratch_dir=None, progress=False,
                 extra=None):
     """LabConfig from parsed option values {dest: value or None}."""
@@ -189,6 +197,8 @@ def config_from(values, pattern, record=True, min_ms=1.0, output_dir=None, scrat
     for dest, kind, default, _ in FS_OPTIONS:
         v = values.get(dest)
         fs[dest] = default if v is None else v
+    if fs["fs_size"] is None:
+        fs["fs_size"] = default_fs_size(fs["journal_size"], fs["journal_device"])
     params = {dest: values[dest] for dest, *_ in PATTERN_OPTIONS if values.get(dest) is not None}
     run_vals = {dest: (default if values.get(dest) is None else values[dest]) for dest, _, default, _ in RUN_OPTIONS}
     return LabConfig(fs=FsConfig(**fs), pattern=pattern, params=params, jobs=run_vals["jobs"], seed=run_vals["seed"],

@@ -33,7 +33,8 @@ MARKER = "jstall-lab.json"
 SCRATCH_MARKER = ".jstall-lab-scratch"
 DATA_MODES = ("ordered", "writeback", "journal")
 BLOCK_SIZES = (1024, 2048, 4096)
-#: ext4's journal holds 1,024 to 10,240,000 blocks (mke2fs); an internal one at most half the fs.
+#: ext4's journal holds 1,024 to 10,240,000 blocks (mke2fs); an internal one within half the
+#: blocks left free after the inode tables (checked as 40% of the filesystem).
 JOURNAL_MIN_BLOCKS, JOURNAL_MAX_BLOCKS = 1024, 10_240_000
 #: space kept free beyond the images on the scratch directory's filesystem (bytes)
 FREE_MARGIN = 64 << 20
@@ -213,9 +214,11 @@ class FsConfig:
             lo = format_size(JOURNAL_MIN_BLOCKS * self.block_size)
             raise JstallError(f"--journal-size {self.journal_size} is {blocks} blocks; ext4 takes {JOURNAL_MIN_BLOCKS} to "
                               f"{JOURNAL_MAX_BLOCKS:,} blocks (at least {lo} with {self.block_size}-byte blocks)")
-        if not self.journal_device and jb > fs // 2:
+        # mke2fs (figure_journal_size) wants the journal within half the blocks left free after
+        # the inode tables and bitmaps: keep it to 40% of the filesystem.
+        if not self.journal_device and jb * 5 > fs * 2:
             raise JstallError(f"--journal-size {format_size(jb)} does not fit in --fs-size {format_size(fs)}: an internal "
-                              f"journal takes at most half the filesystem; give --fs-size {format_size(4 * jb)} or more")
+                              f"journal takes at most 40% of the filesystem; give --fs-size {format_size(4 * jb)} or more")
         if self.data_mode not in DATA_MODES:
             raise JstallError(f"--data-mode {self.data_mode}: choose one of {', '.join(DATA_MODES)}")
         if self.commit_interval is not None and (not isinstance(self.commit_interval, int) or self.commit_interval < 0):
