@@ -64,10 +64,38 @@ def run(args):
         command_tree=bool(command), min_ms=args.min_ms, quiet=args.quiet,
         console=sys.stderr if command else sys.stdout,
     ))
-    rec.start()
-    if command:
-        return _run_command(rec, command, args.duration)
-    return _run_system_wide(rec, args.duration)
+    # Signals are caught from before the probes attach: a Ctrl-C at any moment still ends
+    # with a complete session.
+    with _Signals() as sig:
+        rec.start()
+        if command:
+            return _run_command(rec, command, args.duration, sig)
+        return _run_system_wide(rec, args.duration, sig)
+
+
+class _Signals:
+    """SIGINT and SIGTERM while recording: remembered (``interrupted``, ``event``) and, once
+    the traced command runs, SIGTERM forwarded to it (the terminal sends SIGINT to the whole
+    foreground group, the command included)."""
+
+    def __init__(self):
+        self.event = threading.Event()
+        self.interrupted = False
+        self.proc = None
+
+    def _handle(self, signum, frame):
+        self.interrupted = True
+        self.event.set()
+        if self.proc is not None and signum != signal.SIGINT:
+            self.proc.send_signal(signum)
+
+    def __enter__(self):
+        self._old = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, *exc):
+        for s, h in self._old.items():
+            signal.signal(s, h)
 
 
 def _summary(rec, path):
@@ -85,7 +113,11 @@ def _summary(rec, path):
     print(f"jstall: session written to {path}", file=sys.stderr)
 
 
-def _run_command(rec, command, duration):
+def _run_command(rec, command, duration, sig):
+    if sig.interrupted:  # interrupted while the probes attached: do not start the command
+        path = rec.stop(command=command, status="interrupted")
+        _summary(rec, path)
+        return 130
     # Children of a traced tgid join the tree (sched_process_fork): trace jstall itself
     # only while it forks the command, so the command is traced from its first call.
     me = os.getpid()
@@ -99,47 +131,23 @@ def _run_command(rec, command, duration):
     finally:
         rec.untrace_tgid(me)
     rec.trace_tgid(proc.pid)
-    status = {"value": "complete"}
-
-    def forward(signum, frame):
-        status["value"] = "interrupted"
-        if signum != signal.SIGINT:  # the terminal already sent SIGINT to the command
-            proc.send_signal(signum)
-
-    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    sig.proc = proc
     timer = None
     if duration:
         timer = threading.Timer(duration, proc.terminate)
         timer.start()
     try:
-        while True:
-            try:
-                code = proc.wait()
-                break
-            except KeyboardInterrupt:
-                continue
+        code = proc.wait()
     finally:
         if timer:
             timer.cancel()
-        for s, h in old.items():
-            signal.signal(s, h)
-    path = rec.stop(command=command, exit_status=code, status=status["value"])
+    path = rec.stop(command=command, exit_status=code, status="interrupted" if sig.interrupted else "complete")
     _summary(rec, path)
     return code if code >= 0 else 128 - code
 
 
-def _run_system_wide(rec, duration):
-    done = threading.Event()
-
-    def stop(signum, frame):
-        done.set()
-
-    old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        done.wait(duration)
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
+def _run_system_wide(rec, duration, sig):
+    sig.event.wait(duration)
     path = rec.stop()
     _summary(rec, path)
     return 0
