@@ -52,7 +52,11 @@ def _phases(lab):
 
 
 def _rate_key(p):
-    """The phase's main rate: the first numeric ``*_per_s`` field (e.g. files_per_s)."""
+    """The phase's main rate: ``<unit>_per_s`` (e.g. files_per_s) when the phase has it, else
+    the first numeric ``*_per_s`` field."""
+    own = f"{p.get('unit')}_per_s"
+    if isinstance(p.get(own), (int, float)) and not isinstance(p.get(own), bool):
+        return own
     for k, v in p.items():
         if isinstance(v, (int, float)) and not isinstance(v, bool) and (k.endswith("_per_s") or k == "rate"):
             return k
@@ -143,7 +147,8 @@ class Sweep:
                 rk = _rate_key(p)
                 if rk:
                     row[f"{n}_rate"] = float(p[rk])
-                    self._rate_units.setdefault(n, rk)
+                    unit = p.get("unit") if rk == "rate_per_s" and isinstance(p.get("unit"), str) else None
+                    self._rate_units.setdefault(n, f"{unit}_per_s" if unit else rk)
             rows.append(row)
         if not rows:
             raise JstallError(f"{path}: no loadable run sessions in this sweep directory; run 'jstall lab sweep' again")
@@ -241,14 +246,19 @@ class Sweep:
         if row_option is None:
             row_option = next((o for o in self.options if "journal" in o and "size" in o),
                               self.options[0] if self.options else None)
-        t = self.by_config([row_option] if row_option else None)
-        key = row_option or "config"
+        # rows: row_option first, then every other swept option, so no configuration is pooled
+        keys = [row_option] + [o for o in self.options if o != row_option] if row_option else []
+        t = self.by_config(keys or None)
         cols = {}
         for p in self.phases:
             m, s = f"{p}_{value}_mean", f"{p}_{value}_sd"
             if m in t:
-                cols[p] = [f"{a:.1f} ± {b:.1f}" if a == a else "-" for a, b in zip(t[m], t[s])]
-        return pd.DataFrame(cols, index=pd.Index(t[key], name=key))
+                d = 3 if value == "s" else 1
+                cols[p] = [f"{a:.{d}f} ± {b:.{d}f}" if a == a else "-" for a, b in zip(t[m], t[s])]
+        if not keys:
+            return pd.DataFrame(cols, index=pd.Index(t["config"], name="config"))
+        index = pd.MultiIndex.from_frame(t[keys]) if len(keys) > 1 else pd.Index(t[keys[0]], name=keys[0])
+        return pd.DataFrame(cols, index=index)
 
     def to_dict(self):
         """JSON document of the sweep (see docs/analysis.md)."""
@@ -297,8 +307,10 @@ class Sweep:
                     units = ", ".join(f"{p}: {self.rate_unit(p)}" for p in pt.columns) if value == "rate" else "s"
                     out.append("")
                     out.append(f"{label} (mean ± sd; {units})")
-                    out.append(_table([pt.index.name] + list(pt.columns),
-                                      [[i] + list(r) for i, r in zip(pt.index, pt.itertuples(index=False))]))
+                    names = [n for n in pt.index.names if n]
+                    out.append(_table([" ".join(names)] + list(pt.columns),
+                                      [[" ".join(map(str, i)) if isinstance(i, tuple) else str(i)] + list(r)
+                                       for i, r in zip(pt.index, pt.itertuples(index=False))]))
         return "\n".join(out) + "\n"
 
 

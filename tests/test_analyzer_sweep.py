@@ -62,11 +62,15 @@ def test_sweep_tables(tmp_path):
     assert t.loc[("16M", "256"), "update_rate_mean"] == 2005 and t.loc[("16M", "256"), "update_rate_sd"] == pytest.approx(
         pd.Series([2000, 2010]).std())
     assert t.loc[("4M", "128"), "setxattr_max_ms_mean"] == 105
-    # the journal-size layout: rows journal size (ordered by size), columns phases
+    # the journal-size layout: rows journal size (ordered by size), then the other swept
+    # option, so that no two configurations are pooled; columns phases
     pt = sw.phase_table()
-    assert list(pt.index) == ["4M", "16M"] and list(pt.columns) == ["create", "update"]
-    assert pt.loc["4M", "update"] == f"{pd.Series([200, 210, 1000, 1010]).mean():.1f} ± " \
-                                      f"{pd.Series([200, 210, 1000, 1010]).std():.1f}"
+    assert list(pt.index) == [("4M", "128"), ("4M", "256"), ("16M", "128"), ("16M", "256")]
+    assert list(pt.index.names) == ["journal_size", "inode_size"] and list(pt.columns) == ["create", "update"]
+    for cfg in pt.index:
+        assert pt.loc[cfg, "update"] == f"{t.loc[cfg, 'update_rate_mean']:.1f} ± {t.loc[cfg, 'update_rate_sd']:.1f}"
+    assert list(sw.phase_table(row_option="inode_size").index)[:2] == [("128", "4M"), ("128", "16M")]
+    assert sw.rate_unit("update") == "updates/s" and sw.rate_unit("create") == "files/s"
     text = sw.text()
     assert "4M 128" in text and "update" in text
     d = sw.to_dict()
@@ -90,3 +94,13 @@ def test_sweep_command_and_damaged_runs(tmp_path, capsys):
         analyze_sweep(root)
     with pytest.raises(JstallError, match="not a lab sweep"):
         analyze_sweep(str(tmp_path))
+
+
+def test_a_phase_rate_is_its_own_units():
+    from jstall.analyzer.sweep import _rate_key
+
+    # a lab phase record: rate_per_s (ops/s) first, then the phase's own rate
+    assert _rate_key({"name": "file_create", "unit": "files", "rate_per_s": 9.0, "files_per_s": 9.0,
+                      "kib_per_s": 36.0}) == "files_per_s"
+    assert _rate_key({"name": "dir_create", "unit": "dirs", "rate_per_s": 3.0, "dirs_per_s": 3.0}) == "dirs_per_s"
+    assert _rate_key({"name": "update", "unit": "setxattr", "rate_per_s": 5.0}) == "rate_per_s"
