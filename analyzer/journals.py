@@ -277,8 +277,9 @@ def proc_agreement(session, txns, tolerance=0.01):
             scale = (1000.0 / hz) if is_time else 1.0
             avg1 = round(b[metric] / scale)
             avg0 = round(a.get(metric, 0) / scale) if n0 else 0
-            s = avg1 * n1 - avg0 * n0
-            low = s - max(n0 - 1, 0)
+            # the kernel's totals are sums of non-negative values: never below 0
+            s = max(avg1 * n1 - avg0 * n0, 0)
+            low = max(s - max(n0 - 1, 0), 0)
             high = s + max(n1 - 1, 0)
             ana = float(t[col].mean())
             kern = s / dn * scale
