@@ -126,6 +126,10 @@ def test_refuses_foreign_scratch_and_missing_space(scratch_dir, tmp_path):
     huge = format_size(((free.f_bavail * free.f_frsize) >> 30 << 30) + (8 << 30))
     with pytest.raises(JstallError, match="free"):
         ScratchFs(FsConfig(fs_size=huge, journal_size="1G"), scratch_dir=scratch_dir).__enter__()
+    assert not os.path.exists(scratch_dir)  # checked before the scratch directory is made
+    scratch.prepare_scratch(scratch_dir)
+    with pytest.raises(JstallError, match="free"):
+        ScratchFs(FsConfig(fs_size=huge, journal_size="1G"), scratch_dir=scratch_dir).__enter__()
     assert os.listdir(scratch_dir) == [scratch.SCRATCH_MARKER]
 
 

@@ -9,6 +9,7 @@ first fork to the reaping of the last job, on CLOCK_MONOTONIC (``time.monotonic_
 clock of the session's ``ts_ns``).
 """
 
+import contextlib
 import ctypes
 import dataclasses
 import json
@@ -134,8 +135,11 @@ def _fork_phase(phase, pat, roots, progress):
             if pid == 0:  # the job: never returns into the lab's own code
                 code = 1
                 try:
-                    signal.signal(signal.SIGINT, signal.SIG_DFL)
-                    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                    # Ctrl-C and SIGTERM end a job at once (the lab reaps it and cleans up); a
+                    # signal the lab was started ignoring (nohup, a background job) stays ignored.
+                    for sig in (signal.SIGINT, signal.SIGTERM):
+                        if signal.getsignal(sig) is not signal.SIG_IGN:
+                            signal.signal(sig, signal.SIG_DFL)
                     _set_comm(f"lab-{pat.name}")
                     os.close(r)
                     rng = pat.rng(phase.name, j)
@@ -170,19 +174,50 @@ def _fork_phase(phase, pat, roots, progress):
         for r in pipes:
             os.close(r)
         raise
-    results = []
-    for j, (r, st) in enumerate(zip(pipes, statuses)):
+    texts = []
+    for r in pipes:
         with os.fdopen(r, "rb") as f:
-            text = f.read()
+            texts.append(f.read())
+    # A job ended by Ctrl-C or SIGTERM (sent to the whole process group, as a terminal does)
+    # means the run was interrupted, not that the pattern failed.
+    for st in statuses:
+        if os.WIFSIGNALED(st) and os.WTERMSIG(st) in (signal.SIGINT, signal.SIGTERM):
+            raise KeyboardInterrupt(f"a {pat.name} job was ended by {signal.Signals(os.WTERMSIG(st)).name}")
+    results = []
+    for j, (text, st) in enumerate(zip(texts, statuses)):
         try:
-            res = json.loads(text) if text else {"error": f"exited with status {st}"}
+            res = json.loads(text) if text else {"error": _status_text(st)}
         except ValueError:
-            res = {"error": f"exited with status {st}"}
+            res = {"error": _status_text(st)}
         if "error" in res:
-            raise JstallError(f"{pat.name} phase {phase.name}, job {j}: {res['error']} "
-                              "(on ENOSPC give a larger --fs-size)")
+            hint = " (the filesystem is full: give a larger --fs-size)" if "No space left" in res["error"] else ""
+            raise JstallError(f"{pat.name} phase {phase.name}, job {j}: {res['error']}{hint}")
         results.append(res)
     return start, end, wall0, wall1, results
+
+
+def _status_text(status):
+    """'killed by SIGKILL' or 'exited with status N' for a waitpid status."""
+    if os.WIFSIGNALED(status):
+        try:
+            name = signal.Signals(os.WTERMSIG(status)).name
+        except ValueError:
+            name = f"signal {os.WTERMSIG(status)}"
+        return f"killed by {name}" + (" (out of memory?)" if os.WTERMSIG(status) == signal.SIGKILL else "")
+    return f"exited with status {os.waitstatus_to_exitcode(status)} without reporting its counts"
+
+
+@contextlib.contextmanager
+def _signals_deferred():
+    """Hold SIGINT and SIGTERM (main thread only) until the block is done."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def _phase_record(phase, start, end, wall0, wall1, counts):
@@ -245,18 +280,21 @@ def run_lab(cfg, before_phase=None, console=None, out=None):
             lab["start"] = {"monotonic_ns": time.monotonic_ns(), "wall": time.time()}
             for phase in pat.phases():
                 if phase.removal and lab["census"] is None and cfg.census:
-                    lab["census"] = patterns.census(roots)
+                    lab["census"] = {**patterns.census(roots), "before_phase": phase.name}
                 if phase.drop_caches:
                     fs.drop_caches()
                 if before_phase:
                     before_phase(phase.name, fs)
                 if pat.name == "command":
+                    w0 = time.time()
                     start, end, statuses = pat.run_command(fs.mountpoint, roots)
+                    secs = (end - start) / 1e9
                     lab["command_exit_statuses"] = statuses
-                    rec_ = {"name": "command", "unit": "runs", "start_ns": start, "end_ns": end,
-                            "seconds": (end - start) / 1e9, "ops": len(statuses), "files": 0, "dirs": 0,
-                            "attrs": 0, "bytes": 0, "jobs": len(statuses), "exit_statuses": statuses}
-                    lab["phases"].append(rec_)
+                    lab["phases"].append({
+                        "name": "command", "unit": "runs", "start_ns": start, "end_ns": end, "start_wall": w0,
+                        "end_wall": time.time(), "seconds": secs, "ops": len(statuses), "files": 0, "dirs": 0,
+                        "attrs": 0, "bytes": 0, "jobs": len(statuses), "per_job_ops": [1] * len(statuses),
+                        "rate_per_s": len(statuses) / secs if secs > 0 else None, "exit_statuses": statuses})
                     continue
                 t = bar.run(phase.name, phase.total, progress, time.monotonic_ns())
                 try:
@@ -265,27 +303,32 @@ def run_lab(cfg, before_phase=None, console=None, out=None):
                     bar.finish(t, phase.name, phase.total, progress.total())
                 lab["phases"].append(_phase_record(phase, start, end, w0, w1, counts))
             if lab["census"] is None and cfg.census:
-                lab["census"] = patterns.census(roots)
+                lab["census"] = {**patterns.census(roots), "before_phase": None}
             lab["end"] = {"monotonic_ns": time.monotonic_ns(), "wall": time.time()}
             status = "complete"
-        except JstallError as e:
-            lab["error"] = str(e)
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (scratch.Terminated)
+            status = "interrupted"
+            raise
+        except BaseException as e:
+            lab["error"] = str(e) if isinstance(e, JstallError) else f"{type(e).__name__}: {e}"
             status = "failed"
             raise
         finally:
             lab["status"] = status
             lab.setdefault("end", {"monotonic_ns": time.monotonic_ns(), "wall": time.time()})
             lab["seconds"] = sum(p["seconds"] for p in lab["phases"])
-            if rec is not None:
-                result.session_dir = rec.stop(extra_metadata={"lab": lab},
-                                              status="complete" if status == "complete" else "interrupted")
-                result.slow_calls = rec.rows["calls"]
-                result.events_lost = rec.metadata.get("events_lost")
-            elif cfg.output_dir:
-                os.makedirs(cfg.output_dir, exist_ok=True)
-                with open(os.path.join(cfg.output_dir, "lab.json"), "w") as f:
-                    json.dump(lab, f, indent=2, sort_keys=True)
-                result.session_dir = None
+            # A second Ctrl-C while the session is written waits until it is complete.
+            with _signals_deferred():
+                if rec is not None:
+                    result.session_dir = rec.stop(extra_metadata={"lab": lab},
+                                                  status="complete" if status == "complete" else "interrupted")
+                    result.slow_calls = rec.rows["calls"]
+                    result.events_lost = rec.metadata.get("events_lost")
+                elif cfg.output_dir:
+                    os.makedirs(cfg.output_dir, exist_ok=True)
+                    with open(os.path.join(cfg.output_dir, "lab.json"), "w") as f:
+                        json.dump(lab, f, indent=2, sort_keys=True)
+                    result.session_dir = None
     if out is not None:
         print_summary(result, out)
     return result
@@ -313,7 +356,8 @@ def print_summary(result, out):
               f"{_num(p.get('kib_per_s')):>10}", file=out)
     if lab.get("census"):
         cs = lab["census"]
-        print(f"census before removal: {cs['dirs']:,} dirs, {cs['files']:,} files, {cs['bytes']:,} bytes, "
+        when = "before removal" if any(p["name"] == cs.get("before_phase") for p in lab["phases"]) else "at the end"
+        print(f"census {when}: {cs['dirs']:,} dirs, {cs['files']:,} files, {cs['bytes']:,} bytes, "
               f"{cs['attrs']:,} attributes", file=out)
     if result.session_dir:
         lost = sum((result.events_lost or {}).values())

@@ -4,6 +4,7 @@ import argparse
 import datetime
 import json
 import os
+import signal
 import sys
 
 from jstall.errors import JstallError
@@ -17,27 +18,63 @@ again, leaving a session directory whose metadata holds the configuration and th
 timings. 'sweep' runs 'run' over every combination of comma-separated option values.
 'cleanup' removes what a crashed run left behind. Needs root."""
 
-EXAMPLES = """\
+SWEEP_DESCRIPTION = """\
+Run 'jstall lab run' over the cartesian product of comma-separated option values, times
+--repeat, one session per run under the sweep directory -o. Writes results.parquet/.csv
+(one row per run: configuration, per-phase seconds, ops and rates) and summary.parquet/.csv
+(mean and standard deviation per configuration). Running the same command again resumes:
+finished runs are kept, unfinished ones redone. Needs root."""
+
+CLEANUP_DESCRIPTION = """\
+Remove what crashed or killed lab runs left under the scratch directory: blkio throttle
+rules, mounts, loop devices backed by the run's own images, the images and run directories,
+found by the jstall-lab.json marker each run writes. Runs whose process still runs and
+anything without a marker are left alone. Needs root (--dry-run does not)."""
+
+RUN_EXAMPLES = """\
 examples:
-  # the classic stall: 128-byte inodes, small journal, slow disk (xattr defaults: 5,000 files,
-  # 2 attributes of 16 bytes, 54,247 updates)
+  # the classic stall in under a minute: 128-byte inodes (every attribute in its own block),
+  # a 4 MiB journal, a device that takes 2,000 writes/s; then the same with 256-byte inodes
+  sudo jstall lab run xattr --fs-size 256M --journal-size 4M --inode-size 128 \\
+      --files 3000 --updates 12000 --write-iops 2000 -o i128
+  sudo jstall lab run xattr --fs-size 256M --journal-size 4M --inode-size 256 \\
+      --files 3000 --updates 12000 --write-iops 2000 -o i256
+  jstall analyze i128
+  # the full-size classic report (5,000 files, 2 attributes of 16 bytes, 54,247 updates) on a
+  # disk that takes 200 writes/s: minutes with a 32 MiB journal and 128-byte inodes
   sudo jstall lab run xattr --inode-size 128 --journal-size 32M --write-iops 200 -o classic
-  sudo jstall lab run xattr --inode-size 256 --journal-size 32M --write-iops 200 -o big-inodes
-  jstall analyze classic
   # a quick look at a pattern, nothing recorded
   sudo jstall lab run fdtree --shape deep --no-record
-  # 1,000 files of about 64 KiB per process, 4 processes, an external journal on a fast device,
-  # the filesystem on an emulated disk
+  # 1,000 files of about 64 KiB per process, 4 processes, the filesystem on an emulated
+  # disk, its journal on a second, unthrottled loop device
   sudo jstall lab run smallfile --jobs 4 --journal-device --device-profile hdd
-  # any program, with the scratch mount point as its working directory
+  # any program, with the job's directory on the scratch filesystem as its working directory
+  # (fs_mark is in Debian's fsmark package)
   sudo jstall lab run command --command 'fs_mark -d . -n 2000 -s 0' --journal-size 16M
-  # journal size × inode size, 3 repeats each; re-running resumes
+"""
+
+SWEEP_EXAMPLES = """\
+examples:
+  # journal size × inode size on the xattr pattern, 3 repeats of each; re-running resumes
   sudo jstall lab sweep xattr --journal-size 16M,64M,256M,1G --inode-size 128,256 --repeat 3 -o sweep1
   jstall analyze sweep1
-  # remove loop devices, mounts, throttles and images a crashed run left
+  # metadata rates against journal size, shallow and deep trees (booleans take on,off)
+  sudo jstall lab sweep fdtree --shape shallow,deep --journal-size 16M,64M,256M,1G -o fdtree-sweep
+  # internal against external journal, the filesystem on an emulated disk
+  sudo jstall lab sweep smallfile --device-profile hdd --journal-device off,on --repeat 2 -o extj
+"""
+
+CLEANUP_EXAMPLES = """\
+examples:
+  # what a crashed or killed run left under the default scratch directory, then remove it
   sudo jstall lab cleanup --dry-run
   sudo jstall lab cleanup
+  # the same for runs made with --scratch
+  sudo jstall lab cleanup --scratch /var/tmp/my-lab
 """
+
+EXAMPLES = RUN_EXAMPLES + "\n" + SWEEP_EXAMPLES.replace("examples:\n", "") + "\n" + \
+    CLEANUP_EXAMPLES.replace("examples:\n", "")
 
 # (dest, kind, default, help). kind: size, rate (0 or a size), int, float, bool, choice:a|b, str.
 FS_OPTIONS = [
@@ -48,7 +85,7 @@ FS_OPTIONS = [
     ("journal_device", "bool", False, "put the journal on a second loop device (mkfs.ext4 -O journal_dev)"),
     ("fast_commit", "bool", False, "mkfs.ext4 -O fast_commit"),
     ("data_mode", "choice:ordered|writeback|journal", "ordered", "mount -o data=MODE"),
-    ("barrier", "bool", True, "mount with barrier (default) or nobarrier"),
+    ("barrier", "bool", True, "mount with barrier or nobarrier"),
     ("commit_interval", "int", None, "mount -o commit=SECONDS"),
     ("mkfs_options", "str", None, "more mke2fs options, e.g. '-E stride=4 -O ^metadata_csum' (-E -O -N -i -m -g -G -L -e)"),
     ("mount_options", "str", None, "more mount options, comma-separated, e.g. noatime,journal_checksum"),
@@ -84,6 +121,11 @@ PATTERN_NAMES = ("xattr", "fdtree", "smallfile", "command")
 SWEEP_KINDS = ("size", "rate", "int", "float", "bool", "choice")
 
 
+#: metavars of options that take a number or text
+METAVARS = {"inode_size": "BYTES", "block_size": "BYTES", "commit_interval": "SECONDS", "mkfs_options": "OPTIONS",
+            "mount_options": "OPT,...", "command": "COMMAND", "jobs": "N", "seed": "N"}
+
+
 def _flag(dest):
     return "--" + dest.replace("_", "-")
 
@@ -94,6 +136,8 @@ def parse_value(dest, kind, text):
 
     flag = _flag(dest)
     if kind == "size":
+        if dest == "file_size" and str(text).strip() == "0":
+            return "0"  # fdtree's empty files (smallfile refuses it)
         parse_size(text, flag)
         return str(text)
     if kind == "rate":
@@ -129,14 +173,18 @@ def _add_options(p, sweep):
                                help=help_ + (f" (default: {'on' if default else 'off'})" if default is not None else ""))
                 continue
             meta = "ON|OFF" if kind == "bool" else ("LIST" if sweep and sweepable else
-                                                     ("BYTES" if kind in ("size", "rate") else None))
+                                                     ("BYTES" if kind in ("size", "rate") else
+                                                      METAVARS.get(dest, "N" if kind == "int" else None)))
+            if kind == "bool" and default is not None:
+                default = "on" if default else "off"
             if kind.startswith("choice:") and not sweep:
                 g.add_argument(_flag(dest), dest=dest, choices=kind.split(":", 1)[1].split("|"), default=None,
                                help=help_ + (f" (default: {default})" if default is not None else ""))
             else:
                 g.add_argument(_flag(dest), dest=dest, metavar=meta, default=None,
                                help=help_ + (f" (default: {default})" if default is not None else ""))
-    p.add_argument("--min-ms", type=float, default=1.0, help="record calls at or above this many ms one by one (default 1)")
+    p.add_argument("--min-ms", metavar="MS", type=float, default=1.0,
+                   help="record calls at or above this many ms one by one (default 1)")
     p.add_argument("--scratch", metavar="DIR", default=None,
                    help="scratch directory for images and mounts (default /var/tmp/jstall-lab)")
     p.add_argument("--no-record", dest="record", action="store_false", help="run the pattern without recording")
@@ -149,21 +197,21 @@ def add_arguments(parser):
     sub.required = True
     fmt = argparse.RawDescriptionHelpFormatter
     run = sub.add_parser("run", help="one run: scratch ext4, record a pattern, tear down", formatter_class=fmt,
-                         description=DESCRIPTION, epilog=EXAMPLES)
+                         description=DESCRIPTION, epilog=RUN_EXAMPLES)
     run.add_argument("pattern", choices=PATTERN_NAMES, help="the workload")
     run.add_argument("-o", "--output", metavar="DIR", help="session directory (default jstall-lab-PATTERN-TIME)")
     run.add_argument("--json", action="store_true", help="print the lab metadata as JSON instead of the summary")
     _add_options(run, sweep=False)
     run.set_defaults(_lab=_run)
     sw = sub.add_parser("sweep", help="run over every combination of comma-separated option values",
-                        formatter_class=fmt, description=DESCRIPTION, epilog=EXAMPLES)
+                        formatter_class=fmt, description=SWEEP_DESCRIPTION, epilog=SWEEP_EXAMPLES)
     sw.add_argument("pattern", choices=PATTERN_NAMES, help="the workload")
     sw.add_argument("-o", "--output", metavar="DIR", required=True, help="sweep directory (re-run to resume)")
-    sw.add_argument("--repeat", type=int, default=1, help="runs of each configuration (default 1)")
+    sw.add_argument("--repeat", metavar="N", type=int, default=1, help="runs of each configuration (default 1)")
     _add_options(sw, sweep=True)
     sw.set_defaults(_lab=_sweep)
     cl = sub.add_parser("cleanup", help="remove what crashed runs left (loops, mounts, throttles, images)",
-                        formatter_class=fmt, description=DESCRIPTION, epilog=EXAMPLES)
+                        formatter_class=fmt, description=CLEANUP_DESCRIPTION, epilog=CLEANUP_EXAMPLES)
     cl.add_argument("--scratch", metavar="DIR", default=None, help="scratch directory (default /var/tmp/jstall-lab)")
     cl.add_argument("--dry-run", action="store_true", help="list what would be removed; change nothing")
     cl.set_defaults(_lab=_cleanup)
@@ -234,6 +282,7 @@ def _progress(args):
 
 def _run(args):
     from .lab import prepare, run_lab
+    from .scratch import Terminated
 
     values = _values(args, sweep=False)
     out_dir = args.output
@@ -244,7 +293,17 @@ def _run(args):
     prepare(cfg)
     if os.geteuid() != 0:
         raise JstallError("the lab makes loop devices and mounts: run it as root (sudo)")
-    res = run_lab(cfg, out=None if args.json else sys.stdout)
+    try:
+        res = run_lab(cfg, out=None if args.json else sys.stdout)
+    except KeyboardInterrupt as e:
+        kept = ""
+        if out_dir and (os.path.exists(os.path.join(out_dir, "metadata.json"))
+                        or os.path.exists(os.path.join(out_dir, "lab.json"))):
+            kept = f"; the session so far is in {out_dir} (status interrupted)"
+        print(f"jstall lab run: interrupted, everything it set up is removed{kept}", file=sys.stderr)
+        if isinstance(e, Terminated):
+            return 128 + signal.SIGTERM
+        raise
     if args.json:
         json.dump(res.lab, sys.stdout, indent=2, sort_keys=True)
         print()

@@ -129,6 +129,9 @@ class XattrPattern(Pattern):
         _positive("attr_size", p["attr_size"], 1, 4000)
         _positive("updates", p["updates"], 0, 100_000_000)
         p["remove"] = bool(p["remove"])
+        if p["files"] < self.jobs:
+            raise JstallError(f"--files {p['files']} is fewer than --jobs {self.jobs}: each job works on its own "
+                              "files; give more files or fewer jobs")
 
     def check_fits(self, fs_cfg):
         p = self.params

@@ -371,16 +371,19 @@ def _write_json(path, obj):
     os.replace(tmp, path)
 
 
-def prepare_scratch(scratch_dir=None):
-    """Create (or check) the scratch directory; refuse a directory holding files the lab did not make."""
+def prepare_scratch(scratch_dir=None, create=True):
+    """Create (or check) the scratch directory; refuse a directory holding files the lab did
+    not make. With create=False only check (nothing is created)."""
     base = os.path.abspath(scratch_dir or DEFAULT_SCRATCH)
-    if os.path.exists(base):
+    if os.path.lexists(base):
         if not os.path.isdir(base):
             raise JstallError(f"--scratch {base}: not a directory; give a new or empty directory")
         entries = os.listdir(base)
         if entries and SCRATCH_MARKER not in entries:
             raise JstallError(f"--scratch {base}: holds files the lab did not create; give a new or empty directory")
-    else:
+    if not create:
+        return base
+    if not os.path.isdir(base):
         os.makedirs(base, exist_ok=True)
     marker = os.path.join(base, SCRATCH_MARKER)
     if not os.path.exists(marker):
@@ -390,8 +393,12 @@ def prepare_scratch(scratch_dir=None):
 
 
 def check_free_space(base, needed):
-    """Refuse when the scratch directory's filesystem has less than needed + margin bytes free."""
-    st = os.statvfs(base)
+    """Refuse when the scratch directory's filesystem (that of its nearest existing parent,
+    before it is created) has less than needed + margin bytes free."""
+    where = base
+    while not os.path.isdir(where) and os.path.dirname(where) != where:
+        where = os.path.dirname(where)
+    st = os.statvfs(where)
     free = st.f_bavail * st.f_frsize
     if free < needed + FREE_MARGIN:
         raise JstallError(f"{base} has {format_size(free // (1 << 20) << 20)} free; the images need "
@@ -449,8 +456,9 @@ class ScratchFs:
         journal_limits = cfg.journal_limits() if cfg.journal_device else throttle.Limits()
         if data_limits or journal_limits:
             self.throttle_backend = throttle.backend()
-        base = prepare_scratch(self.scratch_dir)
+        base = prepare_scratch(self.scratch_dir, create=False)
         check_free_space(base, cfg.image_bytes())
+        prepare_scratch(base)
         self._install_sigterm()
         try:
             self._setup(base, data_limits, journal_limits)

@@ -57,22 +57,27 @@ def run_sweep(pattern, values, repeat, out_dir, record=True, min_ms=1.0, scratch
     """Run (or resume) a sweep; return 0. ``values``: {dest: [(text, parsed value)]}."""
     from .lab import prepare, run_lab
     from .lab_cmd import config_from
+    from .scratch import check_free_space, prepare_scratch
 
     out = out or sys.stdout
     console = console or sys.stderr
     axes, base, runs = plan(pattern, values, repeat)
     parsed = {d: dict(v) for d, v in values.items()}
-    configs = {}
+    configs, image_bytes = {}, 0
     for r in runs:  # validate every combination before touching anything
         vals = {d: parsed[d][t] for d, t in {**base, **r["options"]}.items()}
         configs[r["run"]] = vals
         try:
-            prepare(config_from(vals, pattern, record=record, min_ms=min_ms))
+            lab_cfg = config_from(vals, pattern, record=record, min_ms=min_ms)
+            prepare(lab_cfg)
         except JstallError as e:
             where = " ".join(f"--{d.replace('_', '-')} {t}" for d, t in r["options"].items())
             raise JstallError(f"{where}: {e}" if where else str(e)) from None
+        image_bytes = max(image_bytes, lab_cfg.fs.image_bytes())
     if os.geteuid() != 0:
         raise JstallError("the lab makes loop devices and mounts: run it as root (sudo)")
+    # the largest configuration's images must fit (one run at a time)
+    check_free_space(prepare_scratch(scratch_dir, create=False), image_bytes)
     doc = {"format": SWEEP_FORMAT, "version": SWEEP_VERSION, "pattern": pattern, "options": axes, "base": base,
            "repeat": repeat, "record": record, "min_ms": min_ms, "runs": runs}
     path = os.path.join(out_dir, "sweep.json")
@@ -121,6 +126,11 @@ def run_sweep(pattern, values, repeat, out_dir, record=True, min_ms=1.0, scratch
             run_lab(cfg)
             durations.append(time.monotonic() - t0)
             write_results(out_dir)
+    except KeyboardInterrupt:
+        done = sum(1 for r in runs if _finished(os.path.join(out_dir, r["run"])))
+        print(f"sweep {out_dir}: interrupted with {done} of {len(runs)} runs finished; run the same command again "
+              "to resume", file=console, flush=True)
+        raise
     finally:
         if any(_finished(os.path.join(out_dir, r["run"])) for r in runs):
             write_results(out_dir)
