@@ -1,5 +1,7 @@
 """The bpftrace scripts (probes/*.bt) on a real loop-device ext4 where an xattr workload
-stalls in forced checkpoints (128-byte inodes, 4 MiB journal, throttled device)."""
+stalls in forced checkpoints (128-byte inodes, 4 MiB journal, throttled device): each script
+runs under bpftrace while the workload runs, is stopped with SIGINT, and what it printed is
+checked against the workload and /proc/fs/jbd2/<dev>/info."""
 
 import json
 import os
@@ -8,11 +10,16 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
+import uuid
 
 import pytest
 
+from jstall.probes.host import config_hz
 from jstall.workloads.scratch import FsConfig, ScratchFs
+
+from conftest import leftovers
 
 pytestmark = [
     pytest.mark.kernel,
@@ -23,33 +30,60 @@ pytestmark = [
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROBES = os.path.join(os.path.dirname(HERE), "probes")
 MIN_MS = 50
-CALL = re.compile(r"^\d\d:\d\d:\d\d (\S+)\s+(\d+)\s+(\d+)\s+(\w+)\s+(\d+\.\d+)\s+(-?\d+) +(\d+),(\d+)\s+(\d+)$")
-COMMIT = re.compile(r"^\d\d:\d\d:\d\d\s+(\d+),(\d+)\s+(\d+)\s+" + r"\s+".join([r"(\d+\.\d+)"] * 4) + r"\s+(\d+)\s+(\d+)\s+(\d+)$")
+FILES, UPDATES = 3000, 4000
+HZ = config_hz() or 250
+# 09:13:46 python  8453  8453  setxattr  2424.210  0  7,2  1
+CALL = re.compile(r"^\d\d:\d\d:\d\d (.{16}) (\d+)\s+(\d+)\s+(\w+)\s+(\d+\.\d+)\s+(-?\d+)\s+(\d+),(\d+)\s+(\d+)$")
+# (two spaces, then) +  985.833 ms  checkpoint  result 1 (this task writes blocks home)
+EVENT = re.compile(r"^    \+\s*(\d+\.\d+) ms  (\w+)\s+(.*)$")
+# 09:13:46   7,2   5   0   2440   0.005   0.012   3.699   1165   1334   1357
+COMMIT = re.compile(r"^\d\d:\d\d:\d\d\s+(\d+),(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+"
+                    r"(\d+\.\d+)\s+(\d+\.\d+)\s+(\d+\.\d+)\s+(\d+)\s+(\d+)\s+(\d+)$")
+AVERAGE = re.compile(r"^\s+(\d+),(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+\.\d+)\s+(\d+\.\d+)\s+(\d+\.\d+)"
+                     r"\s+(\d+)\s+(\d+)\s+(\d+)$")
+RLIMIT = "couldn't set RLIMIT_MEMLOCK"
 
 
-def transactions(name):
+def errors(stderr):
+    """stderr lines other than bpftrace's harmless RLIMIT_MEMLOCK warning."""
+    return [line for line in stderr.splitlines() if line.strip() and RLIMIT not in line]
+
+
+def proc_info(name):
     with open(f"/proc/fs/jbd2/{name}/info") as f:
-        return int(re.match(r"(\d+) transactions", f.read()).group(1))
+        text = f.read()
+    info = {"transactions": int(re.match(r"(\d+) transactions", text).group(1))}
+    for key, pattern in (("running_ms", r"(\d+)ms running transaction"),
+                         ("handles", r"(\d+) handles per transaction"),
+                         ("blocks", r"(\d+) blocks per transaction"),
+                         ("logged", r"(\d+) logged blocks per transaction")):
+        m = re.search(pattern, text)
+        info[key] = int(m.group(1)) if m else None
+    return info
 
 
 class Bpftrace:
     """One script running under bpftrace, its stdout in a file; stop() ends it with SIGINT
-    (its END block and map printing run) and returns what it printed."""
+    (its END block runs) and returns what it printed on stdout and stderr."""
 
     def __init__(self, tmp, script, *args):
-        self.out = open(os.path.join(tmp, os.path.basename(script) + ".out"), "w+")
+        self.out = open(os.path.join(tmp, f"{script}-{'-'.join(map(str, args))}.out"), "w+")
         self.proc = subprocess.Popen(["bpftrace", os.path.join(PROBES, script), *map(str, args)],
                                      stdout=self.out, stderr=subprocess.PIPE, text=True)
 
+    def text(self):
+        self.out.seek(0)
+        return self.out.read()
+
     def wait_attached(self, timeout=60):
+        """Until the script has printed its header: then every probe is attached."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            self.out.seek(0)
-            if "Ctrl-C to end" in self.out.read():
+            if "Ctrl-C to end" in self.text():
                 return
             if self.proc.poll() is not None:
                 raise AssertionError(f"bpftrace exited: {self.proc.stderr.read()}")
-            time.sleep(0.2)
+            time.sleep(0.1)
         raise AssertionError("bpftrace did not attach in time")
 
     def stop(self):
@@ -60,8 +94,7 @@ class Bpftrace:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             _, err = self.proc.communicate()
-        self.out.seek(0)
-        text = self.out.read()
+        text = self.text()
         self.out.close()
         return text, err
 
@@ -69,88 +102,188 @@ class Bpftrace:
 @pytest.fixture(scope="module")
 def traced(tmp_path_factory):
     tmp = str(tmp_path_factory.mktemp("bt"))
+    scratch = f"/var/tmp/jstall-test-bt-{uuid.uuid4().hex[:10]}"
+    # 1 KiB blocks: a 4 MiB journal of 4096 blocks, one 1 KiB attribute block per file
     cfg = FsConfig(fs_size="64M", journal_size="4M", inode_size=128, block_size=1024, write_iops=2000)
-    with ScratchFs(cfg) as fs:
-        mnt, name = fs.mountpoint, os.path.basename(fs.device) + "-8"
-        major, minor = map(int, fs.dev.split(":"))
-        subprocess.run(["sync", "-f", mnt], check=True)
-        scripts = [Bpftrace(tmp, "jstall-slowcalls.bt", MIN_MS), Bpftrace(tmp, "jstall-commits.bt")]
-        try:
-            for s in scripts:
-                s.wait_attached()
-            before = transactions(name)
-            work = subprocess.run([sys.executable, os.path.join(HERE, "xattr_workload.py"),
-                                   os.path.join(mnt, "d"), "3000", "4000"],
-                                  capture_output=True, text=True, timeout=600, check=True)
-            subprocess.run(["sync", "-f", mnt], check=True)  # commit what is left
-            after = transactions(name)
-        finally:
-            (slow, slow_err), (commits, commits_err) = [s.stop() for s in scripts]
-        settled = transactions(name)
-        journal_blocks = int(fs.dumpe2fs()["journal_blocks"])
-    return {"slow": slow, "commits": commits, "stderr": slow_err + commits_err, "dev": (major, minor),
-            "proc_delta": after - before, "settled": settled == after, "journal_blocks": journal_blocks,
-            "workload": json.loads(work.stdout)}
+    try:
+        with ScratchFs(cfg, scratch_dir=scratch) as fs:
+            mnt, name = fs.mountpoint, os.path.basename(fs.device) + "-8"
+            major, minor = map(int, fs.dev.split(":"))
+            journal_blocks = int(fs.dumpe2fs()["journal_blocks"])
+            subprocess.run(["sync", "-f", mnt], check=True)
+            scripts = {"slow": Bpftrace(tmp, "jstall-slowcalls.bt", MIN_MS),
+                       "commits": Bpftrace(tmp, "jstall-commits.bt", HZ, major, minor),
+                       "jiffies": Bpftrace(tmp, "jstall-commits.bt")}
+            try:
+                for s in scripts.values():
+                    s.wait_attached()
+                before = proc_info(name)
+                work = subprocess.run([sys.executable, os.path.join(HERE, "xattr_workload.py"),
+                                       os.path.join(mnt, "d"), str(FILES), str(UPDATES)],
+                                      capture_output=True, text=True, timeout=600, check=True)
+                subprocess.run(["sync", "-f", mnt], check=True)  # commit what is left
+                after = proc_info(name)
+            finally:
+                out = {key: s.stop() for key, s in scripts.items()}
+            settled = proc_info(name)["transactions"] == after["transactions"]
+    finally:
+        left = leftovers(scratch)
+        if not any(left):
+            shutil.rmtree(scratch, ignore_errors=True)
+    assert not any(left), left
+    return {"out": {key: text for key, (text, _) in out.items()},
+            "stderr": {key: err for key, (_, err) in out.items()},
+            "dev": (major, minor), "before": before, "after": after, "settled": settled,
+            "journal_blocks": journal_blocks, "workload": json.loads(work.stdout)}
 
 
-def _calls(text):
-    """[(header fields, [indented event lines])] of jstall-slowcalls' output."""
-    calls = []
+def calls(text):
+    """[(call line fields, [(offset ms, event name, rest)])] of jstall-slowcalls' output."""
+    out = []
     for line in text.splitlines():
         m = CALL.match(line)
         if m:
-            calls.append((m.groups(), []))
-        elif line.startswith("    ") and calls:
-            calls[-1][1].append(line.strip())
-    return calls
+            comm, pid, tid, call, lat, ret, major, minor, handles = m.groups()
+            out.append(({"comm": comm.strip(), "pid": int(pid), "call": call, "lat": float(lat),
+                         "ret": int(ret), "dev": (int(major), int(minor)), "handles": int(handles)}, []))
+        elif line.startswith("    +"):
+            m = EVENT.match(line)
+            assert m and out, line
+            out[-1][1].append((float(m.group(1)), m.group(2), m.group(3)))
+    return out
 
 
-def test_slowcalls_prints_the_workloads_stalled_setxattr_with_its_own_checkpoint(traced):
-    calls = _calls(traced["slow"])
-    assert calls, traced["slow"] + traced["stderr"]
+def commits(text, dev=None):
+    rows = []
+    for m in map(COMMIT.match, text.splitlines()):
+        if m and (dev is None or (int(m.group(1)), int(m.group(2))) == dev):
+            g = m.groups()
+            rows.append({"dev": (int(g[0]), int(g[1])), "tid": int(g[2]), "wait": int(g[3]),
+                         "run": int(g[4]), "lock": float(g[5]), "flush": float(g[6]),
+                         "log": float(g[7]), "handles": int(g[8]), "blocks": int(g[9]),
+                         "logged": int(g[10])})
+    return rows
+
+
+def averages(text):
+    """{dev: (commits, wait, run, lock, flush, log, handles, blocks, logged)} of the end summary."""
+    summary = text.split("Averages per journal", 1)[1]
+    return {(int(m.group(1)), int(m.group(2))): tuple(map(float, m.groups()[2:]))
+            for m in map(AVERAGE.match, summary.splitlines()) if m}
+
+
+def test_scripts_ran_cleanly(traced):
+    for key, err in traced["stderr"].items():
+        assert not errors(err), (key, err)
+
+
+def test_slowcalls_shows_the_stalled_setxattr_and_its_own_forced_checkpoint(traced):
     pid = traced["workload"]["pid"]
-    mine = [(f, ev) for f, ev in calls if int(f[1]) == pid]
-    assert mine and all(f[3] == "setxattr" for f, _ in mine)
-    assert all(float(f[4]) >= MIN_MS for f, _ in calls)
-    assert all((int(f[6]), int(f[7])) == traced["dev"] and int(f[8]) >= 1 for f, _ in mine)
-    # a checkpoint ran in the stalled task's own thread, and the journal thread committed
-    assert any(any(e.split("ms", 1)[1].split()[0] == "jbd2_checkpoint" for e in ev) for _, ev in mine)
-    assert any(any("(journal thread)" in e for e in ev) for _, ev in mine)
-    # event offsets lie inside the call
-    for f, ev in mine:
-        for e in ev:
-            if e.startswith("+"):
-                assert 0 <= float(e[1:].split("ms")[0]) <= float(f[4]) + 1, e
+    mine = [(c, ev) for c, ev in calls(traced["out"]["slow"]) if c["pid"] == pid]
+    assert mine, traced["out"]["slow"]
+    committed = {r["tid"] for r in commits(traced["out"]["commits"])}
+    for c, ev in mine:
+        assert c["call"] == "setxattr" and c["ret"] == 0 and c["lat"] >= MIN_MS, c
+        assert c["dev"] == traced["dev"] and c["handles"] >= 1, c
+        own = [e for e in ev if e[1] != "commit"]
+        phases = [e for e in ev if e[1] == "commit"]
+        # each section in time order, inside the call
+        for section in (own, phases):
+            offsets = [e[0] for e in section]
+            assert offsets == sorted(offsets) and all(0 <= o <= c["lat"] for o in offsets), ev
+        for offset, name, rest in own:
+            if name == "checkpoint_stats":
+                assert int(re.search(r"(\d+) blocks written", rest).group(1)) <= traced["journal_blocks"]
+            if name == "update_log_tail":
+                assert int(re.search(r"(\d+) blocks freed", rest).group(1)) <= traced["journal_blocks"]
+            if name == "handle":
+                assert float(re.search(r"after waiting (\d+\.\d+) ms", rest).group(1)) <= offset + 0.01
+        # the commits the journal thread made meanwhile are commits jstall-commits printed
+        assert {int(re.search(r"tid (\d+)", e[2]).group(1)) for e in phases} <= committed
+    # A call waited for a handle while it checkpointed the journal itself: the checkpoint
+    # fired in the caller's thread, during the wait for its handle.
+    def forced(ev):
+        names = [name for _, name, _ in ev]
+        if "checkpoint" not in names or "handle" not in names:
+            return False
+        checkpoint = next(e for e in ev if e[1] == "checkpoint")
+        handle = next(e for e in ev if e[1] == "handle")
+        waited = float(re.search(r"after waiting (\d+\.\d+) ms", handle[2]).group(1))
+        return handle[0] - waited <= checkpoint[0] <= handle[0] and waited >= MIN_MS / 2
+    assert any(forced(ev) for _, ev in mine), traced["out"]["slow"]
+    assert any("this task writes blocks home" in rest for _, ev in mine for _, _, rest in ev)
 
 
 def test_commits_prints_every_transaction_the_kernel_counts(traced):
-    rows = [m.groups() for m in map(COMMIT.match, traced["commits"].splitlines()) if m]
-    mine = [r for r in rows if (int(r[0]), int(r[1])) == traced["dev"]]
     if not traced["settled"]:
-        pytest.skip("a commit happened while bpftrace was stopping")
-    assert traced["proc_delta"] > 3
-    assert len(mine) == traced["proc_delta"], traced["commits"]
-    tids = [int(r[2]) for r in mine]
-    assert tids == sorted(tids) and len(set(tids)) == len(tids)
-    for r in mine:
-        handles, blocks, logged = map(int, r[7:10])
-        assert 0 <= blocks <= logged <= traced["journal_blocks"], r
-        assert all(float(x) >= 0 for x in r[3:7])
-    # a commit of 1,000 and more attribute blocks, and one transaction held open by a forced checkpoint
-    assert max(int(r[8]) for r in mine) > 1000
-    assert max(float(r[3]) for r in mine) >= MIN_MS
-    m = re.search(r"@transactions\[%d, %d\]: (\d+)" % traced["dev"], traced["commits"])
-    assert m and int(m.group(1)) == len(mine)
+        pytest.skip("a commit happened between the last /proc read and the end of tracing")
+    rows = commits(traced["out"]["commits"])
+    assert rows and all(r["dev"] == traced["dev"] for r in rows), traced["out"]["commits"]
+    assert len(rows) == traced["after"]["transactions"] - traced["before"]["transactions"] > 3
+    tids = [r["tid"] for r in rows]
+    assert tids == list(range(tids[0], tids[0] + len(tids)))
+    for r in rows:  # (a transaction may commit empty: no handle, no block)
+        assert 0 <= r["blocks"] <= r["logged"] <= traced["journal_blocks"], r
+        assert r["log"] > 0 and r["lock"] >= 0 and r["flush"] >= 0, r
+    # commits of more than 1,000 attribute blocks, and a transaction held open for a forced checkpoint
+    assert max(r["blocks"] for r in rows) > 1000
+    assert max(r["run"] for r in rows) >= MIN_MS
 
 
-def test_slowcalls_threshold_argument():
-    """The header states the threshold it was given, and 10 ms without one."""
-    for args, ms in (((), 10), ((250,), 250)):
-        p = subprocess.Popen(["bpftrace", os.path.join(PROBES, "jstall-slowcalls.bt"), *map(str, args)],
-                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        try:
-            first = [p.stdout.readline() for _ in range(2)]
-        finally:
+def test_commits_summary_averages_its_lines_as_proc_info_does(traced):
+    rows = commits(traced["out"]["commits"])
+    n = len(rows)
+    avg = averages(traced["out"]["commits"])[traced["dev"]]
+    assert avg[0] == n
+    assert avg[6:] == tuple(sum(r[k] for r in rows) // n for k in ("handles", "blocks", "logged"))
+    assert abs(avg[2] - sum(r["run"] for r in rows) / n) <= 1
+    assert abs(avg[5] - sum(r["log"] for r in rows) / n) <= 0.002
+    if traced["before"]["transactions"] == 0 and traced["settled"]:
+        # freshly mounted: /proc's averages cover exactly the traced transactions
+        info = traced["after"]
+        assert (info["handles"], info["blocks"], info["logged"]) == tuple(map(int, avg[6:]))
+        assert abs(info["running_ms"] - avg[2]) <= 1000 / HZ  # /proc averages whole jiffies
+
+
+def test_commits_without_arguments_reports_jiffies_for_every_journal(traced):
+    """No HZ: WAIT and RUN in jiffies; no device: every journal, ours among them."""
+    text = traced["out"]["jiffies"]
+    assert re.search(r"^TIME .* WAIT\(j\) +RUN\(j\) ", text, re.M) and "of device" not in text
+    in_ms = {r["tid"]: r for r in commits(traced["out"]["commits"])}
+    in_jiffies = {r["tid"]: r for r in commits(text, traced["dev"])}
+    assert in_jiffies.keys() == in_ms.keys()
+    for tid, r in in_jiffies.items():
+        assert r["run"] * 1000 // HZ == in_ms[tid]["run"]
+        assert (r["handles"], r["blocks"], r["logged"]) == (
+            in_ms[tid]["handles"], in_ms[tid]["blocks"], in_ms[tid]["logged"])
+    text = traced["out"]["commits"]
+    assert re.search(r"^TIME .* WAIT\(ms\)  RUN\(ms\) ", text, re.M) and "of device %d,%d" % traced["dev"] in text
+
+
+def run_briefly(script, *args, wait_for="Ctrl-C to end"):
+    """Run a script until it prints wait_for or exits; returns (stdout, stderr, exit status)."""
+    p = subprocess.Popen(["bpftrace", os.path.join(PROBES, script), *map(str, args)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = []
+    timer = threading.Timer(60, p.kill)
+    timer.start()
+    try:
+        for line in p.stdout:
+            lines.append(line)
+            if wait_for in line:
+                break
+    finally:
+        if p.poll() is None:
             p.send_signal(signal.SIGINT)
-            p.communicate(timeout=60)
-        assert f"Tracing metadata calls >= {ms} ms" in "".join(first), first
+        out, err = p.communicate(timeout=60)
+        timer.cancel()
+    return "".join(lines) + out, err, p.returncode
+
+
+def test_usage_and_arguments():
+    out, err, _ = run_briefly("jstall-slowcalls.bt")
+    assert "Tracing metadata calls >= 10 ms" in out and not errors(err), (out, err)
+    out, err, _ = run_briefly("jstall-commits.bt", 250, 7, wait_for="USAGE")
+    assert "USAGE: jstall-commits.bt [HZ [MAJOR MINOR]]" in out and "Tracing" not in out
+    out, err, status = run_briefly("jstall-commits.bt", "7,0", wait_for="USAGE")
+    assert status != 0 and "used numerically" in err, (out, err)
