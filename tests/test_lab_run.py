@@ -10,10 +10,13 @@ import subprocess
 import sys
 import time
 
+import pandas as pd
 import pytest
 
 from conftest import leftovers, throttle_rules
 from jstall.analyzer import load_session
+from jstall.cli import build_parser
+from jstall.workloads import lab_cmd, scratch, throttle
 from jstall.workloads.lab import LabConfig, run_lab
 from jstall.workloads.scratch import FsConfig
 
@@ -50,6 +53,78 @@ def walk(mountpoint):
 def phase(lab, name):
     (p,) = [p for p in lab["phases"] if p["name"] == name]
     return p
+
+
+def cli_config(argv, scratch_dir, **kw):
+    """The LabConfig `jstall lab run ARGV` builds (the command's own parsing)."""
+    args = build_parser("lab").parse_args(["lab", "run", *argv])
+    return lab_cmd.config_from(lab_cmd._values(args, sweep=False), args.pattern, scratch_dir=scratch_dir, **kw)
+
+
+def read_back(fs):
+    """dumpe2fs -h of the filesystem (and its journal device) and the /proc/mounts entry, read
+    independently of the lab."""
+    def dump(dev):
+        text = subprocess.run(["dumpe2fs", "-h", dev], capture_output=True, text=True, check=True).stdout
+        return {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in text.splitlines()) if v}
+
+    with open("/proc/mounts") as f:
+        (opts,) = [line.split()[3].split(",") for line in f if line.split()[1] == fs.mountpoint]
+    return dump(fs.device), dump(fs.journal_device) if fs.journal_device else None, opts
+
+
+@pytest.mark.parametrize("argv, check", [
+    (["--fs-size", "64M", "--journal-size", "8M", "--inode-size", "128", "--block-size", "1024",
+      "--data-mode", "journal", "--commit-interval", "7", "--mount-options", "noatime,nodelalloc",
+      "--mkfs-options=-L jstlab -O ^metadata_csum -N 4096", "--write-iops", "5000"], "internal"),
+    (["--fs-size", "32M", "--journal-size", "6M", "--inode-size", "512", "--journal-device", "--fast-commit",
+      "--data-mode", "writeback", "--no-barrier", "--journal-device-profile", "ssd", "--device-profile", "hdd",
+      "--read-iops", "0"], "external"),
+])
+def test_cli_options_take_effect(scratch_dir, argv, check):
+    """The options of `jstall lab run`, parsed as the command parses them, show in dumpe2fs
+    and /proc/mounts (read here, independently), in the blkio rules, and the lab metadata
+    holds the same values."""
+    seen = {}
+
+    def hook(name, fs):
+        if not seen:
+            seen["sb"], seen["jsb"], seen["opts"] = read_back(fs)
+            seen["rules"] = {k: v for k, v in throttle_rules().items() if k[1] in (fs.dev, fs.journal_dev)}
+            seen["fs"] = (fs.dev, fs.journal_dev, fs.journal_device)
+
+    cfg = cli_config(["xattr", *argv, "--files", "20", "--updates", "10", "--no-record"], scratch_dir, record=False)
+    lab = run_lab(cfg, before_phase=hook).lab
+    sb, jsb, opts = seen["sb"], seen["jsb"], seen["opts"]
+    dev, jdev, jdevice = seen["fs"]
+    feats = sb["Filesystem features"].split()
+    if check == "internal":
+        assert (sb["Block size"], sb["Inode size"], sb["Total journal blocks"]) == ("1024", "128", "8192")
+        assert sb["Filesystem volume name"] == "jstlab" and "metadata_csum" not in feats
+        assert int(sb["Inode count"]) == 4096 and jsb is None and "fast_commit" not in feats
+        assert {"data=journal", "commit=7", "noatime", "nodelalloc"} <= set(opts)
+        assert seen["rules"] == {("write_iops", dev): 5000}
+        assert lab["dumpe2fs"]["journal_blocks"] == 8192 and not lab["dumpe2fs"]["external_journal"]
+    else:
+        assert (sb["Block size"], sb["Inode size"]) == ("4096", "512") and "fast_commit" in feats
+        st = os.stat(jdevice)
+        assert int(sb["Journal device"], 16) == os.major(st.st_rdev) << 8 | os.minor(st.st_rdev)
+        assert "journal_dev" in jsb["Filesystem features"].split()
+        assert int(jsb["Block count"]) * 4096 == (6 << 20) + 4096 + 256 * 4096  # superblock, fast-commit area
+        assert jsb["Filesystem UUID"] == sb["Journal UUID"] and jsb["Journal users"] == sb["Filesystem UUID"]
+        assert lab["dumpe2fs"]["journal_blocks"] == int(jsb["Block count"]) and lab["dumpe2fs"]["external_journal"]
+        assert lab["dumpe2fs"]["fast_commit"] and lab["filesystem"]["journal_dev"] == jdev
+        assert {"data=writeback", "nobarrier"} <= set(opts)
+        hdd, ssd = throttle.PROFILES["hdd"], throttle.PROFILES["ssd"]
+        assert seen["rules"] == {("write_iops", dev): hdd.write_iops, ("read_bps", dev): hdd.read_bps,
+                                 ("write_bps", dev): hdd.write_bps,  # --read-iops 0: unlimited
+                                 ("read_iops", jdev): ssd.read_iops, ("write_iops", jdev): ssd.write_iops,
+                                 ("read_bps", jdev): ssd.read_bps, ("write_bps", jdev): ssd.write_bps}
+    assert lab["dumpe2fs"]["inode_size"] == int(sb["Inode size"])
+    assert lab["dumpe2fs"]["block_size"] == int(sb["Block size"])
+    assert lab["filesystem"]["mount_options"].split(",") == opts
+    assert lab["config"]["journal_device"] == (check == "external")
+    assert not [k for k in throttle_rules() if k[1] in (dev, jdev)]  # removed afterwards
 
 
 def test_xattr_does_the_work_it_reports(scratch_dir, tmp_path):
@@ -126,6 +201,60 @@ def test_smallfile_does_the_work_it_reports(scratch_dir):
     assert 50 * 4096 <= w["bytes"] <= 50 * 12288
     assert w["owners"] == {(65534, 65534)} and w["modes"] == {0o640}
     assert phase(lab, "stat")["files"] == phase(lab, "unlink")["files"] == 50
+    assert phase(lab, "unlink")["dirs"] == 6
+    census = lab["census"]
+    assert (census["dirs"], census["files"], census["bytes"], census["before_phase"]) == (6, 50, w["bytes"], "unlink")
+
+
+RECORDED = {
+    "xattr": ({"files": 120, "attrs": 2, "attr_size": 16, "updates": 200, "remove": True},
+              lambda ph: {"create": {"openat": ph["create"]["files"], "setxattr": ph["create"]["attrs"]},
+                          "update": {"setxattr": ph["update"]["attrs"]},
+                          "remove": {"removexattr": ph["remove"]["attrs"], "unlink": ph["remove"]["files"]}}),
+    "fdtree": ({"shape": "deep", "levels": 3, "fanout": 3, "files_per_dir": 2, "file_size": "1K"},
+               lambda ph: {"dir_create": {"mkdir": ph["dir_create"]["dirs"]},
+                           "file_create": {"openat": ph["file_create"]["files"]},
+                           "file_remove": {"unlink": ph["file_remove"]["files"]},
+                           "dir_remove": {"rmdir": ph["dir_remove"]["dirs"]}}),
+    "smallfile": ({"files": 40, "file_size": "2K", "files_per_dir": 15},
+                  lambda ph: {"write": {"mkdir": ph["write"]["dirs"], "openat": ph["write"]["files"]},
+                              "unlink": {"unlink": ph["unlink"]["files"], "rmdir": ph["unlink"]["dirs"]}}),
+}
+
+
+@pytest.mark.parametrize("pattern", sorted(RECORDED))
+def test_recording_shows_exactly_each_phases_work(scratch_dir, tmp_path, pattern):
+    """Recorded with every call kept (--min-ms 0): the calls that changed the filesystem
+    inside each phase's [start_ns, end_ns) are the phase's own work, made by the pattern's
+    jobs under the name lab-PATTERN, and their counts are the counts the phase reports;
+    no job made a call outside its phases."""
+    params, expected = RECORDED[pattern]
+    cfg = LabConfig(fs=FsConfig(**TINY), pattern=pattern, jobs=2, params=params, min_ms=0,
+                    output_dir=str(tmp_path / "s"), scratch_dir=scratch_dir)
+    res = run_lab(cfg)
+    s = load_session(res.session_dir)
+    assert s.meta["events_lost"] == {"calls": 0, "offcpu": 0, "jbd2": 0}
+    lab = s.meta["lab"]
+    assert lab == json.loads(json.dumps(res.lab))
+    calls = s.calls
+    dev = lab["filesystem"]["dev"]
+    assert set(calls.dev) == {dev} and (calls.ret >= 0).all()
+    assert set(calls.comm) == {f"lab-{pattern}"}
+    phases = {p["name"]: p for p in lab["phases"]}
+    inside = pd.Series(False, index=calls.index)
+    for name, want in expected(phases).items():
+        p = phases[name]
+        mine = (calls.ts_ns >= p["start_ns"]) & (calls.ts_ns < p["end_ns"])
+        inside |= mine
+        got = calls[mine].syscall.value_counts().to_dict()
+        assert {k: got.get(k, 0) for k in want} == want, (name, got)
+        assert calls[mine].pid.nunique() == 2                # both jobs, forked for this phase
+    for name in set(phases) - set(expected(phases)):
+        p = phases[name]
+        inside |= (calls.ts_ns >= p["start_ns"]) & (calls.ts_ns < p["end_ns"])
+    assert inside.all()                                      # every call inside some phase
+    totals = s.call_totals.groupby("syscall")["count"].sum().to_dict()
+    assert totals == calls.syscall.value_counts().to_dict()  # the exact totals agree
 
 
 def test_command_runs_in_each_jobs_directory(scratch_dir):
@@ -140,81 +269,263 @@ def test_command_runs_in_each_jobs_directory(scratch_dir):
 def test_throttle_slows_the_run_and_is_removed(scratch_dir):
     """The same smallfile run (page cache dropped before the read phase) with the device
     limited to 100 read IOPS reads measurably slower; the rule exists only during the run."""
-    rules_seen = []
+    rules_seen, devs_seen = [], set()
+
+    def hook(read_iops, fs):
+        rules_seen.append((read_iops, throttle_rules().get(("read_iops", fs.dev))))
+        devs_seen.add((read_iops, fs.dev))
 
     def run(read_iops):
         cfg = LabConfig(fs=FsConfig(read_iops=read_iops, **TINY), pattern="smallfile", record=False,
                         params={"files": 60, "file_size": "4K", "files_per_dir": 60}, scratch_dir=scratch_dir)
-        return phase(run_lab(cfg, before_phase=lambda name, fs: rules_seen.append(
-            (read_iops, throttle_rules().get(("read_iops", fs.dev))))).lab, "read")["seconds"]
+        return phase(run_lab(cfg, before_phase=lambda name, fs: hook(read_iops, fs)).lab, "read")["seconds"]
 
     fast, slow = run(None), run(100)
     assert slow > 0.3 and slow > 5 * fast, (fast, slow)
     assert {v for k, v in rules_seen if k == 100} == {100}
     assert {v for k, v in rules_seen if k is None} == {None}
+    (dev,) = [d for k, d in devs_seen if k == 100]
+    assert ("read_iops", dev) not in throttle_rules()
 
 
-def test_sigint_mid_run_leaves_nothing_and_a_loadable_session(scratch_dir, tmp_path):
+def test_write_throttle_slows_a_synced_pattern_and_is_removed(scratch_dir, tmp_path):
+    """A command pattern that writes and fsyncs 40 small files, each fsync a data write plus
+    a journal commit: with the device limited to 50 write IOPS it takes measurably longer;
+    the rule is there during the run and gone after it."""
+    cmd = ("python3 -c \"import os\n"
+           "for i in range(20):\n"
+           " fd = os.open(f'f{i}', os.O_CREAT | os.O_WRONLY, 0o644); os.write(fd, b'x' * 4096); os.fsync(fd); os.close(fd)\"")
+    seen = {}
+
+    def run(write_iops):
+        cfg = LabConfig(fs=FsConfig(write_iops=write_iops, **TINY), pattern="command", record=False,
+                        params={"command": cmd}, scratch_dir=scratch_dir)
+        lab = run_lab(cfg, before_phase=lambda name, fs: seen.update(
+            {write_iops: (fs.dev, throttle_rules().get(("write_iops", fs.dev)))})).lab
+        assert lab["command_exit_statuses"] == [0] and lab["census"]["files"] == 20
+        return phase(lab, "command")["seconds"]
+
+    fast, slow = run(None), run(50)
+    assert slow > 0.5 and slow > 3 * fast, (fast, slow)
+    assert seen[50][1] == 50 and seen[None][1] is None
+    assert ("write_iops", seen[50][0]) not in throttle_rules()
+
+
+def attached_loops():
+    """{'/dev/loopN': backing file} of every attached loop device on the machine."""
+    return scratch.loop_backing_files()
+
+
+def new_loops(before, *dirs):
+    """Loop devices attached since `before` whose backing file is under one of dirs (other
+    tests on the machine may attach their own meanwhile)."""
+    prefixes = tuple(str(d).rstrip("/") + "/" for d in dirs)
+    return {lp: f for lp, f in attached_loops().items() if before.get(lp) != f and f.startswith(prefixes)}
+
+
+def images_under(directory):
+    return [os.path.join(top, f) for top, _, files in os.walk(directory) for f in files if f.endswith(".img")]
+
+
+@pytest.mark.parametrize("how", ["sigint-to-group", "sigterm-to-lab"])
+def test_interrupted_run_leaves_nothing_and_a_loadable_session(scratch_dir, tmp_path, how):
+    """Ctrl-C as a terminal sends it (to the lab and its pattern jobs at once), or SIGTERM to
+    the lab alone, in the middle of the update phase: no loop device, mount, throttle rule or
+    image is left, and the session recorded so far loads, its calls made by lab-xattr."""
     out = tmp_path / "s"
     proc = subprocess.Popen(
         [JSTALL, "lab", "run", "xattr", "--fs-size", "64M", "--journal-size", "4M", "--inode-size", "128",
          "--block-size", "1024", "--files", "3000", "--updates", "100000", "--write-iops", "500",
-         "--scratch", scratch_dir, "-o", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+         "--scratch", scratch_dir, "-o", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not (out / "calls.parquet").exists():
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.2)
-    time.sleep(2)
+    time.sleep(1)
     loops, mounts = leftovers(scratch_dir)
     assert loops and mounts                                  # it was running
-    proc.send_signal(signal.SIGINT)
+    (run_dir,) = [os.path.join(scratch_dir, r) for r in os.listdir(scratch_dir) if r.startswith("run-")]
+    marker = json.load(open(os.path.join(run_dir, scratch.MARKER)))
+    (dev,) = marker["throttles"]
+    assert throttle_rules()[("write_iops", dev)] == 500
+    jobs = subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    assert len(jobs) >= 2                                    # the lab and its pattern job
+    if how == "sigint-to-group":
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode != 0
+    assert proc.returncode == (130 if how == "sigint-to-group" else 143), err
+    assert "interrupted" in err and str(out) in err and "Traceback" not in err
     assert leftovers(scratch_dir) == ([], [])
-    assert not [r for r in os.listdir(scratch_dir) if r.startswith("run-")]
+    assert ("write_iops", dev) not in throttle_rules()
+    assert os.listdir(scratch_dir) == [scratch.SCRATCH_MARKER] and not images_under(scratch_dir)
+    assert not subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True).stdout  # no job left running
     s = load_session(str(out))
     assert s.meta["status"] == "interrupted" and s.meta["lab"]["status"] == "interrupted"
-    assert len(s.calls) > 0 and "Traceback" not in err
+    assert [p["name"] for p in s.meta["lab"]["phases"]] == ["create"]  # update never finished
+    assert (s.calls.syscall == "setxattr").any() and set(s.calls.comm) == {"lab-xattr"}
 
 
 def test_cleanup_command_removes_an_abandoned_setup(scratch_dir):
+    """A process that set up a scratch filesystem (throttled, external journal) and was
+    SIGKILLed: `lab cleanup --dry-run` lists it and changes nothing; `lab cleanup` removes it."""
     code = ("import os, sys; from jstall.workloads.scratch import FsConfig, ScratchFs;"
-            "fs = ScratchFs(FsConfig(fs_size='32M', write_iops=1000), scratch_dir=sys.argv[1]).__enter__();"
-            "print(fs.mountpoint, fs.dev, flush=True); os.kill(os.getpid(), 9)")
+            "fs = ScratchFs(FsConfig(fs_size='32M', journal_device=True, write_iops=1000, journal_write_iops=900),"
+            " scratch_dir=sys.argv[1]).__enter__();"
+            "print(fs.mountpoint, fs.dev, fs.journal_dev, flush=True); os.kill(os.getpid(), 9)")
     p = subprocess.run([sys.executable, "-c", code, scratch_dir], capture_output=True, text=True)
-    mountpoint, dev = p.stdout.split()
-    assert leftovers(scratch_dir)[1] == [mountpoint] and throttle_rules().get(("write_iops", dev)) == 1000
+    mountpoint, dev, jdev = p.stdout.split()
+    loops = leftovers(scratch_dir)[0]
+    assert len(loops) == 2 and leftovers(scratch_dir)[1] == [mountpoint]
+    assert throttle_rules().get(("write_iops", dev)) == 1000 and throttle_rules().get(("write_iops", jdev)) == 900
+    state = (leftovers(scratch_dir), throttle_rules(), sorted(images_under(scratch_dir)))
     dry = subprocess.run([JSTALL, "lab", "cleanup", "--scratch", scratch_dir, "--dry-run"],
                          capture_output=True, text=True, check=True)
-    assert mountpoint in dry.stdout and leftovers(scratch_dir)[1] == [mountpoint]
+    assert mountpoint in dry.stdout and all(f"would detach /dev/{lp}" in dry.stdout for lp in loops)
+    assert f"would remove throttle {dev}" in dry.stdout and "fs.img" in dry.stdout and "journal.img" in dry.stdout
+    assert (leftovers(scratch_dir), throttle_rules(), sorted(images_under(scratch_dir))) == state
     done = subprocess.run([JSTALL, "lab", "cleanup", "--scratch", scratch_dir], capture_output=True, text=True,
                           check=True)
-    assert "unmounted" in done.stdout and "detached" in done.stdout
-    assert leftovers(scratch_dir) == ([], []) and ("write_iops", dev) not in throttle_rules()
+    assert "unmounted" in done.stdout and done.stdout.count("detached") == 2
+    assert leftovers(scratch_dir) == ([], []) and not images_under(scratch_dir)
+    assert ("write_iops", dev) not in throttle_rules() and ("write_iops", jdev) not in throttle_rules()
+    assert os.listdir(scratch_dir) == [scratch.SCRATCH_MARKER]
     again = subprocess.run([JSTALL, "lab", "cleanup", "--scratch", scratch_dir], capture_output=True, text=True)
     assert again.stdout.strip() == "nothing to clean up"
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--journal-size", "64M", "--fs-size", "32M"], "journal"),
+def test_cleanup_touches_nothing_the_lab_did_not_make(scratch_dir, tmp_path):
+    """A marker that names a loop device and a throttle rule the lab did not make (the loop
+    is backed by a file outside the run directory): cleanup removes the run directory and
+    leaves the device, its throttle rule and its file alone. A directory without the
+    scratch marker is refused."""
+    image = tmp_path / "not-the-labs.img"
+    with open(image, "wb") as f:
+        f.truncate(8 << 20)
+    loop = subprocess.run(["losetup", "--find", "--show", str(image)], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    dev = scratch.dev_of(loop)
+    try:
+        with open("/sys/fs/cgroup/blkio/blkio.throttle.write_iops_device", "w") as f:
+            f.write(f"{dev} 777")
+        scratch.prepare_scratch(scratch_dir)
+        run_dir = os.path.join(scratch_dir, "run-1-deadbeef")
+        os.mkdir(run_dir)
+        with open(os.path.join(run_dir, scratch.MARKER), "w") as f:
+            json.dump({"format": "jstall-lab-scratch", "pid": 2 ** 22 + 1, "pid_start": 1, "run_dir": run_dir,
+                       "loops": [loop], "throttles": {dev: ["write_iops"]}, "mountpoint": os.path.join(run_dir, "mnt")},
+                      f)
+        done = subprocess.run([JSTALL, "lab", "cleanup", "--scratch", scratch_dir], capture_output=True, text=True,
+                              check=True)
+        assert "detached" not in done.stdout and "throttle" not in done.stdout, done.stdout
+        assert attached_loops().get(loop) == str(image) and throttle_rules()[("write_iops", dev)] == 777
+        assert not os.path.exists(run_dir) and image.exists()
+        # a directory the lab did not make: refused, untouched
+        foreign = tmp_path / "foreign"
+        foreign.mkdir()
+        (foreign / "run-1-x").mkdir()
+        p = subprocess.run([JSTALL, "lab", "cleanup", "--scratch", str(foreign)], capture_output=True, text=True)
+        assert p.returncode == 2 and "not a lab scratch directory" in p.stderr
+        assert len(p.stderr.strip().splitlines()) == 1 and os.listdir(foreign) == ["run-1-x"]
+    finally:
+        with open("/sys/fs/cgroup/blkio/blkio.throttle.write_iops_device", "w") as f:
+            f.write(f"{dev} 0")
+        subprocess.run(["losetup", "-d", loop], check=True)
+
+
+def _beyond_free_space():
+    """A filesystem size beyond what the scratch directory's disk has free."""
+    st = os.statvfs("/var/tmp")
+    return scratch.format_size(((st.f_bavail * st.f_frsize) >> 30 << 30) + (16 << 30))
+
+
+REFUSALS = [
+    (["--journal-size", "64M", "--fs-size", "32M"], "does not fit in --fs-size"),
+    (["--journal-size", "2G", "--fs-size", "1G"], "does not fit in --fs-size"),
+    (["--journal-size", "4500K"], "whole MiB"),
     (["--inode-size", "200"], "power of two"),
+    (["--inode-size", "2048", "--block-size", "1024"], "power of two from 128 to the block size"),
+    (["--fs-size", "FREE+16G", "--journal-size", "32M"], "free"),
     (["--mkfs-options=-F"], "-F"),
-    (["--mount-options=data=journal"], "data"),
+    (["--mkfs-options=-O ^has_journal"], "journals"),
+    (["--mkfs-options=-E lazy_itable_init=1"], "lazy"),
+    (["--mkfs-options=-Z 3"], "not accepted"),
+    (["--mkfs-options=-O 'unterminated"], "quote"),
+    (["--mount-options=data=journal"], "--data-mode"),
+    (["--mount-options=noload"], "journals"),
+    (["--mount-options=a b;c"], "not a mount option"),
     (["--files", "0"], "--files"),
-])
-def test_refusals_are_one_line_and_change_nothing(scratch_dir, tmp_path, args, message):
-    before = set(os.listdir("/sys/block"))
+    (["--files", "1", "--jobs", "2"], "fewer than --jobs"),
+    (["--shape", "deep"], "does not apply to the xattr pattern"),
+    (["--journal-write-iops", "100"], "--journal-device"),
+    (["--fast-commit", "--data-mode", "journal"], "--fast-commit"),
+]
+
+
+@pytest.mark.parametrize("args, message", REFUSALS, ids=[" ".join(a) for a, _ in REFUSALS])
+@pytest.mark.parametrize("scratch_state", ["new", "used"])
+def test_refusals_are_one_line_and_change_nothing(scratch_dir, tmp_path, args, message, scratch_state):
+    """Each refusal: exit status 2, one line naming the problem, no loop device attached, no
+    file in the scratch directory (nor the directory itself when it was new), no session."""
+    if scratch_state == "used":
+        scratch.prepare_scratch(scratch_dir)
+    before_scratch = sorted(os.listdir(scratch_dir)) if os.path.exists(scratch_dir) else None
+    args = [a.replace("FREE+16G", _beyond_free_space()) for a in args]
+    before = attached_loops()
     p = subprocess.run([JSTALL, "lab", "run", "xattr", "--scratch", scratch_dir, "-o", str(tmp_path / "o"), *args],
                        capture_output=True, text=True)
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
-    assert message in p.stderr and p.stderr.startswith("jstall lab: ")
-    assert set(os.listdir("/sys/block")) == before and not (tmp_path / "o").exists()
-    assert not os.path.exists(scratch_dir) or not [r for r in os.listdir(scratch_dir) if r.startswith("run-")]
+    assert message in p.stderr and p.stderr.startswith("jstall lab: "), p.stderr
+    assert not new_loops(before, scratch_dir, tmp_path) and not (tmp_path / "o").exists()
+    after_scratch = sorted(os.listdir(scratch_dir)) if os.path.exists(scratch_dir) else None
+    assert after_scratch == before_scratch
 
 
-def test_not_root_is_refused(tmp_path):
-    p = subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", JSTALL, "lab", "run",
-                        "xattr", "--files", "10", "--updates", "0", "--no-record", "--scratch", str(tmp_path / "x")],
+def test_refuses_a_scratch_directory_or_output_it_did_not_make(scratch_dir, tmp_path):
+    before = attached_loops()
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "data").write_text("mine")
+    p = subprocess.run([JSTALL, "lab", "run", "xattr", "--scratch", str(precious), "--no-record"],
                        capture_output=True, text=True)
-    assert p.returncode == 2 and "root" in p.stderr and len(p.stderr.strip().splitlines()) == 1
-    assert not (tmp_path / "x").exists()
+    assert p.returncode == 2 and "did not create" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    assert os.listdir(precious) == ["data"]
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    p = subprocess.run([JSTALL, "lab", "run", "xattr", "--scratch", str(afile), "--no-record"],
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and "not a directory" in p.stderr and afile.read_text() == "x"
+    # an output directory that already holds a session
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "metadata.json").write_text("{}")
+    p = subprocess.run([JSTALL, "lab", "run", "xattr", "--scratch", scratch_dir, "-o", str(tmp_path / "s")],
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and "already holds a session" in p.stderr
+    assert os.listdir(tmp_path / "s") == ["metadata.json"] and not os.path.exists(scratch_dir)
+    assert not new_loops(before, scratch_dir, tmp_path)
+
+
+def test_inode_size_equal_to_the_block_size_is_accepted(scratch_dir):
+    cfg = LabConfig(fs=FsConfig(fs_size="32M", journal_size="4M", inode_size=1024, block_size=1024),
+                    pattern="xattr", record=False, params={"files": 10, "updates": 0}, scratch_dir=scratch_dir)
+    assert run_lab(cfg).lab["dumpe2fs"]["inode_size"] == 1024
+
+
+def test_not_root_is_refused(scratch_dir, tmp_path):
+    """As nobody, with a scratch directory and an output it could create (under the
+    world-writable /var/tmp): refused in one line, nothing made."""
+    out = scratch_dir + "-out"
+    before = attached_loops()
+    for action in (["run", "xattr", "-o", out], ["run", "xattr", "--no-record"],
+                   ["sweep", "xattr", "--journal-size", "4M,8M", "--fs-size", "32M", "-o", out]):
+        p = subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", JSTALL, "lab",
+                            *action, "--files", "10", "--updates", "0", "--scratch", scratch_dir],
+                           capture_output=True, text=True, cwd="/var/tmp")
+        assert p.returncode == 2 and "root" in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+        assert not os.path.exists(scratch_dir) and not os.path.exists(out)
+    p = subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", JSTALL, "lab", "cleanup",
+                        "--scratch", scratch_dir], capture_output=True, text=True)
+    assert p.returncode == 2 and "root" in p.stderr and "--dry-run" in p.stderr
+    assert not new_loops(before, scratch_dir, "/var/tmp")

@@ -266,7 +266,7 @@ def run_lab(cfg, before_phase=None, console=None, out=None):
         roots = [os.path.join(fs.mountpoint, f"job{j}") for j in range(cfg.jobs)]
         for r in roots:
             os.mkdir(r)
-        os.sync()
+        fs.sync()
         lab["dumpe2fs"] = {k: v for k, v in fs.dumpe2fs().items() if k not in ("raw", "journal_raw")}
         lab["filesystem"] = fs.describe()
         if cfg.record:

@@ -36,6 +36,8 @@ BLOCK_SIZES = (1024, 2048, 4096)
 #: ext4's journal holds 1,024 to 10,240,000 blocks (mke2fs); an internal one within half the
 #: blocks left free after the inode tables (checked as 40% of the filesystem).
 JOURNAL_MIN_BLOCKS, JOURNAL_MAX_BLOCKS = 1024, 10_240_000
+#: blocks the kernel takes for fast commits from an external journal (JBD2_DEFAULT_FAST_COMMIT_BLOCKS)
+FAST_COMMIT_BLOCKS = 256
 #: space kept free beyond the images on the scratch directory's filesystem (bytes)
 FREE_MARGIN = 64 << 20
 
@@ -142,9 +144,20 @@ class FsConfig:
                                        write_iops=self.journal_write_iops, read_bps=self.journal_read_bps,
                                        write_bps=self.journal_write_bps)
 
+    @property
+    def journal_image_bytes(self):
+        """Size of an external journal's device: the journal and 4 KiB more. The device starts
+        with an ext4 superblock that names it, so its journal begins one or two blocks later than
+        an internal one, and mke2fs uses whole 4 KiB of it; the extra 4 KiB keep at least as many
+        usable blocks as an internal journal of the same size (and the smallest one above the
+        kernel's minimum of 1,024). With fast_commit the kernel takes its fast-commit area
+        (JBD2_DEFAULT_FAST_COMMIT_BLOCKS, 256 blocks) from the end of an external journal, so
+        those blocks are added too, as mke2fs adds them to an internal journal."""
+        return self.journal_bytes + 4096 + (FAST_COMMIT_BLOCKS * self.block_size if self.fast_commit else 0)
+
     def image_bytes(self):
         """Bytes of every image file the filesystem needs (sparse, but may fill)."""
-        return self.fs_bytes + (self.journal_bytes if self.journal_device else 0)
+        return self.fs_bytes + (self.journal_image_bytes if self.journal_device else 0)
 
     def mkfs_args(self):
         """mke2fs arguments after validation (without the device)."""
@@ -278,6 +291,20 @@ def _run(cmd, what=None):
         msg = (res.stderr.strip() or res.stdout.strip()).splitlines()
         raise JstallError(f"{what or cmd[0]} failed: {msg[-1] if msg else 'exit status %d' % res.returncode}")
     return res.stdout
+
+
+def syncfs(path):
+    """syncfs(2) on the filesystem holding path (Python's os has no syncfs)."""
+    import ctypes
+
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.syncfs(fd) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"syncfs {path}: {os.strerror(err)}")
+    finally:
+        os.close(fd)
 
 
 def dev_of(path):
@@ -514,7 +541,7 @@ class ScratchFs:
         if cfg.journal_device:
             jimg = os.path.join(self.run_dir, "journal.img")
             with open(jimg, "wb") as f:
-                f.truncate(cfg.journal_bytes)
+                f.truncate(cfg.journal_image_bytes)
             self.journal_device = self._attach(jimg)
             self.journal_dev = dev_of(self.journal_device)
             _run(["mkfs.ext4", "-q", "-F", "-O", "journal_dev", "-b", str(cfg.block_size), self.journal_device],
@@ -578,13 +605,15 @@ class ScratchFs:
         """The options /proc/mounts shows for the mount point."""
         return mount_options(self.mountpoint)
 
+    def sync(self):
+        """Write back this filesystem (syncfs(2)): not sync(2), which would also wait for every
+        other filesystem of the machine, other labs' throttled ones included."""
+        syncfs(self.mountpoint)
+
     def drop_caches(self):
-        """Write back and drop the page cache, dentries and inodes (the whole machine's)."""
-        fd = os.open(self.mountpoint, os.O_RDONLY)
-        try:
-            os.syncfs(fd) if hasattr(os, "syncfs") else os.sync()
-        finally:
-            os.close(fd)
+        """Write back this filesystem, then drop the clean page cache, dentries and inodes (the
+        whole machine's: dropping does not wait for other filesystems' writeback)."""
+        self.sync()
         with open("/proc/sys/vm/drop_caches", "w") as f:
             f.write("3")
 

@@ -72,7 +72,8 @@ def run_sweep(pattern, values, repeat, out_dir, record=True, min_ms=1.0, scratch
             prepare(lab_cfg)
         except JstallError as e:
             where = " ".join(f"--{d.replace('_', '-')} {t}" for d, t in r["options"].items())
-            raise JstallError(f"{where}: {e}" if where else str(e)) from None
+            # name the combination, unless the message already starts with it
+            raise JstallError(f"{where}: {e}" if where and not str(e).startswith(where) else str(e)) from None
         image_bytes = max(image_bytes, lab_cfg.fs.image_bytes())
     if os.geteuid() != 0:
         raise JstallError("the lab makes loop devices and mounts: run it as root (sudo)")
