@@ -177,13 +177,24 @@ def test_scripts_ran_cleanly(traced):
         assert not errors(err), (key, err)
 
 
+def handle_waits(ev):
+    """(start, end) in ms from the call's start of each wait for a journal handle."""
+    out = []
+    for offset, name, rest in ev:
+        if name == "handle":
+            out.append((offset - float(re.search(r"after waiting (\d+\.\d+) ms", rest).group(1)), offset))
+    return out
+
+
 def test_slowcalls_shows_the_stalled_setxattr_and_its_own_forced_checkpoint(traced):
     pid = traced["workload"]["pid"]
     mine = [(c, ev) for c, ev in calls(traced["out"]["slow"]) if c["pid"] == pid]
-    assert mine, traced["out"]["slow"]
+    # the workload's setxattr stall; so may, now and then, the openat that creates a file
+    assert {c["call"] for c, _ in mine} <= {"setxattr", "openat"}, traced["out"]["slow"]
+    assert sum(c["call"] == "setxattr" for c, _ in mine) >= 3, traced["out"]["slow"]
     committed = {r["tid"] for r in commits(traced["out"]["commits"])}
     for c, ev in mine:
-        assert c["call"] == "setxattr" and c["ret"] == 0 and c["lat"] >= MIN_MS, c
+        assert c["lat"] >= MIN_MS and c["ret"] >= 0 and (c["ret"] == 0 or c["call"] == "openat"), c
         assert c["dev"] == traced["dev"] and c["handles"] >= 1, c
         own = [e for e in ev if e[1] != "commit"]
         phases = [e for e in ev if e[1] == "commit"]
@@ -191,26 +202,21 @@ def test_slowcalls_shows_the_stalled_setxattr_and_its_own_forced_checkpoint(trac
         for section in (own, phases):
             offsets = [e[0] for e in section]
             assert offsets == sorted(offsets) and all(0 <= o <= c["lat"] for o in offsets), ev
+        assert all(start >= 0 for start, _ in handle_waits(ev)), ev
         for offset, name, rest in own:
             if name == "checkpoint_stats":
                 assert int(re.search(r"(\d+) blocks written", rest).group(1)) <= traced["journal_blocks"]
             if name == "update_log_tail":
                 assert int(re.search(r"(\d+) blocks freed", rest).group(1)) <= traced["journal_blocks"]
-            if name == "handle":
-                assert float(re.search(r"after waiting (\d+\.\d+) ms", rest).group(1)) <= offset + 0.01
         # the commits the journal thread made meanwhile are commits jstall-commits printed
-        assert {int(re.search(r"tid (\d+)", e[2]).group(1)) for e in phases} <= committed
-    # A call waited for a handle while it checkpointed the journal itself: the checkpoint
-    # fired in the caller's thread, during the wait for its handle.
+        assert {int(re.search(r"tid (\d+)", e[2]).group(1)) for e in phases} <= committed, (ev, committed)
+
+    # A setxattr waited long for its handle because it checkpointed the journal itself: the
+    # checkpoint fired in the caller's own thread, during that wait.
     def forced(ev):
-        names = [name for _, name, _ in ev]
-        if "checkpoint" not in names or "handle" not in names:
-            return False
-        checkpoint = next(e for e in ev if e[1] == "checkpoint")
-        handle = next(e for e in ev if e[1] == "handle")
-        waited = float(re.search(r"after waiting (\d+\.\d+) ms", handle[2]).group(1))
-        return handle[0] - waited <= checkpoint[0] <= handle[0] and waited >= MIN_MS / 2
-    assert any(forced(ev) for _, ev in mine), traced["out"]["slow"]
+        return any(start <= cp <= end and end - start >= MIN_MS / 2
+                   for start, end in handle_waits(ev) for cp, name, _ in ev if name == "checkpoint")
+    assert any(forced(ev) for c, ev in mine if c["call"] == "setxattr"), traced["out"]["slow"]
     assert any("this task writes blocks home" in rest for _, ev in mine for _, _, rest in ev)
 
 
