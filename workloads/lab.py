@@ -352,7 +352,8 @@ def print_summary(result, out):
           f"data={c['data_mode']}{', fast_commit' if sb.get('fast_commit') else ''}; throttle: {lim}", file=out)
     print(f"{'PHASE':<12} {'SECONDS':>9} {'OPS':>10} {'UNIT':<9} {'RATE/s':>11} {'KiB/s':>10}", file=out)
     for p in lab["phases"]:
-        print(f"{p['name']:<12} {p['seconds']:>9.3f} {p['ops']:>10,} {p['unit']:<9} {_num(p.get('rate_per_s')):>11} "
+        rate = None if p["unit"] == "runs" else p.get("rate_per_s")  # a command's runs/s says nothing
+        print(f"{p['name']:<12} {p['seconds']:>9.3f} {p['ops']:>10,} {p['unit']:<9} {_num(rate):>11} "
               f"{_num(p.get('kib_per_s')):>10}", file=out)
     if lab.get("census"):
         cs = lab["census"]
