@@ -46,7 +46,8 @@ examples:
   # a quick look at a pattern, nothing recorded
   sudo jstall lab run fdtree --shape deep --no-record
   # 1,000 files of about 64 KiB per process, 4 processes, the filesystem on an emulated
-  # disk, its journal on a second, unthrottled loop device
+  # disk, its journal on a second, unthrottled loop device (a few minutes: the page cache
+  # is dropped before each phase after the first, and the disk reads 150 blocks a second)
   sudo jstall lab run smallfile --jobs 4 --journal-device --device-profile hdd
   # any program, with the job's directory on the scratch filesystem as its working directory
   # (fs_mark is in Debian's fsmark package)
