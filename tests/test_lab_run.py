@@ -266,6 +266,16 @@ def test_command_runs_in_each_jobs_directory(scratch_dir):
     assert res.lab["census"]["dirs"] == 2 and res.lab["census"]["files"] == 2 and res.lab["census"]["bytes"] == 2000
 
 
+def test_command_via_the_cli_prints_json_and_exits_1_when_it_fails(scratch_dir):
+    p = subprocess.run([JSTALL, "lab", "run", "command", "--command", "sh -c 'touch x; exit 3'", "--fs-size", "32M",
+                        "--journal-size", "4M", "--jobs", "2", "--no-record", "--json", "--scratch", scratch_dir],
+                       capture_output=True, text=True)
+    assert p.returncode == 1 and "exited with status 3" in p.stderr
+    lab = json.loads(p.stdout)
+    assert lab["status"] == "complete" and lab["command_exit_statuses"] == [3, 3]
+    assert lab["census"]["files"] == 2 and phase(lab, "command")["jobs"] == 2
+
+
 def test_throttle_slows_the_run_and_is_removed(scratch_dir):
     """The same smallfile run (page cache dropped before the read phase) with the device
     limited to 100 read IOPS reads measurably slower; the rule exists only during the run."""
