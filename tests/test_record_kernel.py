@@ -1,6 +1,7 @@
 """`jstall record` on a real loop-device ext4 (128-byte inodes, 4 MiB journal, the
 device throttled so that checkpoints happen in the workload's own task)."""
 
+import contextlib
 import json
 import os
 import re
@@ -161,25 +162,39 @@ def test_bad_devices_are_refused_with_one_line(tmp_path):
     assert not (tmp_path / "s").exists()
 
 
+@contextlib.contextmanager
+def mkdir_child(mnt, prefix, n):
+    """A child process that makes n directories PREFIXi in mnt once released (release());
+    killed on the way out whatever happened."""
+    script = ("import os,sys; sys.stdin.readline(); "
+              "[os.mkdir(f'{sys.argv[1]}/{sys.argv[2]}{i}') for i in range(int(sys.argv[3]))]")
+    child = subprocess.Popen([sys.executable, "-c", script, mnt, prefix, str(n)], stdin=subprocess.PIPE, text=True)
+    try:
+        yield child
+    finally:
+        child.kill()
+        child.wait()
+
+
+def release(child):
+    """Let a mkdir_child make its directories, and wait for it to succeed."""
+    child.stdin.write("go\n")
+    child.stdin.close()
+    assert child.wait(timeout=30) == 0
+
+
 def test_pid_filter_traces_only_that_process(tmp_path):
     from jstall.probes.recorder import RecordOptions, Recorder
 
-    script = "import os,sys; sys.stdin.readline(); [os.mkdir(f'{sys.argv[1]}/p{i}') for i in range(10)]"
     with ScratchFs(SMALL) as fs:
         mnt = fs.mountpoint
-        child = subprocess.Popen([sys.executable, "-c", script, mnt], stdin=subprocess.PIPE, text=True)
-        try:
+        with mkdir_child(mnt, "p", 10) as child:
             rec = Recorder(RecordOptions(output_dir=str(tmp_path / "s"), devices=[mnt], pid=child.pid, quiet=True))
             rec.start()
             for i in range(5):  # this process's own calls are not traced
                 os.mkdir(os.path.join(mnt, f"own{i}"))
-            child.stdin.write("go\n")
-            child.stdin.close()
-            assert child.wait(timeout=30) == 0
+            release(child)
             rec.stop()
-        finally:
-            child.kill()
-            child.wait()
     totals = table(str(tmp_path / "s"), "call_totals")
     assert totals.loc[totals.syscall == "mkdir", "count"].sum() == 10
     assert session.read_metadata(str(tmp_path / "s"))["filters"]["pid"] == child.pid
@@ -238,24 +253,17 @@ def test_cgroup_filter(tmp_path):
         pytest.skip("no cgroup v2 hierarchy at " + root)
     cg = os.path.join(root, f"jstall-test-{os.getpid()}")
     os.mkdir(cg)
-    script = "import os,sys; sys.stdin.readline(); [os.mkdir(f'{sys.argv[1]}/c{i}') for i in range(7)]"
     try:
         with ScratchFs(SMALL) as fs:
             mnt, dev = fs.mountpoint, fs.dev
-            child = subprocess.Popen([sys.executable, "-c", script, mnt], stdin=subprocess.PIPE, text=True)
-            try:
+            with mkdir_child(mnt, "c", 7) as child:
                 with open(os.path.join(cg, "cgroup.procs"), "w") as f:
                     f.write(str(child.pid))
                 rec = Recorder(RecordOptions(output_dir=str(tmp_path / "s"), devices=[dev], cgroup=cg, quiet=True))
                 rec.start()
                 os.mkdir(os.path.join(mnt, "outside"))
-                child.stdin.write("go\n")
-                child.stdin.close()
-                assert child.wait(timeout=30) == 0
+                release(child)
                 rec.stop()
-            finally:
-                child.kill()
-                child.wait()
     finally:
         os.rmdir(cg)
     totals = table(str(tmp_path / "s"), "call_totals")
