@@ -96,6 +96,10 @@ FS_OPTIONS = [
     ("read_bps", "rate", None, "filesystem device: read bytes per second (e.g. 50M)"),
     ("write_bps", "rate", None, "filesystem device: write bytes per second (e.g. 50M)"),
     ("journal_device_profile", "choice:none|hdd|ssd", "none", "emulate a slow external journal device"),
+    ("throttle_mode", "choice:stacked|direct", "stacked",
+     "stacked: the filesystem's loop device does direct I/O to a throttled lower loop device, so every request "
+     "(metadata, journal, data, flush) is paced; direct: the throttle sits on the filesystem's own loop device and "
+     "lets ext4/jbd2 metadata writes through unpaced (see docs/lab.md)"),
     ("journal_read_iops", "int", None, "external journal device: read operations per second"),
     ("journal_write_iops", "int", None, "external journal device: write operations per second"),
     ("journal_read_bps", "rate", None, "external journal device: read bytes per second"),
