@@ -65,6 +65,28 @@ examples:
   sudo jstall lab sweep smallfile --device-profile hdd --journal-device off,on --repeat 2 -o extj
 """
 
+TUNE_DESCRIPTION = """\
+Find, by running the workload, the smallest journal with no forced-checkpoint stall, and
+what 256-byte inodes, an external journal and fast_commit each do to the same workload at
+the starting journal size (--journal-size). A stall is a traced call of at least
+--threshold-ms that ran a checkpoint in its own task or waited mostly on one. From the
+starting size the journal is doubled until a run is clean (halved while it is clean), then
+the sizes between the last stalling and the first clean one are bisected (whole MiB, at most
+eight steps per doubling, at most 40% of --fs-size). Every run is recorded; the sessions
+and tune.json go to -o. Durable phase seconds side by side. Needs root."""
+
+TUNE_EXAMPLES = """\
+examples:
+  # a tiny xattr workload on 128-byte inodes, a disk taking 2,000 writes/s (a minute or two)
+  sudo jstall lab tune xattr --fs-size 256M --journal-size 4M --inode-size 128 \\
+      --files 1500 --updates 6000 --write-iops 2000 -o tune-xattr
+  # fdtree deep trees on an emulated hdd; the search only, as JSON
+  sudo jstall lab tune fdtree --shape deep --journal-size 4M --fs-size 1G --device-profile hdd \\
+      --no-compare --json -o tune-fdtree
+  # any program: confirm a journal size before changing production
+  sudo jstall lab tune command --command 'fs_mark -d . -n 2000 -s 0' --journal-size 16M -o tune-fsmark
+"""
+
 CLEANUP_EXAMPLES = """\
 examples:
   # what a crashed or killed run left under the default scratch directory, then remove it
@@ -75,7 +97,7 @@ examples:
 """
 
 EXAMPLES = RUN_EXAMPLES + "\n" + SWEEP_EXAMPLES.replace("examples:\n", "") + "\n" + \
-    CLEANUP_EXAMPLES.replace("examples:\n", "")
+    TUNE_EXAMPLES.replace("examples:\n", "") + "\n" + CLEANUP_EXAMPLES.replace("examples:\n", "")
 
 # (dest, kind, default, help). kind: size, rate (0 or a size), int, float, bool, choice:a|b, str.
 FS_OPTIONS = [
@@ -215,6 +237,20 @@ def add_arguments(parser):
     sw.add_argument("--repeat", metavar="N", type=int, default=1, help="runs of each configuration (default 1)")
     _add_options(sw, sweep=True)
     sw.set_defaults(_lab=_sweep)
+    tu = sub.add_parser("tune", help="the smallest journal without forced-checkpoint stalls, and the other remedies",
+                        formatter_class=fmt, description=TUNE_DESCRIPTION, epilog=TUNE_EXAMPLES)
+    tu.add_argument("pattern", choices=PATTERN_NAMES, help="the workload")
+    tu.add_argument("-o", "--output", metavar="DIR", help="results directory (default jstall-tune-PATTERN-TIME)")
+    tu.add_argument("--json", action="store_true", help="print the result as JSON instead of the text")
+    tu.add_argument("--threshold-ms", metavar="MS", type=float, default=10.0,
+                    help="a call at or above this that ran or waited on a forced checkpoint is a stall (default 10; "
+                         "0: any forced checkpoint is)")
+    tu.add_argument("--max-journal-size", metavar="SIZE", default=None,
+                    help="largest journal to try (default: 40%% of --fs-size)")
+    tu.add_argument("--no-compare", dest="compare", action="store_false",
+                    help="search the threshold only; skip 256-byte inodes, external journal, fast_commit")
+    _add_options(tu, sweep=False)
+    tu.set_defaults(_lab=_tune)
     cl = sub.add_parser("cleanup", help="remove what crashed runs left (loops, mounts, throttles, images)",
                         formatter_class=fmt, description=CLEANUP_DESCRIPTION, epilog=CLEANUP_EXAMPLES)
     cl.add_argument("--scratch", metavar="DIR", default=None, help="scratch directory (default /var/tmp/jstall-lab)")
@@ -326,6 +362,36 @@ def _sweep(args):
         raise JstallError(f"--repeat {args.repeat}: give 1 or more")
     return run_sweep(args.pattern, values, repeat=args.repeat, out_dir=args.output, record=args.record,
                      min_ms=args.min_ms, scratch_dir=args.scratch, progress=_progress(args), out=sys.stdout)
+
+
+def _tune(args):
+    from .scratch import Terminated, parse_size
+    from .tune import print_result, tune
+
+    if not args.record:
+        raise JstallError("lab tune reads each run's recording; drop --no-record")
+    values = _values(args, sweep=False)
+    out_dir = args.output or f"jstall-tune-{args.pattern}-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    cfg = config_from(values, args.pattern, scratch_dir=args.scratch)
+    max_mib = None
+    if args.max_journal_size is not None:
+        max_mib = parse_size(args.max_journal_size, "--max-journal-size") >> 20
+    try:
+        res = tune(args.pattern, cfg.params, cfg.fs, jobs=cfg.jobs, seed=cfg.seed, threshold_ms=args.threshold_ms,
+                   max_mib=max_mib, compare=args.compare, output_dir=out_dir, scratch_dir=args.scratch,
+                   min_ms=args.min_ms)
+    except KeyboardInterrupt as e:
+        print(f"jstall lab tune: interrupted, everything it set up is removed; the runs so far are in {out_dir}",
+              file=sys.stderr)
+        if isinstance(e, Terminated):
+            return 128 + signal.SIGTERM
+        raise
+    if args.json:
+        json.dump(res.to_dict(), sys.stdout, indent=2)
+        print()
+    else:
+        print_result(res, sys.stdout)
+    return 0
 
 
 def _cleanup(args):
