@@ -68,8 +68,9 @@ examples:
 TUNE_DESCRIPTION = """\
 Find, by running the workload, the smallest journal with no forced-checkpoint stall, and
 what 256-byte inodes, an external journal and fast_commit each do to the same workload at
-the starting journal size (--journal-size). A stall is a traced call of at least
---threshold-ms that ran a checkpoint in its own task or waited mostly on one. From the
+the starting journal size (--journal-size). A stall is a checkpoint forced on a task
+(jbd2_checkpoint outside the jbd2 thread), or a traced call of at least --threshold-ms that
+waited mostly on one. From the
 starting size the journal is doubled until a run is clean (halved while it is clean), then
 the sizes between the last stalling and the first clean one are bisected (whole MiB, at most
 eight steps per doubling, at most 40% of --fs-size). Every run is recorded; the sessions
@@ -243,8 +244,8 @@ def add_arguments(parser):
     tu.add_argument("-o", "--output", metavar="DIR", help="results directory (default jstall-tune-PATTERN-TIME)")
     tu.add_argument("--json", action="store_true", help="print the result as JSON instead of the text")
     tu.add_argument("--threshold-ms", metavar="MS", type=float, default=10.0,
-                    help="a call at or above this that ran or waited on a forced checkpoint is a stall (default 10; "
-                         "0: any forced checkpoint is)")
+                    help="a call at or above this that waited mostly on a checkpoint is a stall (default 10); a "
+                         "checkpoint forced on a task always is")
     tu.add_argument("--max-journal-size", metavar="SIZE", default=None,
                     help="largest journal to try (default: 40%% of --fs-size)")
     tu.add_argument("--no-compare", dest="compare", action="store_false",
