@@ -380,7 +380,8 @@ def print_summary(result, out):
           f"seed={lab['seed']}", file=out)
     print(f"ext4 {c['fs_size']} on {lab.get('filesystem', {}).get('device')}: {sb.get('block_size')}-byte blocks, "
           f"{sb.get('inode_size')}-byte inodes, {jdesc} ({sb.get('journal_bytes', 0) >> 20} MiB), "
-          f"data={c['data_mode']}{', fast_commit' if sb.get('fast_commit') else ''}; throttle: {lim}", file=out)
+          f"data={c['data_mode']}{', fast_commit' if sb.get('fast_commit') else ''}; throttle "
+          f"({lab.get('filesystem', {}).get('throttle_mode', 'direct')}, on the lower device): {lim}", file=out)
     print(f"{'PHASE':<12} {'DURABLE_S':>9} {'RETURNED_S':>10} {'OPS':>10} {'UNIT':<9} {'RATE/s':>11} {'KiB/s':>10} "
           f"{'DEV_WRITES':>10} {'DEV_READS':>9}", file=out)
     for p in lab["phases"]:
