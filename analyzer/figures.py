@@ -5,16 +5,10 @@ returns a ``plotly.graph_objects.Figure``.  Times on x axes are seconds since th
 start.
 """
 
-CAUSE_COLORS = {
-    "checkpoint": "#d62728",
-    "transaction_wait": "#ff7f0e",
-    "commit_wait": "#9467bd",
-    "buffer_io": "#1f77b4",
-    "lock_buffer": "#8c564b",
-    "writeback_throttle": "#e377c2",
-    "cpu": "#7f7f7f",
-    "other": "#bcbd22",
-}
+from .causes import COLOURS
+
+#: cause -> colour (the causes registry holds them).
+CAUSE_COLORS = COLOURS
 PHASE_COLORS = {"locked": "#c7c7c7", "flushing": "#98df8a", "logging": "#2ca02c"}
 
 #: Above this many fill samples per journal the timeline keeps each bucket's fullest sample.

@@ -26,7 +26,7 @@ STACKS = {
                              "start_this_handle", "jbd2__journal_start", "__ext4_journal_start_sb"] + TAIL),
     3: ("commit_wait", ["__schedule", "schedule", "jbd2_log_wait_commit", "jbd2_complete_transaction",
                         "ext4_fc_commit", "ext4_sync_file", "__x64_sys_fsync", "do_syscall_64"]),
-    4: ("buffer_io", ["__schedule+0x2b1/0x760", "schedule+0x27/0x80", "io_schedule+0x46/0x70",
+    4: ("metadata_io", ["__schedule+0x2b1/0x760", "schedule+0x27/0x80", "io_schedule+0x46/0x70",
                       "bit_wait_io+0x11/0x60", "__wait_on_bit+0x42/0x110", "out_of_line_wait_on_bit+0x8c/0xb0",
                       "__wait_on_buffer+0x30/0x40", "ext4_read_bh+0x7a/0x90", "__ext4_get_inode_loc+0x1b0/0x4a0"]
           + TAIL),
@@ -41,6 +41,25 @@ STACKS = {
     # a commit wait under a checkpoint is the checkpoint
     8: ("checkpoint", ["__schedule", "schedule", "jbd2_log_wait_commit", "__jbd2_log_wait_for_space",
                        "add_transaction_credits", "start_this_handle"] + TAIL),
+    # fsync's own data pages: the generic folio wait under folio_wait_writeback
+    9: ("data_writeback", ["__traceiter_sched_switch", "__schedule", "schedule", "io_schedule",
+                           "folio_wait_bit_common", "folio_wait_writeback", "__filemap_fdatawait_range",
+                           "file_write_and_wait_range", "ext4_sync_file", "__x64_sys_fsync"]),
+    # fsync's cache flush: the completion wait under submit_bio_wait under blkdev_issue_flush
+    10: ("device_flush", ["__traceiter_sched_switch", "__schedule", "schedule", "io_schedule_timeout",
+                          "__wait_for_common", "wait_for_completion_io_timeout", "submit_bio_wait",
+                          "blkdev_issue_flush", "ext4_sync_file", "__x64_sys_fsync"]),
+    # truncate in unlink waiting on pages under writeback
+    11: ("data_writeback", ["__schedule", "schedule", "io_schedule", "folio_wait_bit_common",
+                            "folio_wait_writeback", "truncate_inode_pages_range", "ext4_evict_inode", "evict",
+                            "do_unlinkat", "__x64_sys_unlinkat"]),
+    # the cache flush of a checkpoint's tail update is the checkpoint
+    12: ("checkpoint", ["__schedule", "schedule", "io_schedule_timeout", "wait_for_completion_io_timeout",
+                        "submit_bio_wait", "blkdev_issue_flush", "jbd2_cleanup_journal_tail",
+                        "__jbd2_log_wait_for_space", "add_transaction_credits"] + TAIL),
+    # unknown: labelled by the innermost frames that are neither tracing nor scheduler plumbing
+    13: ("other", ["__traceiter_sched_switch", "__schedule", "schedule", "schedule_timeout", "io_schedule_timeout",
+                   "bpf_trace_run2", "msleep", "some_driver_wait"]),
 }
 
 
@@ -90,6 +109,8 @@ def test_each_cause_recognised_from_its_stack(tmp_path):
         assert classify_stack(frames) == cause
     assert got.loc[7, "label"] == "rwsem_down_write_slowpath <- down_write" or "vfs_setxattr" in got.loc[7, "label"]
     assert got.loc[1, "label"] == "jbd2_log_do_checkpoint"
+    assert got.loc[10, "label"] == "blkdev_issue_flush" and got.loc[9, "label"] == "folio_wait_writeback"
+    assert got.loc[13, "label"] == "msleep <- some_driver_wait"
     assert set(got["cause"]) | {"cpu"} == set(CAUSES)
 
 
@@ -106,7 +127,7 @@ def test_stall_time_split_by_cause_and_runnable_is_cpu(tmp_path):
     assert len(a.stalls) == 1
     r = a.stalls.iloc[0]
     assert r["cause"] == "checkpoint" and r["cause_label"] == "jbd2_log_do_checkpoint"
-    assert r["checkpoint_ms"] == 300 and r["buffer_io_ms"] == 100 and r["cpu_ms"] == 50
+    assert r["checkpoint_ms"] == 300 and r["metadata_io_ms"] == 100 and r["cpu_ms"] == 50
     assert r["transaction_wait_ms"] == 40 and r["lock_buffer_ms"] == 20 and r["other_ms"] == 0
     assert r["offcpu_ms"] == 510 and r["oncpu_ms"] == 90
     assert bool(r["own_checkpoint"]) and r["own_checkpoints"] == 1
@@ -130,7 +151,7 @@ def test_each_cause_can_be_primary(tmp_path):
     bc = a.to_dict()["stalls"]["by_cause"]
     assert set(bc) == set(CAUSES)
     assert all(bc[cz]["count"] >= 1 for cz in CAUSES)
-    assert bc["checkpoint"] == {"count": 2, "total_ms": 160.0}
+    assert bc["checkpoint"] == {"count": 3, "total_ms": 240.0}
 
 
 def test_own_task_checkpoint_beats_coincident_background_one(tmp_path):
@@ -326,7 +347,7 @@ def test_no_jbd2_events(tmp_path):
     a = analyze(_session(tmp_path, calls=[c], offcpu=[off(c, S + MS, 40 * MS, 4)], stacks=stacks_df()))
     d = a.to_dict()
     assert any("no jbd2 events" in w for w in d["warnings"])
-    assert d["stalls"]["count"] == 1 and d["stalls"]["by_cause"]["buffer_io"]["count"] == 1
+    assert d["stalls"]["count"] == 1 and d["stalls"]["by_cause"]["metadata_io"]["count"] == 1
     assert d["stalls"]["top"][0]["fill_start_pct"] is None
     j = d["journals"][0]
     assert j["transactions"] == 0 and j["forced_checkpoints"] == 0 and j["max_fill_pct"] is None

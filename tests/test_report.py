@@ -80,7 +80,7 @@ def test_session_report_renders(tmp_path):
     assert len(re.findall(r'class="[^"]*js-plotly-plot', dom)) == 4  # every figure was drawn
     assert dom.count("class=\"main-svg\"") >= 4
     # the timeline holds the stalled calls (colored by cause) and the forced level
-    assert "checkpoint" in dom and "buffer_io" in dom
+    assert "checkpoint" in dom and "metadata_io" in dom
 
 
 @needs_chromium
