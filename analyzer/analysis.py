@@ -80,7 +80,7 @@ class Analysis:
         self.calls = calls_mod.call_stats(session)
         self.warnings = self._warnings()
         self.recommendations = recommend.recommendations(session, self.journals, self.stalls, self.causes,
-                                                         self.calls, self.transactions, self.min_ms)
+                                                         self.calls, self.transactions, self.min_ms, self.timeline)
 
     def _warnings(self):
         m = self.session.meta
@@ -182,7 +182,7 @@ class Analysis:
             "calls": {r["syscall"]: {"count": int(r["count"]), "errors": int(r["errors"]),
                                      "total_ms": r["total_ms"], "p50_ms": r["p50_ms"], "p99_ms": r["p99_ms"],
                                      "max_ms": r["max_ms"]} for _, r in self.calls.iterrows()},
-            "recommendations": [dict(r) for r in self.recommendations],
+            "recommendations": [r.to_dict() for r in self.recommendations],
         }
         return _clean(doc)
 
