@@ -148,6 +148,9 @@ class Analysis:
             "oncpu_ms": r["oncpu_ms"], "fill_start_pct": r["fill_start_pct"], "fill_max_pct": r["fill_max_pct"],
             "min_free_blocks": r["min_free_blocks"], "forced_fill_pct": r["forced_fill_pct"],
             "at_forced_level": bool(r["at_forced_level"]), "own_checkpoint": bool(r["own_checkpoint"]),
+            "headroom_start_blocks": r["headroom_start_blocks"], "headroom_start_pct": r["headroom_start_pct"],
+            "min_headroom_blocks": r["min_headroom_blocks"], "min_headroom_pct": r["min_headroom_pct"],
+            "forced": bool(r["forced"]), "max_transaction_blocks": r["max_transaction_blocks"],
             "running_transaction": r["running_transaction"], "committing_transaction": r["committing_transaction"],
         } for _, r in top_rows.iterrows()]
         at = st[st["at_forced_level"]]
@@ -175,6 +178,8 @@ class Analysis:
                 "oncpu_ms": float(st["oncpu_ms"].sum()),
                 "own_checkpoint": int(st["own_checkpoint"].sum()),
                 "at_forced_level": {"count": len(at), "total_ms": float(at["latency_ms"].sum())},
+                "forced": {"count": int(st["forced"].sum()),
+                           "total_ms": float(st.loc[st["forced"].astype(bool), "latency_ms"].sum())},
                 "by_cause": {c: {"count": int(self.causes.loc[c, "count"]),
                                  "total_ms": float(self.causes.loc[c, "total_ms"])} for c in CAUSES},
                 "top": top_list,

@@ -26,11 +26,15 @@ Inputs, all from the session (per journal):
 With a hot set of ``D`` blocks touched at random, a block's copy stays in a log span of ``S``
 blocks until it is touched again, so the share of later touches that find no copy in the log
 is ``exp(-S / D)``: ``(new - D) / (blocks - D) = exp(-S / D)``, solved for ``D`` by
-bisection with ``S`` the mean span (``low``) and the peak span (``high``).  The journal that
-holds the hot set in one transaction without forcing a checkpoint is
-``divisor * (D * logged/blocks + 32) + fast-commit blocks``.  The range is the model's own
-spread; the recommendation is ``high`` rounded up to a whole MiB (ext4 takes whole MiB).
-Checked against bisected thresholds in the lab (benchmarks/advice_accuracy.py).
+bisection with ``S`` the mean span (giving ``D_low``) and the peak span (``D_high``).
+
+Two bounds on the journal follow from the kernel's condition.  ``high``: one transaction
+(at most ``j_max_transaction_buffers``) holds the whole hot set, so no handle ever has to
+wait: ``divisor * (D_high * logged/blocks + 32) + fast-commit blocks``.  ``low``: the log
+holds the hot set once (every older copy re-logged away) with one maximum transaction of
+room left: ``divisor / (divisor - 1) * (D_low * logged/blocks + 32) + fast-commit blocks``.
+The recommendation is ``high`` rounded up to a whole MiB (ext4 takes whole MiB).  Checked
+against bisected thresholds in the lab (benchmarks/advice_accuracy.py).
 """
 
 import math
@@ -89,8 +93,9 @@ def hot_set(blocks, new_blocks, span):
 
 
 def journal_blocks_needed(hot_blocks, overhead, divisor, fast_commit_blocks=0):
-    """Journal blocks whose ``j_max_transaction_buffers`` holds ``hot_blocks`` (times the log
-    overhead per block) plus jbd2's reserve of 32."""
+    """Journal blocks of which ``1 / divisor`` holds ``hot_blocks`` (times the log overhead
+    per block) plus jbd2's reserve of 32 (``divisor``: journal / j_max_transaction_buffers
+    for one transaction holding them all)."""
     return divisor * (hot_blocks * overhead + RESERVED_BLOCKS) + fast_commit_blocks
 
 
@@ -125,8 +130,10 @@ def model(journal, txns, checkpoint_stats, timeline, kernel_release=None):
     d_low, d_high = min(d_low, d_high), max(d_low, d_high, float(t["blocks"].max()))
     overhead = logged / blocks if blocks else 1.0
     mib = bs / 2**20
-    low = journal_blocks_needed(d_low, overhead, divisor, fc) * mib
+    low = journal_blocks_needed(d_low, overhead, divisor / max(divisor - 1.0, 1.0), fc) * mib
     high = journal_blocks_needed(d_high, overhead, divisor, fc) * mib
+    if t["blocks"].gt(0).any() and float(journal.get("forced_checkpoints") or 0) > 0:
+        low = max(low, jb * mib)  # the run shows that the journal it had was too small
     return JournalModel(
         dev=dev, block_size=bs, journal_mib=jb * mib, divisor=divisor, fast_commit_blocks=int(fc),
         transactions=len(t), handles=int(t["handle_count"].sum()), blocks=blocks, logged_blocks=logged,
