@@ -99,10 +99,11 @@ class Analysis:
         if not len(self.session.jbd2_events) and not len(self.session.run_stats):
             w.append("no jbd2 events in this session: no commit or checkpoint happened while recording, or the journal's device was not traced")
         if len(self.proc):
-            bad = self.proc[~self.proc["agree"]]
+            bad = self.proc[self.proc["status"] == "disagree"]
             for _, r in bad.iterrows():  # a handful of rows at most
                 w.append(f"{r['dev']}: {r['metric']} disagrees with /proc/fs/jbd2 "
-                         f"(analyzer {r['analyzer']:.2f}, kernel {r['kernel']:.2f})")
+                         f"(analyzer {r['analyzer']:.2f}, kernel {r['kernel']:.2f} "
+                         f"[{r['kernel_low']:.2f}, {r['kernel_high']:.2f}], tolerance ±{r['tolerance_abs']:.2f})")
         return w
 
     # --- JSON ------------------------------------------------------------------------------
@@ -134,8 +135,10 @@ class Analysis:
             p = self.proc[self.proc["dev"] == j["dev"]]
             d["proc_agreement"] = None if not len(p) else {
                 "agree": bool(p["agree"].all()),
+                "hz": self.session.hz, "jiffy_ms": 1000.0 / self.session.hz,
                 "metrics": [{k: r[k] for k in ("metric", "analyzer", "kernel", "kernel_low", "kernel_high",
-                                               "rel_diff", "agree")} for _, r in p.iterrows()],
+                                               "rel_diff", "tolerance_abs", "unit", "status", "agree")}
+                            for _, r in p.iterrows()],
             }
             journals.append(d)
         top_rows = st.sort_values("latency_ms", ascending=False, kind="stable").head(top)

@@ -83,9 +83,15 @@ def session_summary(analysis, top=10):
         for j in d["journals"]:
             pa = j.get("proc_agreement")
             if pa:
-                bad = [m["metric"] for m in pa["metrics"] if not m["agree"]]
-                out.append(f"{j['dev']}: /proc/fs/jbd2 agreement: " + ("all figures agree" if not bad else
-                                                                       "disagree on " + ", ".join(bad)))
+                bad = [m["metric"] for m in pa["metrics"] if m["status"] == "disagree"]
+                und = [m["metric"] for m in pa["metrics"] if m["status"] == "undetermined"]
+                tol = (f"tolerance per transaction: one jiffy ({pa['jiffy_ms']:g} ms at HZ {pa['hz']}) for times, "
+                       "1 for counts, or the since-mount averages' rounding if wider, +1%")
+                out.append(f"{j['dev']}: /proc/fs/jbd2 agreement: "
+                           + ("all figures agree" if not bad and not und else
+                              "; ".join(x for x in ("disagree on " + ", ".join(bad) if bad else "",
+                                                    "too coarse to check " + ", ".join(und) if und else "") if x))
+                           + f" ({tol})")
     if d["calls"]:
         out.append("")
         out.append("calls (all traced calls; p50 below the recording threshold is from log2 histograms)")

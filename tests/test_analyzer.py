@@ -11,6 +11,7 @@ from jstall.analyzer.causes import CAUSES, classify_stack, stack_causes
 from jstall.analyzer.fill import forced_fill_pct
 from jstall.analyzer.load import load_session
 from jstall.analyzer.synthetic import fill_columns, journal_meta, metadata, rows, write_session
+from jstall.analyzer.text import session_summary
 
 MS = 1_000_000
 S = 1_000_000_000
@@ -489,3 +490,44 @@ def test_call_own_committing_credits_count_at_its_first_handle(tmp_path):
     r = analyze(_session(tmp_path, calls=[c])).stalls.iloc[0]
     assert r["min_space_left_blocks"] == 400 - 32 - 150 and bool(r["at_forced_level"])
     assert r["free_start_blocks"] == 400  # no fill samples: the call's own reading
+
+
+def _proc_case(tmp_path, name, earlier, session_rows, recorded=None):
+    start = proc_text(len(earlier), 0, 256, _kernel_view(earlier))
+    end = proc_text(len(earlier) + len(session_rows), 0, 256, _kernel_view(earlier + session_rows))
+    meta = metadata(journals=[journal_meta(proc_info_start=start, proc_info_end=end)])
+    return analyze(_session(tmp_path, name, meta=meta, run_stats=recorded or session_rows))
+
+
+def test_proc_tolerance_is_one_jiffy_and_a_26_percent_gap_disagrees(tmp_path):
+    rows = [run_stat(i * MS, i, running=150 + i % 7) for i in range(40)]
+    ok = _proc_case(tmp_path, "ok", [], rows).proc.set_index("metric")
+    assert ok.loc["running_ms", "status"] == "agree"
+    assert ok.loc["running_ms", "tolerance_abs"] == pytest.approx(4.0 + 0.01 * ok.loc["running_ms", "kernel"], abs=0.5)
+    # the analyzer's running times 26% longer than the kernel's: a disagreement, warned about
+    slow = [dict(r, running_jiffies=round(r["running_jiffies"] * 1.26)) for r in rows]
+    a = _proc_case(tmp_path, "slow", [], rows, recorded=slow)
+    p = a.proc.set_index("metric")
+    assert p.loc["running_ms", "status"] == "disagree" and not p.loc["running_ms", "agree"]
+    assert any("running_ms disagrees" in w and "tolerance" in w for w in a.warnings)
+
+
+def test_proc_below_one_jiffy_agrees_only_within_the_stated_tolerance(tmp_path):
+    # 3 transactions with 0, 1 and 1 jiffies of logging: 2.67 ms on average, the kernel prints 0 ms
+    rows = [run_stat(i * MS, i, logging=j) for i, j in enumerate((0, 1, 1))]
+    a = _proc_case(tmp_path, "tick", [], rows)
+    p = a.proc.set_index("metric")
+    assert p.loc["logging_ms", "kernel"] == 0 and p.loc["logging_ms", "analyzer"] == pytest.approx(8 / 3)
+    assert p.loc["logging_ms", "status"] == "agree" and p.loc["logging_ms", "tolerance_abs"] == pytest.approx(4.0)
+    # 3 jiffies each (12 ms) against the kernel's 0: beyond one jiffy
+    b = _proc_case(tmp_path, "far", [], rows, recorded=[dict(r, logging_jiffies=3) for r in rows])
+    assert b.proc.set_index("metric").loc["logging_ms", "status"] == "disagree"
+
+
+def test_proc_too_coarse_since_mount_averages_are_undetermined_not_agreement(tmp_path):
+    earlier = [run_stat(i * MS, i, running=100 + (i * 37) % 900) for i in range(5000)]
+    rows = [run_stat((5000 + i) * MS, 5000 + i, running=300) for i in range(4)]
+    a = _proc_case(tmp_path, "coarse", earlier, rows, recorded=[dict(r, running_jiffies=900) for r in rows])
+    p = a.proc.set_index("metric")
+    assert p.loc["running_ms", "status"] == "undetermined" and not p.loc["running_ms", "agree"]
+    assert "too coarse to check" in session_summary(a)
