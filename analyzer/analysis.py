@@ -168,6 +168,7 @@ class Analysis:
                 "command": m.get("command"), "lab": None if not lab else {
                     "config": lab.get("config"), "phases": lab.get("phases")},
             },
+            "traced_calls": traced_calls(m),
             "min_ms": self.min_ms,
             "events_lost": {k: int(v or 0) for k, v in (m.get("events_lost") or {}).items()},
             "stacks_lost": int(m.get("stacks_lost") or 0),
@@ -193,6 +194,19 @@ class Analysis:
             "recommendations": [r.to_dict() for r in self.recommendations],
         }
         return _clean(doc)
+
+
+def traced_calls(meta):
+    """Which calls the recording traced: ``{"groups": [...], "calls": [...]}`` (groups of
+    probes.syscalls.GROUPS fully traced; ``calls`` every traced call), or None when the
+    metadata does not say."""
+    from jstall.probes.syscalls import GROUPS
+
+    calls = (meta.get("probes") or {}).get("syscalls")
+    if not calls:
+        return None
+    have = set(calls)
+    return {"groups": [g for g, cs in GROUPS.items() if set(cs) <= have], "calls": sorted(have)}
 
 
 def analyze(session, min_ms=DEFAULT_MIN_MS):

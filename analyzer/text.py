@@ -95,6 +95,12 @@ def session_summary(analysis, top=10):
     if d["calls"]:
         out.append("")
         out.append("calls (all traced calls; p50 below the recording threshold is from log2 histograms)")
+        tc = d.get("traced_calls")
+        if tc:
+            out.append("traced: " + (", ".join(tc["groups"]) + " groups" if tc["groups"] else "")
+                       + ("; " if tc["groups"] else "") + f"{len(tc['calls'])} calls"
+                       + ("" if "write" in tc["groups"] else " (write family not traced: jstall record --calls "
+                                                              "metadata,fsync,write)"))
         rows = [[k, v["count"], v["errors"], _f(v["p50_ms"], "{:.3f}"), _f(v["p99_ms"], "{:.3f}"),
                  _f(v["max_ms"], "{:.1f}"), _f(v["total_ms"], "{:.0f}")]
                 for k, v in list(d["calls"].items())[:12]]
