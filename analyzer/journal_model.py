@@ -105,7 +105,8 @@ def model(journal, txns, checkpoint_stats, timeline, kernel_release=None):
     dev = journal["dev"]
     t = txns[txns["dev"] == dev]
     jb = journal.get("journal_blocks")
-    bs = int(journal.get("block_size") or 4096)
+    bs = journal.get("block_size")
+    bs = int(bs) if bs and bs == bs else 4096
     if not len(t) or not jb or jb != jb:
         return None
     jb = float(jb)
