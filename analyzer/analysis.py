@@ -80,7 +80,7 @@ class Analysis:
         self.calls = calls_mod.call_stats(session)
         self.warnings = self._warnings()
         self.recommendations = recommend.recommendations(session, self.journals, self.stalls, self.causes,
-                                                         self.calls, self.transactions, self.min_ms)
+                                                         self.calls, self.transactions, self.min_ms, self.timeline)
 
     def _warnings(self):
         m = self.session.meta
@@ -99,10 +99,11 @@ class Analysis:
         if not len(self.session.jbd2_events) and not len(self.session.run_stats):
             w.append("no jbd2 events in this session: no commit or checkpoint happened while recording, or the journal's device was not traced")
         if len(self.proc):
-            bad = self.proc[~self.proc["agree"]]
+            bad = self.proc[self.proc["status"] == "disagree"]
             for _, r in bad.iterrows():  # a handful of rows at most
                 w.append(f"{r['dev']}: {r['metric']} disagrees with /proc/fs/jbd2 "
-                         f"(analyzer {r['analyzer']:.2f}, kernel {r['kernel']:.2f})")
+                         f"(analyzer {r['analyzer']:.2f}, kernel {r['kernel']:.2f} "
+                         f"[{r['kernel_low']:.2f}, {r['kernel_high']:.2f}], tolerance ±{r['tolerance_abs']:.2f})")
         return w
 
     # --- JSON ------------------------------------------------------------------------------
@@ -134,8 +135,10 @@ class Analysis:
             p = self.proc[self.proc["dev"] == j["dev"]]
             d["proc_agreement"] = None if not len(p) else {
                 "agree": bool(p["agree"].all()),
+                "hz": self.session.hz, "jiffy_ms": 1000.0 / self.session.hz,
                 "metrics": [{k: r[k] for k in ("metric", "analyzer", "kernel", "kernel_low", "kernel_high",
-                                               "rel_diff", "agree")} for _, r in p.iterrows()],
+                                               "rel_diff", "tolerance_abs", "unit", "status", "agree")}
+                            for _, r in p.iterrows()],
             }
             journals.append(d)
         top_rows = st.sort_values("latency_ms", ascending=False, kind="stable").head(top)
@@ -148,6 +151,9 @@ class Analysis:
             "oncpu_ms": r["oncpu_ms"], "fill_start_pct": r["fill_start_pct"], "fill_max_pct": r["fill_max_pct"],
             "min_free_blocks": r["min_free_blocks"], "forced_fill_pct": r["forced_fill_pct"],
             "at_forced_level": bool(r["at_forced_level"]), "own_checkpoint": bool(r["own_checkpoint"]),
+            "headroom_start_blocks": r["headroom_start_blocks"], "headroom_start_pct": r["headroom_start_pct"],
+            "min_headroom_blocks": r["min_headroom_blocks"], "min_headroom_pct": r["min_headroom_pct"],
+            "forced": bool(r["forced"]), "max_transaction_blocks": r["max_transaction_blocks"],
             "running_transaction": r["running_transaction"], "committing_transaction": r["committing_transaction"],
         } for _, r in top_rows.iterrows()]
         at = st[st["at_forced_level"]]
@@ -162,6 +168,7 @@ class Analysis:
                 "command": m.get("command"), "lab": None if not lab else {
                     "config": lab.get("config"), "phases": lab.get("phases")},
             },
+            "traced_calls": traced_calls(m),
             "min_ms": self.min_ms,
             "events_lost": {k: int(v or 0) for k, v in (m.get("events_lost") or {}).items()},
             "stacks_lost": int(m.get("stacks_lost") or 0),
@@ -175,6 +182,8 @@ class Analysis:
                 "oncpu_ms": float(st["oncpu_ms"].sum()),
                 "own_checkpoint": int(st["own_checkpoint"].sum()),
                 "at_forced_level": {"count": len(at), "total_ms": float(at["latency_ms"].sum())},
+                "forced": {"count": int(st["forced"].sum()),
+                           "total_ms": float(st.loc[st["forced"].astype(bool), "latency_ms"].sum())},
                 "by_cause": {c: {"count": int(self.causes.loc[c, "count"]),
                                  "total_ms": float(self.causes.loc[c, "total_ms"])} for c in CAUSES},
                 "top": top_list,
@@ -182,9 +191,22 @@ class Analysis:
             "calls": {r["syscall"]: {"count": int(r["count"]), "errors": int(r["errors"]),
                                      "total_ms": r["total_ms"], "p50_ms": r["p50_ms"], "p99_ms": r["p99_ms"],
                                      "max_ms": r["max_ms"]} for _, r in self.calls.iterrows()},
-            "recommendations": [dict(r) for r in self.recommendations],
+            "recommendations": [r.to_dict() for r in self.recommendations],
         }
         return _clean(doc)
+
+
+def traced_calls(meta):
+    """Which calls the recording traced: ``{"groups": [...], "calls": [...]}`` (groups of
+    probes.syscalls.GROUPS fully traced; ``calls`` every traced call), or None when the
+    metadata does not say."""
+    from jstall.probes.syscalls import GROUPS
+
+    calls = (meta.get("probes") or {}).get("syscalls")
+    if not calls:
+        return None
+    have = set(calls)
+    return {"groups": [g for g, cs in GROUPS.items() if set(cs) <= have], "calls": sorted(have)}
 
 
 def analyze(session, min_ms=DEFAULT_MIN_MS):

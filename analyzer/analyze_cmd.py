@@ -2,12 +2,16 @@
 
 Kept light at import: pandas and the analysis modules load inside ``run``."""
 
+from .causes import describe as describe_causes
+
 DESCRIPTION = """\
 Explain the stalls in a recorded session: which metadata calls stalled, for how long, what
-they waited on (checkpoint, transaction_wait, commit_wait, buffer_io, lock_buffer,
-writeback_throttle, cpu, other), how full the journal was, why it filled, and which change
-removes the stall. Given a lab sweep directory, print per-configuration tables instead.
-The --json document is described in docs/analysis.md."""
+they waited on (the causes below), how much log space the kernel had left, why it filled,
+and which change removes the stall. Given a lab sweep directory, print per-configuration
+tables instead. The --json document is described in docs/analysis.md.
+
+causes:
+""" + describe_causes()
 
 EXAMPLES = """\
 examples:

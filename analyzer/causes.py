@@ -1,83 +1,159 @@
-"""Stall causes (the taxonomy of design.md) from blocking stacks and same-thread jbd2 events.
+"""Stall causes: the registry (one :class:`Cause` per cause) and the stack classifier.
 
-Rules, applied to a stack's frames (innermost first) in this order of precedence:
+Everything that names, colours, explains or advises on a cause reads :data:`REGISTRY`
+(figures, the text summary, ``jstall analyze --help``, the recommendations and
+docs/analysis.md): adding a cause is one entry here.
 
-1. ``checkpoint`` if any frame is a checkpoint function (the task itself is making room in
-   the journal; whatever it waits on below, buffer I/O or a commit, is part of that).
-2. ``lock_buffer`` if any frame is ``__lock_buffer`` (the buffer I/O frames under it are the
-   lock wait).
-3. otherwise the innermost frame that belongs to ``transaction_wait``, ``commit_wait``,
-   ``buffer_io`` or ``writeback_throttle`` names the cause;
-4. else ``other``, labelled with the two innermost frames that are not scheduler functions
-   (nor the tracing program's own ``bpf_*`` frames).
+Rules, applied to a stack's frames (innermost first):
+
+1. every frame is looked up in the frames of the registry; a matched frame carries its
+   cause's ``precedence``;
+2. the match with the lowest precedence wins wherever it sits in the stack (``checkpoint``
+   0: the task itself is making room in the journal, so whatever it waits on below, buffer
+   I/O, a commit or a cache flush, is part of that; ``lock_buffer`` 1: the buffer I/O under
+   ``__lock_buffer`` is the lock wait); among matches of equal precedence the innermost wins;
+3. no match: ``other``, labelled with the two innermost frames that are neither scheduler
+   nor tracing plumbing (:func:`is_plumbing`).
 
 An off-CPU interval with ``runnable`` set is ``cpu`` whatever its stack.  An interval whose
 stack is missing (``stack_id`` -1 or unknown) is ``checkpoint`` when a checkpoint fired in the
 same thread during the call (see ``stalls.own_checkpoints``), else ``other`` (label
 "stack not captured").
+
+Generic wait frames (``folio_wait_bit_common``, ``wait_for_completion_io_timeout``,
+``submit_bio_wait``) name no cause by themselves: the frame above them says what was awaited
+(``folio_wait_writeback`` data, ``blkdev_issue_flush`` a cache flush, ``__wait_on_buffer`` a
+metadata block).
 """
 
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Cause:
+    """One stall cause.  ``frames``: kernel functions whose presence in a blocking stack names
+    it; ``precedence``: lower wins anywhere in the stack, equal precedence: innermost wins;
+    ``colour``: for figures; ``explanation``: what the time was spent on (completes "the
+    stall time was ..."); ``advice``: what removes it, in one sentence."""
+
+    name: str
+    frames: tuple
+    precedence: int
+    colour: str
+    explanation: str
+    advice: str
+
+
+#: Every cause, in report order.
+REGISTRY = (
+    Cause("checkpoint",
+          ("__jbd2_log_wait_for_space", "jbd2_log_do_checkpoint", "jbd2_cleanup_journal_tail",
+           "__jbd2_journal_clean_checkpoint_list", "jbd2_journal_shrink_checkpoint_list", "jbd2_journal_flush"),
+          0, "#d62728",
+          "checkpointing: the log was out of space and the task wrote checkpointed blocks home "
+          "(__jbd2_log_wait_for_space)",
+          "a journal large enough for the metadata the workload keeps in the log, fewer logged blocks "
+          "(256-byte inodes for extended attributes), or checkpoint writes that do not compete with "
+          "log writes (an external journal)"),
+    Cause("transaction_wait",
+          ("wait_transaction_locked", "wait_transaction_switching", "add_transaction_credits",
+           "jbd2_journal_wait_updates", "jbd2_journal_lock_updates"),
+          2, "#ff7f0e",
+          "waiting for the running transaction to be locked or committed (start_this_handle)",
+          "shorter commits: a faster journal device (an external journal), or fewer handles held open "
+          "across slow operations"),
+    Cause("commit_wait",
+          ("jbd2_log_wait_commit", "jbd2_complete_transaction", "jbd2_journal_force_commit"),
+          2, "#9467bd",
+          "waiting for a commit to reach the disk (fsync, sync: jbd2_log_wait_commit)",
+          "fast_commit (mkfs.ext4 -O fast_commit) when fsync drives the commits, or a faster journal device"),
+    Cause("metadata_io",
+          ("__wait_on_buffer", "bit_wait_io", "__bread_slow", "__bread_gfp", "sync_dirty_buffer",
+           "__sync_dirty_buffer"),
+          2, "#1f77b4",
+          "waiting on a metadata block read or write (buffer I/O: __wait_on_buffer)",
+          "a device with more random-read/write IOPS for metadata, a warmer cache (more memory), or "
+          "fewer metadata blocks touched per call"),
+    Cause("data_writeback",
+          ("folio_wait_writeback", "folio_wait_stable", "filemap_fdatawait", "filemap_fdatawait_range",
+           "__filemap_fdatawait_range", "filemap_fdatawait_keep_errors", "filemap_fdatawait_range_keep_errors",
+           "file_write_and_wait_range", "filemap_write_and_wait_range", "truncate_inode_pages_range",
+           "truncate_inode_pages_final", "truncate_pagecache", "wait_on_page_writeback"),
+          2, "#17becf",
+          "waiting for the file's own data pages to be written (fsync's or truncate's writeback: "
+          "file_write_and_wait_range -> folio_wait_writeback)",
+          "less data per fsync (fsync less often or in the background: sync_file_range, io_uring), "
+          "bandwidth for the data device, or data=writeback where ordering of data is not needed"),
+    Cause("device_flush",
+          ("blkdev_issue_flush",),
+          2, "#2ca02c",
+          "waiting for the device's volatile write cache to be flushed (blkdev_issue_flush, "
+          "submit_bio_wait for a PREFLUSH bio)",
+          "a device whose write cache is non-volatile or flushes fast (power-loss protected SSD), fewer "
+          "fsync calls, or batching them; never nobarrier on a cache that can lose writes"),
+    Cause("lock_buffer",
+          ("__lock_buffer",),
+          1, "#8c564b",
+          "waiting for jbd2 to release a buffer it was writing (__lock_buffer)",
+          "faster commits (a faster journal device): the buffer is locked while jbd2 logs it"),
+    Cause("writeback_throttle",
+          ("balance_dirty_pages", "balance_dirty_pages_ratelimited_flags", "balance_dirty_pages_ratelimited"),
+          2, "#e377c2",
+          "dirty page throttling (balance_dirty_pages): the device could not keep up with the written data",
+          "more write bandwidth, or a dirty limit the device can drain (vm.dirty_bytes, the bdi's max_ratio)"),
+    Cause("cpu", (), 3, "#7f7f7f",
+          "waiting for a CPU (runnable but not running)",
+          "fewer runnable tasks on these CPUs, or more CPUs for the workload"),
+    Cause("other", (), 3, "#bcbd22",
+          "blocked in other kernel paths (see the blocking frames)",
+          "look at the blocking frames of the top stalls"),
+)
+
+#: name -> Cause
+BY_NAME = {c.name: c for c in REGISTRY}
 #: Every cause name, in report order.
-CAUSES = (
-    "checkpoint",
-    "transaction_wait",
-    "commit_wait",
-    "buffer_io",
-    "lock_buffer",
-    "writeback_throttle",
-    "cpu",
-    "other",
-)
+CAUSES = tuple(c.name for c in REGISTRY)
+#: frame -> cause name (every frame of the registry).
+FRAME_CAUSES = {f: c.name for c in REGISTRY for f in c.frames}
+_PRECEDENCE = {c.name: c.precedence for c in REGISTRY}
+#: cause -> colour, for figures.
+COLOURS = {c.name: c.colour for c in REGISTRY}
+#: Cause names of sessions analyzed before the split of ``buffer_io``.
+RENAMED = {"buffer_io": "metadata_io"}
 
-CHECKPOINT_FRAMES = (
-    "__jbd2_log_wait_for_space",
-    "jbd2_log_do_checkpoint",
-    "jbd2_cleanup_journal_tail",
-    "__jbd2_journal_clean_checkpoint_list",
-    "jbd2_journal_shrink_checkpoint_list",
-    "jbd2_journal_flush",
-)
+# kept for readers of the old module layout
+CHECKPOINT_FRAMES = BY_NAME["checkpoint"].frames
+LOCK_BUFFER_FRAMES = BY_NAME["lock_buffer"].frames
 
-#: frame -> cause, for rule 3 (innermost match wins).
-FRAME_CAUSES = {
-    "wait_transaction_locked": "transaction_wait",
-    "wait_transaction_switching": "transaction_wait",
-    "add_transaction_credits": "transaction_wait",
-    "jbd2_journal_wait_updates": "transaction_wait",
-    "jbd2_journal_lock_updates": "transaction_wait",
-    "jbd2_log_wait_commit": "commit_wait",
-    "jbd2_complete_transaction": "commit_wait",
-    "jbd2_journal_force_commit": "commit_wait",
-    "__wait_on_buffer": "buffer_io",
-    "bit_wait_io": "buffer_io",
-    "folio_wait_bit": "buffer_io",
-    "folio_wait_bit_common": "buffer_io",
-    "folio_wait_writeback": "buffer_io",
-    "__bread_slow": "buffer_io",
-    "wait_on_page_bit_common": "buffer_io",
-    "balance_dirty_pages": "writeback_throttle",
-    "balance_dirty_pages_ratelimited_flags": "writeback_throttle",
-}
-
-LOCK_BUFFER_FRAMES = ("__lock_buffer",)
-
-#: Scheduler and wait plumbing, skipped when naming an ``other`` stack.
+#: Scheduler and wait plumbing, never a label (besides the prefixes of :func:`is_plumbing`).
 SCHED_FRAMES = frozenset((
-    "__schedule", "schedule", "schedule_preempt_disabled", "schedule_timeout", "io_schedule",
-    "io_schedule_timeout", "preempt_schedule", "preempt_schedule_common", "preempt_schedule_irq",
-    "__cond_resched", "_cond_resched", "schedule_hrtimeout_range", "schedule_hrtimeout_range_clock",
-    "out_of_line_wait_on_bit", "__wait_on_bit", "__wait_on_bit_lock", "out_of_line_wait_on_bit_lock",
-    "wait_for_completion", "__wait_for_common", "wait_for_common", "wait_for_completion_io",
-    "rwsem_down_read_slowpath", "rwsem_down_write_slowpath", "__mutex_lock", "mutex_lock",
-    "__mutex_lock_slowpath", "down_read", "down_write", "finish_task_switch",
+    "__schedule", "schedule", "preempt_schedule", "preempt_schedule_common", "preempt_schedule_irq",
+    "__cond_resched", "_cond_resched", "out_of_line_wait_on_bit", "__wait_on_bit", "__wait_on_bit_lock",
+    "out_of_line_wait_on_bit_lock", "wait_for_completion", "__wait_for_common", "wait_for_common",
+    "wait_for_completion_io", "wait_for_completion_io_timeout", "wait_for_completion_timeout",
+    "wait_for_completion_killable", "rwsem_down_read_slowpath", "rwsem_down_write_slowpath", "__mutex_lock",
+    "mutex_lock", "__mutex_lock_slowpath", "down_read", "down_write", "finish_task_switch", "folio_wait_bit",
+    "folio_wait_bit_common", "submit_bio_wait", "__submit_bio_wait", "do_nanosleep", "hrtimer_nanosleep",
+    "perf_trace_run_bpf_submit", "ftrace_syscall_enter", "ftrace_syscall_exit",
 ))
+#: Prefixes of tracing and scheduler plumbing frames.
+PLUMBING_PREFIXES = ("__traceiter_", "trace_", "__trace_", "perf_trace_", "bpf_", "__bpf_", "__schedule",
+                     "schedule", "io_schedule", "preempt_schedule", "__cond_resched", "finish_task_switch",
+                     "rcu_note_context_switch", "__perf_event", "perf_event_")
 
-_RANK = {c: i for i, c in enumerate(CAUSES)}
+
+def is_plumbing(frame):
+    """True for scheduler and tracing frames (``__schedule``, ``schedule*``, ``io_schedule*``,
+    ``__traceiter_*``, ``trace_*``, ``bpf_*``, ...): never a stack's label."""
+    return frame in SCHED_FRAMES or frame.startswith(PLUMBING_PREFIXES) or frame.startswith("bpf_prog_")
 
 
-def _base(frame):
-    """``func+0x1a/0x40 [mod]`` -> ``func`` (the recorder stores bare names; be tolerant)."""
-    return frame.split("+", 1)[0].split(" ", 1)[0]
+def describe():
+    """One line per cause, ``name: explanation`` (for --help texts and docs)."""
+    import textwrap
+
+    return "\n".join(textwrap.fill(c.explanation, 92, initial_indent=f"  {c.name:<19}", subsequent_indent=" " * 21)
+                     for c in REGISTRY)
 
 
 def stack_causes(stacks):
@@ -85,8 +161,8 @@ def stack_causes(stacks):
 
     ``stacks``: DataFrame(stack_id int32, frames list of str, innermost first).
     Returns DataFrame(stack_id, cause, label): ``label`` is the deciding frame, or for
-    ``other`` the two innermost non-scheduler frames joined by " <- ".  Vectorized over the
-    exploded frames: one row per (stack, depth)."""
+    ``other`` the two innermost frames that are not plumbing joined by " <- ".  Vectorized over
+    the exploded frames: one row per (stack, depth)."""
     import numpy as np
     import pandas as pd
 
@@ -97,26 +173,22 @@ def stack_causes(stacks):
     ex = ex[ex["frames"].notna()].copy()
     ex["depth"] = ex.groupby("stack_id").cumcount()
     ex["frame"] = ex["frames"].astype("str").str.split("+", n=1).str[0].str.split(" ", n=1).str[0]
-    cause = ex["frame"].map(FRAME_CAUSES)
-    cause = cause.where(~ex["frame"].isin(LOCK_BUFFER_FRAMES), "lock_buffer")
-    cause = cause.where(~ex["frame"].isin(CHECKPOINT_FRAMES), "checkpoint")
-    ex["cause"] = cause
-    # precedence: checkpoint anywhere, then lock_buffer anywhere, then innermost match
-    prio = np.select([ex["cause"].eq("checkpoint"), ex["cause"].eq("lock_buffer"), ex["cause"].notna()],
-                     [0, 1, 2], default=3)
+    ex["cause"] = ex["frame"].map(FRAME_CAUSES)
+    prio = ex["cause"].map(_PRECEDENCE).fillna(99).to_numpy(dtype="int64")
     ex["key"] = prio * 1_000_000 + ex["depth"].to_numpy()
-    matched = ex[prio < 3]
+    matched = ex[prio < 99]
     best = matched.loc[matched.groupby("stack_id")["key"].idxmin(), ["stack_id", "cause", "frame"]]
     best = best.rename(columns={"frame": "label"})
 
-    # labels for the rest: the two innermost non-scheduler frames
-    rest = ex[~ex["frame"].isin(SCHED_FRAMES) & ~ex["frame"].str.startswith("bpf_")]
+    # labels for the rest: the two innermost frames that are not plumbing
+    plumbing = ex["frame"].map(is_plumbing).to_numpy(dtype=bool)
+    rest = ex[~plumbing]
     rest = rest[rest.groupby("stack_id").cumcount() < 2]
     other_label = rest.groupby("stack_id")["frame"].agg(" <- ".join)
 
     out = pd.DataFrame({"stack_id": stacks["stack_id"].to_numpy()})
     out = out.merge(best, on="stack_id", how="left")
-    out["label"] = out["label"].fillna(out["stack_id"].map(other_label)).fillna("empty stack")
+    out["label"] = out["label"].fillna(out["stack_id"].map(other_label)).fillna("only scheduler/tracing frames")
     out["cause"] = out["cause"].fillna("other")
     out["stack_id"] = out["stack_id"].astype("int32")
     return out.drop_duplicates("stack_id").reset_index(drop=True)

@@ -5,16 +5,11 @@ returns a ``plotly.graph_objects.Figure``.  Times on x axes are seconds since th
 start.
 """
 
-CAUSE_COLORS = {
-    "checkpoint": "#d62728",
-    "transaction_wait": "#ff7f0e",
-    "commit_wait": "#9467bd",
-    "buffer_io": "#1f77b4",
-    "lock_buffer": "#8c564b",
-    "writeback_throttle": "#e377c2",
-    "cpu": "#7f7f7f",
-    "other": "#bcbd22",
-}
+from .causes import COLOURS
+from .fill import asof
+
+#: cause -> colour (the causes registry holds them).
+CAUSE_COLORS = COLOURS
 PHASE_COLORS = {"locked": "#c7c7c7", "flushing": "#98df8a", "logging": "#2ca02c"}
 
 #: Above this many fill samples per journal the timeline keeps each bucket's fullest sample.
@@ -54,11 +49,11 @@ def _bands(x0, x1, y0, y1):
 
 
 def _thin(tl):
-    """Keep at most MAX_POINTS samples: the fullest one per time bucket (peaks survive)."""
+    """Keep at most MAX_POINTS samples: the one with the least headroom per time bucket (lows survive)."""
     if len(tl) <= MAX_POINTS:
         return tl
     bucket = ((tl["ts_ns"] - tl["ts_ns"].min()) * MAX_POINTS // (tl["ts_ns"].max() - tl["ts_ns"].min() + 1))
-    idx = tl.groupby(bucket)["fill_pct"].idxmax()
+    idx = tl.groupby(bucket)["headroom_pct"].idxmin()
     return tl.loc[idx.sort_values()]
 
 
@@ -76,27 +71,27 @@ def timeline(analysis, dev=None):
     if dev is None and len(j):
         dev = j.sort_values(["stall_ms", "transactions"], ascending=False).iloc[0]["dev"]
     fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.04, row_heights=[0.45, 0.4, 0.15],
-                        subplot_titles=(f"journal fill ({dev or 'no journal'})", "stalled calls (colored by cause)",
+                        subplot_titles=(f"log space left above one maximum transaction ({dev or 'no journal'})", "stalled calls (colored by cause)",
                                         "commit phases and checkpoints"))
     tl = a.timeline[a.timeline["dev"] == dev] if dev else a.timeline.iloc[:0]
     tl = _thin(tl)
-    fig.add_trace(go.Scatter(x=(tl["ts_ns"] - t0) / 1e9, y=tl["fill_pct"], mode="lines", line_shape="hv", name="fill %",
-                     line=dict(color="#1f77b4", width=1),
-                     customdata=tl[["free_blocks", "source"]].to_numpy(),
-                     hovertemplate="%{x:.3f} s: %{y:.1f}% full, %{customdata[0]} blocks free (%{customdata[1]})"
-                                   "<extra></extra>"), row=1, col=1)
-    if dev is not None and len(j):
-        row = j.set_index("dev").loc[dev]
-        if row["forced_fill_pct"] == row["forced_fill_pct"]:
-            fig.add_hline(y=row["forced_fill_pct"], line=dict(color="#d62728", dash="dash"), row=1, col=1,
-                          annotation_text=f"forced checkpoint at {row['forced_fill_pct']:.1f}%",
-                          annotation_position="bottom right")
+    # headroom: jbd2_log_space_left() - j_max_transaction_buffers; below 0 handles must wait
+    fig.add_trace(go.Scatter(x=(tl["ts_ns"] - t0) / 1e9, y=tl["headroom_pct"], mode="lines", line_shape="hv",
+                             name="headroom %", line=dict(color="#1f77b4", width=1),
+                             customdata=tl[["headroom_blocks", "fill_pct", "source"]].to_numpy(),
+                             hovertemplate="%{x:.3f} s: headroom %{y:.1f}% (%{customdata[0]:.0f} blocks), "
+                                           "%{customdata[1]:.1f}% full (%{customdata[2]})<extra></extra>"),
+                  row=1, col=1)
+    fig.add_hline(y=0, line=dict(color="#d62728", dash="dash"), row=1, col=1,
+                  annotation_text="below 0: handles wait for log space (__jbd2_log_wait_for_space)",
+                  annotation_position="bottom right")
     cp = a.checkpoints[a.checkpoints["dev"] == dev] if dev else a.checkpoints.iloc[:0]
     for forced, name, color, sym in ((True, "forced checkpoint", "#d62728", "triangle-down"),
                                      (False, "background checkpoint", "#7f7f7f", "circle-open")):
         c = cp[cp["forced"] == forced]
         if len(c):
-            fig.add_trace(go.Scatter(x=(c["ts_ns"] - t0) / 1e9, y=c["fill_pct"].fillna(100.0), mode="markers",
+            at = asof(tl, c.assign(dev=dev))["headroom_pct"].fillna(0.0) if len(tl) else c["ts_ns"] * 0.0
+            fig.add_trace(go.Scatter(x=(c["ts_ns"] - t0) / 1e9, y=at, mode="markers",
                                      name=name, marker=dict(color=color, symbol=sym, size=7),
                                      customdata=c[["comm", "pid"]].to_numpy(),
                                      hovertemplate="%{x:.3f} s: " + name + " in %{customdata[0]} "
@@ -115,9 +110,9 @@ def timeline(analysis, dev=None):
         fig.add_trace(go.Scatter(
             x=x0, y=s["latency_ms"], mode="markers", marker=dict(color=color, size=6), legendgroup=cause,
             showlegend=False, name=cause,
-            customdata=s[["syscall", "comm", "pid", "fill_start_pct", "fill_max_pct", "cause_label"]].to_numpy(),
+            customdata=s[["syscall", "comm", "pid", "headroom_start_pct", "min_headroom_pct", "cause_label"]].to_numpy(),
             hovertemplate="%{customdata[0]} by %{customdata[1]} (%{customdata[2]}): %{y:.1f} ms<br>"
-                          "fill %{customdata[3]:.1f}% -> %{customdata[4]:.1f}%<br>%{customdata[5]}"
+                          "headroom %{customdata[3]:.1f}% at the start, low %{customdata[4]:.1f}%<br>%{customdata[5]}"
                           "<extra>" + cause + "</extra>"), row=2, col=1)
     ph = a.phases[a.phases["dev"] == dev] if dev else a.phases.iloc[:0]
     for phase, color in PHASE_COLORS.items():
@@ -132,7 +127,7 @@ def timeline(analysis, dev=None):
         fig.add_trace(go.Scatter(x=xs, y=ys, fill="toself", mode="lines", line=dict(width=0),
                                  fillcolor="rgba(214,39,40,0.6)", name="call that checkpointed", hoverinfo="skip"),
                       row=3, col=1)
-    fig.update_yaxes(title_text="fill %", range=[0, 100], row=1, col=1)
+    fig.update_yaxes(title_text="headroom % of the log", row=1, col=1)
     fig.update_yaxes(title_text="latency ms", type="log", row=2, col=1)
     fig.update_yaxes(showticklabels=False, range=[-0.1, 2.3], row=3, col=1)
     fig.update_xaxes(title_text="seconds since the session start", row=3, col=1)

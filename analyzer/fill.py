@@ -11,8 +11,8 @@ Units: ``*_blocks`` in filesystem blocks, ``fill_pct`` in percent of the log
 #: jbd2 keeps this many blocks in reserve (``jbd2_log_space_left``: ``j_free - 32``).
 RESERVED_BLOCKS = 32
 
-TIMELINE_COLUMNS = ("ts_ns", "dev", "source", "free_blocks", "space_left_blocks", "log_blocks", "used_blocks",
-                    "fill_pct", "max_transaction_blocks", "journal_blocks", "running_transaction",
+TIMELINE_COLUMNS = ("ts_ns", "dev", "source", "free_blocks", "space_left_blocks", "headroom_blocks", "headroom_pct",
+                    "log_blocks", "used_blocks", "fill_pct", "max_transaction_blocks", "journal_blocks", "running_transaction",
                     "committing_transaction")
 
 
@@ -26,6 +26,14 @@ def forced_fill_pct(max_transaction_blocks, log_blocks):
     return 100.0 * (1.0 - (max_transaction_blocks + RESERVED_BLOCKS) / log_blocks)
 
 
+def headroom(space_left_blocks, max_transaction_blocks, log_blocks):
+    """``(blocks, percent of the log)`` by which ``jbd2_log_space_left()`` exceeds
+    ``j_max_transaction_buffers``; below 0 the next handle must wait for space
+    (``add_transaction_credits -> __jbd2_log_wait_for_space``).  Scalars or arrays."""
+    h = space_left_blocks - max_transaction_blocks
+    return h, 100.0 * h / log_blocks
+
+
 def fill_pct(free_blocks, log_blocks):
     """``100 * (1 - free / log_blocks)``; scalars or arrays."""
     return 100.0 * (1.0 - free_blocks / log_blocks)
@@ -37,7 +45,8 @@ def timeline(session):
     a null ``free_blocks`` or a non-positive log size are dropped; values are float64 so that
     NaN marks an unknown transaction id (-1 in the kernel means none).  ``space_left_blocks``
     is what ``jbd2_log_space_left()`` returns: ``free - 32 - committing_credits``; a handle
-    must checkpoint when it is below ``max_transaction_blocks``."""
+    must checkpoint when it is below ``max_transaction_blocks``; ``headroom_blocks`` is the
+    difference and ``headroom_pct`` that in percent of the log (see :func:`headroom`)."""
     import pandas as pd
 
     cols = ["ts_ns", "dev", "free_blocks", "first_block", "last_block", "max_transaction_blocks",
@@ -76,6 +85,9 @@ def timeline(session):
         "committing_transaction": num["committing_transaction"],
     })
     out = out[out["log_blocks"] > 0]
+    out["headroom_blocks"], out["headroom_pct"] = headroom(out["space_left_blocks"], out["max_transaction_blocks"],
+                                                           out["log_blocks"])
+    out = out[list(TIMELINE_COLUMNS)]
     return out.sort_values(["dev", "ts_ns"], kind="stable").reset_index(drop=True)
 
 

@@ -240,6 +240,10 @@ _COMPARED = {
 }
 
 
+#: A figure is "undetermined" when the kernel's rounding alone allows more than this share.
+UNDETERMINED_SHARE = 0.10
+
+
 def proc_agreement(session, txns, tolerance=0.01):
     """Compare the analyzer's figures with the kernel's /proc/fs/jbd2/<dev>/info deltas.
 
@@ -247,13 +251,22 @@ def proc_agreement(session, txns, tolerance=0.01):
     summed, divided, then converted to ms).  Over the session, the kernel's transaction count
     is ``n_end - n_start`` and its sum of a figure lies in
     ``[avg_end*n_end - avg_start*n_start - (n_start - 1), avg_end*n_end + (n_end - 1) - avg_start*n_start]``
-    (each printed average hides up to ``n - 1`` of its sum); ``kernel`` is the midpoint-free
-    estimate ``(avg_end*n_end - avg_start*n_start) / (n_end - n_start)``.  A figure agrees when
-    the analyzer's average is within ``tolerance`` (1%) of the kernel's estimate or inside
-    the rounding interval widened by 1%.  The transaction count must be equal.
+    (each printed average hides up to ``n - 1`` of its sum); ``kernel`` is
+    ``(avg_end*n_end - avg_start*n_start) / (n_end - n_start)`` and ``kernel_low``/``kernel_high``
+    the interval per transaction.
 
-    Returns a DataFrame: ``dev, metric, analyzer, kernel, kernel_low, kernel_high,
-    rel_diff, agree`` (metric ``transactions`` first); empty when no journal has both texts."""
+    ``tolerance_abs`` is stated per figure: one unit of the kernel's resolution per
+    transaction (one jiffy, ``1000 / hz`` ms, for times; 1 for counts) or the interval's
+    half-width if wider, plus ``tolerance`` (1%) of the kernel's value.  ``status``:
+    ``undetermined`` when the tolerance exceeds one unit and UNDETERMINED_SHARE (10%) of the
+    kernel's value (the since-mount averages are too coarse to check this session); else
+    ``agree`` when the analyzer's average lies within ``tolerance_abs`` of the interval's
+    midpoint, ``disagree`` when not.  ``agree`` is ``status == "agree"``.  The transaction count must be
+    equal.
+
+    Returns a DataFrame: ``dev, metric, analyzer, kernel, kernel_low, kernel_high, rel_diff,
+    tolerance_abs, unit, status, agree`` (metric ``transactions`` first); empty when no journal
+    has both texts."""
     import pandas as pd
 
     rows = []
@@ -266,8 +279,10 @@ def proc_agreement(session, txns, tolerance=0.01):
         t = txns[txns["dev"] == dev]
         n0, n1 = a["transactions"], b["transactions"]
         dn = n1 - n0
+        ok = len(t) == dn
         rows.append({"dev": dev, "metric": "transactions", "analyzer": float(len(t)), "kernel": float(dn),
-                     "kernel_low": float(dn), "kernel_high": float(dn), "agree": len(t) == dn})
+                     "kernel_low": float(dn), "kernel_high": float(dn), "tolerance_abs": 0.0, "unit": "transactions",
+                     "status": "agree" if ok else "disagree", "agree": ok})
         if dn <= 0 or len(t) == 0:
             continue
         for metric, (col, is_time) in _COMPARED.items():
@@ -284,10 +299,17 @@ def proc_agreement(session, txns, tolerance=0.01):
             ana = float(t[col].mean())
             kern = s / dn * scale
             klo, khi = low / dn * scale, high / dn * scale
-            rel = abs(ana - kern) / abs(kern) if kern else (0.0 if ana == 0 else float("inf"))
-            agree = rel <= tolerance or (klo * (1 - tolerance) - 1e-9 <= ana <= khi * (1 + tolerance) + 1e-9)
+            tol = max(scale, (khi - klo) / 2) + tolerance * abs(kern)
+            if tol > scale + tolerance * abs(kern) and tol > UNDETERMINED_SHARE * abs(kern):
+                status = "undetermined"
+            elif abs(ana - (klo + khi) / 2) <= tol:
+                status = "agree"
+            else:
+                status = "disagree"
             rows.append({"dev": dev, "metric": metric, "analyzer": ana, "kernel": kern, "kernel_low": klo,
-                         "kernel_high": khi, "agree": bool(agree)})
-    df = pd.DataFrame(rows, columns=["dev", "metric", "analyzer", "kernel", "kernel_low", "kernel_high", "agree"])
-    df.insert(4, "rel_diff", (df["analyzer"] - df["kernel"]).abs() / df["kernel"].abs().where(df["kernel"] != 0))
+                         "kernel_high": khi, "tolerance_abs": tol, "unit": "ms" if is_time else metric,
+                         "status": status, "agree": status == "agree"})
+    df = pd.DataFrame(rows, columns=["dev", "metric", "analyzer", "kernel", "kernel_low", "kernel_high",
+                                     "tolerance_abs", "unit", "status", "agree"])
+    df.insert(6, "rel_diff", (df["analyzer"] - df["kernel"]).abs() / df["kernel"].abs().where(df["kernel"] != 0))
     return df

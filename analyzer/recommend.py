@@ -1,178 +1,312 @@
-"""Explanations and recommendations, each with the numbers behind it.
+"""Recommendations as typed rules, ranked by the stall time each would remove.
 
-Every recommendation is a dict ``{kind, text, estimate, values}``: ``kind`` names the change
-(or finding), ``text`` is one paragraph for people, ``estimate`` is true when a number in it
-rests on a model rather than a measurement (the text says "estimate" and its assumption),
-``values`` holds the numbers.  Kinds: ``lost_events``, ``no_stalls``, ``journal_size``,
-``inode_size``, ``external_journal``, ``fast_commit``, ``transaction_wait``, ``commit_wait``,
-``buffer_io``, ``lock_buffer``, ``writeback_throttle``, ``cpu``.
+A rule is one function ``rule(ctx) -> list[Recommendation]`` registered in :data:`RULES`;
+``ctx`` is a :class:`Context` holding the analysis tables.  A rule returns nothing when no
+stall time stands behind its change (no journal-size advice at 0 ms of checkpoint stall, no
+fast_commit without fsync-driven commit waits).  :func:`recommendations` runs every rule and
+ranks the results: findings about the recording (``lost_events``) first, then by
+``stall_ms_addressed``, largest first.  Adding a rule is one function and one line in RULES.
+
+Every :class:`Recommendation` carries its numbers as fields (``journal_size_mib``,
+``low_mib``, ``high_mib``, ``stall_ms_addressed``) and its ``inputs``; ``estimate`` is true when
+a number rests on a model (the text states the model's inputs and range).
 """
 
-import math
+from dataclasses import asdict, dataclass, field
 
-from .fill import RESERVED_BLOCKS
+from .causes import BY_NAME
 
 XATTR_SYSCALLS = ("setxattr", "lsetxattr", "fsetxattr", "setxattrat", "removexattr", "lremovexattr",
                   "fremovexattr", "removexattrat")
-FSYNC_SYSCALLS = ("fsync", "fdatasync")
+FSYNC_SYSCALLS = ("fsync", "fdatasync", "sync_file_range", "msync", "syncfs", "sync")
+#: Causes whose own advice (the registry's) is a recommendation of its own kind.
+GENERIC_CAUSES = ("metadata_io", "data_writeback", "device_flush", "transaction_wait", "lock_buffer",
+                  "writeback_throttle", "cpu", "other")
+#: A cause with less than this share of the stall time gets no advice of its own.
+MIN_SHARE = 0.05
+#: Bytes of in-inode extended-attribute space with 256-byte inodes: 256 - 128 (base inode)
+#: - 32 (i_extra_isize) - 4 (xattr header magic) = 92; each entry takes 16 bytes + name
+#: (rounded to 4) + value (rounded to 4) (ext4_xattr_entry, EXT4_XATTR_LEN/SIZE).
+IN_INODE_XATTR_BYTES_256 = 92
 
-#: How long logged metadata stays in the journal before the flusher threads write it home and
-#: a commit frees the space: dirty_expire_centisecs (30 s) + dirty_writeback_centisecs (5 s)
-#: + the default commit interval (5 s).  Used only for the journal-size estimate.
-RESIDENCE_S = 40.0
+
+@dataclass
+class Recommendation:
+    """One ranked piece of advice.  ``kind`` names the change or finding; ``text`` one
+    paragraph; ``stall_ms_addressed`` the stall time (ms) the change would remove;
+    ``estimate`` true when a number rests on a model; sizes in MiB; ``inputs`` the numbers the
+    text rests on."""
+
+    kind: str
+    text: str
+    stall_ms_addressed: float = 0.0
+    estimate: bool = False
+    dev: str = None
+    journal_size_mib: float = None
+    low_mib: float = None
+    high_mib: float = None
+    inputs: dict = field(default_factory=dict)
+
+    def to_dict(self):
+        d = asdict(self)
+        d["values"] = dict(self.inputs)  # the earlier name of ``inputs``
+        return d
+
+
+@dataclass
+class Context:
+    """What the rules read: the session and the analysis tables (see analysis.Analysis)."""
+
+    session: object
+    journals: object
+    stalls: object
+    causes: object
+    calls: object
+    txns: object
+    timeline: object
+    min_ms: float
+
+    @property
+    def total_ms(self):
+        return float(self.stalls["latency_ms"].sum()) if len(self.stalls) else 0.0
+
+    def cause_ms(self, cause, dev=None):
+        s = self.stalls if dev is None else self.stalls[self.stalls["dev"].astype("str") == dev]
+        return float(s[f"{cause}_ms"].sum()) if len(s) else 0.0
+
+    def call_count(self, names):
+        c = self.calls[self.calls["syscall"].isin(names)]
+        return int(c["count"].sum()) if len(c) else 0
+
+    @property
+    def lab(self):
+        return (self.session.meta.get("lab") or {}).get("config") or {}
 
 
 def _fmt_mib(mib):
     return f"{mib / 1024:g} GiB" if mib >= 1024 else f"{mib:g} MiB"
 
 
-def peak_window_blocks(txns, window_s):
-    """Largest number of blocks logged (run_stats ``blocks_logged``) by the transactions of
-    one journal within any ``window_s``-second window (vectorized: cumulative sums and a
-    searchsorted)."""
-    import numpy as np
+# --- rules ------------------------------------------------------------------------------------
 
-    if not len(txns):
-        return 0
-    t = txns.sort_values("ts_ns")
-    ts = t["ts_ns"].to_numpy(dtype="int64")
-    cum = np.concatenate([[0], np.cumsum(t["blocks_logged"].to_numpy(dtype="int64"))])
-    hi = np.searchsorted(ts, ts + int(window_s * 1e9), side="right")
-    return int((cum[hi] - cum[np.arange(len(ts))]).max())
-
-
-def journal_size_needed(journal, txns, window_s=RESIDENCE_S):
-    """Estimate the journal size (blocks) that keeps the free space above the forced level.
-
-    The log must hold the blocks logged in any ``window_s`` window (the peak measured here)
-    plus jbd2's reserve (32) plus one maximum transaction, which jbd2 sizes in proportion to
-    the journal (``max_transaction_blocks / journal_blocks`` as measured).  Returns
-    ``(blocks, peak_window_blocks)``."""
-    jb = float(journal["journal_blocks"])
-    lb = float(journal["log_blocks"]) if journal["log_blocks"] == journal["log_blocks"] else jb
-    ratio = float(journal["max_transaction_blocks"]) / jb
-    overhead = max(jb - lb, 0.0)
-    peak = peak_window_blocks(txns, window_s)
-    need = (peak + RESERVED_BLOCKS + overhead) / max(1.0 - ratio, 0.05)
-    return int(math.ceil(need)), peak
+def lost_events(ctx):
+    m = ctx.session.meta
+    lost = {k: int(v or 0) for k, v in (m.get("events_lost") or {}).items()}
+    stacks = int(m.get("stacks_lost") or 0)
+    if not (sum(lost.values()) or stacks):
+        return []
+    parts = ", ".join(f"{k} {v}" for k, v in lost.items() if v)
+    if stacks:
+        parts = (parts + ", " if parts else "") + f"stacks {stacks}"
+    return [Recommendation("lost_events", f"Events were lost while recording ({parts}): counts and stall times "
+                           "below are lower bounds. Record again with fewer devices or a higher --min-ms.",
+                           inputs={**lost, "stacks": stacks})]
 
 
-def _pow2_mib(blocks, block_size):
-    mib = blocks * block_size / 2**20
-    return float(2 ** math.ceil(math.log2(max(mib, 1.0))))
+def no_stalls(ctx):
+    if len(ctx.stalls):
+        return []
+    return [Recommendation("no_stalls", f"No traced call took {ctx.min_ms:g} ms or more: no journal stall to remove.",
+                           inputs={"min_ms": ctx.min_ms})]
 
 
-def recommendations(session, journals, stalls, causes, call_table, txns, min_ms):
-    """Build the list of recommendations (see the module docstring)."""
-    out = []
-    lost = {k: int(v) for k, v in (session.meta.get("events_lost") or {}).items()}
-    stacks_lost = int(session.meta.get("stacks_lost") or 0)
-    if sum(lost.values()) or stacks_lost:
-        parts = ", ".join(f"{k} {v}" for k, v in lost.items() if v)
-        if stacks_lost:
-            parts = (parts + ", " if parts else "") + f"stacks {stacks_lost}"
-        out.append({"kind": "lost_events", "estimate": False, "values": {**lost, "stacks": stacks_lost},
-                    "text": f"Events were lost while recording ({parts}): counts and stall times below are "
-                            "lower bounds. Record again with fewer devices or a higher --min-ms."})
-    if not len(stalls):
-        out.append({"kind": "no_stalls", "estimate": False, "values": {"min_ms": min_ms},
-                    "text": f"No traced call took {min_ms:g} ms or more: no journal stall to remove."})
-        return out
-    total_ms = float(stalls["latency_ms"].sum())
-    share = {c: float(causes.loc[c, "total_ms"]) / total_ms if total_ms else 0.0 for c in causes.index}
-    xattr_calls = call_table[call_table["syscall"].isin(XATTR_SYSCALLS)]
-    lab = (session.meta.get("lab") or {}).get("config") or {}
-    for _, j in journals.iterrows():  # one iteration per journal
-        dev = j["dev"]
-        s = stalls[stalls["dev"].astype("str") == dev]
-        cp_ms = float(s["checkpoint_ms"].sum())
-        if not (cp_ms > 0 or j["forced_checkpoints"] > 0):
-            continue
-        t = txns[txns["dev"] == dev]
-        bs = int(j["block_size"] or 4096)
-        jb = j["journal_blocks"]
-        if jb == jb and jb and j["max_transaction_blocks"] == j["max_transaction_blocks"]:
-            need, peak = journal_size_needed(j, t)
-            cur_mib = jb * bs / 2**20
-            rec_mib = _pow2_mib(need, bs)
-            out.append({
-                "kind": "journal_size", "estimate": True,
-                "values": {"dev": dev, "journal_mib": cur_mib, "needed_blocks": need, "recommended_mib": rec_mib,
-                           "peak_logged_blocks": peak, "window_s": RESIDENCE_S,
-                           "forced_fill_pct": j["forced_fill_pct"], "max_fill_pct": j["max_fill_pct"],
-                           "forced_checkpoints": int(j["forced_checkpoints"]), "checkpoint_stall_ms": cp_ms},
-                "text": (f"{dev}: the {_fmt_mib(cur_mib)} journal reached {j['max_fill_pct']:.1f}% full; from "
-                         f"{j['forced_fill_pct']:.1f}% on, a task asking for a handle must checkpoint. "
-                         f"{int(j['forced_checkpoints'])} checkpoints were forced on user tasks and "
-                         f"{cp_ms:.0f} ms of stall time was spent in them. Estimate: the run logged up to "
-                         f"{peak} blocks in {RESIDENCE_S:g} s (how long metadata stays in the log before "
-                         f"writeback frees it); a journal of at least {need} blocks, i.e. "
-                         f"{_fmt_mib(rec_mib)} (mkfs.ext4 -J size={int(rec_mib)} or tune2fs), "
-                         "would have kept the fill below the forced-checkpoint level."),
-            })
-        xc = int(xattr_calls["count"].sum()) if len(xattr_calls) else 0
-        if j["inode_size"] == 128 and xc:
-            logged = int(t["blocks_logged"].sum())
-            files = lab.get("files")
-            if len(t) and t["handle_count"].sum() > 0:
-                per_t = xc * t["handle_count"] / t["handle_count"].sum()
-                cap = per_t.clip(upper=t["blocks_logged"])
-                if isinstance(files, int) and files > 0:
-                    cap = cap.clip(upper=files)
-                xblocks = float(cap.sum())
-            else:
-                xblocks = float(min(xc, logged))
-            xshare = 100.0 * xblocks / logged if logged else float("nan")
-            out.append({
-                "kind": "inode_size", "estimate": True,
-                "values": {"dev": dev, "inode_size": 128, "xattr_calls": xc, "logged_blocks": logged,
-                           "xattr_blocks": xblocks, "xattr_block_pct": xshare},
-                "text": (f"{dev}: 128-byte inodes have no room for extended attributes, so each of the {xc} "
-                         "xattr calls dirtied an external attribute block (one "
-                         f"{bs // 1024} KiB filesystem block) that the journal logs. "
-                         f"Estimate: about {xshare:.0f}% of the {logged} logged blocks were such blocks "
-                         "(assuming one distinct block per xattr call within a transaction). With "
-                         "256-byte inodes (mkfs.ext4 -I 256) small attributes (up to about 90 bytes in "
-                         "all) live inside the inode and those blocks are not written at all."),
-            })
-        if not j.get("journal_device"):
-            out.append({
-                "kind": "external_journal", "estimate": False,
-                "values": {"dev": dev, "avg_logging_ms": j["avg_logging_ms"]},
-                "text": (f"{dev}: an external journal on a faster device (mkfs.ext4 -O journal_dev; "
-                         "-J device=...) shortens commits (logging took "
-                         f"{j['avg_logging_ms']:.1f} ms per transaction) but a checkpoint still writes the "
-                         "blocks home to this device: it helps checkpoint stalls only together with a "
-                         "larger journal."),
-            })
-        fs = call_table[call_table["syscall"].isin(FSYNC_SYSCALLS)]
-        if not j.get("fast_commit"):
-            if xc:
-                text = (f"{dev}: fast_commit would not help here: changes to extended attributes make a "
-                        "transaction ineligible for a fast commit, so every commit stays a full one.")
-            else:
-                text = (f"{dev}: fast_commit (mkfs.ext4 -O fast_commit) shortens fsync-driven commits "
-                        f"({int(fs['count'].sum()) if len(fs) else 0} fsync/fdatasync calls here) but does "
-                        "not reduce the journal space that checkpoints must free.")
-            out.append({"kind": "fast_commit", "estimate": False,
-                        "values": {"dev": dev, "xattr_calls": xc,
-                                   "fsync_calls": int(fs["count"].sum()) if len(fs) else 0}, "text": text})
-    notes = {
-        "transaction_wait": "waiting for the running transaction to be locked or committed: commits are slow "
-                            "(see logging and flushing times); a faster journal device or a lower commit "
-                            "load helps",
-        "commit_wait": "waiting for commits to reach disk (fsync/sync): fast_commit or a faster journal "
-                       "device shortens them",
-        "buffer_io": "waiting on metadata block reads or writes: the device is slow for this metadata load",
-        "lock_buffer": "waiting for jbd2 to release a buffer it was writing",
-        "writeback_throttle": "dirty page throttling (balance_dirty_pages): the device cannot keep up with "
-                              "the written data",
-        "cpu": "waiting for a CPU: the machine was busy",
-    }
-    for cause, what in notes.items():
-        if share.get(cause, 0.0) >= 0.10:
-            out.append({"kind": cause, "estimate": False,
-                        "values": {"share_pct": 100.0 * share[cause], "total_ms": float(causes.loc[cause, "total_ms"]),
-                                   "stalls": int(causes.loc[cause, "count"])},
-                        "text": f"{100 * share[cause]:.0f}% of the stall time was {what}."})
+def _models(ctx):
+    from .journal_model import model
+
+    out = {}
+    for _, j in ctx.journals.iterrows():  # one row per journal
+        m = model(j, ctx.txns, ctx.session.checkpoint_stats, ctx.timeline, ctx.session.meta.get("kernel_release"))
+        if m is not None:
+            out[j["dev"]] = m
     return out
+
+
+def journal_size(ctx):
+    out = []
+    models = _models(ctx)
+    for _, j in ctx.journals.iterrows():  # one row per journal
+        dev = j["dev"]
+        cp_ms = ctx.cause_ms("checkpoint", dev)
+        m = models.get(dev)
+        if cp_ms <= 0 or m is None:
+            continue
+        if m.journal_size_mib <= m.journal_mib:
+            continue
+        out.append(Recommendation(
+            "journal_size", estimate=True, dev=dev, stall_ms_addressed=cp_ms, journal_size_mib=m.journal_size_mib,
+            low_mib=round(m.low_mib, 1), high_mib=round(m.high_mib, 1), inputs=m.as_dict(),
+            text=(f"{dev}: {cp_ms:.0f} ms of stall time was spent checkpointing a {_fmt_mib(m.journal_mib)} journal. "
+                  f"Estimate: a journal of {m.journal_size_mib} MiB (mkfs.ext4 -J size={m.journal_size_mib}, or "
+                  f"tune2fs) lets one transaction hold the workload's hot set; range {m.low_mib:.1f}-{m.high_mib:.1f} "
+                  f"MiB. Inputs: {m.blocks} blocks in {m.transactions} transactions, {m.relogged_blocks} of them "
+                  f"re-logged by a later commit and {m.written_home_blocks} written home by checkpoints; a log span "
+                  f"of {m.span_mean_blocks:.0f} blocks on average ({m.span_peak_blocks:.0f} at most) give a hot set of "
+                  f"{m.hot_blocks_low:.0f}-{m.hot_blocks_high:.0f} blocks; j_max_transaction_buffers = journal / "
+                  f"{m.divisor:g}. Confirm with jstall lab tune before changing a production filesystem."),
+        ))
+    return out
+
+
+def inode_size(ctx):
+    out = []
+    xc = ctx.call_count(XATTR_SYSCALLS)
+    models = _models(ctx)
+    for _, j in ctx.journals.iterrows():  # one row per journal
+        dev = j["dev"]
+        cp_ms = ctx.cause_ms("checkpoint", dev)
+        if j["inode_size"] != 128 or not xc or cp_ms <= 0:
+            continue
+        m = models.get(dev)
+        handles = m.handles if m else 0
+        xshare = min(xc / handles, 1.0) if handles else float("nan")
+        inputs = {"inode_size": 128, "xattr_calls": xc, "handles": handles, "xattr_handle_share": xshare}
+        attrs, size = ctx.lab.get("attrs"), ctx.lab.get("attr_size")
+        fits = None
+        if isinstance(attrs, int) and isinstance(size, int):
+            need = attrs * (16 + 8 + ((size + 3) // 4) * 4)  # entry + a short "user." name + value
+            fits = need <= IN_INODE_XATTR_BYTES_256
+            inputs.update(in_inode_bytes_needed=need, in_inode_bytes_256=IN_INODE_XATTR_BYTES_256)
+        text = (f"{dev}: 128-byte inodes have no room for extended attributes, so each file's attributes live in "
+                f"an external block that the journal logs ({xc} xattr calls of {handles} handles). ")
+        rec = Recommendation("inode_size", "", estimate=True, dev=dev, inputs=inputs)
+        if fits is False:
+            rec.text = text + (f"256-byte inodes would NOT suffice: {attrs} attributes of {size} bytes need "
+                               f"{inputs['in_inode_bytes_needed']} bytes, more than the {IN_INODE_XATTR_BYTES_256} bytes "
+                               "a 256-byte inode holds (try -I 512).")
+            rec.stall_ms_addressed = 0.0
+        elif m is not None and xshare == xshare:
+            from .journal_model import journal_blocks_needed
+
+            hot = m.hot_blocks_high * (1.0 - xshare)
+            need_blocks = journal_blocks_needed(hot, m.logged_blocks / max(m.blocks, 1), m.divisor,
+                                                m.fast_commit_blocks)
+            jb = m.journal_mib * 2**20 / m.block_size
+            margin = jb - need_blocks
+            inputs.update(predicted_hot_blocks=hot, predicted_needed_blocks=need_blocks, journal_blocks=jb,
+                          predicted_margin_blocks=margin, predicted_margin_pct=100.0 * margin / jb)
+            ok = margin >= 0
+            rec.stall_ms_addressed = cp_ms if ok else 0.0
+            rec.journal_size_mib = None if ok else float(int(-(-need_blocks * m.block_size // 2**20)))
+            rec.text = text + (
+                f"Estimate: with 256-byte inodes (mkfs.ext4 -I 256) those blocks are not logged; the hot set drops "
+                f"from about {m.hot_blocks_high:.0f} to {hot:.0f} blocks, which needs {need_blocks:.0f} of the "
+                f"journal's {jb:.0f} blocks: " + (
+                    f"a margin of {margin:.0f} blocks ({100 * margin / jb:.0f}% of the journal)." if ok else
+                    f"256-byte inodes alone would NOT suffice (short by {-margin:.0f} blocks); with them a "
+                    f"{_fmt_mib(rec.journal_size_mib)} journal would."))
+        else:
+            rec.stall_ms_addressed = cp_ms
+            rec.text = text + "With 256-byte inodes (mkfs.ext4 -I 256) small attributes live in the inode."
+        out.append(rec)
+    return out
+
+
+def external_journal(ctx):
+    """Judged from the time stalls spent on log writes (commits) and on checkpoint writes, both
+    on the data device when the journal is internal."""
+    out = []
+    for _, j in ctx.journals.iterrows():  # one row per journal
+        if j.get("journal_device"):
+            continue
+        dev = j["dev"]
+        commit_ms = sum(ctx.cause_ms(c, dev) for c in ("transaction_wait", "commit_wait", "lock_buffer"))
+        cp_ms = ctx.cause_ms("checkpoint", dev)
+        logged = float(j.get("logged_blocks") or 0)
+        written = float((j.get("forced_checkpoint_written_blocks") or 0) + (j.get("background_checkpoint_written_blocks") or 0))
+        if commit_ms <= 0 and cp_ms <= 0:
+            continue
+        # checkpoint writes wait behind log writes on the same device: the log's share of the
+        # device's writes is the share of checkpoint time an own journal device removes
+        log_share = logged / (logged + written) if (logged + written) else 0.0
+        addressed = commit_ms + cp_ms * log_share
+        if addressed <= 0:
+            continue
+        out.append(Recommendation(
+            "external_journal", estimate=True, dev=dev, stall_ms_addressed=addressed,
+            inputs={"commit_stall_ms": commit_ms, "checkpoint_stall_ms": cp_ms, "logged_blocks": logged,
+                    "checkpoint_written_blocks": written, "log_write_share": log_share,
+                    "avg_logging_ms": j.get("avg_logging_ms")},
+            text=(f"{dev}: the log and the checkpoints write to the same device: {logged:.0f} blocks logged and "
+                  f"{written:.0f} written home by checkpoints. An external journal on its own fast device (mkfs.ext4 "
+                  f"-O journal_dev; -J device=...) takes the log writes off this device, even at the same size: "
+                  f"{commit_ms:.0f} ms of stalls waited on commits, and {cp_ms:.0f} ms on checkpoints whose writes "
+                  f"queue behind log writes ({100 * log_share:.0f}% of the device's journal writes). Estimate: up to "
+                  f"{addressed:.0f} ms removed."),
+        ))
+    return out
+
+
+def fast_commit(ctx):
+    """Only when fsync-driven commit waits dominate the stall time and no xattr change makes
+    the commits ineligible (ext4_fc_mark_ineligible for EXT4_FC_REASON_XATTR)."""
+    fs = ctx.call_count(FSYNC_SYSCALLS)
+    cw = ctx.cause_ms("commit_wait")
+    total = ctx.total_ms
+    if not fs or cw <= 0 or not total or cw < 0.5 * total:
+        return []
+    out = []
+    xc = ctx.call_count(XATTR_SYSCALLS)
+    for _, j in ctx.journals.iterrows():  # one row per journal
+        if j.get("fast_commit"):
+            continue
+        dev = j["dev"]
+        inputs = {"fsync_calls": fs, "commit_wait_ms": cw, "commit_wait_share": cw / total, "xattr_calls": xc,
+                  "transactions": int(j.get("transactions") or 0)}
+        if xc:
+            out.append(Recommendation(
+                "fast_commit", dev=dev, stall_ms_addressed=0.0, inputs=inputs,
+                text=(f"{dev}: {100 * cw / total:.0f}% of the stall time waited for fsync-driven commits, but fast_commit "
+                      f"would not help: the {xc} extended-attribute changes make every commit a full one.")))
+            continue
+        out.append(Recommendation(
+            "fast_commit", dev=dev, stall_ms_addressed=cw, inputs=inputs,
+            text=(f"{dev}: {100 * cw / total:.0f}% of the stall time ({cw:.0f} ms) waited for commits that "
+                  f"{fs} fsync/fdatasync calls forced; fast_commit (mkfs.ext4 -O fast_commit, or tune2fs -O "
+                  "fast_commit) logs only the changed inodes' deltas for them.")))
+    return out
+
+
+def per_cause(ctx):
+    """The registry's own advice for each cause with at least MIN_SHARE of the stall time."""
+    total = ctx.total_ms
+    out = []
+    if not total:
+        return out
+    for c in GENERIC_CAUSES:
+        ms = ctx.cause_ms(c)
+        if ms <= 0 or ms < MIN_SHARE * total:
+            continue
+        cause = BY_NAME[c]
+        n = int(ctx.causes.loc[c, "count"]) if c in ctx.causes.index else 0
+        top = ctx.stalls[ctx.stalls["cause"] == c]
+        label = top.sort_values("latency_ms").iloc[-1]["cause_label"] if len(top) else ""
+        out.append(Recommendation(
+            c, stall_ms_addressed=ms, inputs={"share_pct": 100.0 * ms / total, "total_ms": ms, "stalls": n,
+                                              "top_label": label},
+            text=(f"{100 * ms / total:.0f}% of the stall time ({ms:.0f} ms, {n} stalls) was {cause.explanation}"
+                  + (f"; the longest blocked in {label}" if label else "") + f". What helps: {cause.advice}.")))
+    return out
+
+
+#: Every rule, in no particular order (the result is ranked).
+RULES = (lost_events, no_stalls, journal_size, inode_size, external_journal, fast_commit, per_cause)
+#: Kinds ranked before all others whatever their stall time.
+FINDINGS = ("lost_events", "no_stalls")
+
+
+def rank(recs):
+    """Findings first, then by ``stall_ms_addressed`` (largest first), stable."""
+    return sorted(recs, key=lambda r: (r.kind not in FINDINGS, -(r.stall_ms_addressed or 0.0)))
+
+
+def recommendations(session, journals, stalls, causes, call_table, txns, min_ms, timeline=None):
+    """Run every rule of RULES and return the ranked list of :class:`Recommendation`."""
+    if timeline is None:
+        from .fill import timeline as _timeline
+
+        timeline = _timeline(session)
+    ctx = Context(session, journals, stalls, causes, call_table, txns, timeline, min_ms)
+    recs = []
+    for rule in RULES:
+        recs.extend(rule(ctx))
+    return rank(recs)

@@ -5,7 +5,7 @@ intervals join to their call by (``tid``, ``call_ts_ns`` == calls.``ts_ns``).
 """
 
 from .causes import CAUSES, offcpu_causes
-from .fill import RESERVED_BLOCKS, asof, fill_pct, forced_fill_pct, range_min
+from .fill import RESERVED_BLOCKS, asof, fill_pct, forced_fill_pct, headroom, range_min
 
 DEFAULT_MIN_MS = 10.0
 
@@ -15,7 +15,9 @@ STALL_COLUMNS = (
      "cause", "cause_label", "offcpu_ms", "oncpu_ms"]
     + [f"{c}_ms" for c in CAUSES]
     + ["free_start_blocks", "fill_start_pct", "min_free_blocks", "fill_max_pct", "log_blocks",
-       "max_transaction_blocks", "forced_fill_pct", "min_space_left_blocks", "at_forced_level", "running_transaction",
+       "max_transaction_blocks", "forced_fill_pct", "min_space_left_blocks", "at_forced_level",
+       "headroom_start_blocks", "headroom_start_pct", "min_headroom_blocks", "min_headroom_pct", "forced",
+       "running_transaction",
        "committing_transaction", "own_checkpoint", "own_checkpoints", "background_checkpoints"]
 )
 
@@ -106,6 +108,15 @@ def find_stalls(session, timeline, min_ms=DEFAULT_MIN_MS):
     - ``at_forced_level``: ``min_free_blocks - 32 < max_transaction_blocks`` or
       ``min_space_left_blocks < max_transaction_blocks``: the journal reached the level at
       which handles must checkpoint.
+    - ``headroom_start_blocks``/``headroom_start_pct``: ``jbd2_log_space_left() -
+      j_max_transaction_buffers`` at the start sample (or the call's first handle), in blocks
+      and % of the log; ``min_headroom_blocks``/``min_headroom_pct``: its low during the call.
+      Below 0 a handle must wait for log space.
+    - ``forced``: the kernel's condition held (headroom below 0 at the start or during the
+      call) and the call itself waited for space (checkpoint time in its stacks, or a
+      checkpoint in its own task): ``add_transaction_credits -> __jbd2_log_wait_for_space``.
+      ``fill_max_pct`` (the fullest the log got during the call) is a consequence of the
+      stall, not its cause.
     - ``running_transaction``/``committing_transaction``: at the start sample (-1: none).
     - ``own_checkpoint``: a checkpoint ran in this call's own task during it;
       ``background_checkpoints``: checkpoints by the jbd2 thread on its device during it.
@@ -170,6 +181,12 @@ def find_stalls(session, timeline, min_ms=DEFAULT_MIN_MS):
                                  index=st.index)], axis=1).min(axis=1)
     out["min_space_left_blocks"] = space.to_numpy()
     out["at_forced_level"] = (((min_free - RESERVED_BLOCKS) < mtb) | (space < mtb)).to_numpy()
+    space_start = start["space_left_blocks"].astype("float64").fillna(own_space)
+    out["headroom_start_blocks"], out["headroom_start_pct"] = (
+        x.to_numpy() for x in headroom(space_start, mtb, log_blocks))
+    out["min_headroom_blocks"], out["min_headroom_pct"] = (x.to_numpy() for x in headroom(space, mtb, log_blocks))
+    waited = (out["checkpoint_ms"].to_numpy() > 0) | (own > 0)
+    out["forced"] = (space < mtb).to_numpy() & waited
     out["running_transaction"] = start["running_transaction"].astype("Int64").to_numpy()
     out["committing_transaction"] = start["committing_transaction"].astype("Int64").to_numpy()
     out["own_checkpoints"] = own

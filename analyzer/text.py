@@ -43,8 +43,9 @@ def session_summary(analysis, top=10):
         out.append(f"No stalls: no call took {d['min_ms']:g} ms or more.")
     else:
         out.append(f"{st['count']} stalls (calls >= {d['min_ms']:g} ms): {st['total_ms']:.0f} ms in all, "
-                   f"worst {st['max_ms']:.1f} ms; {st['at_forced_level']['count']} at or above the "
-                   f"forced-checkpoint fill level; {st['own_checkpoint']} checkpointed in their own task.")
+                   f"worst {st['max_ms']:.1f} ms; {st['forced']['count']} forced to wait for log space "
+                   f"(jbd2_log_space_left() below j_max_transaction_buffers, then __jbd2_log_wait_for_space); "
+                   f"{st['own_checkpoint']} checkpointed in their own task.")
         rows = []
         for c in CAUSES:
             bc = st["by_cause"][c]
@@ -59,10 +60,12 @@ def session_summary(analysis, top=10):
         out.append("")
         out.append(f"top {min(top, st['count'])} stalls")
         rows = [[f"{r['t_s']:.3f}", r["comm"], r["pid"], r["syscall"], f"{r['latency_ms']:.1f}", r["dev"] or "-",
-                 r["cause"], _f(r["fill_start_pct"]), _f(r["fill_max_pct"]), "yes" if r["own_checkpoint"] else "",
+                 r["cause"], _f(r["headroom_start_pct"]), _f(r["min_headroom_pct"]), "yes" if r["forced"] else "",
                  r["cause_label"][:48]] for r in st["top"]]
-        out.append(_table(["t s", "comm", "pid", "call", "ms", "dev", "cause", "fill%", "max%", "own cp", "blocked in"],
-                          rows, ["<", "<", ">", "<", ">", "<", "<", ">", ">", "<", "<"]))
+        out.append(_table(["t s", "comm", "pid", "call", "ms", "dev", "cause", "headroom%", "low%", "forced",
+                           "blocked in"], rows, ["<", "<", ">", "<", ">", "<", "<", ">", ">", "<", "<"]))
+        out.append("headroom: log space left (j_free - 32 - committing credits) minus j_max_transaction_buffers, "
+                   "in % of the log, at the call's start and its low; below 0 handles must wait for space")
     if d["journals"]:
         out.append("")
         out.append("journals")
@@ -80,12 +83,24 @@ def session_summary(analysis, top=10):
         for j in d["journals"]:
             pa = j.get("proc_agreement")
             if pa:
-                bad = [m["metric"] for m in pa["metrics"] if not m["agree"]]
-                out.append(f"{j['dev']}: /proc/fs/jbd2 agreement: " + ("all figures agree" if not bad else
-                                                                       "disagree on " + ", ".join(bad)))
+                bad = [m["metric"] for m in pa["metrics"] if m["status"] == "disagree"]
+                und = [m["metric"] for m in pa["metrics"] if m["status"] == "undetermined"]
+                tol = (f"tolerance per transaction: one jiffy ({pa['jiffy_ms']:g} ms at HZ {pa['hz']}) for times, "
+                       "1 for counts, or the since-mount averages' rounding if wider, +1%")
+                out.append(f"{j['dev']}: /proc/fs/jbd2 agreement: "
+                           + ("all figures agree" if not bad and not und else
+                              "; ".join(x for x in ("disagree on " + ", ".join(bad) if bad else "",
+                                                    "too coarse to check " + ", ".join(und) if und else "") if x))
+                           + f" ({tol})")
     if d["calls"]:
         out.append("")
         out.append("calls (all traced calls; p50 below the recording threshold is from log2 histograms)")
+        tc = d.get("traced_calls")
+        if tc:
+            out.append("traced: " + (", ".join(tc["groups"]) + " groups" if tc["groups"] else "")
+                       + ("; " if tc["groups"] else "") + f"{len(tc['calls'])} calls"
+                       + ("" if "write" in tc["groups"] else " (write family not traced: jstall record --calls "
+                                                              "metadata,fsync,write)"))
         rows = [[k, v["count"], v["errors"], _f(v["p50_ms"], "{:.3f}"), _f(v["p99_ms"], "{:.3f}"),
                  _f(v["max_ms"], "{:.1f}"), _f(v["total_ms"], "{:.0f}")]
                 for k, v in list(d["calls"].items())[:12]]

@@ -17,6 +17,8 @@ examples:
     jstall record -d 7:0 -d /srv --duration 60          # two filesystems, for 60 seconds
     jstall record -p 1234 --min-ms 10                   # one process, print calls >= 10 ms
     jstall record --cgroup /sys/fs/cgroup/unified/app.slice -o app-session
+    jstall record --calls metadata,fsync,write -d /srv -- tar xf big.tar  # buffered writes too
+    jstall record --calls all -p 1234                   # every call group jstall knows
     jstall analyze jstall-session-20261123-070000       # then explain what was recorded
 
 output columns: TIME COMM PID TID CALL LAT(ms) DEV FILL%
@@ -46,6 +48,9 @@ def add_arguments(p):
                    help="print and store calls at or above MS milliseconds (default 1); every call is counted")
     p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds")
     p.add_argument("-q", "--quiet", action="store_true", help="no per-call lines")
+    p.add_argument("--calls", metavar="GROUP,...",
+                   help="calls to trace: comma-separated groups (metadata, fsync, sync, write, truncate, time, "
+                        "attr, link), single calls, or all (default: metadata,fsync)")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARG ...]",
                    help="run COMMAND, trace it and its descendants, stop when it exits")
 
@@ -58,8 +63,11 @@ def run(args):
         raise JstallError("--min-ms must be zero or positive")
     if command and args.pid:
         raise JstallError("give either -p PID or a COMMAND, not both")
+    from .syscalls import parse_calls
+
+    calls = parse_calls(args.calls)
     # Per-call lines go to stdout like bcc's tools, except when stdout is the command's.
-    rec = Recorder(RecordOptions(
+    rec = Recorder(RecordOptions(calls=calls,
         output_dir=args.output, devices=args.device, pid=args.pid, cgroup=args.cgroup,
         command_tree=bool(command), min_ms=args.min_ms, quiet=args.quiet,
         console=sys.stderr if command else sys.stdout,

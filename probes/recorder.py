@@ -61,6 +61,7 @@ class RecordOptions:
     offcpu_min_us: int = 100
     quiet: bool = False
     console: object = None                                    # stream for live lines (default stderr)
+    calls: tuple = None                                       # call names (syscalls.parse_calls); None: default
 
 
 def default_output_dir():
@@ -87,7 +88,7 @@ class Recorder:
         if not host.btf_path_ok():
             raise JstallError("/sys/kernel/btf/vmlinux is missing: this kernel has no BTF; use a kernel built with CONFIG_DEBUG_INFO_BTF=y")
         host.ensure_tracefs()
-        self.syscall_numbers = syscalls.numbers()
+        self.syscall_numbers = syscalls.numbers(calls=options.calls)
         self.syscall_names = {nr: name for name, nr in self.syscall_numbers.items()}
         mounts = journals.ext4_mounts()
         self.devices = list(dict.fromkeys(journals.resolve_device(d, mounts) for d in options.devices))

@@ -1,43 +1,91 @@
-"""The metadata system calls jstall traces, and their numbers per architecture.
+"""The system calls jstall traces, in named groups, and their numbers per architecture.
 
-The probes read `__syscall_nr` from the syscalls:sys_enter_* tracepoint and the
-recorder names it with these tables (the kernel's syscall ABI, stable per arch).
+The recorder's raw_syscalls:sys_enter/sys_exit programs look each call's number up in a
+map of traced numbers (filled from :func:`numbers`) and name it with these tables (the
+kernel's syscall ABI, stable per arch: arch/x86/entry/syscalls/syscall_64.tbl and
+include/uapi/asm-generic/unistd.h).
+
+``jstall record --calls SPEC`` chooses the groups: a comma-separated list of group names
+(:data:`GROUPS`), single call names, or ``all``; the default is :data:`DEFAULT_GROUPS`
+(metadata and the fsync family).  The write family matters for dirty-page throttling
+(``balance_dirty_pages`` stalls a buffered write(), not a metadata call).
 """
 
 import os
 
 from jstall.errors import JstallError
 
-#: Traced calls, grouped as the analyzer reports them.
-TRACED = (
-    "setxattr", "lsetxattr", "fsetxattr", "setxattrat",
-    "removexattr", "lremovexattr", "fremovexattr", "removexattrat",
-    "unlink", "unlinkat", "rmdir", "mkdir", "mkdirat",
-    "creat", "open", "openat", "openat2",
-    "rename", "renameat", "renameat2",
-    "fsync", "fdatasync",
-)
+#: group -> calls, in report order.
+GROUPS = {
+    "metadata": ("setxattr", "lsetxattr", "fsetxattr", "setxattrat",
+                 "removexattr", "lremovexattr", "fremovexattr", "removexattrat",
+                 "unlink", "unlinkat", "rmdir", "mkdir", "mkdirat",
+                 "creat", "open", "openat", "openat2",
+                 "rename", "renameat", "renameat2"),
+    "fsync": ("fsync", "fdatasync"),
+    "sync": ("sync_file_range", "syncfs", "msync"),
+    "write": ("write", "pwrite64", "writev", "pwritev", "pwritev2"),
+    "truncate": ("truncate", "ftruncate", "fallocate"),
+    "time": ("utimensat", "futimesat", "utime", "utimes"),
+    "attr": ("chmod", "fchmod", "fchmodat", "fchmodat2", "chown", "fchown", "lchown", "fchownat"),
+    "link": ("link", "linkat", "symlink", "symlinkat"),
+}
+#: Traced when --calls is not given.
+DEFAULT_GROUPS = ("metadata", "fsync")
+#: The default set of calls (kept under its earlier name).
+TRACED = tuple(c for g in DEFAULT_GROUPS for c in GROUPS[g])
 
 _NUMBERS = {
     "x86_64": {
-        "open": 2, "fsync": 74, "fdatasync": 75, "rename": 82, "mkdir": 83, "rmdir": 84,
-        "creat": 85, "unlink": 87, "setxattr": 188, "lsetxattr": 189, "fsetxattr": 190,
-        "removexattr": 197, "lremovexattr": 198, "fremovexattr": 199, "openat": 257,
-        "mkdirat": 258, "unlinkat": 263, "renameat": 264, "renameat2": 316, "openat2": 437,
-        "setxattrat": 463, "removexattrat": 466,
+        "write": 1, "open": 2, "pwrite64": 18, "writev": 20, "msync": 26, "fsync": 74, "fdatasync": 75,
+        "truncate": 76, "ftruncate": 77, "rename": 82, "mkdir": 83, "rmdir": 84, "creat": 85, "link": 86,
+        "unlink": 87, "symlink": 88, "chmod": 90, "fchmod": 91, "chown": 92, "fchown": 93, "lchown": 94,
+        "utime": 132, "setxattr": 188, "lsetxattr": 189, "fsetxattr": 190, "removexattr": 197,
+        "lremovexattr": 198, "fremovexattr": 199, "utimes": 235, "openat": 257, "mkdirat": 258,
+        "fchownat": 260, "futimesat": 261, "unlinkat": 263, "renameat": 264, "linkat": 265, "symlinkat": 266,
+        "fchmodat": 268, "sync_file_range": 277, "utimensat": 280, "fallocate": 285, "pwritev": 296,
+        "syncfs": 306, "renameat2": 316, "pwritev2": 328, "openat2": 437, "fchmodat2": 452, "setxattrat": 463,
+        "removexattrat": 466,
     },
     "aarch64": {
         "setxattr": 5, "lsetxattr": 6, "fsetxattr": 7, "removexattr": 14, "lremovexattr": 15,
-        "fremovexattr": 16, "mkdirat": 34, "unlinkat": 35, "openat": 56, "fsync": 82,
-        "fdatasync": 83, "renameat2": 276, "openat2": 437, "setxattrat": 463, "removexattrat": 466,
+        "fremovexattr": 16, "mkdirat": 34, "unlinkat": 35, "symlinkat": 36, "linkat": 37, "truncate": 45,
+        "ftruncate": 46, "fallocate": 47, "fchmod": 52, "fchmodat": 53, "fchownat": 54, "fchown": 55,
+        "openat": 56, "write": 64, "writev": 66, "pwrite64": 68, "pwritev": 70, "fsync": 82, "fdatasync": 83,
+        "sync_file_range": 84, "utimensat": 88, "msync": 227, "syncfs": 267, "renameat2": 276,
+        "pwritev2": 287, "openat2": 437, "fchmodat2": 452, "setxattrat": 463, "removexattrat": 466,
     },
 }
 
 
-def numbers(machine=None):
-    """{name: number} of the traced calls that exist on this architecture."""
+def parse_calls(spec):
+    """The calls a ``--calls`` SPEC names, in group order: ``None`` or "" -> the default
+    groups; "all" -> every group; else comma-separated group or call names.  Raises
+    JstallError naming the choices for an unknown name."""
+    if not spec:
+        names = list(DEFAULT_GROUPS)
+    else:
+        names = [n.strip() for n in spec.split(",") if n.strip()]
+    known = {c for calls in GROUPS.values() for c in calls}
+    out = []
+    for n in names:
+        if n == "all":
+            out.extend(c for calls in GROUPS.values() for c in calls)
+        elif n in GROUPS:
+            out.extend(GROUPS[n])
+        elif n in known:
+            out.append(n)
+        else:
+            raise JstallError(f"--calls: unknown group or call {n!r}; groups: {', '.join(GROUPS)}, all "
+                              "(or single calls such as fsync, write)")
+    return tuple(dict.fromkeys(out))
+
+
+def numbers(machine=None, calls=None):
+    """{name: number} of ``calls`` (default: the default groups) that exist on this
+    architecture."""
     machine = machine or os.uname().machine
     table = _NUMBERS.get(machine)
     if table is None:
         raise JstallError(f"architecture {machine} is not supported (x86_64, aarch64)")
-    return {name: table[name] for name in TRACED if name in table}
+    return {name: table[name] for name in (calls or TRACED) if name in table}

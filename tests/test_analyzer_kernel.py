@@ -55,16 +55,23 @@ def test_128_byte_inodes_stall_in_checkpoints_at_the_forced_level(small_inodes):
     assert cp.loc[at, "latency_ms"].sum() >= 0.9 * cp["latency_ms"].sum()
     # the fill the calls saw reached the computed forced level
     assert (cp["fill_max_pct"] >= cp["forced_fill_pct"] - 1.0).all(), cp[["fill_max_pct", "forced_fill_pct"]]
+    # the kernel's condition: log space left below j_max_transaction_buffers, and the call waited
+    f = cp[cp["forced"]]
+    assert f["latency_ms"].sum() >= 0.9 * cp["latency_ms"].sum()
+    assert (f["min_headroom_blocks"] < 0).all() and st["forced"]["count"] == int(a.stalls["forced"].sum())
     (j,) = d["journals"]
     assert j["forced_checkpoints"] >= 1 and j["inode_size"] == 128
     assert j["max_fill_pct"] >= j["forced_fill_pct"]
-    assert any(r["kind"] == "journal_size" and r["estimate"] for r in d["recommendations"])
+    js = [r for r in d["recommendations"] if r["kind"] == "journal_size"]
+    assert js and js[0]["estimate"] and js[0]["journal_size_mib"] > 4 and js[0]["stall_ms_addressed"] > 0
+    assert d["recommendations"][0]["stall_ms_addressed"] == max(r["stall_ms_addressed"] for r in d["recommendations"])
 
 
 def test_256_byte_inodes_have_no_checkpoint_stalls(large_inodes):
     d = large_inodes.to_dict()
     assert d["stalls"]["by_cause"]["checkpoint"] == {"count": 0, "total_ms": 0.0}
     assert d["journals"][0]["forced_checkpoints"] == 0
+    assert not any(r["kind"] == "journal_size" for r in d["recommendations"])
 
 
 @pytest.mark.parametrize("case", ["small_inodes", "large_inodes"])

@@ -74,13 +74,13 @@ def test_session_report_renders(tmp_path):
     out = str(tmp_path / "report.html")
     html = write_report(s.path, out)
     check_page(html, 4)
-    assert "forced checkpoint at 71.9%" in html and "journal_size" in html
+    assert "below 0: handles wait for log space" in html and "journal_size" in html
     dom, console = render(out)
     assert console == [], console
     assert len(re.findall(r'class="[^"]*js-plotly-plot', dom)) == 4  # every figure was drawn
     assert dom.count("class=\"main-svg\"") >= 4
     # the timeline holds the stalled calls (colored by cause) and the forced level
-    assert "checkpoint" in dom and "buffer_io" in dom
+    assert "checkpoint" in dom and "metadata_io" in dom
 
 
 @needs_chromium
@@ -107,7 +107,7 @@ def test_report_refuses_missing_session_and_bad_output(tmp_path):
         report_cmd.run(p.parse_args([s.path, "-o", str(tmp_path / "no" / "r.html")]))
 
 
-def test_timeline_thinning_keeps_the_peaks():
+def test_timeline_thinning_keeps_the_lows():
     import numpy as np
     import pandas as pd
 
@@ -115,8 +115,8 @@ def test_timeline_thinning_keeps_the_peaks():
 
     n = 50_000
     rng = np.random.default_rng(3)
-    tl = pd.DataFrame({"ts_ns": np.arange(n) * 1000, "fill_pct": rng.random(n) * 50})
-    tl.loc[12_345, "fill_pct"] = 99.0
+    tl = pd.DataFrame({"ts_ns": np.arange(n) * 1000, "headroom_pct": rng.random(n) * 50})
+    tl.loc[12_345, "headroom_pct"] = -9.0
     thin = figures._thin(tl)
-    assert len(thin) <= figures.MAX_POINTS and thin["fill_pct"].max() == 99.0
+    assert len(thin) <= figures.MAX_POINTS and thin["headroom_pct"].min() == -9.0
     assert thin["ts_ns"].is_monotonic_increasing

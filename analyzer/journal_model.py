@@ -1,0 +1,151 @@
+"""A journal-size model: the smallest journal whose handles never wait for log space.
+
+jbd2 makes a handle checkpoint when ``jbd2_log_space_left() < j_max_transaction_buffers``
+(``add_transaction_credits -> __jbd2_log_wait_for_space``), and
+``j_max_transaction_buffers = (journal blocks - fast-commit blocks) / 3`` since 6.11 (``/ 4``
+before; the session shows the divisor as journal blocks / max_transaction_blocks).  What must
+fit is the workload's *hot set*: the distinct metadata blocks it keeps dirty.  A larger
+journal allows larger transactions, and a block dirtied again while its transaction runs is
+logged once per commit, not once per handle; a block re-logged by a later transaction leaves
+the older one's checkpoint list without I/O (``jbd2_journal_commit_transaction``:
+``cp_transaction->t_chp_stats.cs_dropped++``).  So the run's logged blocks overstate what a
+larger journal must hold, and a run slowed by its own stalls says nothing about wall-clock
+rates: the model uses only work counts.
+
+Inputs, all from the session (per journal):
+
+- ``blocks``: distinct blocks per transaction summed (``jbd2_run_stats``: ``blocks``);
+  ``logged_blocks`` (with descriptor and commit blocks) gives the log overhead per block;
+- ``relogged_blocks``: blocks whose copy in an older transaction was superseded by a later
+  commit (``jbd2_checkpoint_stats``: ``dropped``); ``new_to_log_blocks = blocks - relogged``
+  counts blocks entering the log without an older copy in it (first touches, and blocks
+  touched again after a checkpoint wrote them home);
+- ``span_blocks``: the log the run actually had (used blocks, mean and peak of the fill
+  samples).
+
+With a hot set of ``D`` blocks touched at random, a block's copy stays in a log span of ``S``
+blocks until it is touched again, so the share of later touches that find no copy in the log
+is ``exp(-S / D)``: ``(new - D) / (blocks - D) = exp(-S / D)``, solved for ``D`` by
+bisection with ``S`` the mean span (giving ``D_low``) and the peak span (``D_high``).
+
+Two bounds on the journal follow from the kernel's condition.  ``high``: one transaction
+(at most ``j_max_transaction_buffers``) holds the whole hot set, so no handle ever has to
+wait: ``divisor * (D_high * logged/blocks + 32) + fast-commit blocks``.  ``low``: the log
+holds the hot set once (every older copy re-logged away) with one maximum transaction of
+room left: ``divisor / (divisor - 1) * (D_low * logged/blocks + 32) + fast-commit blocks``.
+The recommendation is ``high`` rounded up to a whole MiB (ext4 takes whole MiB).  Checked
+against bisected thresholds in the lab (benchmarks/advice_accuracy.py).
+"""
+
+import math
+from dataclasses import asdict, dataclass
+
+from .fill import RESERVED_BLOCKS
+
+
+@dataclass(frozen=True)
+class JournalModel:
+    """The model's inputs and result for one journal.  Sizes in MiB, counts in blocks."""
+
+    dev: str
+    block_size: int
+    journal_mib: float
+    divisor: float
+    fast_commit_blocks: int
+    transactions: int
+    handles: int
+    blocks: int
+    logged_blocks: int
+    relogged_blocks: int
+    written_home_blocks: int
+    new_to_log_blocks: int
+    span_mean_blocks: float
+    span_peak_blocks: float
+    hot_blocks_low: float
+    hot_blocks_high: float
+    low_mib: float
+    high_mib: float
+    journal_size_mib: int
+
+    def as_dict(self):
+        return asdict(self)
+
+
+def hot_set(blocks, new_blocks, span):
+    """The hot-set size ``D`` with ``(new - D) / (blocks - D) = exp(-span / D)`` (bisection);
+    ``new_blocks`` when every block was new (nothing re-logged) or the equation has no root."""
+    if blocks <= 0 or new_blocks <= 0 or span <= 0 or new_blocks >= blocks:
+        return float(max(new_blocks, 0))
+
+    def f(d):
+        return (new_blocks - d) / (blocks - d) - math.exp(-span / d)
+
+    lo, hi = 1e-6 * new_blocks + 1e-9, float(new_blocks) - 1e-9
+    if f(lo) * f(hi) > 0:
+        return float(new_blocks)
+    for _ in range(80):  # bisection to ~1e-24 of the interval
+        mid = 0.5 * (lo + hi)
+        if f(lo) * f(mid) <= 0:
+            hi = mid
+        else:
+            lo = mid
+    return 0.5 * (lo + hi)
+
+
+def journal_blocks_needed(hot_blocks, overhead, divisor, fast_commit_blocks=0):
+    """Journal blocks of which ``1 / divisor`` holds ``hot_blocks`` (times the log overhead
+    per block) plus jbd2's reserve of 32 (``divisor``: journal / j_max_transaction_buffers
+    for one transaction holding them all)."""
+    return divisor * (hot_blocks * overhead + RESERVED_BLOCKS) + fast_commit_blocks
+
+
+def model(journal, txns, checkpoint_stats, timeline, kernel_release=None):
+    """The :class:`JournalModel` of one journal (a row of ``journals.summary``), or None
+    without committed transactions or journal geometry."""
+    dev = journal["dev"]
+    t = txns[txns["dev"] == dev]
+    jb = journal.get("journal_blocks")
+    bs = journal.get("block_size")
+    bs = int(bs) if bs and bs == bs else 4096
+    if not len(t) or not jb or jb != jb:
+        return None
+    jb = float(jb)
+    mtb = journal.get("max_transaction_blocks")
+    fc = float(journal.get("fast_commit_blocks") or 0) if journal.get("fast_commit") else 0.0
+    if mtb and mtb == mtb and mtb > 0:
+        divisor = float(round((jb - fc) / float(mtb)))
+    else:
+        divisor = 3.0 if _at_least(kernel_release, (6, 11)) else 4.0
+    cs = checkpoint_stats[checkpoint_stats["dev"].astype("str") == dev]
+    blocks = int(t["blocks"].sum())
+    logged = int(t["blocks_logged"].sum())
+    relogged = int(cs["dropped"].sum()) if "dropped" in cs else 0
+    written = int(cs["written"].sum()) if len(cs) else 0
+    new = max(blocks - relogged, 0)
+    tl = timeline[timeline["dev"] == dev]
+    used = tl["used_blocks"] if len(tl) else None
+    s_mean = float(used.mean()) if used is not None else float("nan")
+    s_peak = float(used.max()) if used is not None else float("nan")
+    d_low = hot_set(blocks, new, s_mean) if s_mean == s_mean else float(new)
+    d_high = hot_set(blocks, new, s_peak) if s_peak == s_peak else float(new)
+    d_low, d_high = min(d_low, d_high), max(d_low, d_high, float(t["blocks"].max()))
+    overhead = logged / blocks if blocks else 1.0
+    mib = bs / 2**20
+    low = journal_blocks_needed(d_low, overhead, divisor / max(divisor - 1.0, 1.0), fc) * mib
+    high = journal_blocks_needed(d_high, overhead, divisor, fc) * mib
+    if t["blocks"].gt(0).any() and float(journal.get("forced_checkpoints") or 0) > 0:
+        low = max(low, jb * mib)  # the run shows that the journal it had was too small
+    return JournalModel(
+        dev=dev, block_size=bs, journal_mib=jb * mib, divisor=divisor, fast_commit_blocks=int(fc),
+        transactions=len(t), handles=int(t["handle_count"].sum()), blocks=blocks, logged_blocks=logged,
+        relogged_blocks=relogged, written_home_blocks=written, new_to_log_blocks=new,
+        span_mean_blocks=s_mean, span_peak_blocks=s_peak, hot_blocks_low=d_low, hot_blocks_high=d_high,
+        low_mib=low, high_mib=high, journal_size_mib=int(math.ceil(high)))
+
+
+def _at_least(release, version):
+    """``release`` ("6.18.44-fc") at or after ``version`` (a tuple); True when unknown."""
+    import re
+
+    m = re.match(r"(\d+)\.(\d+)", str(release or ""))
+    return True if not m else (int(m.group(1)), int(m.group(2))) >= version

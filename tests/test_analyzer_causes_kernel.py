@@ -1,0 +1,153 @@
+"""Causes recognised in real runs, and the journal-size model checked against the lab.
+
+Each cause test records a small workload made to stall one way on a loop-device ext4 and
+asserts that the analyzer names that cause for at least 80% of the run's stall time (the
+checkpoint case is in test_analyzer_kernel.py).  The model test runs a workload on a journal
+too small for it, takes the recommended size and checks in the lab that it is within
+[1x, 2x] of the smallest journal with no forced checkpoint: the recommended size is clean,
+and the largest whole-MiB size below half of it is not."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+from jstall.analyzer import analyze
+
+pytestmark = [pytest.mark.kernel, pytest.mark.skipif(os.geteuid() != 0, reason="needs root")]
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+JSTALL = os.path.join(os.path.dirname(sys.executable), "jstall")
+SECONDS = 2.0
+
+
+def record(out, cfg, case, scratch_dir, calls=None, prefix=(), setup=None, min_ms=1):
+    """Record cause_workloads.py CASE on a scratch filesystem; ``setup(fs)`` may return an
+    undo function run before the filesystem goes away."""
+    from jstall.workloads.scratch import ScratchFs
+
+    with ScratchFs(cfg, scratch_dir=scratch_dir) as fs:
+        undo = setup(fs) if setup else None
+        try:
+            cmd = [JSTALL, "record", "-q", "-o", out, "--min-ms", str(min_ms)] + (["--calls", calls] if calls else [])
+            proc = subprocess.run(cmd + ["--", *prefix, sys.executable, os.path.join(HERE, "cause_workloads.py"), case,
+                                         os.path.join(fs.mountpoint, "d"), str(SECONDS)],
+                                  capture_output=True, text=True, timeout=120)
+        finally:
+            if undo:
+                undo()
+    assert proc.returncode == 0, proc.stderr
+    return analyze(out, min_ms=min_ms)
+
+
+def shares(a):
+    st = a.to_dict()["stalls"]
+    assert st["count"] >= 3, st
+    return {c: v["total_ms"] / st["total_ms"] for c, v in st["by_cause"].items()}
+
+
+def cfg(**kw):
+    from jstall.workloads.scratch import FsConfig
+
+    return FsConfig(fs_size="256M", journal_size="64M", **kw)
+
+
+def test_commit_wait_fsync_loop_on_a_big_journal(tmp_path, scratch_dir):
+    a = record(str(tmp_path / "s"), cfg(), "commit_wait", scratch_dir)
+    sh = shares(a)
+    assert sh["commit_wait"] >= 0.8, sh
+    assert sh["checkpoint"] == 0
+    assert {r.kind for r in a.recommendations} >= {"fast_commit"}
+
+
+def test_data_writeback_write_then_fsync(tmp_path, scratch_dir):
+    a = record(str(tmp_path / "s"), cfg(write_bps=20 << 20), "data_writeback", scratch_dir)
+    sh = shares(a)
+    assert sh["data_writeback"] >= 0.8, sh
+    top = a.stalls.sort_values("latency_ms").iloc[-1]
+    assert top["cause"] == "data_writeback" and top["cause_label"] == "folio_wait_writeback"
+    assert a.recommendations[0].kind == "data_writeback"
+
+
+def test_device_flush_fdatasync_without_a_commit(tmp_path, scratch_dir):
+    a = record(str(tmp_path / "s"), cfg(), "device_flush", scratch_dir)
+    sh = shares(a)
+    assert sh["device_flush"] >= 0.8, sh
+    labels = set(a.stalls.loc[a.stalls["cause"] == "device_flush", "cause_label"])
+    assert labels == {"blkdev_issue_flush"}, labels
+    assert a.recommendations[0].kind == "device_flush"
+
+
+def _strict_bdi_limit(fs, max_bytes=4 << 20):
+    """A strict 4 MiB dirty limit on the scratch device's bdi only; returns the undo."""
+    base = f"/sys/class/bdi/{fs.dev}"
+    old = {k: open(f"{base}/{k}").read().strip() for k in ("strict_limit", "max_ratio")}
+
+    def write(k, v):
+        with open(f"{base}/{k}", "w") as f:
+            f.write(str(v))
+
+    write("max_bytes", max_bytes)
+    write("strict_limit", 1)
+
+    def undo():
+        write("strict_limit", old["strict_limit"])
+        write("max_ratio", old["max_ratio"])
+
+    return undo
+
+
+def test_writeback_throttle_buffered_writes_under_a_strict_bdi_limit(tmp_path, scratch_dir):
+    a = record(str(tmp_path / "s"), cfg(write_bps=8 << 20), "writeback_throttle", scratch_dir,
+               calls="metadata,fsync,write", setup=_strict_bdi_limit)
+    sh = shares(a)
+    assert sh["writeback_throttle"] >= 0.8, sh
+    assert set(a.stalls["syscall"]) == {"write"}
+    assert a.to_dict()["traced_calls"]["groups"] == ["metadata", "fsync", "write"]
+
+
+def test_cpu_pinned_contention(tmp_path, scratch_dir):
+    busy = [subprocess.Popen(["taskset", "-c", "0", sys.executable, "-c", "while True: pass"]) for _ in range(3)]
+    try:
+        a = record(str(tmp_path / "s"), cfg(), "cpu", scratch_dir, calls="write", prefix=("taskset", "-c", "0"))
+    finally:
+        for b in busy:
+            b.kill()
+            b.wait()
+    sh = shares(a)
+    assert sh["cpu"] >= 0.8, sh
+    assert a.recommendations[0].kind == "cpu"
+
+
+# --- the journal-size model against the lab ---------------------------------------------------
+
+XATTR = ["xattr", "--inode-size", "128", "--fs-size", "256M", "--files", "3000", "--updates", "12000"]
+FDTREE = ["fdtree", "--shape", "deep"]
+
+
+def lab_run(args, journal_mib, out, scratch_dir):
+    proc = subprocess.run([JSTALL, "lab", "run", *args, "--journal-size", f"{journal_mib}M", "-o", out,
+                           "--scratch", scratch_dir, "--no-progress"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return analyze(out, min_ms=1)
+
+
+def forced(a):
+    return int(a.journals["forced_checkpoints"].sum())
+
+
+@pytest.mark.parametrize("args,start_mib", [(XATTR, 16), (FDTREE, 16)], ids=["xattr", "fdtree"])
+def test_recommended_journal_is_within_1x_2x_of_the_measured_threshold(args, start_mib, tmp_path, scratch_dir):
+    a = lab_run(args, start_mib, str(tmp_path / "start"), scratch_dir)
+    assert forced(a) > 0
+    (rec,) = [r for r in a.recommendations if r.kind == "journal_size"]
+    size = int(rec.journal_size_mib)
+    assert rec.low_mib <= rec.high_mib <= size and rec.stall_ms_addressed > 0
+    assert json.dumps(rec.to_dict())  # the numbers are JSON fields
+    # the threshold T (smallest clean size) satisfies T <= size <= 2 T
+    assert forced(lab_run(args, size, str(tmp_path / "rec"), scratch_dir)) == 0, size
+    below_half = math.ceil(size / 2) - 1
+    assert forced(lab_run(args, below_half, str(tmp_path / "half"), scratch_dir)) > 0, below_half
