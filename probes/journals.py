@@ -66,7 +66,8 @@ def dumpe2fs(device):
     """The superblock fields `dumpe2fs -h` prints, as {name: text}."""
     res = subprocess.run(["dumpe2fs", "-h", device], capture_output=True, text=True)
     if res.returncode != 0:
-        raise JstallError(f"dumpe2fs -h {device} failed: {res.stderr.strip().splitlines()[-1:]}")
+        last = (res.stderr.strip().splitlines() or ["no output"])[-1]
+        raise JstallError(f"dumpe2fs -h {device} failed: {last}")
     out = {}
     for line in res.stdout.splitlines():
         key, sep, value = line.partition(":")
