@@ -91,8 +91,6 @@ def run(args):
     # with a session.
     with _Signals() as sig:
         rec.start()
-        if args.quiet:
-            print(f"{rec.scope()}... Hit Ctrl-C to end.", file=sys.stderr, flush=True)
         if command:
             return _run_command(rec, command, args.duration, sig)
         return _run_system_wide(rec, args.duration, sig)
