@@ -106,7 +106,13 @@ def read_proc_info(name):
 def describe(dev, mount):
     """The journal description stored in a session's metadata (docs/session-format.md)."""
     source = mount["source"]
-    sb = dumpe2fs(source)
+    try:
+        sb = dumpe2fs(source)
+    except JstallError:
+        base = os.path.basename(os.path.realpath(source)) + "-"
+        if not any(d.startswith(base) for d in _jbd2_dirs()):  # no journal running for it
+            raise JstallError(f"{mount['mountpoint']} ({dev}) has no journal; nothing for jbd2 to record") from None
+        raise
     features = sb.get("Filesystem features", "").split()
     if "has_journal" not in features:
         raise JstallError(f"{mount['mountpoint']} ({dev}) has no journal; nothing for jbd2 to record")
@@ -139,3 +145,10 @@ def describe(dev, mount):
         "proc_info_start": None,
         "proc_info_end": None,
     }
+
+
+def _jbd2_dirs():
+    try:
+        return os.listdir("/proc/fs/jbd2")
+    except OSError:
+        return []
