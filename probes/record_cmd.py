@@ -130,6 +130,10 @@ class _Signals:
             signal.signal(s, h)
 
 
+#: a loss at or above this share of its kind prints a warning
+LOSS_WARNING_SHARE = 0.01
+
+
 def _share(part, whole):
     return f"{100.0 * part / whole:.2g}%" if whole else "all"
 
@@ -151,17 +155,17 @@ def _summary(rec, path):
               + ", ".join(f"{k} {v['count']}" for k, v in devless.items()) + f"; {where}", file=sys.stderr)
     print(f"jstall: events lost: calls {lost['calls']}, offcpu {lost['offcpu']}, jbd2 {lost['jbd2']}, "
           f"stacks {m['stacks_lost']}", file=sys.stderr)
-    # sized to what was lost: the share of each kind, a warning only when it matters
-    kept = {"calls": rec.rows["calls"], "offcpu": rec.rows["offcpu"],
-            "jbd2": sum(rec.rows[t] for t in ("jbd2_events", "run_stats", "checkpoint_stats", "log_tail", "fill"))}
-    shares = {k: lost[k] / (kept[k] + lost[k]) for k in lost if lost[k]}
-    if m["stacks_lost"]:
-        shares["stacks"] = m["stacks_lost"] / max(rec.rows["offcpu"] + m["stacks_lost"], 1)
-    for kind, share in sorted(shares.items()):
-        total = (kept.get(kind, rec.rows["offcpu"]) + (lost.get(kind) or m["stacks_lost"]))
-        line = f"jstall: {kind}: {lost.get(kind) or m['stacks_lost']} of {total} lost ({_share(lost.get(kind) or m['stacks_lost'], total)})"
-        if share >= 0.01:
-            line += "; WARNING: figures from them are partial: record fewer devices, a higher --min-ms, or on a less busy host"
+    # sized to what was lost: each kind's share, and a warning only when the share matters
+    jbd2_rows = sum(rec.rows[t] for t in ("jbd2_events", "run_stats", "checkpoint_stats", "log_tail", "fill"))
+    for what, n, total in (("slow calls", lost["calls"], rec.rows["calls"] + lost["calls"]),
+                           ("off-CPU intervals", lost["offcpu"], rec.rows["offcpu"] + lost["offcpu"]),
+                           ("jbd2 events", lost["jbd2"], jbd2_rows + lost["jbd2"]),
+                           ("off-CPU intervals without a stack", rec.offcpu_without_stack, rec.rows["offcpu"])):
+        if not n:
+            continue
+        line = f"jstall: {what}: {n} of {total} lost ({_share(n, total)})"
+        if not total or n / total >= LOSS_WARNING_SHARE:
+            line += "; WARNING: figures built on them are partial; record fewer devices or a higher --min-ms"
         print(line, file=sys.stderr)
     print(f"jstall: session written to {path}", file=sys.stderr)
 

@@ -130,6 +130,7 @@ class Recorder:
         self.rows = dict.fromkeys(STREAMED, 0)            # rows written per streamed table
         self.checkpoints = {"forced": 0, "background": 0}  # jbd2_checkpoint events by task
         self.calls_without_device = {}
+        self.offcpu_without_stack = 0                     # off-CPU rows whose stack was lost
         self._stack_ids = set()                           # symbolized; at most STACK_ENTRIES
         self._max_tx = {}                                 # dev -> j_max_transaction_buffers seen
         self._pidfd = None
@@ -328,6 +329,7 @@ class Recorder:
                 self._cgroups.update(_cgroup_paths(ids))
                 self._cgroups.update({str(i): None for i in ids if str(i) not in self._cgroups})
         if "offcpu_event" in a:
+            self.offcpu_without_stack += int(np.sum(a["offcpu_event"]["stack_id"] < 0))
             new = sorted(int(s) for s in np.unique(a["offcpu_event"]["stack_id"]) if s >= 0 and int(s) not in self._stack_ids)
             if new:
                 self._write_chunk("stacks", _stacks_table(self.bpf, new))
@@ -448,6 +450,7 @@ class Recorder:
             "calls_without_device": self.calls_without_device,
             "events_lost": lost,
             "stacks_lost": stacks_lost,
+            "offcpu_without_stack": self.offcpu_without_stack,
             "rows": dict(self.rows),
             "cgroups": self._cgroups,
             "journals": list(traced.values()),
