@@ -19,6 +19,10 @@
 #ifndef TRACE_SYSCALLS
 #define TRACE_SYSCALLS 1
 #endif
+/* 1: per-syscall tracepoints (syscalls:sys_enter_<name>); 0: raw_syscalls */
+#ifndef PER_SYSCALL_TRACEPOINTS
+#define PER_SYSCALL_TRACEPOINTS 0
+#endif
 #ifndef TRACE_FORKS
 #define TRACE_FORKS 1
 #endif
@@ -52,6 +56,8 @@ struct inflight {
 	__u32 pid;
 	__u32 flags;       /* NR_* of the call */
 	__u32 pad;
+	__u64 arg0;        /* first two arguments (per-syscall tracepoints only) */
+	__u64 arg1;
 	__u64 free_first;
 	__u64 free_min;
 	__u64 log_blocks;
@@ -267,15 +273,10 @@ static __always_inline __u32 log2_u64(__u64 v)
 /* ==== TRACE_SYSCALLS: metadata syscalls ========================================= */
 #if TRACE_SYSCALLS
 
-/* raw_syscalls:sys_enter(struct pt_regs *regs, long id): one cheap program for every
- * syscall beats a perf tracepoint per traced syscall; untraced numbers return at once. */
-int on_sys_enter(struct bpf_raw_tracepoint_args *ctx)
+/* A traced call begins: flags are its NR_* bits, arg0/arg1 its first two arguments
+ * (0 when they are read later from the saved registers). */
+static __always_inline int call_enter(__u32 nr, __u32 flags, __u64 arg0, __u64 arg1, __u64 regs)
 {
-	__u32 nr = ctx->args[1];
-	__u8 *traced = traced_nr.lookup(&nr);
-	if (!traced || !*traced)
-		return 0;
-	__u32 flags = *traced;
 	__u64 id = bpf_get_current_pid_tgid();
 	if (!task_allowed(id >> 32))
 		return 0;
@@ -283,7 +284,9 @@ int on_sys_enter(struct bpf_raw_tracepoint_args *ctx)
 #if SYSCALL_ARGS
 	if (flags & NR_FD_ARG0) {
 		/* fsync, fdatasync, fsetxattr, ...: the descriptor's filesystem, journal handle or not */
-		dev = file_dev(fd_file(syscall_arg(ctx->args[0], ARG0_OFF)));
+		if (regs)
+			arg0 = syscall_arg(regs, ARG0_OFF);
+		dev = file_dev(fd_file(arg0));
 #if FILTER_DEV
 		if (dev && !devices.lookup(&dev))
 			return 0;  /* a call on another filesystem */
@@ -299,12 +302,15 @@ int on_sys_enter(struct bpf_raw_tracepoint_args *ctx)
 	c->pid = id >> 32;
 	c->dev = dev;
 	c->handles = 0;
+	c->arg0 = arg0;
+	c->arg1 = arg1;
 	c->free_first = c->free_min = c->log_blocks = c->credits_first = 0;
 	return 0;
 }
 
-/* raw_syscalls:sys_exit(struct pt_regs *regs, long ret) */
-int on_sys_exit(struct bpf_raw_tracepoint_args *ctx)
+/* A traced call ends with ret; regs: the saved user registers (raw_syscalls), or 0 when
+ * call_enter kept the arguments. */
+static __always_inline int call_exit(__s64 ret, __u64 regs)
 {
 	struct inflight *c = current_call(0);
 	if (!c || !c->ts_ns)
@@ -313,7 +319,6 @@ int on_sys_exit(struct bpf_raw_tracepoint_args *ctx)
 	__u32 tid = (__u32)id;
 	__u64 now = bpf_ktime_get_ns();
 	__u64 lat = now - c->ts_ns;
-	__s64 ret = ctx->args[1];
 	__u32 dev = c->dev;
 #if SYSCALL_ARGS
 	if (!dev && (c->flags & NR_RETURNS_FD) && ret >= 0)
@@ -363,13 +368,14 @@ int on_sys_exit(struct bpf_raw_tracepoint_args *ctx)
 			e.cgroup_id = bpf_get_current_cgroup_id();
 			bpf_get_current_comm(&e.comm, sizeof(e.comm));
 #if SYSCALL_ARGS
-			__u64 regs = ctx->args[0];
+			__u64 arg0 = regs ? syscall_arg(regs, ARG0_OFF) : c->arg0;
+			__u64 arg1 = regs ? syscall_arg(regs, ARG1_OFF) : c->arg1;
 			if (c->flags & NR_FD_ARG0)
-				file_name(fd_file(syscall_arg(regs, ARG0_OFF)), e.file, sizeof(e.file));
+				file_name(fd_file(arg0), e.file, sizeof(e.file));
 			else if (c->flags & NR_PATH_ARG1)
-				bpf_probe_read_user_str(e.file, sizeof(e.file), (const void *)syscall_arg(regs, ARG1_OFF));
+				bpf_probe_read_user_str(e.file, sizeof(e.file), (const void *)arg1);
 			else
-				bpf_probe_read_user_str(e.file, sizeof(e.file), (const void *)syscall_arg(regs, ARG0_OFF));
+				bpf_probe_read_user_str(e.file, sizeof(e.file), (const void *)arg0);
 #endif
 			if (calls_rb.ringbuf_output(&e, sizeof(e), 0))
 				count(BUF_CALLS);
@@ -378,6 +384,68 @@ int on_sys_exit(struct bpf_raw_tracepoint_args *ctx)
 	c->ts_ns = 0;
 	return 0;
 }
+
+#if PER_SYSCALL_TRACEPOINTS
+/* syscalls:sys_enter_<name> / sys_exit_<name>, one program pair attached to each traced
+ * call: other syscalls run no program at all (they pay only the kernel's slow syscall
+ * path, which any syscall tracepoint switches on). Record layouts as in
+ * /sys/kernel/tracing/events/syscalls/sys_enter_openat/format. */
+struct sc_enter_args {
+	__u64 common;
+	__s32 nr;
+	__u32 pad;
+	__u64 args[6];
+};
+struct sc_exit_args {
+	__u64 common;
+	__s32 nr;
+	__u32 pad;
+	__s64 ret;
+};
+
+/* The kernel refuses a program that reads past a tracepoint's record: calls with one
+ * argument (fsync, unlink, ...) get sc_enter, those with a path after a directory
+ * descriptor (unlinkat, openat, ...) sc_enter_at. */
+int sc_enter(struct sc_enter_args *ctx)
+{
+	__u32 nr = ctx->nr;
+	__u8 *traced = traced_nr.lookup(&nr);
+	if (!traced || !*traced)
+		return 0;
+	return call_enter(nr, *traced, ctx->args[0], 0, 0);
+}
+
+int sc_enter_at(struct sc_enter_args *ctx)
+{
+	__u32 nr = ctx->nr;
+	__u8 *traced = traced_nr.lookup(&nr);
+	if (!traced || !*traced)
+		return 0;
+	return call_enter(nr, *traced, ctx->args[0], ctx->args[1], 0);
+}
+
+int sc_exit(struct sc_exit_args *ctx)
+{
+	return call_exit(ctx->ret, 0);
+}
+#else
+/* raw_syscalls:sys_enter(struct pt_regs *regs, long id): one program for every syscall
+ * of every task; untraced numbers return at once. */
+int on_sys_enter(struct bpf_raw_tracepoint_args *ctx)
+{
+	__u32 nr = ctx->args[1];
+	__u8 *traced = traced_nr.lookup(&nr);
+	if (!traced || !*traced)
+		return 0;
+	return call_enter(nr, *traced, 0, 0, ctx->args[0]);
+}
+
+/* raw_syscalls:sys_exit(struct pt_regs *regs, long ret) */
+int on_sys_exit(struct bpf_raw_tracepoint_args *ctx)
+{
+	return call_exit(ctx->args[1], ctx->args[0]);
+}
+#endif
 
 #endif /* TRACE_SYSCALLS */
 

@@ -47,6 +47,12 @@ HIST_BUCKETS = 40          # log2(latency_ns) buckets: the last holds everything
 FILL_SAMPLE_NS = 10_000_000
 FLUSH_SECONDS = 2.0        # a closed chunk per table, counters and metadata.json this often
 
+#: How the metadata syscalls are traced: "syscalls", a program pair on each traced call's
+#: own tracepoints (syscalls:sys_enter_<name>/sys_exit_<name>), so that other syscalls run
+#: no program; or "raw", one program pair on raw_syscalls that every syscall of every task
+#: runs (benchmarks/record_overhead.py measures both).
+ATTACH = os.environ.get("JSTALL_ATTACH", "syscalls")
+
 #: tables appended to while recording, one closed chunk per flush
 STREAMED = ("calls", "offcpu", "jbd2_events", "run_stats", "checkpoint_stats", "log_tail", "fill")
 CHUNKED = STREAMED + ("stacks",)
@@ -67,6 +73,7 @@ class RecordOptions:
     quiet: bool = False
     console: object = None                                    # stream for live lines (default stdout)
     max_size_bytes: int = None                                # end the recording at this session size
+    attach: str = ATTACH                                      # "syscalls" or "raw" (see ATTACH)
 
 
 def default_output_dir():
@@ -154,6 +161,7 @@ class Recorder:
             FILTER_TREE=int(bool(self.opts.command_tree or self.opts.pid)),
             FILTER_DEV=int(bool(self.devices)),
             FILTER_CGROUP=self.cgroup_id or 0,
+            PER_SYSCALL_TRACEPOINTS=int(self.opts.attach == "syscalls"),
         )
         return [f"-D{k}={v}" for k, v in defines.items()] + [f"-I{os.path.dirname(BPF_SOURCE)}"]
 
@@ -173,11 +181,22 @@ class Recorder:
         traced = b[b"traced_nr"]
         for name, nr in self.syscall_numbers.items():
             traced[ctypes.c_uint32(nr)] = ctypes.c_uint8(syscalls.probe_flags(name))
-        for name in ("sys_enter", "sys_exit"):
-            if not host.tracepoint_exists("raw_syscalls", name):
-                raise JstallError(f"tracepoint raw_syscalls:{name} is missing; jstall needs a kernel with CONFIG_FTRACE_SYSCALLS")
-            b.attach_raw_tracepoint(tp=name.encode(), fn_name=f"on_{name}".encode())
-            self.attached.append(f"raw:raw_syscalls:{name}")
+        if self.opts.attach == "syscalls":
+            for name in self.syscall_numbers:
+                for kind in ("enter", "exit"):
+                    tp = f"sys_{kind}_{name}"
+                    if not host.tracepoint_exists("syscalls", tp):
+                        self.missing.append(f"syscalls:{tp}")
+                        continue
+                    fn = "sc_enter_at" if kind == "enter" and name in syscalls.PATH_ARG1 else f"sc_{kind}"
+                    b.attach_tracepoint(tp=f"syscalls:{tp}".encode(), fn_name=fn.encode())
+                    self.attached.append(f"syscalls:{tp}")
+        else:
+            for name in ("sys_enter", "sys_exit"):
+                if not host.tracepoint_exists("raw_syscalls", name):
+                    raise JstallError(f"tracepoint raw_syscalls:{name} is missing; jstall needs a kernel with CONFIG_FTRACE_SYSCALLS")
+                b.attach_raw_tracepoint(tp=name.encode(), fn_name=f"on_{name}".encode())
+                self.attached.append(f"raw:raw_syscalls:{name}")
         for cat, names in (("ext4", EXT4_RAW_TRACEPOINTS), ("jbd2", JBD2_RAW_TRACEPOINTS)):
             for name in names:
                 if host.tracepoint_exists(cat, name):

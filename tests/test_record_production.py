@@ -36,6 +36,14 @@ def background(*args):
         p.wait()
 
 
+def wait_attached(rec, out, timeout=60):
+    """metadata.json appears once the probes are attached."""
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(os.path.join(out, "metadata.json")):
+        assert rec.poll() is None and time.monotonic() < deadline, rec.communicate()
+        time.sleep(0.1)
+
+
 def devs_in(s):
     """Every device a loaded session mentions, in any table or its metadata journals."""
     seen = {j["dev"] for j in s.journals}
@@ -50,8 +58,7 @@ def test_device_filter_counts_every_fsync_and_nothing_beside(tmp_path):
     out = str(tmp_path / "s")
     with ScratchFs(SMALL) as a, ScratchFs(SMALL) as b, background("busy", os.path.join(b.mountpoint, "busy")):
         rec = subprocess.Popen([JSTALL, "record", "-q", "-o", out, "-d", a.mountpoint], stderr=subprocess.PIPE, text=True)
-        time.sleep(4)  # probes attached (compiling takes ~2 s)
-        assert rec.poll() is None, rec.communicate()
+        wait_attached(rec, out)
         made = json.loads(subprocess.run([sys.executable, WORKLOAD, "fsync", os.path.join(a.mountpoint, "d"), "500"],
                                          capture_output=True, text=True, check=True).stdout)
         rec.send_signal(signal.SIGINT)
@@ -126,7 +133,7 @@ def test_sigkill_leaves_a_loadable_incomplete_session(tmp_path):
     with ScratchFs(SMALL) as fs:
         rec = subprocess.Popen([JSTALL, "record", "-q", "-o", out, "-d", fs.dev, "--min-ms", "0"],
                                stderr=subprocess.PIPE, text=True)
-        time.sleep(4)
+        wait_attached(rec, out)
         with background("progress", os.path.join(fs.mountpoint, "p"), log):
             time.sleep(11)
             killed_ns = time.monotonic_ns()
