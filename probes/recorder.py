@@ -369,8 +369,7 @@ class Recorder:
             write_metadata(self.output_dir, self._metadata(RECORDING, self.last_flush))
 
     def _write_chunk(self, name, table):
-        write_chunk(self.output_dir, name, table, self._seq)
-        self._bytes += table.nbytes
+        self._bytes += write_chunk(self.output_dir, name, table, self._seq)
 
     def _write_snapshots(self, b):
         """The in-kernel call counters so far, as whole tables (rewritten atomically)."""

@@ -176,3 +176,14 @@ def test_bad_input_is_one_line_exit_2_and_nothing_made(tmp_path, args):
     assert "Traceback" not in proc.stderr and "['" not in proc.stderr
     assert os.listdir(tmp_path) == []
     assert not os.path.exists("/nonexistent-jstall")
+
+
+def test_max_size_ends_a_long_recording(tmp_path):
+    out = str(tmp_path / "s")
+    with ScratchFs(SMALL) as fs, background("busy", os.path.join(fs.mountpoint, "busy")):
+        proc = subprocess.run([JSTALL, "record", "-q", "-o", out, "-d", fs.dev, "--min-ms", "0", "--max-size", "0.2",
+                               "--duration", "60"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    s = load_session(out)
+    assert s.meta["status"] == "complete" and s.meta["stop_reason"] == "max size"
+    assert len(s.calls) > 0 and session.session_bytes(out) < 2_000_000
