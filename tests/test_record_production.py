@@ -187,3 +187,19 @@ def test_max_size_ends_a_long_recording(tmp_path):
     s = load_session(out)
     assert s.meta["status"] == "complete" and s.meta["stop_reason"] == "max size"
     assert len(s.calls) > 0 and session.session_bytes(out) < 2_000_000
+
+
+def test_sigint_in_command_mode_ends_the_command_promptly(tmp_path):
+    """A SIGINT sent to jstall alone (not to the terminal's group) reaches the command."""
+    out = str(tmp_path / "s")
+    rec = subprocess.Popen([JSTALL, "record", "-q", "-o", out, "--", "sleep", "60"], stderr=subprocess.PIPE, text=True)
+    wait_attached(rec, out)
+    time.sleep(1)  # the command is running
+    t0 = time.monotonic()
+    rec.send_signal(signal.SIGINT)
+    _, err = rec.communicate(timeout=30)
+    assert time.monotonic() - t0 < 10
+    assert rec.returncode == 130, err
+    meta = session.read_metadata(out)
+    assert meta["status"] == "interrupted" and meta["stop_reason"] == "signal"
+    assert meta["command"] == ["sleep", "60"] and meta["command_exit_status"] == -signal.SIGINT
