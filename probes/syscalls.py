@@ -1,8 +1,9 @@
 """The system calls jstall traces, in named groups, and their numbers per architecture.
 
-The recorder's raw_syscalls:sys_enter/sys_exit programs look each call's number up in a
-map of traced numbers (filled from :func:`numbers`) and name it with these tables (the
-kernel's syscall ABI, stable per arch: arch/x86/entry/syscalls/syscall_64.tbl and
+The recorder attaches to each traced call's syscalls:sys_enter_<call>/sys_exit_<call>
+tracepoints (or, with raw_syscalls, looks each call's number up in a map of traced
+numbers filled from :func:`numbers`) and names calls with these tables (the kernel's
+syscall ABI, stable per arch: arch/x86/entry/syscalls/syscall_64.tbl and
 include/uapi/asm-generic/unistd.h).
 
 ``jstall record --calls SPEC`` chooses the groups: a comma-separated list of group names
@@ -89,3 +90,40 @@ def numbers(machine=None, calls=None):
     if table is None:
         raise JstallError(f"architecture {machine} is not supported (x86_64, aarch64)")
     return {name: table[name] for name in (calls or TRACED) if name in table}
+
+
+# ---- how the probes find a call's filesystem and file name --------------------------
+
+#: Calls whose first argument is a file descriptor: their filesystem is the open file's
+#: superblock (task->files->fdt->fd[fd]->f_inode->i_sb), whether or not they journal.
+FD_ARG0 = ("fsync", "fdatasync", "fsetxattr", "fremovexattr", "sync_file_range", "syncfs",
+           "write", "pwrite64", "writev", "pwritev", "pwritev2", "ftruncate", "fallocate",
+           "fchmod", "fchown")
+#: Calls that return a new descriptor: their filesystem is the returned file's.
+RETURNS_FD = ("creat", "open", "openat", "openat2")
+#: Path-based calls with the path in their second argument (after a directory fd, or a
+#: symlink's target); the other path-based calls have it in their first.
+PATH_ARG1 = ("unlinkat", "mkdirat", "openat", "openat2", "renameat", "renameat2", "setxattrat",
+             "removexattrat", "futimesat", "utimensat", "fchmodat", "fchmodat2", "fchownat",
+             "symlink")
+#: Calls with no path or descriptor argument to name a file by (msync takes an address;
+#: linkat's and symlinkat's new name is a later argument): their filesystem comes from the
+#: journal handles they start.
+NO_FILE_ARG = ("msync", "linkat", "symlinkat")
+
+#: Bits of the probes' per-number flags (recorder.bpf.c NR_*).
+NR_TRACED, NR_FD_ARG0, NR_RETURNS_FD, NR_PATH_ARG0, NR_PATH_ARG1 = 1, 2, 4, 8, 16
+
+
+def probe_flags(name):
+    """The NR_* bits the probes use for a traced call: how to find its filesystem and file."""
+    flags = NR_TRACED
+    if name in FD_ARG0:
+        flags |= NR_FD_ARG0
+    elif name in PATH_ARG1:
+        flags |= NR_PATH_ARG1
+    elif name not in NO_FILE_ARG:
+        flags |= NR_PATH_ARG0
+    if name in RETURNS_FD:
+        flags |= NR_RETURNS_FD
+    return flags
