@@ -7,10 +7,16 @@
  *   FILL_SAMPLE_NS              at most one fill sample per journal per this interval
  *   FILTER_PID, FILTER_TREE, FILTER_DEV, FILTER_CGROUP   filters (0 = off)
  *   SIZEOF_<struct>             record sizes the Python side decodes
+ *   MONITOR_OPS                 1: the monitor's fs-level operations (see its section) instead
+ *                               of syscalls; needs TASK_JOURNAL_INFO_* and FILE_INODE_* too
  */
 #include <uapi/linux/ptrace.h>
 #include <linux/types.h>
 #include "jstall_events.h"
+
+#ifndef MONITOR_OPS
+#define MONITOR_OPS 0
+#endif
 
 _Static_assert(sizeof(struct call_event) == SIZEOF_call_event, "call_event layout");
 _Static_assert(sizeof(struct offcpu_event) == SIZEOF_offcpu_event, "offcpu_event layout");
@@ -201,17 +207,14 @@ static __always_inline __u32 log2_u64(__u64 v)
 	return r;
 }
 
-/* raw_syscalls:sys_exit(struct pt_regs *regs, long ret) */
-int on_sys_exit(struct bpf_raw_tracepoint_args *ctx)
+/* The end of a traced call (or monitor operation) c in the current thread: count it in
+ * call_stats and emit it when at or above MIN_NS. */
+static __always_inline void finish_call(struct inflight *c, __s64 ret)
 {
-	struct inflight *c = current_call(0);
-	if (!c || !c->ts_ns)
-		return 0;
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)id;
 	__u64 now = bpf_ktime_get_ns();
 	__u64 lat = now - c->ts_ns;
-	__s64 ret = ctx->args[1];
 	if (dev_allowed(c->dev)) {
 		struct call_key ck = {.syscall_nr = c->syscall_nr, .dev = c->dev};
 		struct call_stats *t = call_stats.lookup(&ck);
@@ -253,8 +256,83 @@ int on_sys_exit(struct bpf_raw_tracepoint_args *ctx)
 		}
 	}
 	c->ts_ns = 0;
+}
+
+/* raw_syscalls:sys_exit(struct pt_regs *regs, long ret) */
+int on_sys_exit(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct inflight *c = current_call(0);
+	if (!c || !c->ts_ns)
+		return 0;
+	finish_call(c, ctx->args[1]);
 	return 0;
 }
+
+/* ---- monitor: fs-level operations instead of syscalls (MONITOR_OPS) -----------------
+ * A bystander's syscalls run no program here: an operation starts at an ext4 tracepoint
+ * and ends at another, and sched_switch looks only at tasks inside one.
+ *   OP_JOURNAL_START: the handle wait, from ext4_journal_start* to jbd2_handle_start
+ *     (start_this_handle -> add_transaction_credits: transaction and checkpoint waits);
+ *   OP_SYNC_FILE: ext4_sync_file_enter to ext4_sync_file_exit (fsync, fdatasync). */
+#if MONITOR_OPS
+static __always_inline void op_begin(__u32 op, __u32 dev)
+{
+	struct inflight *c = current_call(BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!c)
+		return;
+	__u64 id = bpf_get_current_pid_tgid();
+	if (!task_allowed(id >> 32))
+		return;
+	c->ts_ns = bpf_ktime_get_ns();
+	c->syscall_nr = op;
+	c->pid = id >> 32;
+	c->dev = dev;
+	c->handles = 0;
+	c->free_first = c->free_min = c->log_blocks = c->credits_first = 0;
+}
+
+static __always_inline void op_begin_handle_wait(__u32 dev)
+{
+	/* a nested handle (current->journal_info set) takes a reference in
+	 * jbd2__journal_start and never waits, nor fires jbd2_handle_start */
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task_btf();
+	if (READ_FIELD(task, TASK_JOURNAL_INFO))
+		return;
+	struct inflight *c = current_call(0);
+	if (c && c->ts_ns && c->syscall_nr == OP_SYNC_FILE)
+		return;   /* a handle inside fsync: counted in the fsync */
+	op_begin(OP_JOURNAL_START, dev);
+}
+
+/* jbd2_handle_start(dev_t dev, tid_t tid, unsigned int type, unsigned int line_no,
+ *                   int requested_blocks): start_this_handle() returned with credits */
+int rtp_jbd2_handle_start(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct inflight *c = current_call(0);
+	if (c && c->ts_ns && c->syscall_nr == OP_JOURNAL_START)
+		finish_call(c, 0);
+	return 0;
+}
+
+/* ext4_sync_file_enter(struct file *file, int datasync) */
+int rtp_ext4_sync_file_enter(struct bpf_raw_tracepoint_args *ctx)
+{
+	__u64 inode = READ_FIELD(ctx->args[0], FILE_INODE);
+	__u32 dev = inode ? READ_FIELD(READ_FIELD(inode, INODE_SB), SB_DEV) : 0;
+	if (dev && dev_allowed(dev))
+		op_begin(OP_SYNC_FILE, dev);
+	return 0;
+}
+
+/* ext4_sync_file_exit(struct inode *inode, int ret) */
+int rtp_ext4_sync_file_exit(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct inflight *c = current_call(0);
+	if (c && c->ts_ns && c->syscall_nr == OP_SYNC_FILE)
+		finish_call(c, (__s32)ctx->args[1]);
+	return 0;
+}
+#endif
 
 /* ---- journal handles: which device a call journals on, and fill samples ---- */
 
@@ -263,6 +341,9 @@ static __always_inline int handle_start(__u64 sb)
 	__u32 dev = READ_FIELD(sb, SB_DEV);
 	if (!dev_allowed(dev))
 		return 0;
+#if MONITOR_OPS
+	op_begin_handle_wait(dev);
+#endif
 	struct inflight *c = current_call(0);
 	if (c && !c->ts_ns)
 		c = NULL;
