@@ -54,8 +54,18 @@ class Server:
         except OSError as e:
             raise JstallError(f"--listen {addr}:{port}: {e.strerror}; choose another address or port") from None
         self.httpd.daemon_threads = True
+        self.httpd.handle_error = self._handle_error
         self.address = self.httpd.server_address
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="jstall-http", daemon=True)
+
+    @staticmethod
+    def _handle_error(request, client_address):
+        import sys
+
+        exc = sys.exc_info()[1]
+        if isinstance(exc, ConnectionError):   # the client went away (a scrape timed out)
+            return
+        print(f"jstall monitor: HTTP request from {client_address[0]} failed: {exc!r}", file=sys.stderr, flush=True)
 
     def start(self):
         self.thread.start()
