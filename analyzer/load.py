@@ -16,7 +16,7 @@ import os
 
 from jstall import schema
 from jstall.errors import JstallError
-from jstall.session import TABLES, read_metadata, table_path
+from jstall.session import TABLES, is_incomplete, read_arrow, read_metadata, table_path
 
 
 class Session:
@@ -42,7 +42,22 @@ class Session:
 
     @property
     def end_ns(self):
-        return _clock(self.meta, "end")
+        """Monotonic ns of the session end; for an incomplete session, of its last flush."""
+        end = _clock(self.meta, "end")
+        return end if end is not None else _clock(self.meta, "last_flush")
+
+    @property
+    def incomplete(self):
+        """True when the recorder never ended the session (killed, crashed, power loss): the
+        tables hold what it flushed up to ``recorded_until``."""
+        return is_incomplete(self.meta)
+
+    @property
+    def recorded_until(self):
+        """Wall-clock time (ISO 8601, UTC) up to which the tables are complete: the session
+        end, or for an incomplete session its last flush."""
+        key = "last_flush" if self.incomplete else "end"
+        return (self.meta.get(key) or {}).get("wall")
 
     @property
     def journals(self):
@@ -78,11 +93,10 @@ def _check_meta(path, meta):
 def read_table(session_dir, table, columns=None):
     """Read one table of a session as a typed DataFrame (see the module docstring)."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     path = table_path(session_dir, table)
     try:
-        t = pq.read_table(path, columns=columns)
+        t = read_arrow(session_dir, table, schema.SCHEMAS[table], columns=columns)
     except Exception as e:  # pyarrow raises several types for damaged files
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise JstallError(f"{path}: unreadable table ({msg}); the session is corrupt, record it again") from None

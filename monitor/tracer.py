@@ -15,6 +15,7 @@ import ctypes
 import dataclasses
 import os
 import resource
+import tempfile
 import threading
 import time
 
@@ -104,8 +105,10 @@ class Tracer(Recorder):
 
     def __init__(self, options):
         self.mopts = options
-        super().__init__(RecordOptions(devices=list(options.devices), min_ms=options.min_ms,
-                                       offcpu_min_us=options.offcpu_min_us, quiet=True))
+        # the recorder's checks and journal descriptions; it never writes its own session here
+        # (output_dir only has to pass its check), captures are written by capture.Captures
+        super().__init__(RecordOptions(output_dir=tempfile.gettempdir(), devices=list(options.devices),
+                                       min_ms=options.min_ms, offcpu_min_us=options.offcpu_min_us, quiet=True))
         self.op_names = dict(self.syscall_names)
         self.op_names.update(OP_NAMES)
         self.state_lock = threading.Lock()
@@ -133,8 +136,9 @@ class Tracer(Recorder):
         flags = super()._cflags()
         if self.mopts.syscalls:
             return flags
-        extra = btf.probe_defines(btf.BtfTypes.load(), MONITOR_FIELDS)
-        extra["MONITOR_OPS"] = 1
+        extra = btf.probe_defines(btf.BtfTypes.load(),
+                                  {k: v for k, v in MONITOR_FIELDS.items() if k not in btf.FIELDS})
+        extra.update(MONITOR_OPS=1, TRACE_SYSCALLS=0, TRACE_FORKS=0)
         return flags + [f"-D{k}={v}" for k, v in extra.items()]
 
     def _attach(self, b):

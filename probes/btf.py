@@ -48,6 +48,25 @@ FIELDS = {
     "CS_FORCED_TO_CLOSE": ("transaction_chp_stats_s", "cs_forced_to_close"),
     "CS_WRITTEN": ("transaction_chp_stats_s", "cs_written"),
     "CS_DROPPED": ("transaction_chp_stats_s", "cs_dropped"),
+    # a file descriptor's filesystem and name: task->files->fdt->fd[fd]->f_inode->i_sb->s_dev
+    # and ->f_path.dentry->d_name.name
+    "TASK_TGID": ("task_struct", "tgid"),
+    "TASK_FILES": ("task_struct", "files"),
+    "FILES_FDT": ("files_struct", "fdt"),
+    "FDT_FD": ("fdtable", "fd"),
+    "FDT_MAX_FDS": ("fdtable", "max_fds"),
+    "FILE_INODE": ("file", "f_inode"),
+    "FILE_PATH": ("file", "f_path"),
+    "PATH_DENTRY": ("path", "dentry"),
+    "DENTRY_NAME": ("dentry", "d_name"),
+    "QSTR_NAME": ("qstr", "name"),
+}
+
+#: The saved user registers holding a syscall's first two arguments, per architecture
+#: (raw_syscalls:sys_enter/sys_exit pass struct pt_regs *). Optional: without them the
+#: probes name no file and find no device by descriptor.
+SYSCALL_ARGS = {
+    "x86_64": (("pt_regs", "di"), ("pt_regs", "si")),
 }
 
 _QUALIFIERS = ("TYPEDEF", "VOLATILE", "CONST", "RESTRICT", "TYPE_TAG")
@@ -96,7 +115,7 @@ class BtfTypes:
             bits = base_bits + m["bits_offset"]
             if m["name"] == member:
                 return bits, self._size(m["type_id"])
-            if not m["name"]:  # anonymous struct or union: search inside it
+            if not m["name"] or m["name"] == "(anon)":  # anonymous struct or union (bpftool: "(anon)")
                 inner = self._by_id.get(m["type_id"])
                 while inner is not None and inner["kind"] in _QUALIFIERS:
                     inner = self._by_id.get(inner["type_id"])
@@ -130,4 +149,11 @@ def probe_defines(types, fields=FIELDS):
             raise JstallError(f"{e.args[0]}: this kernel's jbd2/ext4 layout is not supported") from None
         defines[f"{name}_OFF"] = off
         defines[f"{name}_SIZE"] = size
+    args = SYSCALL_ARGS.get(os.uname().machine)
+    try:
+        offs = [types.member(*a)[0] for a in args] if args else None
+    except KeyError:
+        offs = None
+    defines["SYSCALL_ARGS"] = int(bool(offs))
+    defines["ARG0_OFF"], defines["ARG1_OFF"] = offs or (0, 0)
     return defines

@@ -96,3 +96,24 @@ def btf_path_ok():
 
 def jbd2_proc_dirs():
     return glob.glob("/proc/fs/jbd2/*")
+
+
+def descendants(pid):
+    """PIDs of the running descendants of pid (from /proc/*/stat parent ids)."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), ()):
+            out.append(c)
+            todo.append(c)
+    return out

@@ -66,7 +66,8 @@ def dumpe2fs(device):
     """The superblock fields `dumpe2fs -h` prints, as {name: text}."""
     res = subprocess.run(["dumpe2fs", "-h", device], capture_output=True, text=True)
     if res.returncode != 0:
-        raise JstallError(f"dumpe2fs -h {device} failed: {res.stderr.strip().splitlines()[-1:]}")
+        last = (res.stderr.strip().splitlines() or ["no output"])[-1]
+        raise JstallError(f"dumpe2fs -h {device} failed: {last}")
     out = {}
     for line in res.stdout.splitlines():
         key, sep, value = line.partition(":")
@@ -105,7 +106,13 @@ def read_proc_info(name):
 def describe(dev, mount):
     """The journal description stored in a session's metadata (docs/session-format.md)."""
     source = mount["source"]
-    sb = dumpe2fs(source)
+    try:
+        sb = dumpe2fs(source)
+    except JstallError:
+        base = os.path.basename(os.path.realpath(source)) + "-"
+        if not any(d.startswith(base) for d in _jbd2_dirs()):  # no journal running for it
+            raise JstallError(f"{mount['mountpoint']} ({dev}) has no journal; nothing for jbd2 to record") from None
+        raise
     features = sb.get("Filesystem features", "").split()
     if "has_journal" not in features:
         raise JstallError(f"{mount['mountpoint']} ({dev}) has no journal; nothing for jbd2 to record")
@@ -138,3 +145,10 @@ def describe(dev, mount):
         "proc_info_start": None,
         "proc_info_end": None,
     }
+
+
+def _jbd2_dirs():
+    try:
+        return os.listdir("/proc/fs/jbd2")
+    except OSError:
+        return []

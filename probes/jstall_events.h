@@ -8,6 +8,7 @@
 #define JSTALL_EVENTS_H
 
 #define JSTALL_COMM_LEN 16
+#define JSTALL_FILE_LEN 64
 
 enum jstall_kind {
 	KIND_CALL = 1,
@@ -77,7 +78,9 @@ struct call_event {
 	__u64 journal_min_free_blocks;
 	__u64 journal_log_blocks;
 	__u64 journal_committing_credits;
+	__u64 cgroup_id;
 	char comm[JSTALL_COMM_LEN];
+	char file[JSTALL_FILE_LEN];
 };
 
 /* An off-CPU interval of a thread inside a traced call. */
@@ -105,6 +108,8 @@ struct jbd2_event {
 	__u32 tid;
 	__u32 pid;
 	__s64 arg;
+	__u32 in_traced_call;
+	__u32 traced_task;
 	struct jstall_fill fill;
 	char comm[JSTALL_COMM_LEN];
 };
@@ -141,6 +146,8 @@ struct checkpoint_stats_event {
 	__u64 chp_time_jiffies;
 	__u32 written;
 	__u32 dropped;
+	__u32 in_traced_call;
+	__u32 traced_task;
 	char comm[JSTALL_COMM_LEN];
 };
 
@@ -155,6 +162,8 @@ struct log_tail_event {
 	__u32 first_tid;
 	__u64 block_nr;
 	__u64 freed_blocks;
+	__u32 in_traced_call;
+	__u32 traced_task;
 	struct jstall_fill fill;
 	char comm[JSTALL_COMM_LEN];
 };

@@ -26,46 +26,69 @@ output columns: TIME COMM PID TID CALL LAT(ms) DEV FILL%
 
 import argparse
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import threading
+import time
 
 from jstall.errors import JstallError
 
 
 def add_arguments(p):
     p.usage = ("jstall record [-h] [-o DIR] [-d DEV]... [-p PID] [--cgroup PATH] [--min-ms MS] "
-               "[--duration S] [-q] [-- COMMAND [ARG ...]]")
+               "[--duration S] [--max-size MB] [-q] [-- COMMAND [ARG ...]]")
     p.add_argument("-o", "--output", metavar="DIR", help="session directory (default: jstall-session-<time>)")
     p.add_argument("-d", "--device", action="append", default=[], metavar="DEV",
                    help="trace only this ext4 (MAJ:MIN, block device or mount point); repeatable")
-    p.add_argument("-p", "--pid", type=int, help="trace only this process")
+    p.add_argument("-p", "--pid", type=int, help="trace only this process, its threads and children; stop when it exits")
     p.add_argument("--cgroup", metavar="PATH", help="trace only tasks in this cgroup v2 directory")
     p.add_argument("--min-ms", type=float, default=1.0, metavar="MS",
                    help="print and store calls at or above MS milliseconds (default 1); every call is counted")
     p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds")
+    p.add_argument("--max-size", type=float, metavar="MB",
+                   help="stop when the session's tables reach MB megabytes (for long unattended runs)")
     p.add_argument("-q", "--quiet", action="store_true", help="no per-call lines")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARG ...]",
                    help="run COMMAND, trace it and its descendants, stop when it exits")
+
+
+def _check_args(args, command):
+    """Every bad value is a one-line error before anything is made."""
+    if args.min_ms < 0 or args.min_ms != args.min_ms:
+        raise JstallError(f"--min-ms {args.min_ms:g}: must be zero or positive")
+    if args.duration is not None and not args.duration > 0:
+        raise JstallError(f"--duration {args.duration:g}: must be a positive number of seconds")
+    if args.max_size is not None and not args.max_size > 0:
+        raise JstallError(f"--max-size {args.max_size:g}: must be a positive number of megabytes")
+    if args.pid is not None and args.pid <= 0:
+        raise JstallError(f"-p {args.pid}: must be a positive process id")
+    if command and args.pid:
+        raise JstallError("give either -p PID or a COMMAND, not both")
+    if command:
+        exe = command[0]
+        if "/" in exe:
+            if not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
+                raise JstallError(f"cannot run {exe}: no such executable file; give a command that exists")
+        elif shutil.which(exe) is None:
+            raise JstallError(f"cannot run {exe}: command not found in PATH; give a command that exists")
 
 
 def run(args):
     from .recorder import RecordOptions, Recorder
 
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    if args.min_ms < 0:
-        raise JstallError("--min-ms must be zero or positive")
-    if command and args.pid:
-        raise JstallError("give either -p PID or a COMMAND, not both")
-    # Per-call lines go to stdout like bcc's tools, except when stdout is the command's.
+    _check_args(args, command)
+    # Per-call lines go to stdout in every mode, as bcc's tools print them; the summary
+    # and messages go to stderr.
     rec = Recorder(RecordOptions(
         output_dir=args.output, devices=args.device, pid=args.pid, cgroup=args.cgroup,
-        command_tree=bool(command), min_ms=args.min_ms, quiet=args.quiet,
-        console=sys.stderr if command else sys.stdout,
+        command_tree=bool(command), min_ms=args.min_ms, quiet=args.quiet, console=sys.stdout,
+        max_size_bytes=int(args.max_size * 1e6) if args.max_size else None,
     ))
     # Signals are caught from before the probes attach: a Ctrl-C at any moment still ends
-    # with a complete session.
+    # with a session.
     with _Signals() as sig:
         rec.start()
         if command:
@@ -75,19 +98,28 @@ def run(args):
 
 class _Signals:
     """SIGINT and SIGTERM while recording: remembered (``interrupted``, ``event``) and, once
-    the traced command runs, SIGTERM forwarded to it (the terminal sends SIGINT to the whole
-    foreground group, the command included)."""
+    the traced command runs, forwarded to it (SIGKILL if it is still running
+    ``KILL_AFTER_S`` seconds later)."""
+
+    KILL_AFTER_S = 5.0
 
     def __init__(self):
         self.event = threading.Event()
         self.interrupted = False
+        self.signum = None
         self.proc = None
 
     def _handle(self, signum, frame):
         self.interrupted = True
+        self.signum = signum
         self.event.set()
-        if self.proc is not None and signum != signal.SIGINT:
+        if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signum)
+            threading.Timer(self.KILL_AFTER_S, self._kill).start()
+
+    def _kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
 
     def __enter__(self):
         self._old = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -98,6 +130,14 @@ class _Signals:
             signal.signal(s, h)
 
 
+#: a loss at or above this share of its kind prints a warning
+LOSS_WARNING_SHARE = 0.01
+
+
+def _share(part, whole):
+    return f"{100.0 * part / whole:.2g}%" if whole else "all"
+
+
 def _summary(rec, path):
     m = rec.metadata
     calls = sum(rec.tables["call_totals"]["count"].to_pylist())
@@ -106,16 +146,33 @@ def _summary(rec, path):
     print(f"\njstall: {secs:.1f} s, {calls} traced calls, {rec.rows['calls']} at or above {m['min_ms']:g} ms; "
           f"{rec.rows['run_stats']} transactions committed; checkpoints: {rec.checkpoints['forced']} forced in a "
           f"user task, {rec.checkpoints['background']} by jbd2", file=sys.stderr)
-    lost_total = sum(lost.values()) + m["stacks_lost"]
+    devless = m.get("calls_without_device") or {}
+    n_devless = sum(v["count"] for v in devless.values())
+    if n_devless:
+        where = "not in the tables (the -d filter cannot place them)" if m["filters"]["devices"] else "stored with no device"
+        print(f"jstall: {n_devless} calls resolved to no filesystem (a path that failed before any journal handle, "
+              f"or a filesystem that journals nothing): "
+              + ", ".join(f"{k} {v['count']}" for k, v in devless.items()) + f"; {where}", file=sys.stderr)
     print(f"jstall: events lost: calls {lost['calls']}, offcpu {lost['offcpu']}, jbd2 {lost['jbd2']}, "
-          f"stacks {m['stacks_lost']}" + ("  (WARNING: the session is incomplete)" if lost_total else ""),
-          file=sys.stderr)
+          f"stacks {m['stacks_lost']}", file=sys.stderr)
+    # sized to what was lost: each kind's share, and a warning only when the share matters
+    jbd2_rows = sum(rec.rows[t] for t in ("jbd2_events", "run_stats", "checkpoint_stats", "log_tail", "fill"))
+    for what, n, total in (("slow calls", lost["calls"], rec.rows["calls"] + lost["calls"]),
+                           ("off-CPU intervals", lost["offcpu"], rec.rows["offcpu"] + lost["offcpu"]),
+                           ("jbd2 events", lost["jbd2"], jbd2_rows + lost["jbd2"]),
+                           ("off-CPU intervals without a stack", rec.offcpu_without_stack, rec.rows["offcpu"])):
+        if not n:
+            continue
+        line = f"jstall: {what}: {n} of {total} lost ({_share(n, total)})"
+        if not total or n / total >= LOSS_WARNING_SHARE:
+            line += "; WARNING: figures built on them are partial; record fewer devices or a higher --min-ms"
+        print(line, file=sys.stderr)
     print(f"jstall: session written to {path}", file=sys.stderr)
 
 
 def _run_command(rec, command, duration, sig):
     if sig.interrupted:  # interrupted while the probes attached: do not start the command
-        path = rec.stop(command=command, status="interrupted")
+        path = rec.stop(command=command, status="interrupted", stop_reason="signal")
         _summary(rec, path)
         return 130
     # Children of a traced tgid join the tree (sched_process_fork): trace jstall itself
@@ -126,28 +183,48 @@ def _run_command(rec, command, duration, sig):
         proc = subprocess.Popen(command)
     except OSError as e:
         rec.untrace_tgid(me)
-        rec.stop(command=command, status="interrupted")
+        rec.stop(command=command, status="interrupted", stop_reason="command failed to start")
         raise JstallError(f"cannot run {command[0]}: {e.strerror}") from None
     finally:
         rec.untrace_tgid(me)
     rec.trace_tgid(proc.pid)
     sig.proc = proc
-    timer = None
-    if duration:
-        timer = threading.Timer(duration, proc.terminate)
+    reason = ["command exited"]
+
+    def _limit(why):
+        reason[0] = why
+        if proc.poll() is None:
+            proc.terminate()
+
+    timer = threading.Timer(duration, _limit, ("duration",)) if duration else None
+    if timer:
         timer.start()
+    watcher = threading.Thread(target=lambda: rec.done.wait() and _limit(rec.stop_reason), daemon=True)
+    watcher.start()
     try:
         code = proc.wait()
     finally:
         if timer:
             timer.cancel()
-    path = rec.stop(command=command, exit_status=code, status="interrupted" if sig.interrupted else "complete")
+    if sig.interrupted:
+        reason[0] = "signal"
+    path = rec.stop(command=command, exit_status=code, status="interrupted" if sig.interrupted else "complete",
+                    stop_reason=reason[0])
     _summary(rec, path)
     return code if code >= 0 else 128 - code
 
 
 def _run_system_wide(rec, duration, sig):
-    sig.event.wait(duration)
-    path = rec.stop()
+    deadline = time.monotonic() + duration if duration else None
+    reason = None
+    while reason is None:
+        if sig.event.wait(0.2):
+            reason = "signal"
+        elif rec.done.is_set():
+            reason = rec.stop_reason
+        elif deadline and time.monotonic() >= deadline:
+            reason = "duration"
+    # Ending a system-wide or -p recording with Ctrl-C or SIGTERM is its normal end: complete.
+    path = rec.stop(stop_reason=reason)
     _summary(rec, path)
     return 0

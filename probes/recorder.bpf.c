@@ -7,16 +7,42 @@
  *   FILL_SAMPLE_NS              at most one fill sample per journal per this interval
  *   FILTER_PID, FILTER_TREE, FILTER_DEV, FILTER_CGROUP   filters (0 = off)
  *   SIZEOF_<struct>             record sizes the Python side decodes
- *   MONITOR_OPS                 1: the monitor's fs-level operations (see its section) instead
- *                               of syscalls; needs TASK_JOURNAL_INFO_* and FILE_INODE_* too
+ *   SYSCALL_ARGS, ARG0_OFF, ARG1_OFF  where pt_regs holds a syscall's first two arguments
+ *
+ * Sections, each behind a compile-time switch so modes can leave them out:
+ *   common            maps, field reads, filters, a file descriptor's device and name
+ *   TRACE_SYSCALLS    metadata syscalls (raw_syscalls) and their off-CPU intervals
+ *   journal handles   which journal a call (or a traced task) uses; fill samples
+ *   jbd2 lifecycle    commits, checkpoints, log tail, statistics of traced journals
+ *   TRACE_FORKS       the traced process tree (sched_process_fork)
+ *   MONITOR_OPS       the monitor's fs-level operations instead of syscalls (handle waits,
+ *                     fsync); needs TASK_JOURNAL_INFO_* and FILE_INODE_* too
  */
-#include <uapi/linux/ptrace.h>
-#include <linux/types.h>
-#include "jstall_events.h"
-
+#ifndef TRACE_SYSCALLS
+#define TRACE_SYSCALLS 1
+#endif
+/* 1: per-syscall tracepoints (syscalls:sys_enter_<name>); 0: raw_syscalls */
+#ifndef PER_SYSCALL_TRACEPOINTS
+#define PER_SYSCALL_TRACEPOINTS 0
+#endif
+#ifndef TRACE_FORKS
+#define TRACE_FORKS 1
+#endif
 #ifndef MONITOR_OPS
 #define MONITOR_OPS 0
 #endif
+/* any task filter: jbd2 events are kept only for journals the traced tasks used */
+#define FILTER_TASKS (FILTER_PID || FILTER_TREE || FILTER_CGROUP)
+
+/* per-syscall-number flags in traced_nr (probes/syscalls.py probe_flags) */
+#define NR_TRACED 1
+#define NR_FD_ARG0 2
+#define NR_RETURNS_FD 4
+#define NR_PATH_ARG0 8
+#define NR_PATH_ARG1 16
+#include <uapi/linux/ptrace.h>
+#include <linux/types.h>
+#include "jstall_events.h"
 
 _Static_assert(sizeof(struct call_event) == SIZEOF_call_event, "call_event layout");
 _Static_assert(sizeof(struct offcpu_event) == SIZEOF_offcpu_event, "offcpu_event layout");
@@ -33,6 +59,10 @@ struct inflight {
 	__u32 dev;
 	__u32 handles;
 	__u32 pid;
+	__u32 flags;       /* NR_* of the call */
+	__u32 pad;
+	__u64 arg0;        /* first two arguments (per-syscall tracepoints only) */
+	__u64 arg1;
 	__u64 free_first;
 	__u64 free_min;
 	__u64 log_blocks;
@@ -76,8 +106,9 @@ BPF_PERCPU_HASH(call_stats, struct call_key, struct call_stats, 4096);  /* summe
 BPF_HASH(journals, __u32, __u64, 256);          /* dev -> journal_t * */
 BPF_HASH(last_sample, __u32, __u64, 256);       /* dev -> ts of last fill sample */
 BPF_HASH(devices, __u32, __u8, 64);             /* device filter */
-BPF_HASH(tgids, __u32, __u8, 65536);            /* traced command tree */
-BPF_ARRAY(traced_nr, __u8, 1024);               /* syscall numbers traced */
+BPF_HASH(tgids, __u32, __u8, 65536);            /* traced process tree */
+BPF_HASH(used_devs, __u32, __u8, 256);          /* journals the traced tasks used (task filters) */
+BPF_ARRAY(traced_nr, __u8, 1024);               /* syscall number -> NR_* flags, 0 = untraced */
 
 /* Read a scalar or pointer member; the array type fails to compile for a wider one. */
 #define READ_FIELD(base, NAME) \
@@ -125,6 +156,69 @@ static __always_inline int task_allowed(__u32 tgid)
 	return 1;
 }
 
+/* Is this journal's device one the session records jbd2 events of? With -d: the listed
+ * filesystems; with a task filter: those the traced tasks used (a call or a handle
+ * on it); system-wide: all. */
+static __always_inline int journal_traced(__u32 dev)
+{
+#if FILTER_DEV
+	return devices.lookup(&dev) != NULL;
+#elif FILTER_TASKS
+	return used_devs.lookup(&dev) != NULL;
+#else
+	return 1;
+#endif
+}
+
+static __always_inline void mark_used(__u32 dev)
+{
+#if FILTER_TASKS && !FILTER_DEV
+	if (dev && !used_devs.lookup(&dev)) {
+		__u8 one = 1;
+		used_devs.update(&dev, &one);
+	}
+#endif
+}
+
+/* The struct file * of the current task's descriptor fd, or 0:
+ * current->files->fdt->fd[fd] (files_lookup_fd_raw() without the RCU rules, read once). */
+static __always_inline __u64 fd_file(__u64 fd)
+{
+	__u64 task = bpf_get_current_task();
+	__u64 files = READ_FIELD(task, TASK_FILES);
+	__u64 fdt = files ? READ_FIELD(files, FILES_FDT) : 0;
+	if (!fdt || fd >= (__u32)READ_FIELD(fdt, FDT_MAX_FDS))
+		return 0;
+	__u64 array = READ_FIELD(fdt, FDT_FD);
+	__u64 file = 0;
+	if (array)
+		bpf_probe_read_kernel(&file, sizeof(file), (const void *)(array + fd * 8));
+	return file;
+}
+
+/* file->f_inode->i_sb->s_dev: the filesystem an open file is on */
+static __always_inline __u32 file_dev(__u64 file)
+{
+	__u64 inode = file ? READ_FIELD(file, FILE_INODE) : 0;
+	__u64 sb = inode ? READ_FIELD(inode, INODE_SB) : 0;
+	return sb ? (__u32)READ_FIELD(sb, SB_DEV) : 0;
+}
+
+/* file->f_path.dentry->d_name.name, as ext4slower prints it */
+static __always_inline void file_name(__u64 file, char *buf, int size)
+{
+	__u64 dentry = file ? read_sized((const void *)file + FILE_PATH_OFF + PATH_DENTRY_OFF, 8) : 0;
+	__u64 name = dentry ? read_sized((const void *)dentry + DENTRY_NAME_OFF + QSTR_NAME_OFF, 8) : 0;
+	if (name)
+		bpf_probe_read_kernel_str(buf, size, (const void *)name);
+}
+
+/* a syscall argument from the saved user registers (raw_syscalls pass struct pt_regs *) */
+static __always_inline __u64 syscall_arg(__u64 regs, int off)
+{
+	return read_sized((const void *)regs + off, 8);
+}
+
 static __always_inline __u32 journal_dev(__u64 journal)
 {
 	__u64 bdev = READ_FIELD(journal, J_FS_DEV);
@@ -162,36 +256,10 @@ static __always_inline __u64 journal_of_dev(__u32 dev)
 	return j ? *j : 0;
 }
 
-/* ---- metadata syscalls ------------------------------------------------------ */
-
 static __always_inline struct inflight *current_call(__u64 flags)
 {
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task_btf();
 	return inflight.task_storage_get(task, 0, flags);
-}
-
-/* raw_syscalls:sys_enter(struct pt_regs *regs, long id): one cheap program for every
- * syscall beats a perf tracepoint per traced syscall; untraced numbers return at once. */
-int on_sys_enter(struct bpf_raw_tracepoint_args *ctx)
-{
-	__u32 nr = ctx->args[1];
-	__u8 *traced = traced_nr.lookup(&nr);
-	if (!traced || !*traced)
-		return 0;
-	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tid = (__u32)id;
-	if (!task_allowed(id >> 32))
-		return 0;
-	struct inflight *c = current_call(BPF_LOCAL_STORAGE_GET_F_CREATE);
-	if (!c)
-		return 0;
-	c->ts_ns = bpf_ktime_get_ns();
-	c->syscall_nr = nr;
-	c->pid = id >> 32;
-	c->dev = 0;
-	c->handles = 0;
-	c->free_first = c->free_min = c->log_blocks = c->credits_first = 0;
-	return 0;
 }
 
 static __always_inline __u32 log2_u64(__u64 v)
@@ -207,16 +275,65 @@ static __always_inline __u32 log2_u64(__u64 v)
 	return r;
 }
 
-/* The end of a traced call (or monitor operation) c in the current thread: count it in
- * call_stats and emit it when at or above MIN_NS. */
-static __always_inline void finish_call(struct inflight *c, __s64 ret)
+/* ==== TRACE_SYSCALLS: metadata syscalls ========================================= */
+#if TRACE_SYSCALLS || MONITOR_OPS   /* call_enter and call_exit serve monitor operations too */
+
+/* A traced call begins: flags are its NR_* bits, arg0/arg1 its first two arguments
+ * (0 when they are read later from the saved registers). */
+static __always_inline int call_enter(__u32 nr, __u32 flags, __u64 arg0, __u64 arg1, __u64 regs)
 {
+	__u64 id = bpf_get_current_pid_tgid();
+	if (!task_allowed(id >> 32))
+		return 0;
+	__u32 dev = 0;
+#if SYSCALL_ARGS
+	if (flags & NR_FD_ARG0) {
+		/* fsync, fdatasync, fsetxattr, ...: the descriptor's filesystem, journal handle or not */
+		if (regs)
+			arg0 = syscall_arg(regs, ARG0_OFF);
+		dev = file_dev(fd_file(arg0));
+#if FILTER_DEV
+		if (dev && !devices.lookup(&dev))
+			return 0;  /* a call on another filesystem */
+#endif
+	}
+#endif
+	struct inflight *c = current_call(BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!c)
+		return 0;
+	c->ts_ns = bpf_ktime_get_ns();
+	c->syscall_nr = nr;
+	c->flags = flags;
+	c->pid = id >> 32;
+	c->dev = dev;
+	c->handles = 0;
+	c->arg0 = arg0;
+	c->arg1 = arg1;
+	c->free_first = c->free_min = c->log_blocks = c->credits_first = 0;
+	return 0;
+}
+
+/* A traced call ends with ret; regs: the saved user registers (raw_syscalls), or 0 when
+ * call_enter kept the arguments. */
+static __always_inline int call_exit(__s64 ret, __u64 regs)
+{
+	struct inflight *c = current_call(0);
+	if (!c || !c->ts_ns)
+		return 0;
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)id;
 	__u64 now = bpf_ktime_get_ns();
 	__u64 lat = now - c->ts_ns;
-	if (dev_allowed(c->dev)) {
-		struct call_key ck = {.syscall_nr = c->syscall_nr, .dev = c->dev};
+	__u32 dev = c->dev;
+#if SYSCALL_ARGS
+	if (!dev && (c->flags & NR_RETURNS_FD) && ret >= 0)
+		dev = file_dev(fd_file(ret));  /* open without a handle: the opened file's filesystem */
+#endif
+	/* With -d, a call with no device (a path that did not resolve, nothing journaled) is
+	 * still counted, under device 0, so the session can say how many there were. */
+	int allowed = dev_allowed(dev);
+	if (allowed || !dev) {
+		struct call_key ck = {.syscall_nr = c->syscall_nr, .dev = dev};
 		struct call_stats *t = call_stats.lookup(&ck);
 		if (!t) {
 			struct call_stats zero = {};
@@ -235,6 +352,9 @@ static __always_inline void finish_call(struct inflight *c, __s64 ret)
 			if (lat > t->max_ns)
 				t->max_ns = lat;
 		}
+	}
+	if (allowed) {
+		mark_used(dev);
 		if (lat >= MIN_NS) {
 			struct call_event e = {};
 			e.kind = KIND_CALL;
@@ -244,31 +364,99 @@ static __always_inline void finish_call(struct inflight *c, __s64 ret)
 			e.tid = tid;
 			e.pid = id >> 32;
 			e.ret = ret;
-			e.dev = c->dev;
+			e.dev = dev;
 			e.handles = c->handles;
 			e.journal_free_blocks = c->free_first;
 			e.journal_min_free_blocks = c->free_min;
 			e.journal_log_blocks = c->log_blocks;
 			e.journal_committing_credits = c->credits_first;
+			e.cgroup_id = bpf_get_current_cgroup_id();
 			bpf_get_current_comm(&e.comm, sizeof(e.comm));
+#if SYSCALL_ARGS
+			__u64 arg0 = regs ? syscall_arg(regs, ARG0_OFF) : c->arg0;
+			__u64 arg1 = regs ? syscall_arg(regs, ARG1_OFF) : c->arg1;
+			if (c->flags & NR_FD_ARG0)
+				file_name(fd_file(arg0), e.file, sizeof(e.file));
+			else if (c->flags & NR_PATH_ARG1)
+				bpf_probe_read_user_str(e.file, sizeof(e.file), (const void *)arg1);
+			else
+				bpf_probe_read_user_str(e.file, sizeof(e.file), (const void *)arg0);
+#endif
 			if (calls_rb.ringbuf_output(&e, sizeof(e), 0))
 				count(BUF_CALLS);
 		}
 	}
 	c->ts_ns = 0;
+	return 0;
+}
+
+#if TRACE_SYSCALLS
+#if PER_SYSCALL_TRACEPOINTS
+/* syscalls:sys_enter_<name> / sys_exit_<name>, one program pair attached to each traced
+ * call: other syscalls run no program at all (they pay only the kernel's slow syscall
+ * path, which any syscall tracepoint switches on). Record layouts as in
+ * /sys/kernel/tracing/events/syscalls/sys_enter_openat/format. */
+struct sc_enter_args {
+	__u64 common;
+	__s32 nr;
+	__u32 pad;
+	__u64 args[6];
+};
+struct sc_exit_args {
+	__u64 common;
+	__s32 nr;
+	__u32 pad;
+	__s64 ret;
+};
+
+/* The kernel refuses a program that reads past a tracepoint's record: calls with one
+ * argument (fsync, unlink, ...) get sc_enter, those with a path after a directory
+ * descriptor (unlinkat, openat, ...) sc_enter_at. */
+int sc_enter(struct sc_enter_args *ctx)
+{
+	__u32 nr = ctx->nr;
+	__u8 *traced = traced_nr.lookup(&nr);
+	if (!traced || !*traced)
+		return 0;
+	return call_enter(nr, *traced, ctx->args[0], 0, 0);
+}
+
+int sc_enter_at(struct sc_enter_args *ctx)
+{
+	__u32 nr = ctx->nr;
+	__u8 *traced = traced_nr.lookup(&nr);
+	if (!traced || !*traced)
+		return 0;
+	return call_enter(nr, *traced, ctx->args[0], ctx->args[1], 0);
+}
+
+int sc_exit(struct sc_exit_args *ctx)
+{
+	return call_exit(ctx->ret, 0);
+}
+#else
+/* raw_syscalls:sys_enter(struct pt_regs *regs, long id): one program for every syscall
+ * of every task; untraced numbers return at once. */
+int on_sys_enter(struct bpf_raw_tracepoint_args *ctx)
+{
+	__u32 nr = ctx->args[1];
+	__u8 *traced = traced_nr.lookup(&nr);
+	if (!traced || !*traced)
+		return 0;
+	return call_enter(nr, *traced, 0, 0, ctx->args[0]);
 }
 
 /* raw_syscalls:sys_exit(struct pt_regs *regs, long ret) */
 int on_sys_exit(struct bpf_raw_tracepoint_args *ctx)
 {
-	struct inflight *c = current_call(0);
-	if (!c || !c->ts_ns)
-		return 0;
-	finish_call(c, ctx->args[1]);
-	return 0;
+	return call_exit(ctx->args[1], ctx->args[0]);
 }
+#endif
+#endif /* TRACE_SYSCALLS: entry points */
 
-/* ---- monitor: fs-level operations instead of syscalls (MONITOR_OPS) -----------------
+#endif /* TRACE_SYSCALLS || MONITOR_OPS */
+
+/* ==== MONITOR_OPS: fs-level operations instead of syscalls ======================== *
  * A bystander's syscalls run no program here: an operation starts at an ext4 tracepoint
  * and ends at another, and sched_switch looks only at tasks inside one.
  *   OP_JOURNAL_START: the handle wait, from ext4_journal_start* to jbd2_handle_start
@@ -277,18 +465,10 @@ int on_sys_exit(struct bpf_raw_tracepoint_args *ctx)
 #if MONITOR_OPS
 static __always_inline void op_begin(__u32 op, __u32 dev)
 {
-	struct inflight *c = current_call(BPF_LOCAL_STORAGE_GET_F_CREATE);
-	if (!c)
-		return;
-	__u64 id = bpf_get_current_pid_tgid();
-	if (!task_allowed(id >> 32))
-		return;
-	c->ts_ns = bpf_ktime_get_ns();
-	c->syscall_nr = op;
-	c->pid = id >> 32;
-	c->dev = dev;
-	c->handles = 0;
-	c->free_first = c->free_min = c->log_blocks = c->credits_first = 0;
+	call_enter(op, 0, 0, 0, 0);
+	struct inflight *c = current_call(0);
+	if (c && c->ts_ns && c->syscall_nr == op)
+		c->dev = dev;
 }
 
 static __always_inline void op_begin_handle_wait(__u32 dev)
@@ -310,7 +490,7 @@ int rtp_jbd2_handle_start(struct bpf_raw_tracepoint_args *ctx)
 {
 	struct inflight *c = current_call(0);
 	if (c && c->ts_ns && c->syscall_nr == OP_JOURNAL_START)
-		finish_call(c, 0);
+		call_exit(0, 0);
 	return 0;
 }
 
@@ -319,7 +499,7 @@ int rtp_ext4_sync_file_enter(struct bpf_raw_tracepoint_args *ctx)
 {
 	__u64 inode = READ_FIELD(ctx->args[0], FILE_INODE);
 	__u32 dev = inode ? READ_FIELD(READ_FIELD(inode, INODE_SB), SB_DEV) : 0;
-	if (dev && dev_allowed(dev))
+	if (dev && journal_traced(dev))
 		op_begin(OP_SYNC_FILE, dev);
 	return 0;
 }
@@ -329,24 +509,31 @@ int rtp_ext4_sync_file_exit(struct bpf_raw_tracepoint_args *ctx)
 {
 	struct inflight *c = current_call(0);
 	if (c && c->ts_ns && c->syscall_nr == OP_SYNC_FILE)
-		finish_call(c, (__s32)ctx->args[1]);
+		call_exit((__s32)ctx->args[1], 0);
 	return 0;
 }
-#endif
+#endif /* MONITOR_OPS */
 
-/* ---- journal handles: which device a call journals on, and fill samples ---- */
+
+/* ==== journal handles: which journal a call (or a traced task) uses; fill samples == */
 
 static __always_inline int handle_start(__u64 sb)
 {
 	__u32 dev = READ_FIELD(sb, SB_DEV);
-	if (!dev_allowed(dev))
-		return 0;
 #if MONITOR_OPS
-	op_begin_handle_wait(dev);
+	if (journal_traced(dev))
+		op_begin_handle_wait(dev);
 #endif
 	struct inflight *c = current_call(0);
 	if (c && !c->ts_ns)
 		c = NULL;
+#if FILTER_TASKS && !FILTER_DEV
+	/* a journal the traced tasks use, inside a traced call or not */
+	if (c || task_allowed(bpf_get_current_pid_tgid() >> 32))
+		mark_used(dev);
+#endif
+	if (!journal_traced(dev))
+		return 0;
 	__u64 now = bpf_ktime_get_ns();
 	__u64 *last = last_sample.lookup(&dev);
 	int sample = !last || now - *last >= FILL_SAMPLE_NS;
@@ -360,7 +547,8 @@ static __always_inline int handle_start(__u64 sb)
 	if (c) {
 		__u64 free = READ_FIELD(journal, J_FREE);
 		if (c->handles == 0) {
-			c->dev = dev;
+			if (!c->dev)
+				c->dev = dev;
 			c->free_first = free;
 			c->free_min = free;
 			c->log_blocks = READ_FIELD(journal, J_LAST) - READ_FIELD(journal, J_FIRST);
@@ -398,7 +586,16 @@ int rtp_ext4_journal_start_inode(struct bpf_raw_tracepoint_args *ctx)
 	return handle_start(READ_FIELD(inode, INODE_SB));
 }
 
-/* ---- jbd2 lifecycle ----------------------------------------------------------- */
+/* ==== jbd2 lifecycle of the traced journals ======================================= */
+
+/* Who an event fired in: inside a traced call, and in a task the session traces
+ * (system-wide every task is traced). */
+static __always_inline void event_task(__u32 *in_traced_call, __u32 *traced_task)
+{
+	struct inflight *c = current_call(0);
+	*in_traced_call = c && c->ts_ns;
+	*traced_task = *in_traced_call || task_allowed(bpf_get_current_pid_tgid() >> 32);
+}
 
 static __always_inline int emit_jbd2(__u64 journal, __u32 dev, __u32 event, __s32 transaction, __s64 arg)
 {
@@ -406,7 +603,7 @@ static __always_inline int emit_jbd2(__u64 journal, __u32 dev, __u32 event, __s3
 		dev = journal_dev(journal);
 	else
 		journal = journal_of_dev(dev);
-	if (!dev_allowed(dev))
+	if (!journal_traced(dev))
 		return 0;
 	if (journal)
 		journals.update(&dev, &journal);
@@ -420,6 +617,7 @@ static __always_inline int emit_jbd2(__u64 journal, __u32 dev, __u32 event, __s3
 	e.tid = (__u32)id;
 	e.pid = id >> 32;
 	e.arg = arg;
+	event_task(&e.in_traced_call, &e.traced_task);
 	read_fill(journal, &e.fill);
 	bpf_get_current_comm(&e.comm, sizeof(e.comm));
 	if (jbd2_rb.ringbuf_output(&e, sizeof(e), 0))
@@ -465,7 +663,7 @@ int rtp_jbd2_update_log_tail(struct bpf_raw_tracepoint_args *ctx)
 {
 	__u64 journal = ctx->args[0];
 	__u32 dev = journal_dev(journal);
-	if (!dev_allowed(dev))
+	if (!journal_traced(dev))
 		return 0;
 	journals.update(&dev, &journal);
 	__u64 id = bpf_get_current_pid_tgid();
@@ -479,6 +677,7 @@ int rtp_jbd2_update_log_tail(struct bpf_raw_tracepoint_args *ctx)
 	e.first_tid = ctx->args[1];
 	e.block_nr = ctx->args[2];
 	e.freed_blocks = ctx->args[3];
+	event_task(&e.in_traced_call, &e.traced_task);
 	read_fill(journal, &e.fill);
 	bpf_get_current_comm(&e.comm, sizeof(e.comm));
 	if (jbd2_rb.ringbuf_output(&e, sizeof(e), 0))
@@ -490,7 +689,7 @@ int rtp_jbd2_update_log_tail(struct bpf_raw_tracepoint_args *ctx)
 int rtp_jbd2_run_stats(struct bpf_raw_tracepoint_args *ctx)
 {
 	__u32 dev = ctx->args[0];
-	if (!dev_allowed(dev))
+	if (!journal_traced(dev))
 		return 0;
 	__u64 s = ctx->args[2];
 	__u64 id = bpf_get_current_pid_tgid();
@@ -520,7 +719,7 @@ int rtp_jbd2_run_stats(struct bpf_raw_tracepoint_args *ctx)
 int rtp_jbd2_checkpoint_stats(struct bpf_raw_tracepoint_args *ctx)
 {
 	__u32 dev = ctx->args[0];
-	if (!dev_allowed(dev))
+	if (!journal_traced(dev))
 		return 0;
 	__u64 s = ctx->args[2];
 	__u64 id = bpf_get_current_pid_tgid();
@@ -535,13 +734,16 @@ int rtp_jbd2_checkpoint_stats(struct bpf_raw_tracepoint_args *ctx)
 	e.forced_to_close = READ_FIELD(s, CS_FORCED_TO_CLOSE);
 	e.written = READ_FIELD(s, CS_WRITTEN);
 	e.dropped = READ_FIELD(s, CS_DROPPED);
+	event_task(&e.in_traced_call, &e.traced_task);
 	bpf_get_current_comm(&e.comm, sizeof(e.comm));
 	if (jbd2_rb.ringbuf_output(&e, sizeof(e), 0))
 		count(BUF_JBD2);
 	return 0;
 }
 
-/* ---- scheduler: off-CPU intervals of threads inside traced calls -------------- */
+/* ==== TRACE_SYSCALLS: off-CPU intervals of threads inside traced calls =========== */
+#if TRACE_SYSCALLS || MONITOR_OPS
+
 
 /* sched_switch(bool preempt, struct task_struct *prev, struct task_struct *next,
  *              unsigned int prev_state): fires in prev's context, before the switch. */
@@ -593,16 +795,22 @@ int rtp_sched_switch(struct bpf_raw_tracepoint_args *ctx)
 	return 0;
 }
 
-/* ---- the traced command's process tree ---------------------------------------- */
+#endif /* TRACE_SYSCALLS || MONITOR_OPS (off-CPU) */
 
-/* sched_process_fork(struct task_struct *parent, struct task_struct *child) */
+/* ==== TRACE_FORKS: the traced process tree ======================================= */
+#if TRACE_FORKS
+
+/* sched_process_fork(struct task_struct *parent, struct task_struct *child): a new
+ * process of a traced one is traced too (a new thread shares its tgid already). */
 int rtp_sched_process_fork(struct bpf_raw_tracepoint_args *ctx)
 {
 	__u32 parent = bpf_get_current_pid_tgid() >> 32;
-	__u32 child = READ_FIELD(ctx->args[1], TASK_PID);
-	if (tgids.lookup(&parent)) {
+	__u32 child = READ_FIELD(ctx->args[1], TASK_TGID);
+	if (child != parent && tgids.lookup(&parent)) {
 		__u8 one = 1;
 		tgids.update(&child, &one);
 	}
 	return 0;
 }
+
+#endif /* TRACE_FORKS */

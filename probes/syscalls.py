@@ -41,3 +41,32 @@ def numbers(machine=None):
     if table is None:
         raise JstallError(f"architecture {machine} is not supported (x86_64, aarch64)")
     return {name: table[name] for name in TRACED if name in table}
+
+
+# ---- how the probes find a call's filesystem and file name --------------------------
+
+#: Calls whose first argument is a file descriptor: their filesystem is the open file's
+#: superblock (task->files->fdt->fd[fd]->f_inode->i_sb), whether or not they journal.
+FD_ARG0 = ("fsync", "fdatasync", "fsetxattr", "fremovexattr")
+#: Calls that return a new descriptor: their filesystem is the returned file's.
+RETURNS_FD = ("creat", "open", "openat", "openat2")
+#: Path-based calls with the path in their second argument (after a directory fd);
+#: the other path-based calls have it in their first.
+PATH_ARG1 = ("unlinkat", "mkdirat", "openat", "openat2", "renameat", "renameat2", "setxattrat", "removexattrat")
+
+#: Bits of the probes' per-number flags (recorder.bpf.c NR_*).
+NR_TRACED, NR_FD_ARG0, NR_RETURNS_FD, NR_PATH_ARG0, NR_PATH_ARG1 = 1, 2, 4, 8, 16
+
+
+def probe_flags(name):
+    """The NR_* bits the probes use for a traced call: how to find its filesystem and file."""
+    flags = NR_TRACED
+    if name in FD_ARG0:
+        flags |= NR_FD_ARG0
+    elif name in PATH_ARG1:
+        flags |= NR_PATH_ARG1
+    else:
+        flags |= NR_PATH_ARG0
+    if name in RETURNS_FD:
+        flags |= NR_RETURNS_FD
+    return flags

@@ -11,6 +11,8 @@ PKGS="bpfcc-tools python3-bpfcc bpftrace bpftool e2fsprogs util-linux kmod pytho
 [ "${1:-}" = "test" ] && PKGS="$PKGS chromium"
 # The monitor's tests scrape it with a real Prometheus server and drive 'jstall top' in tmux.
 [ "${1:-}" = "test" ] && PKGS="$PKGS prometheus tmux"
+# benchmarks/record_memory.py records under dbench, a client nobody here wrote.
+PKGS="$PKGS dbench"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -46,7 +46,7 @@ def recorded(tmp_path_factory):
         sb = journals.dumpe2fs(loop)
         before = transactions(name)
         proc = subprocess.run(
-            [JSTALL, "record", "-o", out, "-d", mnt, "--min-ms", "1", "--",
+            [JSTALL, "record", "-q", "-o", out, "-d", mnt, "--min-ms", "1", "--",
              sys.executable, os.path.join(HERE, "xattr_workload.py"), os.path.join(mnt, "d"), str(FILES), str(UPDATES)],
             capture_output=True, text=True, timeout=600,
         )
@@ -207,7 +207,9 @@ def test_sigint_system_wide_leaves_a_complete_session(tmp_path):
         proc = subprocess.Popen([JSTALL, "record", "-o", str(out), "-d", dev, "--min-ms", "0"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
-            header = proc.stdout.readline()  # printed once the probes are attached
+            tracing = proc.stdout.readline()  # printed once the probes are attached
+            assert tracing.startswith("Tracing ") and tracing.rstrip().endswith("Hit Ctrl-C to end.")
+            header = proc.stdout.readline()
             assert header.split()[:5] == ["TIME", "COMM", "PID", "TID", "CALL"]
             os.mkdir(os.path.join(mnt, "during"))
             line = proc.stdout.readline()

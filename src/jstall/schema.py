@@ -13,6 +13,8 @@ _i32, _i64, _str, _bool = pa.int32(), pa.int64(), pa.string(), pa.bool_()
 
 _FILL = [(name, _i64, True) for name in FILL_COLUMNS]
 _TASK = [("tid", _i32, False), ("pid", _i32, False), ("comm", _str, False)]
+#: who a jbd2 event fired in: inside a traced call; in a task the session traces
+_WHO = [("in_traced_call", _bool, True), ("traced_task", _bool, True)]
 _PHASES = ("wait", "request_delay", "running", "locked", "flushing", "logging")
 
 COLUMNS = {
@@ -20,6 +22,7 @@ COLUMNS = {
         ("syscall", _str, False), ("ret", _i64, False), ("dev", _str, True), ("handles", _i32, False),
         ("journal_free_blocks", _i64, True), ("journal_min_free_blocks", _i64, True),
         ("journal_log_blocks", _i64, True), ("journal_committing_credits", _i64, True),
+        ("file", _str, True), ("cgroup_id", _i64, True),
     ],
     "call_histograms": [
         ("syscall", _str, False), ("dev", _str, True), ("bucket", _i32, False),
@@ -38,18 +41,18 @@ COLUMNS = {
                     ("transaction", _i64, True)] + _TASK + [
         ("jbd2_thread", _bool, False), ("result", _i64, True), ("write_flags", _i64, True),
         ("stall_ms", _i64, True),
-    ] + _FILL,
+    ] + _WHO + _FILL,
     "run_stats": [("ts_ns", _i64, False), ("dev", _str, False), ("transaction", _i64, False)] + _TASK
     + [(f"{p}_{u}", _i64, False) for p in _PHASES for u in ("jiffies", "ns")]
     + [("handle_count", _i64, False), ("blocks", _i64, False), ("blocks_logged", _i64, False)],
     "checkpoint_stats": [("ts_ns", _i64, False), ("dev", _str, False), ("transaction", _i64, False)] + _TASK + [
         ("chp_time_jiffies", _i64, False), ("chp_time_ns", _i64, False),
         ("forced_to_close", _i64, False), ("written", _i64, False), ("dropped", _i64, False),
-    ],
+    ] + _WHO,
     "log_tail": [("ts_ns", _i64, False), ("dev", _str, False)] + _TASK + [
         ("tail_sequence", _i64, False), ("first_tid", _i64, False), ("block_nr", _i64, False),
         ("freed_blocks", _i64, False),
-    ] + _FILL,
+    ] + _WHO + _FILL,
     "fill": [("ts_ns", _i64, False), ("dev", _str, False)] + _FILL + [("source", _str, False)],
 }
 
@@ -59,7 +62,8 @@ PHASES = _PHASES
 
 #: Columns added to the format after sessions were first written: a session without them
 #: loads with nulls (still schema version 1).
-OPTIONAL = frozenset(("committing_credits", "journal_committing_credits"))
+OPTIONAL = frozenset(("committing_credits", "journal_committing_credits", "file", "cgroup_id",
+                      "in_traced_call", "traced_task"))
 
 
 def arrow_schema(table):

@@ -92,7 +92,7 @@ def read_metadata(session_dir):
         raise JstallError(
             f"{session_dir}: schema version {version} is newer than this jstall reads ({SCHEMA_VERSION}); upgrade jstall"
         )
-    missing = [t for t in TABLES if not os.path.exists(table_path(session_dir, t))]
+    missing = [t for t in TABLES if not table_exists(session_dir, t)]
     if missing:
         raise JstallError(f"{session_dir}: missing tables {', '.join(missing)}; the session is truncated, record it again")
     return meta
@@ -101,3 +101,111 @@ def read_metadata(session_dir):
 def is_sweep_dir(path):
     """A lab sweep directory holds sweep.json and one session per run."""
     return os.path.isfile(os.path.join(path, "sweep.json"))
+
+
+# ---- tables written in chunks while recording ------------------------------------------
+#
+# While a recording runs, each streamed table is a directory <name>.parquet/ of closed
+# chunk files part-NNNNNN.parquet, each written under a hidden temporary name and renamed
+# when complete: a recorder killed at any moment leaves only readable chunks. A recording
+# that ends normally compacts each directory into one file <name>.parquet.
+
+CHUNK_PREFIX = "part-"
+#: metadata "status" of a session whose recorder is still running or died before it ended
+RECORDING = "recording"
+
+
+def table_files(session_dir, table):
+    """The Parquet files holding ``table``, in order: the single file, or the chunks of a
+    session recorded in chunks (also those of a compaction cut short)."""
+    path = table_path(session_dir, table)
+    if os.path.isfile(path):
+        return [path]
+    for d in (path, os.path.join(session_dir, "." + table + ".parquet.chunks")):
+        if os.path.isdir(d):
+            return [os.path.join(d, f) for f in sorted(os.listdir(d))
+                    if f.startswith(CHUNK_PREFIX) and f.endswith(".parquet")]
+    return []
+
+
+def table_exists(session_dir, table):
+    path = table_path(session_dir, table)
+    return os.path.exists(path) or os.path.isdir(os.path.join(session_dir, "." + table + ".parquet.chunks"))
+
+
+def read_arrow(session_dir, table, schema, columns=None):
+    """One table of a session as a single Arrow table, whether stored as one file or as
+    chunks; an empty table of ``schema`` when it has no rows yet."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    parts = [pq.read_table(f, columns=columns) for f in table_files(session_dir, table)]
+    if not parts:
+        empty = schema.empty_table()
+        return empty.select(columns) if columns else empty
+    if len(parts) == 1:
+        return parts[0]
+    return pa.concat_tables(parts, promote_options="default")
+
+
+def write_chunk(session_dir, table, arrow_table, seq):
+    """Write one closed chunk of a streamed table (atomic: temporary name, then rename)."""
+    import pyarrow.parquet as pq
+
+    d = table_path(session_dir, table)
+    os.makedirs(d, exist_ok=True)
+    name = f"{CHUNK_PREFIX}{seq:06d}.parquet"
+    tmp = os.path.join(d, "." + name + ".tmp")
+    pq.write_table(arrow_table, tmp)
+    os.replace(tmp, os.path.join(d, name))
+
+
+def write_table_atomic(session_dir, table, arrow_table):
+    """Replace a whole (small) table file atomically, e.g. a snapshot of running totals."""
+    import pyarrow.parquet as pq
+
+    path = table_path(session_dir, table)
+    tmp = os.path.join(session_dir, "." + table + ".parquet.tmp")
+    pq.write_table(arrow_table, tmp)
+    os.replace(tmp, path)
+
+
+def compact_table(session_dir, table, schema):
+    """Turn a chunked table into the single file <table>.parquet (one row group per chunk,
+    one chunk in memory at a time); a crash midway leaves the chunks readable."""
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    path = table_path(session_dir, table)
+    if not os.path.isdir(path):
+        return
+    files = table_files(session_dir, table)
+    tmp = os.path.join(session_dir, "." + table + ".parquet.tmp")
+    with pq.ParquetWriter(tmp, schema) as w:
+        for f in files:
+            w.write_table(pq.read_table(f).cast(schema))
+        if not files:
+            w.write_table(schema.empty_table())
+    old = os.path.join(session_dir, "." + table + ".parquet.chunks")
+    os.replace(path, old)
+    os.replace(tmp, path)
+    shutil.rmtree(old)
+
+
+def session_bytes(session_dir):
+    """Bytes the session's files take on disk now."""
+    total = 0
+    for top, _, files in os.walk(session_dir):
+        for f in files:
+            try:
+                total += os.path.getsize(os.path.join(top, f))
+            except OSError:
+                pass
+    return total
+
+
+def is_incomplete(meta):
+    """A session whose recorder did not end it (killed, crashed, out of memory, power loss):
+    its tables hold what was flushed until ``meta['last_flush']``."""
+    return meta.get("status") == RECORDING
