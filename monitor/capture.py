@@ -30,9 +30,13 @@ PARTIAL = ".partial"
 
 def capture_name(host, dev, wall):
     """(relative directory, name) of a capture of ``dev`` ('MAJ:MIN') triggered at ``wall``
-    (a UTC datetime)."""
-    return (os.path.join(f"host={host}", f"date={wall:%Y-%m-%d}"),
-            f"capture-{dev.replace(':', '-')}-{wall:%Y%m%dT%H%M%S}Z")
+    (a UTC datetime): the collected-sessions layout ``host=HOST/date=YYYY-MM-DD``."""
+    name = f"capture-{dev.replace(':', '-')}-{wall:%Y%m%dT%H%M%S}Z"
+    try:
+        from jstall.session import collected_path
+    except ImportError:  # a jstall without the collection helper: the same layout
+        return os.path.join(f"host={host}", f"date={wall:%Y-%m-%d}"), name
+    return os.path.dirname(collected_path("", host, wall, name)), name
 
 
 def list_captures(root):
