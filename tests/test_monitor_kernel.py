@@ -277,3 +277,36 @@ def test_top_pane_shows_the_journal_and_a_stalled_call(run):
     rows = [ln for ln in pane.splitlines() if "journal_start" in ln]
     assert any("checkpoint" in ln for ln in rows), pane
     assert run["status"]["recent"] and run["status"]["journals"][run["dev"]]["checkpoints"]["forced"] > 0
+
+
+def test_syscalls_mode_counts_every_call_and_local_top_shows_the_journal(scratch_dir):
+    """--syscalls: the record's per-syscall probes, histograms per syscall; `jstall top`
+    with its own probes shows the filesystem's journal."""
+    port = free_port()
+    tmux = ["tmux", "-L", f"jstall-test-{uuid.uuid4().hex[:8]}"]
+    with ScratchFs(FsConfig(fs_size="32M", journal_size="4M"), scratch_dir=scratch_dir) as fs:
+        mon = subprocess.Popen([JSTALL, "monitor", "-q", "--syscalls", "-d", fs.mountpoint, "--listen",
+                                f"127.0.0.1:{port}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            subprocess.run(tmux + ["new-session", "-d", "-s", "top", "-x", "170", "-y", "30",
+                                   f"{JSTALL} top -d {fs.mountpoint}"], check=True)
+            wait_for(lambda: "jstall_events_lost_total" in get(f"http://127.0.0.1:{port}/metrics"), 120, "monitor")
+            wait_for(lambda: "HEADROOM%" in subprocess.run(tmux + ["capture-pane", "-p", "-t", "top"],
+                                                          capture_output=True, text=True).stdout, 120, "top")
+            p = os.path.join(fs.mountpoint, "f")
+            open(p, "w").close()
+            for i in range(200):
+                os.setxattr(p, "user.a", str(i).encode())
+            os.sync()
+            time.sleep(2.5)
+            text = get(f"http://127.0.0.1:{port}/metrics")
+            pane = subprocess.run(tmux + ["capture-pane", "-p", "-t", "top"], capture_output=True, text=True).stdout
+        finally:
+            subprocess.run(tmux + ["kill-server"], capture_output=True)
+            mon.send_signal(signal.SIGINT)
+            err = mon.communicate(timeout=60)[1]
+    assert mon.returncode == 0 and "detached" in err, err
+    n = sample(text, "jstall_op_latency_seconds_count", device=fs.dev, op="setxattr")
+    assert n == 200
+    row = next(ln for ln in pane.splitlines() if ln.startswith(fs.dev))
+    assert fs.mountpoint[-20:] in row and int(row.split()[2]) == 1024, pane
