@@ -60,10 +60,16 @@ def full(mount, files=5000, rounds=4):
 
 
 def dd(nbytes):
+    """(bytes per wall second, bytes per CPU second) of dd bs=1."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     r = subprocess.run(["dd", "if=/dev/zero", "of=/dev/null", "bs=1", f"count={nbytes}"],
                        capture_output=True, text=True, check=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     m = re.search(r"copied, ([\d.,]+) s", r.stderr)
-    return nbytes / float(m.group(1).replace(",", "."))
+    return nbytes / float(m.group(1).replace(",", ".")), nbytes / cpu
 
 
 def measure(mount, args):
@@ -72,7 +78,7 @@ def measure(mount, args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--pairs", type=int, default=4)
+    ap.add_argument("--pairs", type=int, default=6)
     ap.add_argument("--rate", type=float, default=10000)
     ap.add_argument("--seconds", type=float, default=5)
     ap.add_argument("--dd-bytes", type=int, default=3_000_000)
@@ -90,8 +96,9 @@ def main():
         print(f"conditions: {os.cpu_count()} CPUs shared with other work, kernel {os.uname().release}; "
               f"{args.pairs} ABBA pairs; paced {args.rate:,.0f} calls/s for {args.seconds:g} s; "
               f"dd bs=1 of {args.dd_bytes:,} bytes")
-        print(f"{'pair':>4} {'paced thr':>9} {'paced cpu':>9} {'full mon':>8} {'full rec':>8} {'dd mon':>7} "
-              f"{'dd rec':>7} {'lost':>5}")
+        print("ratios traced/untraced; 'cpu': per CPU second of the workload (less disturbed by other load)")
+        print(f"{'pair':>4} {'paced thr':>9} {'paced cpu':>9} {'full mon':>8} {'cpu':>5} {'full rec':>8} {'cpu':>5} "
+              f"{'dd mon':>7} {'cpu':>5} {'dd rec':>7} {'cpu':>5} {'lost':>5}")
         for i in range(args.pairs):
             def traced():
                 t = Tracer(MonitorOptions(devices=[mount], before_s=10, after_s=5)).start()
@@ -113,21 +120,28 @@ def main():
                 "paced": m["paced"]["calls_per_s"] / base["paced"]["calls_per_s"],
                 "paced_cpu": m["paced"]["calls_per_cpu_s"] / base["paced"]["calls_per_cpu_s"],
                 "full_mon": m["full"]["calls_per_s"] / base["full"]["calls_per_s"],
+                "full_mon_cpu": m["full"]["calls_per_cpu_s"] / base["full"]["calls_per_cpu_s"],
                 "full_rec": r["full"]["calls_per_s"] / base["full"]["calls_per_s"],
-                "dd_mon": m["dd"] / base["dd"], "dd_rec": r["dd"] / base["dd"], "lost": lost,
+                "full_rec_cpu": r["full"]["calls_per_cpu_s"] / base["full"]["calls_per_cpu_s"],
+                "dd_mon": m["dd"][0] / base["dd"][0], "dd_rec": r["dd"][0] / base["dd"][0],
+                "dd_mon_cpu": m["dd"][1] / base["dd"][1], "dd_rec_cpu": r["dd"][1] / base["dd"][1], "lost": lost,
                 "rate": m["paced"]["calls_per_s"], "full_rate": base["full"]["calls_per_s"],
             }
             rows.append(row)
             print(f"{i + 1:>4} {row['paced']:>9.3f} {row['paced_cpu']:>9.3f} {row['full_mon']:>8.3f} "
-                  f"{row['full_rec']:>8.3f} {row['dd_mon']:>7.3f} {row['dd_rec']:>7.3f} {lost:>5}")
+                  f"{row['full_mon_cpu']:>5.3f} {row['full_rec']:>8.3f} {row['full_rec_cpu']:>5.3f} "
+                  f"{row['dd_mon']:>7.3f} {row['dd_mon_cpu']:>5.3f} {row['dd_rec']:>7.3f} {row['dd_rec_cpu']:>5.3f} "
+                  f"{lost:>5}")
 
     def med(k):
         return statistics.median(r[k] for r in rows)
 
     print(f"\nmedians (traced/untraced): paced at {med('rate'):,.0f} calls/s: throughput {med('paced'):.3f}, "
           f"calls per CPU second {med('paced_cpu'):.3f}; full rate ({med('full_rate'):,.0f} calls/s untraced): "
-          f"monitor {med('full_mon'):.3f}, record {med('full_rec'):.3f}; bystander dd bs=1: monitor "
-          f"{med('dd_mon'):.3f}, record {med('dd_rec'):.3f}; events lost {sum(r['lost'] for r in rows)}")
+          f"monitor {med('full_mon'):.3f} (per CPU s {med('full_mon_cpu'):.3f}), record {med('full_rec'):.3f} "
+          f"(per CPU s {med('full_rec_cpu'):.3f}); bystander dd bs=1: monitor {med('dd_mon'):.3f} "
+          f"(per CPU s {med('dd_mon_cpu'):.3f}), record {med('dd_rec'):.3f} (per CPU s {med('dd_rec_cpu'):.3f}); "
+          f"events lost {sum(r['lost'] for r in rows)}")
 
 
 if __name__ == "__main__":
