@@ -31,6 +31,7 @@ import threading
 from jstall.errors import JstallError
 
 DEFAULT_LISTEN = "127.0.0.1:9853"
+FLIGHT_BYTES = 128 << 20   # the flight buffer's bound (records dropped over it are counted)
 
 
 def add_arguments(p):
@@ -79,7 +80,8 @@ def run(args):
 
     _check(args)
     tracer = Tracer(MonitorOptions(devices=args.device, syscalls=args.syscalls, stall_ms=args.stall_ms,
-                                   min_ms=min(1.0, args.stall_ms), before_s=args.before, after_s=args.after))
+                                   min_ms=min(1.0, args.stall_ms), before_s=args.before, after_s=args.after,
+                                   flight_bytes=FLIGHT_BYTES if args.capture_dir else 0))
     captures = None
     registry = CollectorRegistry(auto_describe=False)
     stop = threading.Event()

@@ -48,7 +48,8 @@ OFFCPU_KEEP_NS = 30_000_000_000      # off-CPU rows wait this long for their ope
 class MonitorOptions:
     """What to monitor. ``min_ms``: operations at or above it are streamed (kept for captures
     and recent calls); ``stall_ms``: a stall for the stall counters; ``before_s``/``after_s``:
-    a capture's window around its trigger; ``flight_bytes``: the flight buffer's bound."""
+    a capture's window around its trigger; ``flight_bytes``: the flight buffer's bound (0: no
+    flight buffer, for a monitor that writes no captures)."""
 
     devices: list = dataclasses.field(default_factory=list)
     syscalls: bool = False
@@ -188,6 +189,8 @@ class Tracer(Recorder):
     def _on_event(self, ctx, data, size):
         raw = ctypes.string_at(data, size)
         self._batch.append(raw)
+        if not self.mopts.flight_bytes:   # no flight buffer (no captures)
+            return
         now = time.monotonic_ns()
         with self.state_lock:
             self.flight.append((now, raw))
