@@ -33,6 +33,12 @@ enum jstall_jbd2_event {
 	JBD2_WRITE_SUPERBLOCK = 8,
 };
 
+/* The monitor's fs-level operations, in call_event.syscall_nr (above every syscall number) */
+enum jstall_op {
+	OP_JOURNAL_START = 4096,
+	OP_SYNC_FILE = 4097,
+};
+
 /* ring buffers, and the index of each one's lost-event counter */
 enum jstall_buffer {
 	BUF_CALLS = 0,

@@ -15,6 +15,8 @@
  *   journal handles   which journal a call (or a traced task) uses; fill samples
  *   jbd2 lifecycle    commits, checkpoints, log tail, statistics of traced journals
  *   TRACE_FORKS       the traced process tree (sched_process_fork)
+ *   MONITOR_OPS       the monitor's fs-level operations instead of syscalls (handle waits,
+ *                     fsync); needs TASK_JOURNAL_INFO_* and FILE_INODE_* too
  */
 #ifndef TRACE_SYSCALLS
 #define TRACE_SYSCALLS 1
@@ -25,6 +27,9 @@
 #endif
 #ifndef TRACE_FORKS
 #define TRACE_FORKS 1
+#endif
+#ifndef MONITOR_OPS
+#define MONITOR_OPS 0
 #endif
 /* any task filter: jbd2 events are kept only for journals the traced tasks used */
 #define FILTER_TASKS (FILTER_PID || FILTER_TREE || FILTER_CGROUP)
@@ -271,7 +276,7 @@ static __always_inline __u32 log2_u64(__u64 v)
 }
 
 /* ==== TRACE_SYSCALLS: metadata syscalls ========================================= */
-#if TRACE_SYSCALLS
+#if TRACE_SYSCALLS || MONITOR_OPS   /* call_enter and call_exit serve monitor operations too */
 
 /* A traced call begins: flags are its NR_* bits, arg0/arg1 its first two arguments
  * (0 when they are read later from the saved registers). */
@@ -385,6 +390,7 @@ static __always_inline int call_exit(__s64 ret, __u64 regs)
 	return 0;
 }
 
+#if TRACE_SYSCALLS
 #if PER_SYSCALL_TRACEPOINTS
 /* syscalls:sys_enter_<name> / sys_exit_<name>, one program pair attached to each traced
  * call: other syscalls run no program at all (they pay only the kernel's slow syscall
@@ -446,14 +452,78 @@ int on_sys_exit(struct bpf_raw_tracepoint_args *ctx)
 	return call_exit(ctx->args[1], ctx->args[0]);
 }
 #endif
+#endif /* TRACE_SYSCALLS: entry points */
 
-#endif /* TRACE_SYSCALLS */
+#endif /* TRACE_SYSCALLS || MONITOR_OPS */
+
+/* ==== MONITOR_OPS: fs-level operations instead of syscalls ======================== *
+ * A bystander's syscalls run no program here: an operation starts at an ext4 tracepoint
+ * and ends at another, and sched_switch looks only at tasks inside one.
+ *   OP_JOURNAL_START: the handle wait, from ext4_journal_start* to jbd2_handle_start
+ *     (start_this_handle -> add_transaction_credits: transaction and checkpoint waits);
+ *   OP_SYNC_FILE: ext4_sync_file_enter to ext4_sync_file_exit (fsync, fdatasync). */
+#if MONITOR_OPS
+static __always_inline void op_begin(__u32 op, __u32 dev)
+{
+	call_enter(op, 0, 0, 0, 0);
+	struct inflight *c = current_call(0);
+	if (c && c->ts_ns && c->syscall_nr == op)
+		c->dev = dev;
+}
+
+static __always_inline void op_begin_handle_wait(__u32 dev)
+{
+	/* a nested handle (current->journal_info set) takes a reference in
+	 * jbd2__journal_start and never waits, nor fires jbd2_handle_start */
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task_btf();
+	if (READ_FIELD(task, TASK_JOURNAL_INFO))
+		return;
+	struct inflight *c = current_call(0);
+	if (c && c->ts_ns && c->syscall_nr == OP_SYNC_FILE)
+		return;   /* a handle inside fsync: counted in the fsync */
+	op_begin(OP_JOURNAL_START, dev);
+}
+
+/* jbd2_handle_start(dev_t dev, tid_t tid, unsigned int type, unsigned int line_no,
+ *                   int requested_blocks): start_this_handle() returned with credits */
+int rtp_jbd2_handle_start(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct inflight *c = current_call(0);
+	if (c && c->ts_ns && c->syscall_nr == OP_JOURNAL_START)
+		call_exit(0, 0);
+	return 0;
+}
+
+/* ext4_sync_file_enter(struct file *file, int datasync) */
+int rtp_ext4_sync_file_enter(struct bpf_raw_tracepoint_args *ctx)
+{
+	__u64 inode = READ_FIELD(ctx->args[0], FILE_INODE);
+	__u32 dev = inode ? READ_FIELD(READ_FIELD(inode, INODE_SB), SB_DEV) : 0;
+	if (dev && journal_traced(dev))
+		op_begin(OP_SYNC_FILE, dev);
+	return 0;
+}
+
+/* ext4_sync_file_exit(struct inode *inode, int ret) */
+int rtp_ext4_sync_file_exit(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct inflight *c = current_call(0);
+	if (c && c->ts_ns && c->syscall_nr == OP_SYNC_FILE)
+		call_exit((__s32)ctx->args[1], 0);
+	return 0;
+}
+#endif /* MONITOR_OPS */
+
 
 /* ==== journal handles: which journal a call (or a traced task) uses; fill samples == */
 
 static __always_inline int handle_start(__u64 sb)
 {
 	__u32 dev = READ_FIELD(sb, SB_DEV);
+#if MONITOR_OPS
+	if (journal_traced(dev))
+		op_begin_handle_wait(dev);
+#endif
 	struct inflight *c = current_call(0);
 	if (c && !c->ts_ns)
 		c = NULL;
@@ -672,7 +742,7 @@ int rtp_jbd2_checkpoint_stats(struct bpf_raw_tracepoint_args *ctx)
 }
 
 /* ==== TRACE_SYSCALLS: off-CPU intervals of threads inside traced calls =========== */
-#if TRACE_SYSCALLS
+#if TRACE_SYSCALLS || MONITOR_OPS
 
 
 /* sched_switch(bool preempt, struct task_struct *prev, struct task_struct *next,
@@ -725,7 +795,7 @@ int rtp_sched_switch(struct bpf_raw_tracepoint_args *ctx)
 	return 0;
 }
 
-#endif /* TRACE_SYSCALLS (off-CPU) */
+#endif /* TRACE_SYSCALLS || MONITOR_OPS (off-CPU) */
 
 /* ==== TRACE_FORKS: the traced process tree ======================================= */
 #if TRACE_FORKS

@@ -9,6 +9,8 @@ cd "$(dirname "$0")/.."
 PKGS="bpfcc-tools python3-bpfcc bpftrace bpftool e2fsprogs util-linux kmod python3-venv python3-pip"
 # The tests render the HTML report in headless Chromium.
 [ "${1:-}" = "test" ] && PKGS="$PKGS chromium"
+# The monitor's tests scrape it with a real Prometheus server and drive 'jstall top' in tmux.
+[ "${1:-}" = "test" ] && PKGS="$PKGS prometheus tmux"
 # benchmarks/record_memory.py records under dbench, a client nobody here wrote.
 PKGS="$PKGS dbench"
 missing=""

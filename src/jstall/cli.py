@@ -13,6 +13,8 @@ COMMANDS = {
     "analyze": ("jstall.analyzer.analyze_cmd", "explain the stalls in a session or a sweep"),
     "report": ("jstall.analyzer.report_cmd", "write a self-contained HTML report of a session or a sweep"),
     "lab": ("jstall.workloads.lab_cmd", "reproduce stalls on scratch ext4 filesystems (run, sweep, cleanup)"),
+    "monitor": ("jstall.monitor.monitor_cmd", "always-on monitoring: Prometheus metrics and stall-triggered captures"),
+    "top": ("jstall.monitor.top_cmd", "a live view of journals and slow calls, local or from a running monitor"),
 }
 
 

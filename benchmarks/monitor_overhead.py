@@ -1,0 +1,148 @@
+"""Monitor overhead: the cost of `jstall monitor`'s default probes against no tracing, and
+against `jstall record`, in ABBA pairs on a scratch ext4 (unthrottled). Per pair:
+
+- paced: the metadata workload (create, 2 x setxattr, unlink per file) paced at --rate
+  calls/s; throughput ratio and calls per CPU second of the workload, traced/untraced;
+- full: the same workload unpaced (the recorder benchmark's rate), monitor and record;
+- bystander: `dd if=/dev/zero of=/dev/null bs=1` (cheap untraced syscalls), bytes/s.
+
+Prints each pair and the medians. Needs root.
+
+usage: monitor_overhead.py [--pairs N] [--rate CALLS_PER_S] [--seconds S] [--dd-bytes N]
+"""
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LOOP = os.path.join(HERE, "metadata_loop.py")
+
+PACED = r"""
+import json, os, sys, time
+d, rate, seconds = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+os.makedirs(d, exist_ok=True)
+v = b"v" * 16
+calls, i = 0, 0
+t0, c0 = time.perf_counter(), time.process_time()
+while True:
+    now = time.perf_counter() - t0
+    if now >= seconds:
+        break
+    if calls > now * rate:          # ahead of the pace: wait
+        time.sleep(0.001)
+        continue
+    p = os.path.join(d, f"f{i % 1000}")
+    os.close(os.open(p, os.O_CREAT | os.O_WRONLY, 0o644))
+    os.setxattr(p, "user.a", v); os.setxattr(p, "user.b", v); os.unlink(p)
+    calls += 4; i += 1
+el, cpu = time.perf_counter() - t0, time.process_time() - c0
+print(json.dumps({"calls": calls, "calls_per_s": calls / el, "calls_per_cpu_s": calls / cpu}))
+"""
+
+
+def paced(mount, rate, seconds):
+    out = subprocess.run([sys.executable, "-c", PACED, os.path.join(mount, "paced"), str(rate), str(seconds)],
+                         check=True, capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+def full(mount, files=5000, rounds=4):
+    out = subprocess.run([sys.executable, LOOP, os.path.join(mount, "bench"), str(files), str(rounds)],
+                         check=True, capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+def dd(nbytes):
+    """(bytes per wall second, bytes per CPU second) of dd bs=1."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    r = subprocess.run(["dd", "if=/dev/zero", "of=/dev/null", "bs=1", f"count={nbytes}"],
+                       capture_output=True, text=True, check=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    m = re.search(r"copied, ([\d.,]+) s", r.stderr)
+    return nbytes / float(m.group(1).replace(",", ".")), nbytes / cpu
+
+
+def measure(mount, args):
+    return {"paced": paced(mount, args.rate, args.seconds), "full": full(mount), "dd": dd(args.dd_bytes)}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pairs", type=int, default=6)
+    ap.add_argument("--rate", type=float, default=10000)
+    ap.add_argument("--seconds", type=float, default=5)
+    ap.add_argument("--dd-bytes", type=int, default=3_000_000)
+    args = ap.parse_args()
+
+    from jstall.monitor.tracer import MonitorOptions, Tracer
+    from jstall.probes.recorder import RecordOptions, Recorder
+    from jstall.workloads.scratch import FsConfig, ScratchFs
+
+    rows = []
+    with ScratchFs(FsConfig(fs_size="512M", journal_size="64M", inode_size=256)) as fs, \
+            tempfile.TemporaryDirectory() as tmp:
+        mount = fs.mountpoint
+        full(mount, 1000, 1)
+        print(f"conditions: {os.cpu_count()} CPUs shared with other work, kernel {os.uname().release}; "
+              f"{args.pairs} ABBA pairs; paced {args.rate:,.0f} calls/s for {args.seconds:g} s; "
+              f"dd bs=1 of {args.dd_bytes:,} bytes")
+        print("ratios traced/untraced; 'cpu': per CPU second of the workload (less disturbed by other load)")
+        print(f"{'pair':>4} {'paced thr':>9} {'paced cpu':>9} {'full mon':>8} {'cpu':>5} {'full rec':>8} {'cpu':>5} "
+              f"{'dd mon':>7} {'cpu':>5} {'dd rec':>7} {'cpu':>5} {'lost':>5}")
+        for i in range(args.pairs):
+            def traced():
+                t = Tracer(MonitorOptions(devices=[mount], before_s=10, after_s=5)).start()
+                time.sleep(0.5)
+                m = measure(mount, args)
+                t.stop()
+                rec = Recorder(RecordOptions(output_dir=os.path.join(tmp, f"r{i}"), devices=[mount], quiet=True))
+                rec.start()
+                r = {"full": full(mount), "dd": dd(args.dd_bytes)}
+                rec.stop()
+                return m, r, sum(t.last_lost.values())
+            if i % 2 == 0:
+                base = measure(mount, args)
+                m, r, lost = traced()
+            else:
+                m, r, lost = traced()
+                base = measure(mount, args)
+            row = {
+                "paced": m["paced"]["calls_per_s"] / base["paced"]["calls_per_s"],
+                "paced_cpu": m["paced"]["calls_per_cpu_s"] / base["paced"]["calls_per_cpu_s"],
+                "full_mon": m["full"]["calls_per_s"] / base["full"]["calls_per_s"],
+                "full_mon_cpu": m["full"]["calls_per_cpu_s"] / base["full"]["calls_per_cpu_s"],
+                "full_rec": r["full"]["calls_per_s"] / base["full"]["calls_per_s"],
+                "full_rec_cpu": r["full"]["calls_per_cpu_s"] / base["full"]["calls_per_cpu_s"],
+                "dd_mon": m["dd"][0] / base["dd"][0], "dd_rec": r["dd"][0] / base["dd"][0],
+                "dd_mon_cpu": m["dd"][1] / base["dd"][1], "dd_rec_cpu": r["dd"][1] / base["dd"][1], "lost": lost,
+                "rate": m["paced"]["calls_per_s"], "full_rate": base["full"]["calls_per_s"],
+            }
+            rows.append(row)
+            print(f"{i + 1:>4} {row['paced']:>9.3f} {row['paced_cpu']:>9.3f} {row['full_mon']:>8.3f} "
+                  f"{row['full_mon_cpu']:>5.3f} {row['full_rec']:>8.3f} {row['full_rec_cpu']:>5.3f} "
+                  f"{row['dd_mon']:>7.3f} {row['dd_mon_cpu']:>5.3f} {row['dd_rec']:>7.3f} {row['dd_rec_cpu']:>5.3f} "
+                  f"{lost:>5}")
+
+    def med(k):
+        return statistics.median(r[k] for r in rows)
+
+    print(f"\nmedians (traced/untraced): paced at {med('rate'):,.0f} calls/s: throughput {med('paced'):.3f}, "
+          f"calls per CPU second {med('paced_cpu'):.3f}; full rate ({med('full_rate'):,.0f} calls/s untraced): "
+          f"monitor {med('full_mon'):.3f} (per CPU s {med('full_mon_cpu'):.3f}), record {med('full_rec'):.3f} "
+          f"(per CPU s {med('full_rec_cpu'):.3f}); bystander dd bs=1: monitor {med('dd_mon'):.3f} "
+          f"(per CPU s {med('dd_mon_cpu'):.3f}), record {med('dd_rec'):.3f} (per CPU s {med('dd_rec_cpu'):.3f}); "
+          f"events lost {sum(r['lost'] for r in rows)}")
+
+
+if __name__ == "__main__":
+    main()

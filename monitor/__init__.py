@@ -1,0 +1,1 @@
+"""Always-on monitoring: Prometheus metrics, stall-triggered captures, a live view."""

@@ -1,0 +1,424 @@
+"""The monitor's live state: the recorder's probes in monitor mode, streamed into running
+totals (per journal, per stall cause), a flight buffer of recent detailed events, and a list
+of the slowest recent operations.
+
+The probes are the recorder's (probes/recorder.bpf.c) compiled with ``MONITOR_OPS=1``: an
+operation is a handle wait (``ext4_journal_start*`` to ``jbd2_handle_start``) or an fsync
+(``ext4_sync_file_enter`` to ``_exit``), so tasks that do not journal run no program. With
+``syscalls=True`` the probes are exactly ``jstall record``'s (every metadata syscall).
+
+Times: ``*_ns`` are CLOCK_MONOTONIC nanoseconds (bpf_ktime_get_ns), ``*_s`` seconds.
+"""
+
+import collections
+import ctypes
+import dataclasses
+import os
+import resource
+import tempfile
+import threading
+import time
+
+import numpy as np
+
+from jstall.probes import btf, events, host, journals
+from jstall.probes.recorder import (
+    EXT4_RAW_TRACEPOINTS, JBD2_RAW_TRACEPOINTS, RecordOptions, Recorder,
+)
+
+from . import bpfstats
+
+OPS = events.ENUMS["jstall_op"]
+#: operation code -> the name stored in a capture's ``syscall`` column and the ``op`` label
+OP_NAMES = {OPS["OP_JOURNAL_START"]: "journal_start", OPS["OP_SYNC_FILE"]: "sync_file"}
+MONITOR_RAW_TRACEPOINTS = (("jbd2", "jbd2_handle_start"), ("ext4", "ext4_sync_file_enter"),
+                           ("ext4", "ext4_sync_file_exit"))
+#: extra struct members the monitor-mode probes read (see recorder.bpf.c's monitor section)
+MONITOR_FIELDS = {"TASK_JOURNAL_INFO": ("task_struct", "journal_info"), "FILE_INODE": ("file", "f_inode")}
+#: jbd2_log_space_left(): j_free - JBD2_CONTROL_BLOCKS_RESERVED (32) - committing credits
+RESERVED_BLOCKS = 32
+#: commit phases of jbd2_run_stats, and the upper bounds (seconds) of their histogram buckets
+PHASES = ("wait", "request_delay", "running", "locked", "flushing", "logging")
+PHASE_BUCKETS_S = (0.001, 0.004, 0.016, 0.064, 0.25, 1.0, 4.0, 16.0, float("inf"))
+RECENT_CALLS = 50
+OFFCPU_KEEP_NS = 30_000_000_000      # off-CPU rows wait this long for their operation to end
+
+
+@dataclasses.dataclass
+class MonitorOptions:
+    """What to monitor. ``min_ms``: operations at or above it are streamed (kept for captures
+    and recent calls); ``stall_ms``: a stall for the stall counters; ``before_s``/``after_s``:
+    a capture's window around its trigger; ``flight_bytes``: the flight buffer's bound (0: no
+    flight buffer, for a monitor that writes no captures)."""
+
+    devices: list = dataclasses.field(default_factory=list)
+    syscalls: bool = False
+    min_ms: float = 1.0
+    stall_ms: float = 10.0
+    offcpu_min_us: int = 100
+    before_s: float = 10.0
+    after_s: float = 5.0
+    flight_bytes: int = 128 << 20
+
+
+class JournalState:
+    """Running totals of one journal (device ``dev``, 'MAJ:MIN')."""
+
+    def __init__(self, dev):
+        self.dev = dev
+        self.fill = None                     # latest fill sample: dict of the jstall_fill fields
+        self.fill_ts_ns = 0
+        self.transactions = 0
+        self.blocks = 0
+        self.blocks_logged = 0
+        self.phase_counts = {p: np.zeros(len(PHASE_BUCKETS_S), dtype=np.int64) for p in PHASES}
+        self.phase_sum_s = dict.fromkeys(PHASES, 0.0)
+        self.checkpoints = {"forced": 0, "background": 0}
+        self.checkpoint_written = {"forced": 0, "background": 0}
+
+    def space(self):
+        """(size, free, log space left, headroom blocks, headroom ratio 0-1, max transaction
+        blocks) from the latest fill sample, or None before the first one.
+
+        Headroom is the log space left above the forced-checkpoint condition
+        (add_transaction_credits waits when jbd2_log_space_left() < j_max_transaction_buffers);
+        the ratio is headroom over its value in an empty journal."""
+        f = self.fill
+        if not f:
+            return None
+        log_blocks = f["last_block"] - f["first_block"]
+        left = f["free_blocks"] - RESERVED_BLOCKS - f["committing_credits"]
+        headroom = left - f["max_transaction_blocks"]
+        full = log_blocks - RESERVED_BLOCKS - f["max_transaction_blocks"]
+        ratio = min(1.0, max(0.0, headroom / full)) if full > 0 else 0.0
+        return {"size_blocks": f["journal_blocks"], "free_blocks": f["free_blocks"], "log_blocks": log_blocks,
+                "log_space_left_blocks": left, "headroom_blocks": headroom, "headroom_ratio": ratio,
+                "max_transaction_blocks": f["max_transaction_blocks"]}
+
+
+class Tracer(Recorder):
+    """The recorder's probes in monitor mode, streamed into live totals.
+
+        t = Tracer(MonitorOptions(devices=["/mnt/x"])).start()
+        t.journal_states(), t.stalls, t.recent_calls(), t.call_stats()
+        t.stop()
+    """
+
+    def __init__(self, options):
+        self.mopts = options
+        # the recorder's checks and journal descriptions; it never writes its own session here
+        # (output_dir only has to pass its check), captures are written by capture.Captures
+        super().__init__(RecordOptions(output_dir=tempfile.gettempdir(), devices=list(options.devices),
+                                       min_ms=options.min_ms, offcpu_min_us=options.offcpu_min_us, quiet=True))
+        self.op_names = dict(self.syscall_names)
+        self.op_names.update(OP_NAMES)
+        self.state_lock = threading.Lock()
+        self.states = {}                                  # dev -> JournalState
+        self.stalls = collections.Counter()               # (dev, op, cause) -> stalled operations
+        self.stall_seconds = collections.Counter()        # (dev, cause) -> off-CPU seconds inside stalls
+        self.recent = collections.deque(maxlen=RECENT_CALLS)
+        self.flight = collections.deque()                 # (arrival monotonic ns, raw record)
+        self.flight_bytes = 0
+        self.flight_dropped = 0
+        self._batch = []
+        self._pending_calls = []
+        self._offcpu = {}                                 # (tid, call_ts_ns) -> [offcpu rows]
+        self._own_checkpoints = collections.deque()       # (tid, ts_ns) of checkpoints in user tasks
+        self._frames = {}                                 # stack_id -> frames
+        self.listeners = []                               # f(stall dict) for each classified stall
+        self.tick_listeners = []                          # f() after each poll
+        self._stats_fd = None
+        self._last_prune_ns = 0
+        self.last_lost = {}
+
+    # ---- set-up: the recorder's compile and attach, in monitor mode ----------------------
+
+    def _cflags(self):
+        flags = super()._cflags()
+        if self.mopts.syscalls:
+            return flags
+        extra = btf.probe_defines(btf.BtfTypes.load(),
+                                  {k: v for k, v in MONITOR_FIELDS.items() if k not in btf.FIELDS})
+        extra.update(MONITOR_OPS=1, TRACE_SYSCALLS=0, TRACE_FORKS=0)
+        return flags + [f"-D{k}={v}" for k, v in extra.items()]
+
+    def _attach(self, b):
+        if self.mopts.syscalls:
+            return super()._attach(b)
+        names = [("ext4", n) for n in EXT4_RAW_TRACEPOINTS] + [("jbd2", n) for n in JBD2_RAW_TRACEPOINTS]
+        for cat, name in names + list(MONITOR_RAW_TRACEPOINTS) + [("sched", "sched_switch")]:
+            if cat == "sched" or host.tracepoint_exists(cat, name):
+                b.attach_raw_tracepoint(tp=name.encode(), fn_name=f"rtp_{name}".encode())
+                self.attached.append(f"raw:{cat}:{name}")
+            else:
+                self.missing.append(f"raw:{cat}:{name}")
+
+    def start(self):
+        """Compile and attach; stream in a background thread. Returns self."""
+        self.hz = host.config_hz()
+        self.hz_source = "config" if self.hz else None
+        self.bpf = b = self._compile()
+        one = ctypes.c_uint8(1)
+        for dev in self.devices:
+            major, minor = journals.parse_dev(dev)
+            b[b"devices"][ctypes.c_uint32(journals.kernel_dev(major, minor))] = one
+        self._attach(b)
+        for name in ("calls_rb", "offcpu_rb", "jbd2_rb"):
+            b[name.encode()].open_ring_buffer(self._on_event)
+        self._stats_fd = bpfstats.enable()
+        self.start_monotonic_ns = time.monotonic_ns()
+        self._thread = threading.Thread(target=self._poll, name="jstall-monitor-poll", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self):
+        """Detach every probe and free the maps (idempotent)."""
+        self._stop.set()
+        if self._thread:
+            self._thread.join()
+            self._thread = None
+        if self.bpf is not None:
+            self.last_lost = self.events_lost()
+            self.bpf.cleanup()
+            self.bpf = None
+        bpfstats.disable(self._stats_fd)
+        self._stats_fd = None
+
+    # ---- streaming ------------------------------------------------------------------------
+
+    def _on_event(self, ctx, data, size):
+        raw = ctypes.string_at(data, size)
+        self._batch.append(raw)
+        if not self.mopts.flight_bytes:   # no flight buffer (no captures)
+            return
+        now = time.monotonic_ns()
+        with self.state_lock:
+            self.flight.append((now, raw))
+            self.flight_bytes += len(raw)
+
+    def _poll(self):
+        while not self._stop.is_set():
+            self.bpf.ring_buffer_poll(100)
+            self._process()
+            for f in self.tick_listeners:
+                f()
+        self.bpf.ring_buffer_consume()
+        self._process()
+        self._process()  # the calls of the last poll, with their off-CPU rows
+
+    def _trim_flight(self, now_ns, keep_ns):
+        with self.state_lock:
+            while self.flight and (self.flight[0][0] < now_ns - keep_ns or self.flight_bytes > self.mopts.flight_bytes):
+                if self.flight[0][0] >= now_ns - keep_ns:
+                    self.flight_dropped += 1
+                self.flight_bytes -= len(self.flight.popleft()[1])
+
+    def flight_window(self, start_ns, end_ns):
+        """Raw records that arrived in [start_ns, end_ns] (monotonic)."""
+        with self.state_lock:
+            return [raw for t, raw in self.flight if start_ns <= t <= end_ns]
+
+    def _process(self):
+        batch, self._batch = self._batch, []
+        now = time.monotonic_ns()
+        self._trim_flight(now, int((self.mopts.before_s + self.mopts.after_s + 2) * 1e9))
+        by_kind = collections.defaultdict(list)
+        for raw in batch:
+            by_kind[raw[0]].append(raw)
+        a = {events.KIND_STRUCTS[k]: events.decode(events.KIND_STRUCTS[k], v) for k, v in by_kind.items()}
+        with self.state_lock:
+            for struct in ("jbd2_event", "log_tail_event", "fill_event"):
+                if struct in a:
+                    self._update_fill(a[struct])
+            if "jbd2_event" in a:
+                self._count_checkpoints(a["jbd2_event"])
+            if "run_stats_event" in a:
+                self._count_commits(a["run_stats_event"])
+            if "checkpoint_stats_event" in a:
+                self._count_checkpoint_blocks(a["checkpoint_stats_event"])
+        if "offcpu_event" in a:
+            for r in a["offcpu_event"]:
+                self._offcpu.setdefault((int(r["tid"]), int(r["call_ts_ns"])), []).append(
+                    (int(r["ts_ns"]), int(r["offcpu_ns"]), int(r["stack_id"]), int(r["state"]) == 0))
+        # operations of the previous poll: their off-CPU rows (emitted before the operation
+        # ended, on another ring buffer) have all been read by now
+        ready, self._pending_calls = self._pending_calls, list(a["call_event"]) if "call_event" in a else []
+        if ready:
+            self._classify(ready)
+        cutoff = now - OFFCPU_KEEP_NS
+        if self._offcpu and now - self._last_prune_ns > 5_000_000_000:
+            self._offcpu = {k: v for k, v in self._offcpu.items() if k[1] >= cutoff}
+            self._last_prune_ns = now
+        while self._own_checkpoints and self._own_checkpoints[0][1] < cutoff:
+            self._own_checkpoints.popleft()
+
+    def _state(self, dev):
+        s = self.states.get(dev)
+        if s is None:
+            s = self.states[dev] = JournalState(dev)
+        return s
+
+    def _update_fill(self, a):
+        known = a[a["has_journal"] != 0]
+        for kdev in np.unique(known["dev"]):
+            rows = known[known["dev"] == kdev]
+            last = rows[np.argmax(rows["ts_ns"])]
+            s = self._state(journals.dev_name(int(kdev)))
+            if int(last["ts_ns"]) >= s.fill_ts_ns:
+                s.fill_ts_ns = int(last["ts_ns"])
+                s.fill = {k: int(last[k]) for k in ("free_blocks", "first_block", "last_block", "journal_blocks",
+                                                    "max_transaction_blocks", "committing_credits")}
+
+    def _count_checkpoints(self, j):
+        cp = j[j["event"] == events.ENUMS["jstall_jbd2_event"]["JBD2_CHECKPOINT"]]
+        for r in cp:
+            forced = not bytes(r["comm"]).startswith(b"jbd2/")
+            self._state(journals.dev_name(int(r["dev"]))).checkpoints["forced" if forced else "background"] += 1
+            if forced:
+                self._own_checkpoints.append((int(r["tid"]), int(r["ts_ns"])))
+
+    def _count_commits(self, rs):
+        for r in rs:
+            s = self._state(journals.dev_name(int(r["dev"])))
+            s.transactions += 1
+            s.blocks += int(r["blocks"])
+            s.blocks_logged += int(r["blocks_logged"])
+            if self.hz:
+                for p in PHASES:
+                    secs = int(r[f"{p}_jiffies"]) / self.hz
+                    s.phase_counts[p][int(np.searchsorted(PHASE_BUCKETS_S, secs))] += 1
+                    s.phase_sum_s[p] += secs
+
+    def _count_checkpoint_blocks(self, cs):
+        for r in cs:
+            mode = "background" if bytes(r["comm"]).startswith(b"jbd2/") else "forced"
+            self._state(journals.dev_name(int(r["dev"]))).checkpoint_written[mode] += int(r["written"])
+
+    # ---- stalls: causes with the analyzer's own taxonomy -----------------------------------
+
+    def _stack_frames(self, stack_id):
+        if stack_id not in self._frames:
+            try:
+                self._frames[stack_id] = [self.bpf.ksym(addr).decode(errors="replace")
+                                          for addr in self.bpf[b"stacks"].walk(stack_id)]
+            except KeyError:
+                self._frames[stack_id] = None
+        return self._frames[stack_id]
+
+    def _classify(self, calls):
+        """Give each streamed operation its primary cause (the largest off-CPU share, as the
+        analyzer does) and count the stalls among them."""
+        import pandas as pd
+
+        from jstall.analyzer.causes import offcpu_causes
+
+        rows, stack_ids = [], set()
+        for i, c in enumerate(calls):
+            for ts, off, sid, runnable in self._offcpu.pop((int(c["tid"]), int(c["ts_ns"])), ()):
+                rows.append((i, int(c["tid"]), int(c["ts_ns"]), ts, off, sid, runnable))
+                if sid >= 0:
+                    stack_ids.add(sid)
+        causes = {}
+        if rows:
+            off = pd.DataFrame(rows, columns=["call", "tid", "call_ts_ns", "ts_ns", "offcpu_ns", "stack_id", "runnable"])
+            frames = {sid: self._stack_frames(sid) for sid in stack_ids}
+            stacks = pd.DataFrame({"stack_id": pd.Series([s for s, f in frames.items() if f is not None], dtype="int32"),
+                                   "frames": [f for f in frames.values() if f is not None]})
+            own = [(i, int(c["tid"]), int(c["ts_ns"])) for i, c in enumerate(calls)
+                   if any(t == int(c["tid"]) and int(c["ts_ns"]) <= ts <= int(c["ts_ns"]) + int(c["latency_ns"])
+                          for t, ts in self._own_checkpoints)]
+            keys = pd.DataFrame([(t, ts) for _, t, ts in own], columns=["tid", "call_ts_ns"])
+            classified = offcpu_causes(off, stacks, keys)
+            for i, g in classified.groupby("call"):
+                by = g.groupby("cause", observed=True)["offcpu_ns"].sum()
+                labels = g.groupby("cause", observed=True)["label"].first()
+                causes[i] = (by.idxmax(), labels[by.idxmax()], {k: v / 1e9 for k, v in by.items() if v})
+        stall_ns = int(self.mopts.stall_ms * 1e6)
+        out = []
+        for i, c in enumerate(calls):
+            dev = journals.dev_name(int(c["dev"])) if c["dev"] else "-"
+            op = self.op_names.get(int(c["syscall_nr"]), f"nr{int(c['syscall_nr'])}")
+            cause, label, seconds = causes.get(i, ("other", "on CPU (no off-CPU interval)", {}))
+            call = {"ts_ns": int(c["ts_ns"]), "latency_s": int(c["latency_ns"]) / 1e9, "dev": dev, "op": op,
+                    "pid": int(c["pid"]), "tid": int(c["tid"]), "comm": bytes(c["comm"]).decode(errors="replace"),
+                    "cause": cause, "label": label, "offcpu_s": seconds,
+                    "wall": time.time() - (time.monotonic_ns() - int(c["ts_ns"]) - int(c["latency_ns"])) / 1e9}
+            out.append(call)
+            if int(c["latency_ns"]) >= stall_ns:
+                with self.state_lock:
+                    self.stalls[(dev, op, cause)] += 1
+                    for k, v in seconds.items():
+                        self.stall_seconds[(dev, k)] += v
+                    self.recent.append(call)
+        for call in out:
+            if call["latency_s"] * 1e3 >= self.mopts.stall_ms:
+                for f in self.listeners:
+                    f(call)
+
+    # ---- reading the live state (scrape and top threads) -----------------------------------
+
+    def call_stats(self):
+        """{(op name, dev): (count, errors, total_ns, max_ns, buckets int64[HIST_BUCKETS])},
+        summed over CPUs; bucket i counts latencies in [2^i, 2^(i+1)) ns."""
+        b = self.bpf
+        out = {}
+        if b is None:
+            return out
+        for k, per_cpu in b[b"call_stats"].items():
+            buckets = np.sum([np.ctypeslib.as_array(v.buckets) for v in per_cpu], axis=0).astype(np.int64)
+            name = self.op_names.get(k.syscall_nr, f"nr{k.syscall_nr}")
+            dev = journals.dev_name(k.dev) if k.dev else "-"
+            out[(name, dev)] = (sum(v.count for v in per_cpu), sum(v.errors for v in per_cpu),
+                                sum(v.total_ns for v in per_cpu), max(v.max_ns for v in per_cpu), buckets)
+        return out
+
+    def raw_call_stats(self):
+        """{(syscall_nr, kernel dev): (count, errors, total_ns, max_ns, buckets)} for captures."""
+        out = {}
+        if self.bpf is None:
+            return out
+        for k, per_cpu in self.bpf[b"call_stats"].items():
+            buckets = np.sum([np.ctypeslib.as_array(v.buckets) for v in per_cpu], axis=0).astype(np.int64)
+            out[(int(k.syscall_nr), int(k.dev))] = (sum(v.count for v in per_cpu), sum(v.errors for v in per_cpu),
+                                                    sum(v.total_ns for v in per_cpu), max(v.max_ns for v in per_cpu),
+                                                    buckets)
+        return out
+
+    def events_lost(self):
+        """{'calls', 'offcpu', 'jbd2', 'stacks'}: records the kernel could not hand over."""
+        if self.bpf is None:
+            return {}
+        c = [int(v.value) for v in self.bpf[b"counters"].values()]
+        return {"calls": c[events.BUFFERS["BUF_CALLS"]], "offcpu": c[events.BUFFERS["BUF_OFFCPU"]],
+                "jbd2": c[events.BUFFERS["BUF_JBD2"]], "stacks": c[events.BUFFERS["STACKS_LOST"]]}
+
+    def bpf_run(self):
+        """{program: (run seconds, runs)} while BPF statistics are on, else {}."""
+        if self.bpf is None or self._stats_fd is None:
+            return {}
+        out = {}
+        for name, fn in list(self.bpf.funcs.items()):
+            info = bpfstats.prog_run(fn.fd)
+            if info:
+                out[name.decode() if isinstance(name, bytes) else name] = info
+        return out
+
+    @staticmethod
+    def cpu_seconds():
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+
+    def snapshot(self):
+        """The state ``jstall top`` shows, as plain JSON-ready data."""
+        with self.state_lock:
+            js = {}
+            for dev, s in self.states.items():
+                j = {"transactions": s.transactions, "blocks_logged": s.blocks_logged,
+                     "checkpoints": dict(s.checkpoints), "checkpoint_written": dict(s.checkpoint_written)}
+                j.update(s.space() or {})
+                js[dev] = j
+            recent = list(self.recent)
+        mounts = journals.ext4_mounts()
+        for dev, j in js.items():
+            j["mountpoint"] = mounts.get(dev, {}).get("mountpoint")
+        return {"time": time.time(), "journals": js, "recent": recent, "events_lost": self.events_lost()}

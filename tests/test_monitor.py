@@ -1,0 +1,141 @@
+"""The monitor's pieces on hand-built data: histogram buckets, journal headroom, capture
+rotation by count and by disk, the shipped alert rules (promtool), the top screen, and
+refusals of bad options (exit 2, nothing created)."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from jstall.monitor import capture, collector, top_cmd
+from jstall.monitor.tracer import JournalState
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+JSTALL = os.path.join(os.path.dirname(sys.executable), "jstall")
+
+
+def test_log2_buckets_are_cumulative_upper_bounds_in_seconds():
+    b = np.zeros(40, dtype=np.int64)
+    b[3] = 5        # [8, 16) ns: below the first bucket, counted in it
+    b[20] = 2       # [1.05 ms, 2.1 ms)
+    b[39] = 1       # beyond the last finite bucket
+    out = collector.log2_buckets(b)
+    les = [float(le) for le, _ in out[:-1]]
+    assert les == sorted(les) and les[0] == 2 ** 10 / 1e9 and les[-1] == 2 ** 35 / 1e9
+    d = dict(out)
+    assert d[repr(2 ** 20 / 1e9)] == 5 and d[repr(2 ** 21 / 1e9)] == 7
+    assert out[-1] == ("+Inf", 8)
+    assert [n for _, n in out] == sorted(n for _, n in out)
+
+
+def test_headroom_is_log_space_left_above_one_transaction():
+    s = JournalState("7:0")
+    assert s.space() is None
+    # 4096-block journal: log of 4095 blocks, max transaction 1365
+    s.fill = {"free_blocks": 2000, "first_block": 1, "last_block": 4096, "journal_blocks": 4096,
+              "max_transaction_blocks": 1365, "committing_credits": 100}
+    sp = s.space()
+    assert sp["log_space_left_blocks"] == 2000 - 32 - 100
+    assert sp["headroom_blocks"] == 2000 - 32 - 100 - 1365
+    assert sp["headroom_ratio"] == pytest.approx((2000 - 32 - 100 - 1365) / (4095 - 32 - 1365))
+    s.fill["free_blocks"] = 4095
+    s.fill["committing_credits"] = 0
+    assert s.space()["headroom_ratio"] == 1.0
+    s.fill["free_blocks"] = 1000      # past the forced-checkpoint condition
+    assert s.space()["headroom_blocks"] < 0 and s.space()["headroom_ratio"] == 0.0
+
+
+def _fake_capture(root, dev, stamp, nbytes):
+    sub, name = capture.capture_name("h", dev, stamp)
+    path = os.path.join(root, sub, name)
+    os.makedirs(path)
+    with open(os.path.join(path, "metadata.json"), "w") as f:
+        f.write("{}")
+    with open(os.path.join(path, "calls.parquet"), "wb") as f:
+        f.write(os.urandom(nbytes))
+    return path
+
+
+class _Tracer:
+    def __init__(self):
+        self.listeners, self.tick_listeners = [], []
+
+
+def test_rotation_keeps_the_newest_within_count_and_disk(tmp_path):
+    import datetime
+
+    t0 = datetime.datetime(2026, 1, 1, 23, 59, 58, tzinfo=datetime.timezone.utc)
+    paths = [_fake_capture(str(tmp_path), "7:0", t0 + datetime.timedelta(seconds=i), 64 << 10) for i in range(5)]
+    partial = os.path.join(str(tmp_path), "host=h", "date=2026-01-02", "capture-7-0-x" + capture.PARTIAL)
+    os.makedirs(partial)
+    assert capture.list_captures(str(tmp_path)) == paths  # across a date directory, oldest first; no partial
+    c = capture.Captures(_Tracer(), str(tmp_path), max_captures=3, max_disk=1 << 30)
+    c._rotate()
+    assert capture.list_captures(str(tmp_path)) == paths[2:] and c.counts["rotated"] == 2
+    one = capture.dir_bytes(paths[4])
+    c.max_disk = 2 * one + one // 2
+    c._rotate()
+    assert capture.list_captures(str(tmp_path)) == paths[3:] and c.counts["rotated"] == 3
+    assert c.disk_bytes <= c.max_disk
+
+
+def test_shipped_alert_rules_pass_promtool():
+    if not shutil.which("promtool"):
+        pytest.skip("promtool is installed by 'make setup-test'")
+    r = subprocess.run(["promtool", "check", "rules", os.path.join(ROOT, "deploy", "prometheus", "jstall-alerts.yml")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and "SUCCESS: 4 rules found" in r.stdout, r.stdout + r.stderr
+
+
+def test_grafana_dashboard_queries_only_exported_metrics():
+    import json
+    import re
+
+    with open(os.path.join(ROOT, "deploy", "grafana", "jstall-dashboard.json")) as f:
+        dash = json.load(f)
+    exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
+    assert len(exprs) >= 6
+    src = open(os.path.join(ROOT, "monitor", "collector.py")).read()
+    for e in exprs:
+        for name in re.findall(r"jstall_\w+", e):
+            base = re.sub(r"_(total|bucket|sum|count)$", "", name)
+            assert f'"{base}"' in src, name
+
+
+def test_top_screen_shows_journals_and_the_slowest_calls_first():
+    j = {"transactions": 10, "blocks_logged": 5000, "checkpoints": {"forced": 3, "background": 1},
+         "checkpoint_written": {"forced": 900, "background": 10}, "size_blocks": 4096, "free_blocks": 1000,
+         "log_blocks": 4095, "headroom_ratio": 0.05, "mountpoint": "/mnt/x"}
+    prev = {"time": 100.0, "journals": {"7:0": dict(j, transactions=8, blocks_logged=3000)}, "recent": []}
+    call = {"wall": 0, "op": "journal_start", "dev": "7:0", "cause": "checkpoint", "label": "jbd2_log_do_checkpoint",
+            "comm": "python", "pid": 42}
+    snap = {"time": 102.0, "journals": {"7:0": j}, "events_lost": {},
+            "recent": [dict(call, latency_s=0.02), dict(call, latency_s=0.9, cause="transaction_wait")]}
+    lines = top_cmd.render(snap, prev, "test")
+    row = next(ln for ln in lines if ln.startswith("7:0"))
+    assert row.split()[1:5] == ["/mnt/x", "4096", "75.6", "5.0"]
+    assert row.split()[5:8] == ["1000", "1.0", "3"]
+    slow = [ln for ln in lines if "journal_start" in ln]
+    assert "900.0" in slow[0] and "transaction_wait" in slow[0] and "20.0" in slow[1]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--listen", "nonsense"], "--listen nonsense: not ADDR:PORT"),
+    (["--max-disk", "lots"], "--max-disk 'lots': not a size"),
+    (["--max-captures", "0"], "--max-captures must be at least 1"),
+    (["--trigger-ms", "-1"], "--trigger-ms must be zero or positive"),
+])
+def test_bad_options_exit_2_and_create_nothing(tmp_path, argv, message):
+    cap = tmp_path / "caps"
+    r = subprocess.run([JSTALL, "monitor", "--capture-dir", str(cap)] + argv, capture_output=True, text=True)
+    assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and not cap.exists()
+
+
+def test_top_refuses_an_unreachable_monitor():
+    r = subprocess.run([JSTALL, "top", "--url", "http://127.0.0.1:1"], capture_output=True, text=True)
+    assert r.returncode == 2 and "is 'jstall monitor' running there?" in r.stderr and "Traceback" not in r.stderr
