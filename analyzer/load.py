@@ -21,7 +21,11 @@ from jstall.session import TABLES, read_metadata, table_path
 
 class Session:
     """A loaded session: ``meta`` (the metadata dict), ``path``, and one DataFrame per table
-    as attributes (``calls``, ``offcpu``, ``stacks``, ``jbd2_events``, ``run_stats``, ...)."""
+    as attributes (``calls``, ``offcpu``, ``stacks``, ``jbd2_events``, ``run_stats``, ...).
+    ``window_ns``: ``(from_ns, to_ns)`` when the tables were restricted to a time window
+    (window.restrict), else None."""
+
+    window_ns = None
 
     def __init__(self, path, meta, tables):
         self.path = path
@@ -121,7 +125,28 @@ def load_session(path, tables=None):
     """Load the session at ``path``; raise JstallError when it is missing, truncated, corrupt
     or newer than this jstall.  ``tables`` restricts which tables are read (default: all)."""
     path = os.fspath(path)
+    check_path(path)
     meta = read_metadata(path)
     _check_meta(path, meta)
     names = TABLES if tables is None else tuple(tables)
     return Session(path, meta, {name: read_table(path, name) for name in names})
+
+
+def check_path(path):
+    """Refuse, with one line naming the fix, a session path that is missing, not a directory,
+    or not readable by this user (the directory or any file in it)."""
+    if not os.path.lexists(path):
+        raise JstallError(f"{path}: no such session directory (record one with 'jstall record -o DIR')")
+    if not os.path.isdir(path):
+        raise JstallError(f"{path}: not a session directory (give the directory 'jstall record -o DIR' wrote)")
+    denied = f"{path}: permission denied; run as a user who can read the session (e.g. with sudo)"
+    if not os.access(path, os.R_OK | os.X_OK):
+        raise JstallError(denied)
+    try:
+        names = os.listdir(path)
+    except OSError as e:
+        raise JstallError(f"{path}: cannot list the session directory ({e.strerror})") from None
+    for name in names:
+        p = os.path.join(path, name)
+        if os.path.isfile(p) and not os.access(p, os.R_OK):
+            raise JstallError(f"{p}: permission denied; run as a user who can read the session (e.g. with sudo)")
