@@ -6,7 +6,11 @@ DESCRIPTION = """\
 Explain the stalls in a recorded session: which metadata calls stalled, for how long, what
 they waited on (checkpoint, transaction_wait, commit_wait, buffer_io, lock_buffer,
 writeback_throttle, cpu, other), how full the journal was, why it filled, and which change
-removes the stall. Given a lab sweep directory, print per-configuration tables instead.
+removes the stall. The header names the traced command and its exit status, the filters,
+the traced calls and the recording's status; stall start times are wall clock (local time
+zone; TZ=UTC for UTC) beside seconds since the start, so they line up with an application's
+logs; stall time is broken down per process; --from/--to analyze a time window only.
+Given a lab sweep directory, print per-configuration tables instead.
 The --json document is described in docs/analysis.md."""
 
 EXAMPLES = """\

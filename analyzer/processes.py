@@ -33,7 +33,10 @@ def per_process(session, stalls):
     g = st.groupby(keys, dropna=False, sort=False)
     out = g.agg(threads=("tid", "nunique"), stalls=("latency_ms", "size"), stall_ms=("latency_ms", "sum"),
                 max_ms=("latency_ms", "max"))
-    out["comm"] = g["comm"].agg(lambda c: c.astype("str").value_counts().index[0])
+    # the comm most of a process's stalls ran under (ties: the first in name order)
+    cc = st[keys].assign(comm=st["comm"].astype("str")).value_counts(dropna=False).reset_index(name="_n")
+    cc = cc.sort_values(["_n", "comm"], ascending=[False, True], kind="stable").drop_duplicates(keys)
+    out["comm"] = cc.set_index(keys)["comm"].reindex(out.index)
     by = g[[f"{c}_ms" for c in CAUSES]].sum()
     out["cause"] = np.asarray(CAUSES)[by.to_numpy().argmax(axis=1)]
     out["cause_ms"] = by.to_numpy().max(axis=1)
