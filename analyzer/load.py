@@ -77,6 +77,43 @@ def _check_meta(path, meta):
     for j in journals or []:
         if not isinstance(j, dict) or not isinstance(j.get("dev"), str):
             raise JstallError(f"{path}: a metadata journal entry has no 'dev'; the session is corrupt, record it again")
+    _check_meta_types(path, meta)
+
+
+def _is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+#: Optional metadata keys and the shape each must have when present and not null.
+_META_SHAPES = {
+    "status": (lambda v: isinstance(v, str), "a string"),
+    "command": (lambda v: isinstance(v, list) and all(isinstance(a, str) for a in v), "a list of strings"),
+    "command_exit_status": (_is_int, "an integer"),
+    "filters": (lambda v: isinstance(v, dict), "an object"),
+    "probes": (lambda v: isinstance(v, dict) and (v.get("syscalls") is None or isinstance(v["syscalls"], list)),
+               "an object whose 'syscalls' is a list"),
+    "min_ms": (_is_num, "a number"),
+    "events_lost": (lambda v: isinstance(v, dict) and all(_is_int(n) and n >= 0 for n in v.values()),
+                    "an object of counts"),
+    "stacks_lost": (lambda v: _is_int(v) and v >= 0, "a count"),
+}
+for _key in ("start", "end"):
+    _META_SHAPES[_key] = (lambda v: isinstance(v, dict) and all(_is_int(v[k]) for k in ("wall_ns", "monotonic_ns")
+                                                               if v.get(k) is not None),
+                          "a clock object with integer 'wall_ns' and 'monotonic_ns'")
+del _key
+
+
+def _check_meta_types(path, meta):
+    """Refuse metadata whose optional keys have the wrong shape (the analysis reads them)."""
+    for key, (ok, what) in _META_SHAPES.items():
+        v = meta.get(key)
+        if v is not None and not ok(v):
+            raise JstallError(f"{path}: metadata '{key}' is not {what}; the session is corrupt, record it again")
 
 
 def read_table(session_dir, table, columns=None):

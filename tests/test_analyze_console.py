@@ -310,3 +310,19 @@ def test_json_document_is_strict_json_with_the_new_fields(tmp_path, capsys):
     assert datetime.datetime.fromisoformat(d["stalls"]["top"][0]["wall"]).utcoffset() == datetime.timedelta(0)
     assert d["per_process"][0] == {"pid": 100, "comm": "db", "threads": 2, "stalls": 3, "stall_ms": 180.0,
                                    "share_pct": 90.0, "max_ms": 100.0, "cause": "checkpoint", "cause_ms": 174.0}
+
+
+@pytest.mark.parametrize("key,value,what", [
+    ("start", "x", "a clock object with integer .wall_ns."), ("end", {"monotonic_ns": "a"}, "a clock object.*"),
+    ("command", "git", "a list of strings"), ("command_exit_status", "128", "an integer"),
+    ("filters", "x", "an object"), ("probes", [], "an object whose 'syscalls' is a list"),
+    ("min_ms", "a", "a number"), ("events_lost", {"calls": "x"}, "an object of counts"),
+    ("stacks_lost", -1, "a count"), ("status", 5, "a string"),
+])
+def test_metadata_of_the_wrong_shape_is_refused_with_one_line(tmp_path, key, value, what):
+    from jstall.analyzer.load import load_session
+    from jstall.analyzer.synthetic import write_session
+
+    path = write_session(str(tmp_path / "s"), {}, metadata(**{key: value}))
+    with pytest.raises(JstallError, match=f"metadata '{key}' is not {what}; the session is corrupt"):
+        load_session(path)
