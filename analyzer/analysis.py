@@ -153,7 +153,8 @@ class Analysis:
         top_rows = st.sort_values("latency_ms", ascending=False, kind="stable").head(top)
         t0 = s.start_ns or 0
         top_list = [{
-            "t_s": (r["ts_ns"] - t0) / 1e9, "ts_ns": int(r["ts_ns"]), "wall": window.wall_iso(m, r["ts_ns"]), "latency_ms": r["latency_ms"],
+            "t_s": (r["ts_ns"] - t0) / 1e9, "ts_ns": int(r["ts_ns"]), "wall": window.wall_iso(m, r["ts_ns"]),
+            "latency_ms": r["latency_ms"],
             "syscall": r["syscall"], "comm": r["comm"], "pid": int(r["pid"]), "tid": int(r["tid"]), "dev": r["dev"],
             "cause": str(r["cause"]), "cause_label": r["cause_label"],
             "by_cause_ms": {c: r[f"{c}_ms"] for c in CAUSES if r[f"{c}_ms"] > 0},

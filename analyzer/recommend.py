@@ -67,7 +67,9 @@ def recommendations(session, journals, stalls, causes, call_table, txns, min_ms)
     out = []
     lost = {k: int(v) for k, v in (session.meta.get("events_lost") or {}).items()}
     stacks_lost = int(session.meta.get("stacks_lost") or 0)
-    if sum(lost.values()) or stacks_lost:
+    from .recording import NOTE_SHARE, losses
+
+    if any(r["share"] >= NOTE_SHARE for r in losses(session)):  # smaller losses are only a note
         parts = ", ".join(f"{k} {v}" for k, v in lost.items() if v)
         if stacks_lost:
             parts = (parts + ", " if parts else "") + f"stacks {stacks_lost}"

@@ -37,7 +37,8 @@ def check_output(output):
     if output == "-":
         return None
     if not output or output.endswith(os.sep) or os.path.isdir(output):
-        raise JstallError(f"-o {output}: is a directory; give a file name, e.g. -o {os.path.join(output or '.', 'report.html')}")
+        example = os.path.join(output or ".", "report.html")
+        raise JstallError(f"-o {output}: is a directory; give a file name, e.g. -o {example}")
     out_dir = os.path.dirname(os.path.abspath(output))
     if not os.path.isdir(out_dir):
         raise JstallError(f"{out_dir}: no such directory for -o; create it or choose another path")
@@ -92,7 +93,8 @@ def run(args):
             f.close()
             os.replace(f.name, args.output)
         except OSError as e:
-            raise JstallError(f"-o {args.output}: cannot write the report ({e.strerror}); choose another path") from None
+            raise JstallError(f"-o {args.output}: cannot write the report ({e.strerror}); "
+                              "choose another path") from None
     except BaseException:
         if f is not None:
             _discard(f)

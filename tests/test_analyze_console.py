@@ -267,6 +267,7 @@ def test_one_lost_stack_in_thousands_is_a_note(tmp_path):
     assert d["losses"] == [{"buffer": "stacks", "lost": 1, "kept": 3999, "missing": 1, "share": 0.0}]
     text = session_summary(a)
     assert "note: 1 kernel stack" in text and "WARNING: 1 kernel stack" not in text
+    assert "Record again" not in text and not any(r["kind"] == "lost_events" for r in d["recommendations"])
 
 
 def test_large_losses_are_warnings_with_counts_and_shares(tmp_path):
