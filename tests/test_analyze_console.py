@@ -327,3 +327,29 @@ def test_metadata_of_the_wrong_shape_is_refused_with_one_line(tmp_path, key, val
     path = write_session(str(tmp_path / "s"), {}, metadata(**{key: value}))
     with pytest.raises(JstallError, match=f"metadata '{key}' is not {what}; the session is corrupt"):
         load_session(path)
+
+
+def test_windows_partition_a_real_session():
+    """notebooks/data/xattr-i128 (recorded on this project's lab): two adjacent windows hold
+    every stall, transaction and checkpoint of the session exactly once."""
+    import os
+
+    from jstall.analyzer.load import load_session
+
+    path = os.path.join(os.path.dirname(__file__), "..", "notebooks", "data", "xattr-i128")
+    s = load_session(path)
+    whole = analyze(s).to_dict()
+    mid = resolve(s, "+3", None)[0]
+    parts = [analyze(restrict(s, *resolve(s, *w))).to_dict() for w in ((None, "+3"), ("+3", None))]
+    ts = [r["ts_ns"] for r in whole["stalls"]["top"]]
+    assert whole["stalls"]["count"] == len(ts) >= 2
+    assert [p["stalls"]["count"] for p in parts] == [sum(t < mid for t in ts), sum(t >= mid for t in ts)]
+    assert sum(p["stalls"]["count"] for p in parts) == whole["stalls"]["count"]
+    assert sum(p["stalls"]["total_ms"] for p in parts) == pytest.approx(whole["stalls"]["total_ms"], abs=0.01)
+    j = [p["journals"][0] for p in parts]
+    assert sum(x["transactions"] for x in j) == whole["journals"][0]["transactions"]
+    assert sum(x["forced_checkpoints"] for x in j) == whole["journals"][0]["forced_checkpoints"]
+    assert sum(p["per_process"][0]["stall_ms"] for p in parts if p["per_process"]) == pytest.approx(
+        whole["per_process"][0]["stall_ms"], abs=0.01)
+    assert parts[0]["session"]["duration_s"] + parts[1]["session"]["duration_s"] == pytest.approx(
+        whole["session"]["duration_s"], abs=0.001)
