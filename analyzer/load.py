@@ -23,9 +23,10 @@ class Session:
     """A loaded session: ``meta`` (the metadata dict), ``path``, and one DataFrame per table
     as attributes (``calls``, ``offcpu``, ``stacks``, ``jbd2_events``, ``run_stats``, ...).
     ``window_ns``: ``(from_ns, to_ns)`` when the tables were restricted to a time window
-    (window.restrict), else None."""
+    (window.restrict), else None; ``whole``: then the unrestricted session, else None."""
 
     window_ns = None
+    whole = None
 
     def __init__(self, path, meta, tables):
         self.path = path

@@ -135,7 +135,9 @@ def losses(session):
     """Events lost per ring buffer against the rows kept: one dict per buffer with losses,
     ``{"buffer", "lost", "kept", "share"}`` where ``share = lost / (lost + kept)``.  For
     ``stacks`` (``stacks_lost``, kernel stack captures that failed) ``kept`` counts the
-    off-CPU rows that have a stack and ``missing`` those that have none."""
+    off-CPU rows that have a stack and ``missing`` those that have none.  The counters span
+    the whole session, so a session restricted to a window is compared by its whole tables."""
+    session = getattr(session, "whole", None) or session
     meta = session.meta
     out = []
     lost = meta.get("events_lost") or {}

@@ -160,8 +160,8 @@ def resolve(session, from_text=None, to_text=None):
 def restrict(session, from_ns, to_ns):
     """A new Session holding only the rows of ``[from_ns, to_ns)`` (see the module docstring).
 
-    The copy's metadata keeps the session's clocks; ``Session.window_ns`` holds the window and
-    the journals lose ``proc_info_start``/``proc_info_end`` (the kernel's /proc figures span
+    The copy's metadata keeps the session's clocks; ``Session.window_ns`` holds the window,
+    ``Session.whole`` the unrestricted session, and the journals lose ``proc_info_start``/``proc_info_end`` (the kernel's /proc figures span
     the whole session, not the window)."""
     import copy
 
@@ -182,6 +182,7 @@ def restrict(session, from_ns, to_ns):
         j.pop("proc_info_end", None)
     out = Session(session.path, meta, tables)
     out.window_ns = (int(from_ns), int(to_ns))
+    out.whole = getattr(session, "whole", None) or session  # for counters that span the session
     return out
 
 

@@ -271,12 +271,13 @@ def test_one_lost_stack_in_thousands_is_a_note(tmp_path):
 
 
 def test_large_losses_are_warnings_with_counts_and_shares(tmp_path):
-    a = analyze(_lossy(tmp_path, "b", 10, {"events_lost": {"calls": 3, "offcpu": 30, "jbd2": 0}}))
-    w = a.to_dict()["warnings"]
-    assert any(x.startswith("3 calls events lost, 1 kept (75% lost): stall counts and times are lower bounds")
-               for x in w), w
-    assert any(x.startswith("30 offcpu events lost, 10 kept (75% lost)") for x in w), w
-    assert not any("jbd2 events lost" in x for x in w)
+    s = _lossy(tmp_path, "b", 10, {"events_lost": {"calls": 3, "offcpu": 30, "jbd2": 0}})
+    for session in (s, restrict(s, 2 * S, 10 * S)):  # a window holds none of the rows; the shares stay
+        w = analyze(session).to_dict()["warnings"]
+        assert any(x.startswith("3 calls events lost, 1 kept (75% lost): stall counts and times are lower bounds")
+                   for x in w), w
+        assert any(x.startswith("30 offcpu events lost, 10 kept (75% lost)") for x in w), w
+        assert not any("jbd2 events lost" in x for x in w)
 
 
 def test_incomplete_sessions_say_so_and_up_to_when(tmp_path, capsys):
