@@ -67,8 +67,11 @@ class Analysis:
         from . import calls as calls_mod
         from . import fill, journals, recommend, stalls
 
+        from . import processes, recording
+
         self.session = session
-        self.min_ms = float(min_ms)
+        self.requested_min_ms = float(min_ms)
+        self.min_ms = recording.effective_min_ms(session.meta, min_ms)
         self.timeline = fill.timeline(session)
         self.stalls = stalls.find_stalls(session, self.timeline, self.min_ms)
         self.causes = stalls.by_cause(self.stalls)
@@ -78,21 +81,29 @@ class Analysis:
         self.journals = journals.summary(session, self.timeline, self.transactions, self.stalls)
         self.proc = journals.proc_agreement(session, self.transactions)
         self.calls = calls_mod.call_stats(session)
+        self.processes = processes.per_process(session, self.stalls)
+        self.notes = []
         self.warnings = self._warnings()
         self.recommendations = recommend.recommendations(session, self.journals, self.stalls, self.causes,
                                                          self.calls, self.transactions, self.min_ms, self.timeline)
 
     def _warnings(self):
+        from . import recording
+
         m = self.session.meta
-        w = []
-        lost = m.get("events_lost") or {}
-        if any(int(v or 0) for v in lost.values()) or int(m.get("stacks_lost") or 0):
-            parts = [f"{k} {int(v)}" for k, v in lost.items() if int(v or 0)]
-            if int(m.get("stacks_lost") or 0):
-                parts.append(f"stacks {int(m['stacks_lost'])}")
-            w.append("events lost while recording: " + ", ".join(parts) + " (figures are lower bounds)")
-        if m.get("status") == "interrupted":
-            w.append("the recording was interrupted: the session covers only part of the command")
+        w, self.notes = recording.loss_messages(self.session)
+        done = recording.completeness(self.session)
+        if done["reason"]:
+            w.insert(0, done["reason"])
+        if done.get("note"):
+            self.notes.insert(0, done["note"])
+        if self.min_ms > self.requested_min_ms:
+            self.notes.append(f"calls faster than {self.min_ms:g} ms were never stored (recorded with --min-ms "
+                              f"{self.min_ms:g}): stalls are calls >= {self.min_ms:g} ms, not "
+                              f"{self.requested_min_ms:g} ms")
+        if getattr(self.session, "window_ns", None):
+            self.notes.append("the calls table (counts, percentiles) and events lost cover the whole session: "
+                              "the kernel counts them with no time")
         missing = (m.get("probes") or {}).get("missing") or []
         if missing:
             w.append("probes missing while recording: " + ", ".join(missing))
@@ -111,6 +122,7 @@ class Analysis:
     def to_dict(self, top=20):
         """The JSON document of docs/analysis.md (stable keys; numbers rounded to 3 decimals,
         NaN as null)."""
+        from . import recording, window
         from .journals import session_span_s
 
         s = self.session
@@ -144,7 +156,8 @@ class Analysis:
         top_rows = st.sort_values("latency_ms", ascending=False, kind="stable").head(top)
         t0 = s.start_ns or 0
         top_list = [{
-            "t_s": (r["ts_ns"] - t0) / 1e9, "ts_ns": int(r["ts_ns"]), "latency_ms": r["latency_ms"],
+            "t_s": (r["ts_ns"] - t0) / 1e9, "ts_ns": int(r["ts_ns"]), "wall": window.wall_iso(m, r["ts_ns"]),
+            "latency_ms": r["latency_ms"],
             "syscall": r["syscall"], "comm": r["comm"], "pid": int(r["pid"]), "tid": int(r["tid"]), "dev": r["dev"],
             "cause": str(r["cause"]), "cause_label": r["cause_label"],
             "by_cause_ms": {c: r[f"{c}_ms"] for c in CAUSES if r[f"{c}_ms"] > 0},
@@ -193,7 +206,20 @@ class Analysis:
                                      "max_ms": r["max_ms"]} for _, r in self.calls.iterrows()},
             "recommendations": [r.to_dict() for r in self.recommendations],
         }
+        doc["session"].update(recording.header(self))
+        doc.update(self._console_fields())
         return _clean(doc)
+
+    def _console_fields(self):
+        """What was recorded (command, exit status, filters, traced calls, status, wall-clock
+        start and end), the time window, notes, losses and the per-process table."""
+        from . import recording, window
+
+        return {"window": window.describe(self.session), "notes": list(self.notes),
+                "losses": recording.losses(self.session),
+                "recorded_min_ms": recording.recorded_min_ms(self.session.meta),
+                "requested_min_ms": self.requested_min_ms,
+                "per_process": self.processes.to_dict("records")}
 
 
 def traced_calls(meta):

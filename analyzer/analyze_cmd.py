@@ -7,8 +7,12 @@ from .causes import describe as describe_causes
 DESCRIPTION = """\
 Explain the stalls in a recorded session: which metadata calls stalled, for how long, what
 they waited on (the causes below), how much log space the kernel had left, why it filled,
-and which change removes the stall. Given a lab sweep directory, print per-configuration
-tables instead. The --json document is described in docs/analysis.md.
+and which change removes the stall. The header names the traced command and its exit
+status, the filters, the traced calls and the recording's status; stall start times are
+wall clock (local time zone; TZ=UTC for UTC) beside seconds since the start, so they line
+up with an application's logs; stall time is broken down per process; --from/--to analyze
+a time window only. Given a lab sweep directory, print per-configuration tables instead.
+The --json document is described in docs/analysis.md.
 
 causes:
 """ + describe_causes()
@@ -17,6 +21,9 @@ EXAMPLES = """\
 examples:
   jstall analyze jstall-session-20261123-070000        # summary: stalls, journals, recommendations
   jstall analyze SESSION --min-ms 100                  # only calls of 100 ms or more are stalls
+  jstall analyze SESSION --from 11:02:00 --to 11:03:30 # only that window (local wall clock)
+  jstall analyze SESSION --from +60 --to +90           # seconds 60 to 90 after the start
+  TZ=UTC jstall analyze SESSION                        # wall-clock times in UTC
   jstall analyze SESSION --json | jq .stalls.by_cause  # machine-readable, stable keys
   jstall analyze SWEEP_DIR                             # a lab sweep: rows journal size, columns phases
   jstall analyze SWEEP_DIR --json > sweep.json"""
@@ -24,11 +31,54 @@ examples:
 
 def add_arguments(parser):
     parser.add_argument("path", metavar="SESSION|SWEEP_DIR", help="a session directory or a lab sweep directory")
-    parser.add_argument("--min-ms", type=float, default=10.0, metavar="MS",
-                        help="calls at least this slow are stalls (default 10)")
+    parser.add_argument("--min-ms", type=float, default=None, metavar="MS",
+                        help="calls at least this slow are stalls (default 10; never below the session's "
+                             "recorded threshold: faster calls were not stored)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the summary")
     parser.add_argument("--top", type=int, default=10, metavar="N",
-                        help="list the N slowest stalls (default 10; --json lists 20)")
+                        help="list the N slowest stalls and processes (default 10; --json lists 20)")
+    add_window_arguments(parser)
+
+
+def add_window_arguments(parser):
+    """``--from``/``--to``: analyze only a time window of a session."""
+    parser.add_argument("--from", dest="time_from", metavar="TIME",
+                        help="start of the window: HH:MM[:SS[.fff]] local wall clock, ISO 8601, or +SECONDS "
+                             "since the session start")
+    parser.add_argument("--to", dest="time_to", metavar="TIME", help="end of the window (same forms; excluded)")
+
+
+def check_options(args):
+    """Refuse bad option values with one line (JstallError) before any work."""
+    from jstall.errors import JstallError
+
+    if args.min_ms is not None and not args.min_ms >= 0:
+        raise JstallError(f"--min-ms {args.min_ms:g}: give 0 or more milliseconds")
+    top = getattr(args, "top", None)
+    if top is not None and top < 1:
+        raise JstallError(f"--top {top}: give a count of 1 or more")
+
+
+def load_analysis(args):
+    """The session at ``args.path`` (restricted to ``--from``/``--to``) analyzed at
+    ``--min-ms``: an Analysis.  Sweeps take no window."""
+    from .analysis import analyze
+    from .load import load_session
+    from .stalls import DEFAULT_MIN_MS
+    from .window import resolve, restrict
+
+    session = load_session(args.path)
+    w = resolve(session, getattr(args, "time_from", None), getattr(args, "time_to", None))
+    if w is not None:
+        session = restrict(session, *w)
+    return analyze(session, min_ms=DEFAULT_MIN_MS if args.min_ms is None else args.min_ms)
+
+
+def check_sweep_options(args):
+    from jstall.errors import JstallError
+
+    if getattr(args, "time_from", None) is not None or getattr(args, "time_to", None) is not None:
+        raise JstallError(f"{args.path}: --from/--to apply to one session, not a sweep; analyze a run's session")
 
 
 def _emit(text):
@@ -47,21 +97,20 @@ def _emit(text):
 def run(args):
     import json
 
-    from jstall.errors import JstallError
     from jstall.session import is_sweep_dir
 
-    if args.min_ms < 0:
-        raise JstallError("--min-ms must be 0 or more")
+    check_options(args)
     if is_sweep_dir(args.path):
+        from .stalls import DEFAULT_MIN_MS
         from .sweep import analyze_sweep
 
-        sw = analyze_sweep(args.path, min_ms=args.min_ms)
+        check_sweep_options(args)
+        sw = analyze_sweep(args.path, min_ms=DEFAULT_MIN_MS if args.min_ms is None else args.min_ms)
         _emit(json.dumps(sw.to_dict(), indent=2, allow_nan=False) + "\n" if args.json else sw.text())
         return 0
-    from .analysis import analyze
     from .text import session_summary
 
-    a = analyze(args.path, min_ms=args.min_ms)
+    a = load_analysis(args)
     if args.json:
         _emit(json.dumps(a.to_dict(top=max(args.top, 20)), indent=2, allow_nan=False) + "\n")
     else:

@@ -119,7 +119,10 @@ def time_at_forced_level(timeline, limits):
 
 
 def session_span_s(session):
-    """The session's duration in seconds (metadata clocks; else the span of its events)."""
+    """The session's duration in seconds (metadata clocks; else the span of its events); a
+    session restricted to a time window lasts as long as the window."""
+    if getattr(session, "window_ns", None):
+        return (session.window_ns[1] - session.window_ns[0]) / 1e9
     if session.start_ns is not None and session.end_ns is not None and session.end_ns > session.start_ns:
         return (session.end_ns - session.start_ns) / 1e9
     ts = [df["ts_ns"] for df in (session.calls, session.jbd2_events, session.run_stats) if len(df)]

@@ -21,7 +21,12 @@ from jstall.session import TABLES, is_incomplete, read_arrow, read_metadata, tab
 
 class Session:
     """A loaded session: ``meta`` (the metadata dict), ``path``, and one DataFrame per table
-    as attributes (``calls``, ``offcpu``, ``stacks``, ``jbd2_events``, ``run_stats``, ...)."""
+    as attributes (``calls``, ``offcpu``, ``stacks``, ``jbd2_events``, ``run_stats``, ...).
+    ``window_ns``: ``(from_ns, to_ns)`` when the tables were restricted to a time window
+    (window.restrict), else None; ``whole``: then the unrestricted session, else None."""
+
+    window_ns = None
+    whole = None
 
     def __init__(self, path, meta, tables):
         self.path = path
@@ -100,6 +105,43 @@ def _check_meta(path, meta):
     for j in journals or []:
         if not isinstance(j, dict) or not isinstance(j.get("dev"), str):
             raise JstallError(f"{path}: a metadata journal entry has no 'dev'; the session is corrupt, record it again")
+    _check_meta_types(path, meta)
+
+
+def _is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+#: Optional metadata keys and the shape each must have when present and not null.
+_META_SHAPES = {
+    "status": (lambda v: isinstance(v, str), "a string"),
+    "command": (lambda v: isinstance(v, list) and all(isinstance(a, str) for a in v), "a list of strings"),
+    "command_exit_status": (_is_int, "an integer"),
+    "filters": (lambda v: isinstance(v, dict), "an object"),
+    "probes": (lambda v: isinstance(v, dict) and (v.get("syscalls") is None or isinstance(v["syscalls"], list)),
+               "an object whose 'syscalls' is a list"),
+    "min_ms": (_is_num, "a number"),
+    "events_lost": (lambda v: isinstance(v, dict) and all(_is_int(n) and n >= 0 for n in v.values()),
+                    "an object of counts"),
+    "stacks_lost": (lambda v: _is_int(v) and v >= 0, "a count"),
+}
+for _key in ("start", "end"):
+    _META_SHAPES[_key] = (lambda v: isinstance(v, dict) and all(_is_int(v[k]) for k in ("wall_ns", "monotonic_ns")
+                                                               if v.get(k) is not None),
+                          "a clock object with integer 'wall_ns' and 'monotonic_ns'")
+del _key
+
+
+def _check_meta_types(path, meta):
+    """Refuse metadata whose optional keys have the wrong shape (the analysis reads them)."""
+    for key, (ok, what) in _META_SHAPES.items():
+        v = meta.get(key)
+        if v is not None and not ok(v):
+            raise JstallError(f"{path}: metadata '{key}' is not {what}; the session is corrupt, record it again")
 
 
 def read_table(session_dir, table, columns=None):
@@ -147,6 +189,7 @@ def load_session(path, tables=None):
     """Load the session at ``path``; raise JstallError when it is missing, truncated, corrupt
     or newer than this jstall.  ``tables`` restricts which tables are read (default: all)."""
     path = os.fspath(path)
+    check_path(path)
     meta = read_metadata(path)
     _check_meta(path, meta)
     names = TABLES if tables is None else tuple(tables)
@@ -166,3 +209,26 @@ def empty_table(table):
     for n in schema.nullable_int_columns(table):
         df[n] = df[n].astype("Int64")
     return df
+
+
+    return Session(path, meta, {name: read_table(path, name) for name in names})
+
+
+def check_path(path):
+    """Refuse, with one line naming the fix, a session path that is missing, not a directory,
+    or not readable by this user (the directory or any file in it)."""
+    if not os.path.lexists(path):
+        raise JstallError(f"{path}: no such session directory (record one with 'jstall record -o DIR')")
+    if not os.path.isdir(path):
+        raise JstallError(f"{path}: not a session directory (give the directory 'jstall record -o DIR' wrote)")
+    denied = f"{path}: permission denied; run as a user who can read the session (e.g. with sudo)"
+    if not os.access(path, os.R_OK | os.X_OK):
+        raise JstallError(denied)
+    try:
+        names = os.listdir(path)
+    except OSError as e:
+        raise JstallError(f"{path}: cannot list the session directory ({e.strerror})") from None
+    for name in names:
+        p = os.path.join(path, name)
+        if os.path.isfile(p) and not os.access(p, os.R_OK):
+            raise JstallError(f"{p}: permission denied; run as a user who can read the session (e.g. with sudo)")

@@ -93,7 +93,9 @@ def lost_events(ctx):
     m = ctx.session.meta
     lost = {k: int(v or 0) for k, v in (m.get("events_lost") or {}).items()}
     stacks = int(m.get("stacks_lost") or 0)
-    if not (sum(lost.values()) or stacks):
+    from .recording import NOTE_SHARE, losses
+
+    if not any(r["share"] >= NOTE_SHARE for r in losses(ctx.session)):  # smaller losses are only a note
         return []
     parts = ", ".join(f"{k} {v}" for k, v in lost.items() if v)
     if stacks:

@@ -22,7 +22,40 @@ def add_arguments(parser):
     parser.add_argument("-o", "--output", default="report.html", metavar="FILE",
                         help="the HTML file to write (default report.html; '-' for stdout)")
     parser.add_argument("--min-ms", type=float, default=10.0, metavar="MS",
-                        help="calls at least this slow are stalls (default 10)")
+                        help="calls at least this slow are stalls (default 10; never below the session's "
+                             "recorded threshold)")
+
+
+def check_output(output):
+    """Refuse an -o path that cannot be written, with one line naming the fix, and create its
+    temporary file (``output.<pid>.tmp``, open for writing) so that the report is written only
+    where writing works; returns that open file, or None for stdout ('-')."""
+    import os
+
+    from jstall.errors import JstallError
+
+    if output == "-":
+        return None
+    if not output or output.endswith(os.sep) or os.path.isdir(output):
+        example = os.path.join(output or ".", "report.html")
+        raise JstallError(f"-o {output}: is a directory; give a file name, e.g. -o {example}")
+    out_dir = os.path.dirname(os.path.abspath(output))
+    if not os.path.isdir(out_dir):
+        raise JstallError(f"{out_dir}: no such directory for -o; create it or choose another path")
+    tmp = f"{output}.{os.getpid()}.tmp"
+    try:
+        return open(tmp, "x", encoding="utf-8")
+    except OSError as e:
+        raise JstallError(f"-o {output}: cannot write there ({e.strerror}); choose a directory you can write") from None
+
+
+def _discard(f):
+    import contextlib
+    import os
+
+    f.close()
+    with contextlib.suppress(OSError):
+        os.unlink(f.name)
 
 
 def run(args):
@@ -32,25 +65,39 @@ def run(args):
     from jstall.errors import JstallError
     from jstall.session import is_sweep_dir
 
+    from .analyze_cmd import check_options
     from .report import session_report, sweep_report
 
-    if is_sweep_dir(args.path):
-        from .sweep import analyze_sweep
+    check_options(args)
+    sweep = is_sweep_dir(args.path)
+    session = None
+    if not sweep:
+        from .load import load_session
 
-        html = sweep_report(analyze_sweep(args.path, min_ms=args.min_ms))
-    else:
-        from .analysis import analyze
+        session = load_session(args.path)  # a bad session path is refused before -o is touched
+    f = check_output(args.output)
+    try:
+        if sweep:
+            from .sweep import analyze_sweep
 
-        html = session_report(analyze(args.path, min_ms=args.min_ms))
-    if args.output == "-":
-        sys.stdout.write(html)
-        return 0
-    out_dir = os.path.dirname(os.path.abspath(args.output))
-    if not os.path.isdir(out_dir):
-        raise JstallError(f"{out_dir}: no such directory for -o; create it or choose another path")
-    tmp = args.output + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(html)
-    os.replace(tmp, args.output)
+            html = sweep_report(analyze_sweep(args.path, min_ms=args.min_ms))
+        else:
+            from .analysis import analyze
+
+            html = session_report(analyze(session, min_ms=args.min_ms))
+        if f is None:
+            sys.stdout.write(html)
+            return 0
+        try:
+            f.write(html)
+            f.close()
+            os.replace(f.name, args.output)
+        except OSError as e:
+            raise JstallError(f"-o {args.output}: cannot write the report ({e.strerror}); "
+                              "choose another path") from None
+    except BaseException:
+        if f is not None:
+            _discard(f)
+        raise
     print(f"jstall report: wrote {args.output} ({os.path.getsize(args.output) / 1e6:.1f} MB)", file=sys.stderr)
     return 0

@@ -25,18 +25,13 @@ def session_summary(analysis, top=10):
     slowest calls, recommendations."""
     d = analysis.to_dict(top=top)
     s = d["session"]
-    out = []
-    head = f"session {s['path']}: {s['duration_s']:.1f} s on {s['host']} (kernel {s['kernel_release']}, HZ {s['hz']})"
-    out.append(head)
-    if s.get("command"):
-        out.append("command: " + " ".join(map(str, s["command"])))
+    out = header_lines(d)
     lab = s.get("lab")
     if lab and isinstance(lab.get("config"), dict):
         cfg = lab["config"]
         keys = [k for k in ("pattern", "journal_size", "inode_size", "device_profile", "fs_size") if k in cfg]
         out.append("lab: " + ", ".join(f"{k}={cfg[k]}" for k in keys))
-    for w in d["warnings"]:
-        out.append(f"WARNING: {w}")
+    out += warning_lines(d)
     st = d["stalls"]
     out.append("")
     if not st["count"]:
@@ -59,13 +54,14 @@ def session_summary(analysis, top=10):
         out.append(_table(["cause", "stalls", "ms", "% of stall time"], rows))
         out.append("")
         out.append(f"top {min(top, st['count'])} stalls")
-        rows = [[f"{r['t_s']:.3f}", r["comm"], r["pid"], r["syscall"], f"{r['latency_ms']:.1f}", r["dev"] or "-",
+        rows = [[_clock(r), r["comm"], r["pid"], r["syscall"], f"{r['latency_ms']:.1f}", r["dev"] or "-",
                  r["cause"], _f(r["headroom_start_pct"]), _f(r["min_headroom_pct"]), "yes" if r["forced"] else "",
                  r["cause_label"][:48]] for r in st["top"]]
-        out.append(_table(["t s", "comm", "pid", "call", "ms", "dev", "cause", "headroom%", "low%", "forced",
-                           "blocked in"], rows, ["<", "<", ">", "<", ">", "<", "<", ">", ">", "<", "<"]))
+        out.append(_table([_clock_heading(d), "comm", "pid", "call", "ms", "dev", "cause", "headroom%", "low%",
+                           "forced", "blocked in"], rows, ["<", "<", ">", "<", ">", "<", "<", ">", ">", "<", "<"]))
         out.append("headroom: log space left (j_free - 32 - committing credits) minus j_max_transaction_buffers, "
                    "in % of the log, at the call's start and its low; below 0 handles must wait for space")
+        out += process_lines(d, top)
     if d["journals"]:
         out.append("")
         out.append("journals")
@@ -94,7 +90,8 @@ def session_summary(analysis, top=10):
                            + f" ({tol})")
     if d["calls"]:
         out.append("")
-        out.append("calls (all traced calls; p50 below the recording threshold is from log2 histograms)")
+        out.append("calls (all traced calls; p50 below the recording threshold is from log2 histograms"
+                   + ("; the whole session, not the window)" if d.get("window") else ")"))
         tc = d.get("traced_calls")
         if tc:
             out.append("traced: " + (", ".join(tc["groups"]) + " groups" if tc["groups"] else "")
@@ -111,3 +108,87 @@ def session_summary(analysis, top=10):
         for r in d["recommendations"]:
             out.append(f"- [{r['kind']}] {r['text']}")
     return "\n".join(out) + "\n"
+
+
+# --- what was recorded, how whole it is, who stalled (the console view) ----------------------
+
+def _hms(iso):
+    """ISO 8601 -> ``HH:MM:SS.mmm`` (the time of day it names)."""
+    return iso[11:23] if iso else None
+
+
+def _clock(row):
+    """A top-stall row's start: wall clock ``HH:MM:SS.mmm`` with seconds since the start."""
+    hms = _hms(row.get("wall"))
+    return f"{hms} +{row['t_s']:.3f}" if hms else f"{row['t_s']:.3f}"
+
+
+def _clock_heading(d):
+    return "time (+s)" if any(r.get("wall") for r in d["stalls"]["top"]) else "t s"
+
+
+def _quote(arg):
+    import shlex
+
+    return shlex.quote(str(arg))
+
+
+def header_lines(d):
+    """The summary's first lines: the session, when it ran (wall clock), the traced command
+    and its exit status, the filters, the traced calls, the status and the window."""
+    import textwrap
+
+    s = d["session"]
+    out = [f"session {s['path']}: {s['duration_s']:.1f} s on {s['host']} (kernel {s['kernel_release']}, "
+           f"HZ {s['hz']})" if not d.get("window") else
+           f"session {s['path']} on {s['host']} (kernel {s['kernel_release']}, HZ {s['hz']})"]
+    if s.get("start") and s.get("end"):
+        zone = s["start"][26:]
+        zone = "UTC" if zone in ("", "+00:00") else f"UTC{zone}"
+        line = (f"recorded {s['start'][:10]} {_hms(s['start'])} to {_hms(s['end'])} ({zone}); "
+                f"status {s.get('status') or 'unknown'}")
+        if d.get("recorded_min_ms") is not None:
+            line += f"; calls >= {d['recorded_min_ms']:g} ms stored one by one"
+        out.append(line)
+    elif s.get("status"):
+        out.append(f"status {s['status']}")
+    w = d.get("window")
+    if w:
+        span = f"{_hms(w['from'])} to {_hms(w['to'])} " if w.get("from") else ""
+        out.append(f"window: {span}(+{w['from_s']:.3f} s to +{w['to_s']:.3f} s, {w['duration_s']:.1f} s)")
+    if s.get("command"):
+        line = "command: " + " ".join(_quote(a) for a in s["command"])
+        if s.get("exit_status_text"):
+            line += f"  -> {s['exit_status_text']}"
+        out.append(line)
+    if s.get("filters") is not None:
+        from .recording import filters_text
+
+        out.append(f"filters: {filters_text(s['filters'])}")
+    calls = s.get("traced_calls")
+    if calls:
+        out += textwrap.wrap(f"traced calls ({len(calls)}): " + ", ".join(calls), width=100,
+                             subsequent_indent="    ", break_on_hyphens=False)
+    return out
+
+
+def warning_lines(d):
+    """``WARNING:`` lines (the session is incomplete, large losses, disagreements) and
+    ``note:`` lines (small losses, the threshold, what a window cannot narrow)."""
+    return [f"WARNING: {w}" for w in d["warnings"]] + [f"note: {n}" for n in d.get("notes", [])]
+
+
+def process_lines(d, top=10):
+    """The per-process stall table (the ``top`` processes with the most stall time)."""
+    procs = d.get("per_process") or []
+    if not procs:
+        return []
+    cg = any("cgroup_id" in p for p in procs)
+    rows = [[p["comm"], p["pid"]] + ([p.get("cgroup_id") if p.get("cgroup_id") is not None else "-"] if cg else [])
+            + [p["threads"], p["stalls"], f"{p['stall_ms']:.1f}", f"{p['share_pct']:.1f}", f"{p['max_ms']:.1f}",
+               p["cause"]] for p in procs[:top]]
+    head = ["comm", "pid"] + (["cgroup"] if cg else []) + ["threads", "stalls", "ms", "% of stall time",
+                                                           "max ms", "main cause"]
+    align = ["<", ">"] + ([">"] if cg else []) + [">", ">", ">", ">", ">", "<"]
+    more = f" (top {top} of {len(procs)})" if len(procs) > top else ""
+    return ["", f"stall time by process{more}", _table(head, rows, align)]

@@ -367,11 +367,14 @@ def test_empty_session(tmp_path):
 
 
 def test_lost_events_are_reported(tmp_path):
-    meta = metadata(events_lost={"calls": 3, "offcpu": 0, "jbd2": 12}, stacks_lost=2, status="interrupted")
+    meta = metadata(events_lost={"calls": 3, "offcpu": 0, "jbd2": 12}, stacks_lost=2, status="interrupted",
+                    command=["sh", "-c", "x"])
     c = call(S, 50 * MS, 5)
     d = analyze(_session(tmp_path, meta=meta, calls=[c])).to_dict()
     assert d["events_lost"] == {"calls": 3, "offcpu": 0, "jbd2": 12} and d["stacks_lost"] == 2
-    assert any("events lost" in w and "jbd2 12" in w and "stacks 2" in w for w in d["warnings"])
+    assert any("3 calls events lost, 1 kept" in w for w in d["warnings"])
+    assert any("12 jbd2 events lost, 0 kept" in w for w in d["warnings"])
+    assert any("2 kernel stack captures failed" in w for w in d["warnings"])
     assert any("interrupted" in w for w in d["warnings"])
     assert d["recommendations"][0]["kind"] == "lost_events"
 

@@ -49,3 +49,98 @@ def test_analyze_user_errors(tmp_path):
     s = classic_session(tmp_path)
     with pytest.raises(JstallError, match="--min-ms"):
         run([s.path, "--min-ms", "-1"])
+
+
+# --- bad input through the real command: one line, exit 2, no traceback, nothing created ----
+
+import os  # noqa: E402
+import shutil  # noqa: E402
+
+JSTALL = os.path.join(os.path.dirname(sys.executable), "jstall")
+NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+can_drop_privileges = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"),
+                                         reason="needs root and setpriv to run as an unprivileged user")
+
+
+def refused(args, match, prefix=()):
+    """Run jstall; assert exit 2 and exactly one stderr line containing ``match``."""
+    proc = subprocess.run([*prefix, JSTALL, *args], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith(f"jstall {args[0]}: ") and match in proc.stderr, proc.stderr
+    assert proc.stdout == ""
+    return proc.stderr
+
+
+def listing(path):
+    return sorted(os.listdir(path))
+
+
+def test_bad_session_paths_are_one_line_errors(tmp_path):
+    s = classic_session(tmp_path)
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "empty").mkdir()
+    before = listing(tmp_path)
+    for cmd in ("analyze", "report"):
+        out = ["-o", str(tmp_path / "r.html")] if cmd == "report" else []
+        refused([cmd, str(tmp_path / "missing"), *out], "no such session directory")
+        refused([cmd, str(tmp_path / "file"), *out], "not a session directory")
+        refused([cmd, str(tmp_path / "empty"), *out], "not a jstall session")
+        refused([cmd, s.path, "--min-ms", "-5", *out], "--min-ms -5: give 0 or more")
+    assert listing(tmp_path) == before
+
+
+@pytest.mark.parametrize("args,match", [
+    (["--top", "-3"], "--top -3: give a count of 1 or more"),
+    (["--top", "0"], "--top 0: give a count of 1 or more"),
+    (["--from", "yesterday"], "--from yesterday: not a time; give HH:MM"),
+    (["--to", "24:10"], "--to 24:10: not a time of day"),
+    (["--from", "+3", "--to", "+1"], "is not before --to"),
+    (["--from", "+3600"], "at or after the session's end"),
+])
+def test_bad_counts_and_windows_are_one_line_errors(tmp_path, args, match):
+    s = classic_session(tmp_path)
+    refused(["analyze", s.path, *args], match)
+
+
+def test_windows_do_not_apply_to_sweeps(tmp_path):
+    from test_analyzer_sweep import make_sweep
+
+    sweep = make_sweep(tmp_path)
+    refused(["analyze", str(sweep), "--from", "+1"], "--from/--to apply to one session, not a sweep")
+
+
+def test_report_outputs_that_cannot_be_written(tmp_path):
+    s = classic_session(tmp_path)
+    refused(["report", s.path, "-o", "/proc/x.html"], "-o /proc/x.html: cannot write there")
+    assert not [n for n in os.listdir("/proc") if n.startswith("x.html")]
+    refused(["report", s.path, "-o", str(tmp_path)], "is a directory; give a file name")
+    refused(["report", s.path, "-o", str(tmp_path / "no" / "r.html")], "no such directory for -o")
+    assert not (tmp_path / "no").exists()
+
+
+@can_drop_privileges
+def test_unprivileged_user_gets_one_line_errors():
+    import pathlib
+    import tempfile
+
+    # pytest's base directory is private to root: this one is readable by everyone
+    base = pathlib.Path(tempfile.mkdtemp(prefix="jstall-test-", dir="/var/tmp"))
+    try:
+        os.chmod(base, 0o755)
+        s = classic_session(base)
+        for root, dirs, files in os.walk(base):  # readable by everyone, writable by root only
+            os.chmod(root, 0o755)
+            for f in files:
+                os.chmod(os.path.join(root, f), 0o644)
+        before = listing(base)
+        refused(["report", s.path, "-o", str(base / "r.html")], "cannot write there (Permission denied)", NOBODY)
+        assert listing(base) == before
+        os.chmod(os.path.join(s.path, "calls.parquet"), 0o600)
+        refused(["analyze", s.path], "calls.parquet: permission denied; run as a user who can read", NOBODY)
+        os.chmod(s.path, 0o700)
+        refused(["analyze", s.path], "permission denied", NOBODY)
+        refused(["report", s.path, "-o", "/tmp/jstall-nobody.html"], "permission denied", NOBODY)
+        assert not os.path.exists("/tmp/jstall-nobody.html")
+    finally:
+        shutil.rmtree(base)

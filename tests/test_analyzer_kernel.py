@@ -81,3 +81,37 @@ def test_agrees_with_proc_fs_jbd2(case, request):
     assert len(p), "the session holds no /proc/fs/jbd2 texts"
     assert p.loc["transactions", "analyzer"] == p.loc["transactions", "kernel"]
     assert p["agree"].all(), p
+
+
+def test_analyze_shows_the_traced_commands_exit_status_and_wall_clock(tmp_path):
+    """A real recording of git failing (exit 128, not a repository): analyze names the command,
+    its exit status, the filters and the traced calls, and dates the session in wall-clock time."""
+    import json
+    import time
+
+    from jstall.workloads.scratch import FsConfig, ScratchFs
+
+    out = str(tmp_path / "s")
+    with ScratchFs(FsConfig(fs_size="32M", journal_size="4M")) as fs:
+        repo = os.path.join(fs.mountpoint, "repo")
+        t0 = time.time()
+        proc = subprocess.run(
+            [JSTALL, "record", "-q", "-o", out, "-d", fs.mountpoint, "--", "sh", "-c", f"mkdir {repo} && git -C {repo} log"],
+            capture_output=True, text=True, timeout=300, env={**os.environ, "GIT_CEILING_DIRECTORIES": fs.mountpoint})
+        t1 = time.time()
+        dev = fs.dev
+    assert proc.returncode == 128, proc.stderr
+    a = subprocess.run([JSTALL, "analyze", out, "--min-ms", "0"], capture_output=True, text=True, timeout=120)
+    assert a.returncode == 0, a.stderr
+    assert f"command: sh -c 'mkdir {repo} && git -C {repo} log'  -> exit status 128" in a.stdout
+    assert f"filters: devices {dev}; the command and its descendants" in a.stdout
+    assert "mkdir" in a.stdout.split("traced calls (", 1)[1].split("\n\n", 1)[0]
+    d = json.loads(subprocess.run([JSTALL, "analyze", out, "--json"], capture_output=True, text=True,
+                                  timeout=120, check=True).stdout)
+    s = d["session"]
+    assert s["exit_status"] == 128 and s["status"] == "complete" and s["complete"] is True
+    assert s["filters"]["devices"] == [dev]
+    from datetime import datetime
+
+    start, end = datetime.fromisoformat(s["start"]).timestamp(), datetime.fromisoformat(s["end"]).timestamp()
+    assert t0 - 1 <= start <= end <= t1 + 1
