@@ -22,10 +22,12 @@ def per_process(session, stalls):
 
     st = stalls
     keys = ["pid"]
-    cg = "cgroup_id" in session.calls.columns
+    # a cgroup_id column that is all null (sessions that did not record it) splits nothing
+    cg = "cgroup_id" in session.calls.columns and bool(session.calls["cgroup_id"].notna().any())
     if cg and len(st):
         st = st.merge(session.calls[["tid", "ts_ns", "cgroup_id"]].drop_duplicates(["tid", "ts_ns"]),
                       on=["tid", "ts_ns"], how="left")
+        st["cgroup_id"] = st["cgroup_id"].fillna(0).astype("int64")  # 0: not known
         keys = ["pid", "cgroup_id"]
     cols = COLUMNS[:2] + (["cgroup_id"] if cg else []) + COLUMNS[2:]
     if not len(st):
