@@ -88,6 +88,17 @@ def test_durable_phase_timing_holds_the_phases_commits(scratch_dir, tmp_path):
     served = s.meta["lab"]["device_served"]["data"]
     assert int(ds["write_ios"].sum()) == served["write_ios"] >= sum(p["device"]["data"]["write_ios"]
                                                                    for p in s.meta["lab"]["phases"])
+    # the report shows it: one trace per kind of request, the limit drawn
+    from jstall.analyzer import figures
+    from jstall.analyzer.analysis import analyze
+    from jstall.analyzer.report import session_report
+
+    a = analyze(s)
+    fig = figures.device_served(a)
+    assert [t.name for t in fig.data] == ["data writes/s", "data reads/s", "data flushes/s"]
+    assert sum(fig.data[0].y * (ds["interval_ns"] / 1e9)) == pytest.approx(
+        int((ds["write_ios"] + ds["write_merges"]).sum()))
+    assert "Emulated device: requests served" in session_report(a)
 
 
 def test_an_unrecorded_run_keeps_the_device_table_in_its_lab_metadata(scratch_dir, tmp_path):

@@ -305,24 +305,21 @@ def run_lab(cfg, before_phase=None, console=None, out=None):
                 if before_phase:
                     before_phase(phase.name, fs)
                 before = sampler.snapshot()
-                if pat.name == "command":
+                extra = {}
+                if phase.run_all is not None:  # the pattern runs its jobs itself (e.g. a command)
                     w0 = time.time()
-                    start, returned, statuses = pat.run_command(fs.mountpoint, roots)
+                    start, returned, counts, extra = phase.run_all(fs.mountpoint, roots)
                     end, w1 = make_durable(fs)
-                    lab["command_exit_statuses"] = statuses
-                    counts = [{"ops": 1}] * len(statuses)
-                    lab["phases"].append({**_phase_record(phase, start, returned, end, w0, w1, counts,
-                                                          served(before, sampler.snapshot())),
-                                          "exit_statuses": statuses})
-                    continue
-                t = bar.run(phase.name, phase.total, progress, time.monotonic_ns())
-                try:
-                    start, returned, w0, _, counts = _fork_phase(phase, pat, roots, progress)
-                    end, w1 = make_durable(fs)
-                finally:
-                    bar.finish(t, phase.name, phase.total, progress.total())
-                lab["phases"].append(_phase_record(phase, start, returned, end, w0, w1, counts,
-                                                   served(before, sampler.snapshot())))
+                else:
+                    t = bar.run(phase.name, phase.total, progress, time.monotonic_ns())
+                    try:
+                        start, returned, w0, _, counts = _fork_phase(phase, pat, roots, progress)
+                        end, w1 = make_durable(fs)
+                    finally:
+                        bar.finish(t, phase.name, phase.total, progress.total())
+                lab["phases"].append({**_phase_record(phase, start, returned, end, w0, w1, counts,
+                                                      served(before, sampler.snapshot())), **extra})
+                lab.update(pat.lab_fields(lab["phases"]))
             if lab["census"] is None and cfg.census:
                 lab["census"] = {**patterns.census(roots), "before_phase": None}
             lab["end"] = {"monotonic_ns": time.monotonic_ns(), "wall": time.time()}
