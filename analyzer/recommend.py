@@ -294,7 +294,8 @@ def per_cause(ctx):
             c, stall_ms_addressed=ms, inputs={"share_pct": 100.0 * ms / total, "total_ms": ms, "stalls": n,
                                               "top_label": label},
             text=(f"{100 * ms / total:.0f}% of the stall time ({ms:.0f} ms, {n} stalls) was {cause.explanation}"
-                  + (f"; the longest blocked in {label}" if label else "") + f". What helps: {cause.advice}.")))
+                  + (f"; the longest blocked in {label}" if label and c != "cpu" else "")
+                  + f". What helps: {cause.advice}.")))
     return out
 
 
