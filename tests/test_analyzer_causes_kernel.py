@@ -67,8 +67,8 @@ def test_data_writeback_write_then_fsync(tmp_path, scratch_dir):
     a = record(str(tmp_path / "s"), cfg(write_bps=20 << 20), "data_writeback", scratch_dir)
     sh = shares(a)
     assert sh["data_writeback"] >= 0.8, sh
-    top = a.stalls.sort_values("latency_ms").iloc[-1]
-    assert top["cause"] == "data_writeback" and top["cause_label"] == "folio_wait_writeback"
+    labels = set(a.stalls.loc[a.stalls["cause"] == "data_writeback", "cause_label"])
+    assert labels == {"folio_wait_writeback"}, labels
     assert a.recommendations[0].kind == "data_writeback"
 
 
