@@ -206,3 +206,44 @@ def sweep_option(table, option, value, error=None, title=None, ylabel=None, grou
     fig.update_layout(title=title or f"{value} by {option}", xaxis_title=option, yaxis_title=ylabel or value,
                       height=380, margin=dict(l=60, r=20, t=50, b=40))
     return fig
+
+
+def device_served(analysis):
+    """What each emulated device of a lab run served (the session's device_stats): requests
+    per second -- writes and reads as the throttle counts them (completed + merged), cache
+    flushes -- with the profile's IOPS limits dashed, and phase boundaries shaded. Empty for
+    a session without the table."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    ds = analysis.session.device_stats
+    lab = analysis.session.meta.get("lab") or {}
+    roles = list(dict.fromkeys(ds["role"])) if len(ds) else []
+    fig = make_subplots(rows=max(1, len(roles)), cols=1, shared_xaxes=True, vertical_spacing=0.08,
+                        subplot_titles=[f"{r} device ({d})" for r, d in
+                                        ds[["role", "dev"]].drop_duplicates().itertuples(index=False)] or None)
+    t0 = _t0(analysis)
+    limits = {"data": (lab.get("config") or {}).get("data_limits") or {},
+              "journal": (lab.get("config") or {}).get("journal_limits") or {}}
+    colors = {"writes": "#d62728", "reads": "#1f77b4", "flushes": "#7f7f7f"}
+    for i, role in enumerate(roles, 1):
+        d = ds[ds["role"] == role]
+        x = (d["ts_ns"] - t0) / 1e9
+        secs = d["interval_ns"] / 1e9
+        series = {"writes": (d["write_ios"] + d["write_merges"]) / secs,
+                  "reads": (d["read_ios"] + d["read_merges"]) / secs, "flushes": d["flush_ios"] / secs}
+        for name, y in series.items():
+            fig.add_trace(go.Scatter(x=x, y=y, mode="lines", line_shape="hv", name=f"{role} {name}/s",
+                                     line=dict(color=colors[name])), row=i, col=1)
+        for kind, name in (("write_iops", "writes"), ("read_iops", "reads")):
+            lim = limits.get(role, {}).get(kind)
+            if lim:
+                fig.add_hline(y=lim, line_dash="dash", line_color=colors[name], row=i, col=1,
+                              annotation_text=f"{kind} {lim:,}", annotation_position="top left")
+        fig.update_yaxes(title_text="requests/s", row=i, col=1)
+    for p in lab.get("phases") or []:
+        fig.add_vrect(x0=(p["start_ns"] - t0) / 1e9, x1=(p["end_ns"] - t0) / 1e9, fillcolor="#2ca02c", opacity=0.06,
+                      line_width=0, annotation_text=p["name"], annotation_position="top left")
+    fig.update_layout(height=260 + 200 * max(1, len(roles)), margin=dict(l=60, r=20, t=50, b=40))
+    fig.update_xaxes(title_text="seconds since the session start", row=max(1, len(roles)), col=1)
+    return fig

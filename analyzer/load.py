@@ -27,8 +27,12 @@ class Session:
         self.path = path
         self.meta = meta
         self.tables = tables
+        self._lab_tables = {}
         for name, df in tables.items():
-            setattr(self, name, df)
+            if name in schema.LAB_TABLES:
+                self._lab_tables[name] = df
+            else:
+                setattr(self, name, df)
 
     @property
     def hz(self):
@@ -48,6 +52,14 @@ class Session:
     def journals(self):
         """The metadata's list of traced journals (dicts), possibly empty."""
         return self.meta.get("journals") or []
+
+    @property
+    def device_stats(self):
+        """What each emulated device of a lab run served per sampling interval (read on first
+        use; empty for a session ``jstall record`` wrote). See docs/session-format.md."""
+        if "device_stats" not in self._lab_tables:
+            self._lab_tables["device_stats"] = _read_or_empty(self.path, "device_stats")
+        return self._lab_tables["device_stats"]
 
     @property
     def name(self):
@@ -124,4 +136,19 @@ def load_session(path, tables=None):
     meta = read_metadata(path)
     _check_meta(path, meta)
     names = TABLES if tables is None else tuple(tables)
-    return Session(path, meta, {name: read_table(path, name) for name in names})
+    return Session(path, meta, {name: _read_or_empty(path, name) for name in names})
+
+
+def _read_or_empty(path, table):
+    """A lab table (schema.LAB_TABLES) is absent from sessions ``jstall record`` wrote: empty."""
+    if table in schema.LAB_TABLES and not (path and os.path.exists(table_path(path, table))):
+        return empty_table(table)
+    return read_table(path, table)
+
+
+def empty_table(table):
+    """A DataFrame with a table's columns and types and no rows."""
+    df = schema.SCHEMAS[table].empty_table().to_pandas()
+    for n in schema.nullable_int_columns(table):
+        df[n] = df[n].astype("Int64")
+    return df

@@ -41,7 +41,7 @@ def _phases(lab):
         if not isinstance(p, dict) or "name" not in p:
             continue
         q = dict(p)
-        for k in ("seconds", "elapsed_s", "duration_s", "wall_s", "time_s"):
+        for k in ("durable_s", "seconds", "elapsed_s", "duration_s", "wall_s", "time_s"):
             if isinstance(q.get(k), (int, float)):
                 q["seconds"] = float(q[k])
                 break
@@ -82,8 +82,8 @@ class Sweep:
     """Analysis of a sweep directory.  Attributes: ``path``, ``meta`` (sweep.json),
     ``runs`` (DataFrame, one row per analyzed run: ``run``, the config columns, ``stalls``,
     ``stall_ms``, ``max_stall_ms``, ``<cause>_ms``, ``forced_checkpoints``, ``transactions``,
-    ``max_fill_pct``, ``<call>_p50_ms``/``_p99_ms``/``_max_ms``, ``<phase>_s`` and
-    ``<phase>_rate``), ``options`` (swept option names), ``phases``, ``warnings``."""
+    ``max_fill_pct``, ``<call>_p50_ms``/``_p99_ms``/``_max_ms``, ``<phase>_s`` (durable
+    seconds), ``<phase>_returned_s`` and ``<phase>_rate`` (per durable second)), ``options`` (swept option names), ``phases``, ``warnings``."""
 
     def __init__(self, path, min_ms=10.0):
         import pandas as pd
@@ -143,7 +143,9 @@ class Sweep:
                 if n not in phase_order:
                     phase_order.append(n)
                 if "seconds" in p:
-                    row[f"{n}_s"] = p["seconds"]
+                    row[f"{n}_s"] = p["seconds"]  # durable: until syncfs returned and the device was idle
+                if isinstance(p.get("returned_s"), (int, float)):
+                    row[f"{n}_returned_s"] = float(p["returned_s"])
                 rk = _rate_key(p)
                 if rk:
                     row[f"{n}_rate"] = float(p[rk])
@@ -207,7 +209,7 @@ class Sweep:
         base += [f"{c}_ms" for c in CAUSES]
         calls = [c for c in self.runs.columns if c.endswith(("_p50_ms", "_p99_ms")) or
                  (c.endswith("_max_ms") and c != "max_stall_ms")]
-        phases = [f"{p}_{k}" for p in self.phases for k in ("s", "rate") if f"{p}_{k}" in self.runs]
+        phases = [f"{p}_{k}" for p in self.phases for k in ("s", "returned_s", "rate") if f"{p}_{k}" in self.runs]
         return [c for c in base + sorted(calls) + phases if c in self.runs]
 
     def by_config(self, options=None):
@@ -253,7 +255,7 @@ class Sweep:
         for p in self.phases:
             m, s = f"{p}_{value}_mean", f"{p}_{value}_sd"
             if m in t:
-                d = 3 if value == "s" else 1
+                d = 3 if value in ("s", "returned_s") else 1
                 cols[p] = [f"{a:.{d}f} ± {b:.{d}f}" if a == a else "-" for a, b in zip(t[m], t[s])]
         if not keys:
             return pd.DataFrame(cols, index=pd.Index(t["config"], name="config"))
@@ -301,7 +303,9 @@ class Sweep:
                      f" / {r.get(f'{c}_max_ms_mean', float('nan')):.1f}" for c in calls] for _, r in t.iterrows()]
             out.append(_table([" ".join(opts)] + calls, rows))
         if self.phases:
-            for value, label in (("rate", "phase rates"), ("s", "phase seconds")):
+            for value, label in (("rate", "phase rates per durable second"),
+                                 ("s", "phase durable seconds (syncfs and the emulated device idle inside)"),
+                                 ("returned_s", "phase returned seconds (until the jobs returned)")):
                 pt = self.phase_table(value=value)
                 if len(pt.columns):
                     units = ", ".join(f"{p}: {self.rate_unit(p)}" for p in pt.columns) if value == "rate" else "s"

@@ -26,16 +26,18 @@ def throttle_rules():
 
 
 def leftovers(directory):
-    """Loop devices backed by files under directory, and mounts under it."""
+    """Loop devices backed by files under directory (or stacked on such a loop device), and
+    mounts under it."""
     prefix = directory.rstrip("/") + "/"
-    loops = []
+    backing = {}
     for name in os.listdir("/sys/block"):
         try:
             with open(f"/sys/block/{name}/loop/backing_file") as f:
-                if f.read().strip().startswith(prefix):
-                    loops.append(name)
+                backing[name] = f.read().strip()
         except OSError:
             pass
+    loops = [name for name, path in backing.items() if path.startswith(prefix)]
+    loops += [name for name, path in backing.items() if path in {f"/dev/{lp}" for lp in loops}]
     with open("/proc/self/mounts") as f:
         mounts = [line.split()[1] for line in f if line.split()[1].startswith(prefix)]
     return loops, mounts

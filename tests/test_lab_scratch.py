@@ -46,10 +46,13 @@ def test_internal_journal_options_take_effect(scratch_dir):
         opts = fs.mount_options().split(",")
         assert {"noatime", "commit=9", "data=ordered"} <= set(opts)
         rules = throttle_rules()
-        assert rules[("write_iops", fs.dev)] == 700 and rules[("read_iops", fs.dev)] == 900
+        # the rules sit on the lower loop device under the filesystem's direct-I/O loop device
+        assert fs.lower_dev != fs.dev and scratch.loop_backing_files()[fs.device] == fs.lower_device
+        assert rules[("write_iops", fs.lower_dev)] == 700 and rules[("read_iops", fs.lower_dev)] == 900
+        assert ("write_iops", fs.dev) not in rules
         with open(os.path.join(fs.mountpoint, "f"), "w") as f:
             f.write("x")
-        run_dir, dev = fs.run_dir, fs.dev
+        run_dir, dev = fs.run_dir, fs.lower_dev
     assert not os.path.exists(run_dir)
     assert ("write_iops", dev) not in throttle_rules()
     assert leftovers(scratch_dir) == ([], [])
@@ -69,8 +72,8 @@ def test_external_journal_fast_commit_and_mount_modes(scratch_dir):
         assert int(sb["journal_device_number"], 16) == (os.major(jst.st_rdev) << 8 | os.minor(jst.st_rdev))
         opts = fs.mount_options().split(",")
         assert "data=writeback" in opts and "nobarrier" in opts
-        assert throttle_rules()[("write_iops", fs.journal_dev)] == 300
-        assert ("write_iops", fs.dev) not in throttle_rules()
+        assert throttle_rules()[("write_iops", fs.journal_lower_dev)] == 300
+        assert ("write_iops", fs.lower_dev) not in throttle_rules()
 
 
 @pytest.mark.parametrize("block_size, journal_size", [(1024, "1M"), (2048, "2M"), (4096, "4M")])
@@ -92,7 +95,7 @@ def test_smallest_external_journal_mounts(scratch_dir, block_size, journal_size,
 def test_exception_inside_undoes_everything(scratch_dir):
     with pytest.raises(RuntimeError):
         with ScratchFs(FsConfig(write_iops=100), scratch_dir=scratch_dir) as fs:
-            dev = fs.dev
+            dev = fs.lower_dev
             # a process keeping its working directory in the mount: unmount must still succeed
             proc = subprocess.Popen(["sleep", "0.5"], cwd=fs.mountpoint)
             raise RuntimeError("boom")
@@ -113,6 +116,7 @@ def test_exception_inside_undoes_everything(scratch_dir):
     (dict(block_size=3000), "--block-size"),
     (dict(device_profile="floppy"), "none, hdd, ssd"),
     (dict(write_iops=-5), "≥ 0"),
+    (dict(throttle_mode="cgroup"), "stacked, direct"),
     (dict(journal_write_iops=100), "--journal-device"),
     (dict(fast_commit=True, data_mode="journal"), "--fast-commit"),
     (dict(mkfs_options="-J size=8"), "--journal-size"),
@@ -159,7 +163,7 @@ HOLDER = textwrap.dedent("""
     import sys, time
     from jstall.workloads.scratch import FsConfig, ScratchFs
     with ScratchFs(FsConfig(write_iops=123), scratch_dir=sys.argv[1]) as fs:
-        print(fs.dev, fs.run_dir, flush=True)
+        print(fs.lower_dev, fs.run_dir, flush=True)
         time.sleep(60)
 """)
 

@@ -4,9 +4,14 @@
     result = run_lab(LabConfig(fs=FsConfig(...), pattern="xattr", params={"files": 200}, output_dir="s1"))
     result.session_dir, result.lab      # the session (None with record=False), the "lab" metadata
 
-Phases run in forked processes (``jobs`` at once); a phase's time is from just before the
-first fork to the reaping of the last job, on CLOCK_MONOTONIC (``time.monotonic_ns()``, the
-clock of the session's ``ts_ns``).
+Phases run in forked processes (``jobs`` at once). A phase is timed on CLOCK_MONOTONIC
+(``time.monotonic_ns()``, the clock of the session's ``ts_ns``) from just before the first
+fork to the moment its work is durable on the emulated device: after the last job is reaped
+(``returned_ns``), the lab calls syncfs(2) on the scratch filesystem and then waits until no
+request is in flight on its loop devices, upper and lower (``end_ns``). ``durable_s`` (also
+``seconds``) and every rate use that end; ``returned_s`` is the time until the jobs returned.
+A throttled device serves long after the calls return (ext4 and jbd2 write metadata and the
+journal in the background), so timing to the return leaves most of the device's work out.
 """
 
 import contextlib
@@ -22,6 +27,7 @@ import time
 from jstall.errors import JstallError
 
 from . import patterns
+from .devstats import DeviceSampler, served
 from .scratch import FsConfig, ScratchFs
 
 LAB_FORMAT_VERSION = 1
@@ -43,6 +49,7 @@ class LabConfig:
     progress: bool = False
     census: bool = True
     extra: dict = None          # copied into the lab metadata (e.g. the sweep's run name)
+    device_interval_s: float = 1.0  # sampling interval of the device_stats table
 
 
 @dataclasses.dataclass
@@ -220,13 +227,24 @@ def _signals_deferred():
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
-def _phase_record(phase, start, end, wall0, wall1, counts):
-    """The phase's entry in the lab metadata (see docs/lab.md)."""
+def make_durable(fs):
+    """syncfs(2) the scratch filesystem, then wait until its devices have no request in
+    flight; return (monotonic ns, wall time) at that moment."""
+    fs.sync()
+    fs.wait_idle()
+    return time.monotonic_ns(), time.time()
+
+
+def _phase_record(phase, start, returned, end, wall0, wall1, counts, device=None):
+    """The phase's entry in the lab metadata (see docs/lab.md): ``returned`` when the jobs
+    returned, ``end`` when their work was durable (both monotonic ns)."""
     secs = (end - start) / 1e9
     tot = {k: sum(int(c.get(k, 0)) for c in counts) for k in ("ops", "files", "dirs", "attrs", "bytes")}
-    rec = {"name": phase.name, "unit": phase.unit, "start_ns": start, "end_ns": end,
-           "start_wall": wall0, "end_wall": wall1, "seconds": secs, **tot,
-           "jobs": len(counts), "per_job_ops": [int(c.get("ops", 0)) for c in counts]}
+    rec = {"name": phase.name, "unit": phase.unit, "start_ns": start, "returned_ns": returned, "end_ns": end,
+           "start_wall": wall0, "end_wall": wall1, "returned_s": (returned - start) / 1e9, "durable_s": secs,
+           "seconds": secs, **tot, "jobs": len(counts), "per_job_ops": [int(c.get("ops", 0)) for c in counts]}
+    if device is not None:
+        rec["device"] = device
     rate = (lambda n: n / secs if secs > 0 else None)
     rec["rate_per_s"] = rate(tot["ops"])
     # Per-unit rates only for the phase's own unit (and KiB/s where file data moved), so that
@@ -259,7 +277,7 @@ def run_lab(cfg, before_phase=None, console=None, out=None):
     }
     if cfg.extra:
         lab.update(cfg.extra)
-    rec = None
+    rec = sampler = None
     result = LabResult(lab=lab)
     bar = _Bar(console, cfg.progress)
     with ScratchFs(cfg.fs, scratch_dir=cfg.scratch_dir) as fs:
@@ -277,6 +295,7 @@ def run_lab(cfg, before_phase=None, console=None, out=None):
         progress = patterns.Progress(cfg.jobs)
         status = "interrupted"
         try:
+            sampler = DeviceSampler(fs, cfg.device_interval_s).start()
             lab["start"] = {"monotonic_ns": time.monotonic_ns(), "wall": time.time()}
             for phase in pat.phases():
                 if phase.removal and lab["census"] is None and cfg.census:
@@ -285,23 +304,22 @@ def run_lab(cfg, before_phase=None, console=None, out=None):
                     fs.drop_caches()
                 if before_phase:
                     before_phase(phase.name, fs)
-                if pat.name == "command":
+                before = sampler.snapshot()
+                extra = {}
+                if phase.run_all is not None:  # the pattern runs its jobs itself (e.g. a command)
                     w0 = time.time()
-                    start, end, statuses = pat.run_command(fs.mountpoint, roots)
-                    secs = (end - start) / 1e9
-                    lab["command_exit_statuses"] = statuses
-                    lab["phases"].append({
-                        "name": "command", "unit": "runs", "start_ns": start, "end_ns": end, "start_wall": w0,
-                        "end_wall": time.time(), "seconds": secs, "ops": len(statuses), "files": 0, "dirs": 0,
-                        "attrs": 0, "bytes": 0, "jobs": len(statuses), "per_job_ops": [1] * len(statuses),
-                        "rate_per_s": len(statuses) / secs if secs > 0 else None, "exit_statuses": statuses})
-                    continue
-                t = bar.run(phase.name, phase.total, progress, time.monotonic_ns())
-                try:
-                    start, end, w0, w1, counts = _fork_phase(phase, pat, roots, progress)
-                finally:
-                    bar.finish(t, phase.name, phase.total, progress.total())
-                lab["phases"].append(_phase_record(phase, start, end, w0, w1, counts))
+                    start, returned, counts, extra = phase.run_all(fs.mountpoint, roots)
+                    end, w1 = make_durable(fs)
+                else:
+                    t = bar.run(phase.name, phase.total, progress, time.monotonic_ns())
+                    try:
+                        start, returned, w0, _, counts = _fork_phase(phase, pat, roots, progress)
+                        end, w1 = make_durable(fs)
+                    finally:
+                        bar.finish(t, phase.name, phase.total, progress.total())
+                lab["phases"].append({**_phase_record(phase, start, returned, end, w0, w1, counts,
+                                                      served(before, sampler.snapshot())), **extra})
+                lab.update(pat.lab_fields(lab["phases"]))
             if lab["census"] is None and cfg.census:
                 lab["census"] = {**patterns.census(roots), "before_phase": None}
             lab["end"] = {"monotonic_ns": time.monotonic_ns(), "wall": time.time()}
@@ -317,14 +335,24 @@ def run_lab(cfg, before_phase=None, console=None, out=None):
             lab["status"] = status
             lab.setdefault("end", {"monotonic_ns": time.monotonic_ns(), "wall": time.time()})
             lab["seconds"] = sum(p["seconds"] for p in lab["phases"])
+            lab["returned_seconds"] = sum(p["returned_s"] for p in lab["phases"])
             # A second Ctrl-C while the session is written waits until it is complete.
             with _signals_deferred():
+                if sampler is not None:
+                    sampler.stop()
+                    lab["device_served"] = sampler.summary()
+                    lab["device_interval_s"] = cfg.device_interval_s
                 if rec is not None:
+                    if sampler is not None:
+                        sampler.write(rec.output_dir)  # before the recorder's metadata.json
                     result.session_dir = rec.stop(extra_metadata={"lab": lab},
                                                   status="complete" if status == "complete" else "interrupted")
                     result.slow_calls = rec.rows["calls"]
                     result.events_lost = rec.metadata.get("events_lost")
-                elif cfg.output_dir:
+                else:
+                    if sampler is not None:  # no session to hold the table: the lab metadata does
+                        lab["device_stats"] = sampler.rows
+                if rec is None and cfg.output_dir:
                     os.makedirs(cfg.output_dir, exist_ok=True)
                     with open(os.path.join(cfg.output_dir, "lab.json"), "w") as f:
                         json.dump(lab, f, indent=2, sort_keys=True)
@@ -349,12 +377,20 @@ def print_summary(result, out):
           f"seed={lab['seed']}", file=out)
     print(f"ext4 {c['fs_size']} on {lab.get('filesystem', {}).get('device')}: {sb.get('block_size')}-byte blocks, "
           f"{sb.get('inode_size')}-byte inodes, {jdesc} ({sb.get('journal_bytes', 0) >> 20} MiB), "
-          f"data={c['data_mode']}{', fast_commit' if sb.get('fast_commit') else ''}; throttle: {lim}", file=out)
-    print(f"{'PHASE':<12} {'SECONDS':>9} {'OPS':>10} {'UNIT':<9} {'RATE/s':>11} {'KiB/s':>10}", file=out)
+          f"data={c['data_mode']}{', fast_commit' if sb.get('fast_commit') else ''}; throttle "
+          f"({lab.get('filesystem', {}).get('throttle_mode', 'direct')}, on the lower device): {lim}", file=out)
+    print(f"{'PHASE':<12} {'DURABLE_S':>9} {'RETURNED_S':>10} {'OPS':>10} {'UNIT':<9} {'RATE/s':>11} {'KiB/s':>10} "
+          f"{'DEV_WRITES':>10} {'DEV_READS':>9}", file=out)
     for p in lab["phases"]:
         rate = None if p["unit"] == "runs" else p.get("rate_per_s")  # a command's runs/s says nothing
-        print(f"{p['name']:<12} {p['seconds']:>9.3f} {p['ops']:>10,} {p['unit']:<9} {_num(rate):>11} "
-              f"{_num(p.get('kib_per_s')):>10}", file=out)
+        dv = p.get("device") or {}
+        w = sum(d["write_ios"] + d["write_merges"] for d in dv.values()) if dv else None
+        r = sum(d["read_ios"] + d["read_merges"] for d in dv.values()) if dv else None
+        print(f"{p['name']:<12} {p['seconds']:>9.3f} {p.get('returned_s', p['seconds']):>10.3f} {p['ops']:>10,} "
+              f"{p['unit']:<9} {_num(rate):>11} {_num(p.get('kib_per_s')):>10} {_num(w, '{:,}'):>10} "
+              f"{_num(r, '{:,}'):>9}", file=out)
+    print("(durable: until syncfs returned and the emulated device served every request; rates use it. "
+          "DEV_*: requests the emulated devices served)", file=out)
     if lab.get("census"):
         cs = lab["census"]
         when = "before removal" if any(p["name"] == cs.get("before_phase") for p in lab["phases"]) else "at the end"

@@ -9,6 +9,10 @@ import sys
 
 from jstall.errors import JstallError
 
+from .options import (ALL_OPTIONS, FS_OPTIONS, PATTERN_NAMES, PATTERN_OPTIONS, RUN_OPTIONS, SWEEP_KINDS,  # noqa: F401
+                      config_from, default_fs_size, parse_value)
+from .options import flag as _flag
+
 DESCRIPTION = """\
 Reproduce journal stalls on scratch ext4 filesystems. 'run' makes a loop-device ext4 with
 the options given (journal size, inode size, external journal, fast_commit, data mode, a
@@ -16,7 +20,9 @@ slow-device profile), records with jstall's probes while a workload pattern runs
 (xattr, fdtree, smallfile, or any command), times each phase, and removes everything
 again, leaving a session directory whose metadata holds the configuration and the phase
 timings. 'sweep' runs 'run' over every combination of comma-separated option values.
-'cleanup' removes what a crashed run left behind. Needs root."""
+'tune' finds the smallest journal without forced-checkpoint stalls by running the
+workload, and compares the other remedies. 'cleanup' removes what a crashed run left
+behind. Needs root."""
 
 SWEEP_DESCRIPTION = """\
 Run 'jstall lab run' over the cartesian product of comma-separated option values, times
@@ -65,6 +71,29 @@ examples:
   sudo jstall lab sweep smallfile --device-profile hdd --journal-device off,on --repeat 2 -o extj
 """
 
+TUNE_DESCRIPTION = """\
+Find, by running the workload, the smallest journal with no forced-checkpoint stall, and
+what 256-byte inodes, an external journal and fast_commit each do to the same workload at
+the starting journal size (--journal-size). A stall is a checkpoint forced on a task
+(jbd2_checkpoint outside the jbd2 thread), or a traced call of at least --threshold-ms that
+waited mostly on one. From the
+starting size the journal is doubled until a run is clean (halved while it is clean), then
+the sizes between the last stalling and the first clean one are bisected (whole MiB, at most
+eight steps per doubling, at most 40% of --fs-size). Every run is recorded; the sessions
+and tune.json go to -o. Durable phase seconds side by side. Needs root."""
+
+TUNE_EXAMPLES = """\
+examples:
+  # a tiny xattr workload on 128-byte inodes, a disk taking 2,000 writes/s (a minute or two)
+  sudo jstall lab tune xattr --fs-size 256M --journal-size 4M --inode-size 128 \\
+      --files 1500 --updates 6000 --write-iops 2000 -o tune-xattr
+  # fdtree deep trees on an emulated hdd; the search only, as JSON
+  sudo jstall lab tune fdtree --shape deep --journal-size 4M --fs-size 1G --device-profile hdd \\
+      --no-compare --json -o tune-fdtree
+  # any program: confirm a journal size before changing production
+  sudo jstall lab tune command --command 'fs_mark -d . -n 2000 -s 0' --journal-size 16M -o tune-fsmark
+"""
+
 CLEANUP_EXAMPLES = """\
 examples:
   # what a crashed or killed run left under the default scratch directory, then remove it
@@ -75,92 +104,11 @@ examples:
 """
 
 EXAMPLES = RUN_EXAMPLES + "\n" + SWEEP_EXAMPLES.replace("examples:\n", "") + "\n" + \
-    CLEANUP_EXAMPLES.replace("examples:\n", "")
-
-# (dest, kind, default, help). kind: size, rate (0 or a size), int, float, bool, choice:a|b, str.
-FS_OPTIONS = [
-    ("fs_size", "size", None, "filesystem size (e.g. 64M, 2G; default 2G, or 4 × an internal journal larger than 512M)"),
-    ("journal_size", "size", "32M", "journal size (internal: whole MiB; ext4 takes 1,024 blocks or more)"),
-    ("inode_size", "int", 256, "inode size in bytes: 128, 256, 512, ... (128: no room for attributes in the inode)"),
-    ("block_size", "int", 4096, "filesystem block size in bytes"),
-    ("journal_device", "bool", False, "put the journal on a second loop device (mkfs.ext4 -O journal_dev)"),
-    ("fast_commit", "bool", False, "mkfs.ext4 -O fast_commit"),
-    ("data_mode", "choice:ordered|writeback|journal", "ordered", "mount -o data=MODE"),
-    ("barrier", "bool", True, "mount with barrier or nobarrier"),
-    ("commit_interval", "int", None, "mount -o commit=SECONDS"),
-    ("mkfs_options", "str", None, "more mke2fs options, e.g. '-E stride=4 -O ^metadata_csum' (-E -O -N -i -m -g -G -L -e)"),
-    ("mount_options", "str", None, "more mount options, comma-separated, e.g. noatime,journal_checksum"),
-    ("device_profile", "choice:none|hdd|ssd", "none", "emulate a slow filesystem device (see docs/lab.md)"),
-    ("read_iops", "int", None, "filesystem device: read operations per second (0 = unlimited)"),
-    ("write_iops", "int", None, "filesystem device: write operations per second (0 = unlimited)"),
-    ("read_bps", "rate", None, "filesystem device: read bytes per second (e.g. 50M)"),
-    ("write_bps", "rate", None, "filesystem device: write bytes per second (e.g. 50M)"),
-    ("journal_device_profile", "choice:none|hdd|ssd", "none", "emulate a slow external journal device"),
-    ("journal_read_iops", "int", None, "external journal device: read operations per second"),
-    ("journal_write_iops", "int", None, "external journal device: write operations per second"),
-    ("journal_read_bps", "rate", None, "external journal device: read bytes per second"),
-    ("journal_write_bps", "rate", None, "external journal device: write bytes per second"),
-]
-PATTERN_OPTIONS = [
-    ("files", "int", None, "xattr: files in all (default 5000); smallfile: files per job (default 1000)"),
-    ("attrs", "int", None, "xattr: attributes per file (default 2)"),
-    ("attr_size", "int", None, "xattr: bytes per attribute value (default 16)"),
-    ("updates", "int", None, "xattr: setxattr updates on random files (default 54247)"),
-    ("remove", "bool", None, "xattr: finally remove every attribute and file"),
-    ("shape", "choice:shallow|deep", None, "fdtree: shallow (1 level × 100 dirs × 100 files) or deep (5 levels × 4, 5 files)"),
-    ("levels", "int", None, "fdtree: directory levels"),
-    ("fanout", "int", None, "fdtree: subdirectories per directory"),
-    ("files_per_dir", "int", None, "fdtree: files in each directory; smallfile: files per directory (default 100)"),
-    ("file_size", "size", None, "fdtree: bytes per file (default 4K); smallfile: average bytes per file (default 64K)"),
-    ("command", "str", None, "command: the program and its arguments, run in the mount point"),
-]
-RUN_OPTIONS = [
-    ("jobs", "int", 1, "concurrent processes"),
-    ("seed", "int", 1, "seed of every random choice (same seed, same work)"),
-]
-PATTERN_NAMES = ("xattr", "fdtree", "smallfile", "command")
-SWEEP_KINDS = ("size", "rate", "int", "float", "bool", "choice")
-
+    TUNE_EXAMPLES.replace("examples:\n", "") + "\n" + CLEANUP_EXAMPLES.replace("examples:\n", "")
 
 #: metavars of options that take a number or text
 METAVARS = {"inode_size": "BYTES", "block_size": "BYTES", "commit_interval": "SECONDS", "mkfs_options": "OPTIONS",
             "mount_options": "OPT,...", "command": "COMMAND", "jobs": "N", "seed": "N"}
-
-
-def _flag(dest):
-    return "--" + dest.replace("_", "-")
-
-
-def parse_value(dest, kind, text):
-    """Parse one option value given as text; raise JstallError naming the option."""
-    from .scratch import parse_size
-
-    flag = _flag(dest)
-    if kind == "size":
-        if dest == "file_size" and str(text).strip() == "0":
-            return "0"  # fdtree's empty files (smallfile refuses it)
-        parse_size(text, flag)
-        return str(text)
-    if kind == "rate":
-        return 0 if str(text) == "0" else parse_size(text, flag)
-    if kind in ("int", "float"):
-        try:
-            return int(text) if kind == "int" else float(text)
-        except ValueError:
-            raise JstallError(f"{flag} {text}: not a{'n integer' if kind == 'int' else ' number'}") from None
-    if kind == "bool":
-        t = str(text).lower()
-        if t in ("on", "yes", "true", "1"):
-            return True
-        if t in ("off", "no", "false", "0"):
-            return False
-        raise JstallError(f"{flag} {text}: give on or off")
-    if kind.startswith("choice:"):
-        choices = kind.split(":", 1)[1].split("|")
-        if text not in choices:
-            raise JstallError(f"{flag} {text}: choose one of {', '.join(choices)}")
-        return text
-    return text
 
 
 def _add_options(p, sweep):
@@ -211,6 +159,20 @@ def add_arguments(parser):
     sw.add_argument("--repeat", metavar="N", type=int, default=1, help="runs of each configuration (default 1)")
     _add_options(sw, sweep=True)
     sw.set_defaults(_lab=_sweep)
+    tu = sub.add_parser("tune", help="the smallest journal without forced-checkpoint stalls, and the other remedies",
+                        formatter_class=fmt, description=TUNE_DESCRIPTION, epilog=TUNE_EXAMPLES)
+    tu.add_argument("pattern", choices=PATTERN_NAMES, help="the workload")
+    tu.add_argument("-o", "--output", metavar="DIR", help="results directory (default jstall-tune-PATTERN-TIME)")
+    tu.add_argument("--json", action="store_true", help="print the result as JSON instead of the text")
+    tu.add_argument("--threshold-ms", metavar="MS", type=float, default=10.0,
+                    help="a call at or above this that waited mostly on a checkpoint is a stall (default 10); a "
+                         "checkpoint forced on a task always is")
+    tu.add_argument("--max-journal-size", metavar="SIZE", default=None,
+                    help="largest journal to try (default: 40%% of --fs-size)")
+    tu.add_argument("--no-compare", dest="compare", action="store_false",
+                    help="search the threshold only; skip 256-byte inodes, external journal, fast_commit")
+    _add_options(tu, sweep=False)
+    tu.set_defaults(_lab=_tune)
     cl = sub.add_parser("cleanup", help="remove what crashed runs left (loops, mounts, throttles, images)",
                         formatter_class=fmt, description=CLEANUP_DESCRIPTION, epilog=CLEANUP_EXAMPLES)
     cl.add_argument("--scratch", metavar="DIR", default=None, help="scratch directory (default /var/tmp/jstall-lab)")
@@ -220,39 +182,6 @@ def add_arguments(parser):
 
 def run(args):
     return args._lab(args)
-
-
-# ---- building configurations ------------------------------------------------------------
-
-
-ALL_OPTIONS = FS_OPTIONS + PATTERN_OPTIONS + RUN_OPTIONS
-
-
-def default_fs_size(journal_size, journal_device):
-    """2G, or room for an internal journal larger than 512M (it takes at most 40% of the fs)."""
-    from .scratch import format_size, parse_size
-
-    jb = parse_size(journal_size, "--journal-size")
-    return "2G" if journal_device or jb <= 512 << 20 else format_size(4 * jb)
-
-
-def config_from(values, pattern, record=True, min_ms=1.0, output_dir=None, scratch_dir=None, progress=False,
-                extra=None):
-    """LabConfig from parsed option values {dest: value or None}."""
-    from .lab import LabConfig
-    from .scratch import FsConfig
-
-    fs = {}
-    for dest, kind, default, _ in FS_OPTIONS:
-        v = values.get(dest)
-        fs[dest] = default if v is None else v
-    if fs["fs_size"] is None:
-        fs["fs_size"] = default_fs_size(fs["journal_size"], fs["journal_device"])
-    params = {dest: values[dest] for dest, *_ in PATTERN_OPTIONS if values.get(dest) is not None}
-    run_vals = {dest: (default if values.get(dest) is None else values[dest]) for dest, _, default, _ in RUN_OPTIONS}
-    return LabConfig(fs=FsConfig(**fs), pattern=pattern, params=params, jobs=run_vals["jobs"], seed=run_vals["seed"],
-                     record=record, min_ms=min_ms, output_dir=output_dir, scratch_dir=scratch_dir, progress=progress,
-                     extra=extra)
 
 
 def _values(args, sweep):
@@ -322,6 +251,36 @@ def _sweep(args):
         raise JstallError(f"--repeat {args.repeat}: give 1 or more")
     return run_sweep(args.pattern, values, repeat=args.repeat, out_dir=args.output, record=args.record,
                      min_ms=args.min_ms, scratch_dir=args.scratch, progress=_progress(args), out=sys.stdout)
+
+
+def _tune(args):
+    from .scratch import Terminated, parse_size
+    from .tune import print_result, tune
+
+    if not args.record:
+        raise JstallError("lab tune reads each run's recording; drop --no-record")
+    values = _values(args, sweep=False)
+    out_dir = args.output or f"jstall-tune-{args.pattern}-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    cfg = config_from(values, args.pattern, scratch_dir=args.scratch)
+    max_mib = None
+    if args.max_journal_size is not None:
+        max_mib = parse_size(args.max_journal_size, "--max-journal-size") >> 20
+    try:
+        res = tune(args.pattern, cfg.params, cfg.fs, jobs=cfg.jobs, seed=cfg.seed, threshold_ms=args.threshold_ms,
+                   max_mib=max_mib, compare=args.compare, output_dir=out_dir, scratch_dir=args.scratch,
+                   min_ms=args.min_ms)
+    except KeyboardInterrupt as e:
+        print(f"jstall lab tune: interrupted, everything it set up is removed; the runs so far are in {out_dir}",
+              file=sys.stderr)
+        if isinstance(e, Terminated):
+            return 128 + signal.SIGTERM
+        raise
+    if args.json:
+        json.dump(res.to_dict(), sys.stdout, indent=2)
+        print()
+    else:
+        print_result(res, sys.stdout)
+    return 0
 
 
 def _cleanup(args):

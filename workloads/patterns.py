@@ -55,6 +55,9 @@ class Phase:
     run: object
     removal: bool = False
     drop_caches: bool = False
+    #: a phase that runs its jobs itself instead of in forked lab jobs:
+    #: ``run_all(mountpoint, roots) -> (start_ns, returned_ns, [counts per job], {extra record fields})``
+    run_all: object = None
 
 
 def _split(n, jobs, job):
@@ -81,6 +84,9 @@ class Pattern:
     name = None
     #: {param: default} -- the pattern's own options
     defaults = {}
+    #: {param: (kind, help)} -- how the command line takes each option (kinds as in
+    #: options.FS_OPTIONS: int, size, bool, choice:a|b, str)
+    options = {}
 
     def __init__(self, params, jobs=1, seed=1):
         unknown = set(params) - set(self.defaults)
@@ -108,6 +114,10 @@ class Pattern:
     def describe(self):
         return dict(self.params)
 
+    def lab_fields(self, phase_records):
+        """Fields the pattern adds to the lab metadata once its phases ran (default none)."""
+        return {}
+
 
 # ---- xattr --------------------------------------------------------------------------
 
@@ -121,6 +131,10 @@ class XattrPattern(Pattern):
 
     name = "xattr"
     defaults = {"files": 5000, "attrs": 2, "attr_size": 16, "updates": 54247, "remove": False}
+    options = {"files": ("int", "files in all"), "attrs": ("int", "attributes per file"),
+               "attr_size": ("int", "bytes per attribute value"),
+               "updates": ("int", "setxattr updates on random files"),
+               "remove": ("bool", "finally remove every attribute and file")}
 
     def validate(self):
         p = self.params
@@ -224,6 +238,9 @@ class FdtreePattern(Pattern):
 
     name = "fdtree"
     defaults = {"shape": "shallow", "levels": None, "fanout": None, "files_per_dir": None, "file_size": "4K"}
+    options = {"shape": ("choice:shallow|deep", "shallow (1 level × 100 dirs × 100 files) or deep (5 levels × 4, 5 files)"),
+               "levels": ("int", "directory levels"), "fanout": ("int", "subdirectories per directory"),
+               "files_per_dir": ("int", "files in each directory"), "file_size": ("size", "bytes per file")}
 
     def __init__(self, params, jobs=1, seed=1):
         shape = params.get("shape") or self.defaults["shape"]
@@ -345,6 +362,8 @@ class SmallfilePattern(Pattern):
 
     name = "smallfile"
     defaults = {"files": 1000, "file_size": "64K", "files_per_dir": 100}
+    options = {"files": ("int", "files per job"), "file_size": ("size", "average bytes per file"),
+               "files_per_dir": ("int", "files per directory")}
     OWNER = (65534, 65534)   # nobody:nogroup
     MODE = 0o640
 
@@ -465,6 +484,7 @@ class CommandPattern(Pattern):
 
     name = "command"
     defaults = {"command": None}
+    options = {"command": ("str", "the program and its arguments, run in the mount point")}
 
     def validate(self):
         cmd = self.params["command"]
@@ -479,7 +499,14 @@ class CommandPattern(Pattern):
         self.argv = argv
 
     def phases(self):
-        return [Phase("command", "runs", self.jobs, None)]
+        return [Phase("command", "runs", self.jobs, None, run_all=self._run_all)]
+
+    def _run_all(self, mountpoint, roots):
+        start, returned, statuses = self.run_command(mountpoint, roots)
+        return start, returned, [{"ops": 1}] * len(statuses), {"exit_statuses": statuses}
+
+    def lab_fields(self, phase_records):
+        return {"command_exit_statuses": next(p["exit_statuses"] for p in phase_records if "exit_statuses" in p)}
 
     def run_command(self, mountpoint, roots):
         """Run the copies; return (start_ns, end_ns, exit statuses)."""

@@ -6,7 +6,16 @@
 
 Everything lives in a run directory under the scratch directory (default
 /var/tmp/jstall-lab): the image files, the mount point, and a marker file (``jstall-lab.json``)
-naming the loop devices, mount and throttle rules the run set up. Only loop devices backed by
+naming the loop devices, mount and throttle rules the run set up.
+
+Each image is an emulated device. With ``throttle_mode="stacked"`` (the default) it is two loop
+devices: a lower one over the image file, which carries the throttle rules, and an upper one
+with ``--direct-io=on`` over the lower one, which the filesystem (or the external journal) is
+made on. The upper loop turns every request it gets -- ext4 metadata, jbd2 log writes,
+checkpoint writes, data, flushes -- into an ordinary direct I/O on the lower device, so every
+one waits its turn under the lower device's limits (see throttle.py and docs/lab.md). With
+``throttle_mode="direct"`` the filesystem sits on a single loop device that carries the rules
+itself: ext4/jbd2 metadata writes then pass the throttle at once (the old, unfaithful lab). Only loop devices backed by
 those image files are formatted or mounted. On exit -- normal, an exception, Ctrl-C or
 SIGTERM -- the throttles are removed, the filesystem unmounted, the loops detached and the
 images deleted. ``cleanup()`` does the same for runs whose process died, found by their marker.
@@ -38,6 +47,9 @@ BLOCK_SIZES = (1024, 2048, 4096)
 JOURNAL_MIN_BLOCKS, JOURNAL_MAX_BLOCKS = 1024, 10_240_000
 #: blocks the kernel takes for fast commits from an external journal (JBD2_DEFAULT_FAST_COMMIT_BLOCKS)
 FAST_COMMIT_BLOCKS = 256
+#: how an emulated device is built: "stacked" (a direct-I/O loop device over a throttled lower
+#: loop device: every request paced) or "direct" (one throttled loop device: metadata unpaced)
+THROTTLE_MODES = ("stacked", "direct")
 #: space kept free beyond the images on the scratch directory's filesystem (bytes)
 FREE_MARGIN = 64 << 20
 
@@ -119,6 +131,7 @@ class FsConfig:
     journal_write_iops: int = None
     journal_read_bps: int = None
     journal_write_bps: int = None
+    throttle_mode: str = "stacked"
 
     # ---- derived values ---------------------------------------------------------
 
@@ -232,6 +245,8 @@ class FsConfig:
         if not self.journal_device and jb * 5 > fs * 2:
             raise JstallError(f"--journal-size {format_size(jb)} does not fit in --fs-size {format_size(fs)}: an internal "
                               f"journal takes at most 40% of the filesystem; give --fs-size {format_size(4 * jb)} or more")
+        if self.throttle_mode not in THROTTLE_MODES:
+            raise JstallError(f"--throttle-mode {self.throttle_mode}: choose one of {', '.join(THROTTLE_MODES)}")
         if self.data_mode not in DATA_MODES:
             raise JstallError(f"--data-mode {self.data_mode}: choose one of {', '.join(DATA_MODES)}")
         if self.commit_interval is not None and (not isinstance(self.commit_interval, int) or self.commit_interval < 0):
@@ -305,6 +320,31 @@ def syncfs(path):
             raise OSError(err, f"syncfs {path}: {os.strerror(err)}")
     finally:
         os.close(fd)
+
+
+#: /sys/block/<dev>/stat fields (Documentation/block/stat.rst), in order
+BLOCK_STAT_FIELDS = ("read_ios", "read_merges", "read_sectors", "read_ticks_ms", "write_ios", "write_merges",
+                     "write_sectors", "write_ticks_ms", "in_flight", "io_ticks_ms", "time_in_queue_ms",
+                     "discard_ios", "discard_merges", "discard_sectors", "discard_ticks_ms", "flush_ios",
+                     "flush_ticks_ms")
+
+
+def read_block_stat(name):
+    """{field: int} of /sys/block/<name>/stat (missing trailing fields read 0)."""
+    with open(f"/sys/block/{name}/stat") as f:
+        vals = [int(v) for v in f.read().split()]
+    vals += [0] * (len(BLOCK_STAT_FIELDS) - len(vals))
+    return dict(zip(BLOCK_STAT_FIELDS, vals))
+
+
+def read_inflight(name):
+    """(reads, writes) in flight on /sys/block/<name> (0, 0 when the device is gone)."""
+    try:
+        with open(f"/sys/block/{name}/inflight") as f:
+            r, w = f.read().split()[:2]
+        return int(r), int(w)
+    except (OSError, ValueError):
+        return 0, 0
 
 
 def dev_of(path):
@@ -457,15 +497,19 @@ def _int(text):
 
 class ScratchFs:
     """A mounted scratch ext4 (see the module docstring). Attributes once entered:
-    ``mountpoint``, ``device`` ('/dev/loopN'), ``dev`` ('MAJ:MIN'), ``journal_device``
-    ('/dev/loopM' or None), ``journal_dev`` ('MAJ:MIN' or None), ``run_dir``, ``limits``
-    ({'MAJ:MIN': Limits} applied), ``throttle_backend`` ('blkio' or None)."""
+    ``mountpoint``, ``device`` ('/dev/loopN', the filesystem's device), ``dev`` ('MAJ:MIN'),
+    ``journal_device`` ('/dev/loopM' or None), ``journal_dev`` ('MAJ:MIN' or None),
+    ``lower_device``/``lower_dev`` and ``journal_lower_device``/``journal_lower_dev`` (the
+    loop devices under them that carry the throttle rules and serve every request; the same
+    as the upper ones with throttle_mode "direct"), ``run_dir``, ``limits`` ({'MAJ:MIN':
+    Limits} applied, keyed by the lower device), ``throttle_backend`` ('blkio' or None)."""
 
     def __init__(self, cfg, scratch_dir=None):
         self.cfg = cfg
         self.scratch_dir = scratch_dir
         self.run_dir = self.mountpoint = self.device = self.dev = None
         self.journal_device = self.journal_dev = None
+        self.lower_device = self.lower_dev = self.journal_lower_device = self.journal_lower_dev = None
         self.limits = {}
         self.throttle_backend = None
         self._loops, self._throttled, self._mounted = [], {}, False
@@ -519,14 +563,26 @@ class ScratchFs:
     def _save_marker(self):
         _write_json(os.path.join(self.run_dir, MARKER), self._marker())
 
-    def _attach(self, image):
-        loop = _run(["losetup", "--find", "--show", image], "losetup").strip()
+    def _attach(self, image, direct_io=False):
+        cmd = ["losetup", "--find", "--show"] + (["--direct-io=on"] if direct_io else []) + [image]
+        loop = _run(cmd, "losetup").strip()
         self._loops.append(loop)
         self._save_marker()
-        # Refuse to format anything but a loop device backed by the image just created.
+        # Refuse to format anything but a loop device backed by the image just created (or,
+        # stacked, by the lower loop device just attached to it).
         if loop_backing_files().get(loop) != image:
             raise JstallError(f"{loop} is not backed by {image}; another program took it, run again")
         return loop
+
+    def _device(self, image):
+        """Attach an emulated device over image: (device the filesystem uses, lower device
+        that carries the throttle). Stacked: the upper loop does direct I/O to the lower one,
+        so that every request -- metadata and journal writes included -- reaches the lower
+        device as an ordinary bio that blk-throttle paces (blk_throtl_bio)."""
+        lower = self._attach(image)
+        if self.cfg.throttle_mode == "direct":
+            return lower, lower
+        return self._attach(lower, direct_io=True), lower
 
     def _setup(self, base, data_limits, journal_limits):
         cfg = self.cfg
@@ -542,12 +598,12 @@ class ScratchFs:
             jimg = os.path.join(self.run_dir, "journal.img")
             with open(jimg, "wb") as f:
                 f.truncate(cfg.journal_image_bytes)
-            self.journal_device = self._attach(jimg)
-            self.journal_dev = dev_of(self.journal_device)
+            self.journal_device, self.journal_lower_device = self._device(jimg)
+            self.journal_dev, self.journal_lower_dev = dev_of(self.journal_device), dev_of(self.journal_lower_device)
             _run(["mkfs.ext4", "-q", "-F", "-O", "journal_dev", "-b", str(cfg.block_size), self.journal_device],
                  "mkfs.ext4 -O journal_dev")
-        self.device = self._attach(data_img)
-        self.dev = dev_of(self.device)
+        self.device, self.lower_device = self._device(data_img)
+        self.dev, self.lower_dev = dev_of(self.device), dev_of(self.lower_device)
         args = cfg.mkfs_args()
         if cfg.journal_device:
             args += ["-J", f"device={self.journal_device}"]
@@ -557,7 +613,7 @@ class ScratchFs:
              f"mount -o {cfg.mount_opts(self.journal_device)} (see dmesg for the option ext4 refused)")
         self._mounted = True
         self._save_marker()
-        for dev, limits in ((self.dev, data_limits), (self.journal_dev, journal_limits)):
+        for dev, limits in ((self.lower_dev, data_limits), (self.journal_lower_dev, journal_limits)):
             if dev and limits:
                 # Recorded before the write, so that cleanup() finds a rule set by a crashed run.
                 self._throttled[dev] = [n for n, _ in limits.items()]
@@ -624,8 +680,36 @@ class ScratchFs:
             "journal_dev": self.journal_dev, "mountpoint": self.mountpoint,
             "mount_options": self.mount_options() if self._mounted else None,
             "throttle_backend": self.throttle_backend,
+            "throttle_mode": self.cfg.throttle_mode,
+            "lower_device": self.lower_device, "lower_dev": self.lower_dev,
+            "journal_lower_device": self.journal_lower_device, "journal_lower_dev": self.journal_lower_dev,
             "throttles": {dev: lim.as_dict() for dev, lim in self.limits.items()},
         }
+
+    def emulated_devices(self):
+        """[(role, fs-facing device 'MAJ:MIN', lower device name in /sys/block, lower 'MAJ:MIN')]
+        of the emulated devices: 'data', and 'journal' with an external journal."""
+        out = [("data", self.dev, os.path.basename(self.lower_device), self.lower_dev)]
+        if self.journal_device:
+            out.append(("journal", self.journal_dev, os.path.basename(self.journal_lower_device), self.journal_lower_dev))
+        return out
+
+    def in_flight(self):
+        """Requests in flight on every loop device of this filesystem (upper and lower): an
+        upper request stays in flight until the lower device has served it, throttle included."""
+        total = 0
+        for loop in {self.device, self.lower_device, self.journal_device, self.journal_lower_device} - {None}:
+            total += sum(read_inflight(os.path.basename(loop)))
+        return total
+
+    def wait_idle(self, timeout=600.0, poll=0.002):
+        """Wait until no request is in flight on this filesystem's devices; return seconds waited."""
+        t0 = time.monotonic()
+        while self.in_flight():
+            if time.monotonic() - t0 > timeout:
+                raise JstallError(f"the emulated device of {self.mountpoint} is still busy after {timeout:.0f} s")
+            time.sleep(poll)
+        return time.monotonic() - t0
 
     # ---- tear-down ------------------------------------------------------------------
 
@@ -664,6 +748,9 @@ def run_state(run_dir, marker=None):
     prefix = run_dir.rstrip("/") + "/"
     backing = loop_backing_files()
     loops = [lp for lp, path in backing.items() if path.startswith(prefix)]
+    # loop devices stacked on those (a stacked device's upper loop), detached first
+    upper = [lp for lp, path in backing.items() if path in loops]
+    loops = upper + loops
     mounts = [m for src, m in _mounts() if m.startswith(prefix) or src in loops]
     ours = {dev_of(lp) for lp in loops}
     throttles = {}

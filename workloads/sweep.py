@@ -56,7 +56,7 @@ def run_sweep(pattern, values, repeat, out_dir, record=True, min_ms=1.0, scratch
               out=None, console=None):
     """Run (or resume) a sweep; return 0. ``values``: {dest: [(text, parsed value)]}."""
     from .lab import prepare, run_lab
-    from .lab_cmd import config_from
+    from .options import config_from
     from .scratch import check_free_space, prepare_scratch
 
     out = out or sys.stdout
@@ -146,8 +146,10 @@ def _fmt_s(s):
 
 def collect(out_dir):
     """One dict per finished run: run, repeat, swept options (as given), pattern, jobs, seed,
-    per phase ``<phase>_s``, ``<phase>_rate_per_s``, ``<phase>_ops`` (and ``<phase>_kib_per_s``),
-    ``seconds``, ``slow_calls`` and ``events_lost`` (recorded runs)."""
+    per phase ``<phase>_s`` (durable seconds: until syncfs returned and the emulated device was
+    idle), ``<phase>_returned_s`` (until the jobs returned), ``<phase>_rate_per_s`` (per durable
+    second), ``<phase>_ops`` (and ``<phase>_kib_per_s``), ``<phase>_device_writes`` (requests the
+    emulated devices served), ``seconds``, ``slow_calls`` and ``events_lost`` (recorded runs)."""
     with open(os.path.join(out_dir, "sweep.json")) as f:
         doc = json.load(f)
     rows = []
@@ -164,8 +166,12 @@ def collect(out_dir):
                     "inode_size_real": (lab.get("dumpe2fs") or {}).get("inode_size")})
         for p in lab["phases"]:
             n = p["name"]
-            row[f"{n}_s"] = p["seconds"]
+            row[f"{n}_s"] = p.get("durable_s", p["seconds"])
+            if p.get("returned_s") is not None:
+                row[f"{n}_returned_s"] = p["returned_s"]
             row[f"{n}_ops"] = p["ops"]
+            if p.get("device"):
+                row[f"{n}_device_writes"] = sum(d["write_ios"] + d["write_merges"] for d in p["device"].values())
             row[f"{n}_rate_per_s"] = p.get("rate_per_s")
             if p.get("kib_per_s") is not None:
                 row[f"{n}_kib_per_s"] = p["kib_per_s"]
@@ -211,7 +217,8 @@ def _print_summary(tables, axes, out):
     if summ.empty:
         return
     phases = [c[:-len("_s_mean")] for c in summ.columns if c.endswith("_s_mean") and c != "seconds_mean"
-              and not c.endswith(("_kib_per_s_mean", "_rate_per_s_mean"))]
+              and not c.endswith(("_kib_per_s_mean", "_rate_per_s_mean", "_returned_s_mean"))]
+    print("durable seconds per phase (until syncfs returned and the emulated device was idle; mean±sd)", file=out)
     head = [*axes, "runs"] + [f"{p} s" for p in phases]
     print("  ".join(f"{h:>14}" for h in head), file=out)
     for _, row in summ.iterrows():

@@ -53,6 +53,19 @@ COLUMNS = {
     "fill": [("ts_ns", _i64, False), ("dev", _str, False)] + _FILL + [("source", _str, False)],
 }
 
+#: Tables a lab run adds to its session (docs/session-format.md); a session without them
+#: (``jstall record``) loads them empty.
+LAB_COLUMNS = {
+    # what each emulated device (the lower loop device the lab throttles) served in one
+    # sampling interval ending at ts_ns: /sys/block/<lower>/stat differences
+    "device_stats": [("ts_ns", _i64, False), ("interval_ns", _i64, False), ("dev", _str, False),
+                     ("role", _str, False), ("lower_dev", _str, False)]
+    + [(n, _i64, False) for n in ("read_ios", "read_merges", "read_sectors", "write_ios", "write_merges",
+                                  "write_sectors", "flush_ios", "busy_ms", "queue_ms", "in_flight_requests")],
+}
+COLUMNS.update(LAB_COLUMNS)
+LAB_TABLES = tuple(LAB_COLUMNS)
+
 #: The commit phases jbd2_run_stats reports, in order.
 PHASES = _PHASES
 

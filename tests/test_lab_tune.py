@@ -1,0 +1,68 @@
+"""`jstall lab tune` on real loop devices: the threshold it finds holds when the sizes around
+it are run again on their own, and the CLI writes its results directory and JSON."""
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from jstall.workloads.lab import LabConfig, run_lab
+from jstall.workloads.scratch import FsConfig
+from jstall.workloads.tune import grid, measure, tune
+
+pytestmark = [pytest.mark.kernel, pytest.mark.skipif(os.geteuid() != 0, reason="needs root")]
+
+JSTALL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "jstall")
+FS = dict(fs_size="128M", inode_size=128, write_iops=2000)
+XATTR = {"files": 1000, "updates": 3000}
+
+
+def test_grid_has_whole_mib_and_eight_steps_per_doubling():
+    assert grid(4, 16) == list(range(5, 16))
+    assert grid(16, 32) == [18, 20, 22, 24, 26, 28, 30]
+    assert grid(32, 64) == [36, 40, 44, 48, 52, 56, 60]
+    assert grid(24, 26) == []
+
+
+def test_tune_finds_a_threshold_the_sizes_around_it_confirm(scratch_dir, tmp_path):
+    r = tune("xattr", XATTR, FsConfig(journal_size="4M", **FS), threshold_ms=10, compare=False,
+             output_dir=str(tmp_path / "t"), scratch_dir=scratch_dir)
+    assert r.threshold_mib is not None and r.stalled_below_mib is not None, r.to_dict()
+    assert r.stalled_below_mib < r.threshold_mib and grid(r.stalled_below_mib, r.threshold_mib) == []
+    by = {x.journal_mib: x for x in r.runs}
+    assert not by[4].clean and by[4].checkpoint_stall_ms > 0 and by[r.threshold_mib].clean
+    assert all(x.clean for x in r.runs if x.journal_mib >= r.threshold_mib)
+    assert not any(x.clean for x in r.runs if x.journal_mib <= r.stalled_below_mib)
+    assert json.load(open(tmp_path / "t" / "tune.json"))["threshold_mib"] == r.threshold_mib
+    # run again on their own: the size below stalls, the threshold does not
+    again = {}
+    for mib in (r.stalled_below_mib, r.threshold_mib):
+        out = str(tmp_path / f"again-{mib}")
+        run_lab(LabConfig(fs=FsConfig(journal_size=f"{mib}M", **FS), pattern="xattr", params=XATTR, output_dir=out,
+                          scratch_dir=scratch_dir))
+        again[mib] = measure(out, f"journal {mib}M", mib, {}, 10)
+    assert not again[r.stalled_below_mib].clean and again[r.stalled_below_mib].forced_checkpoints > 0
+    assert again[r.threshold_mib].clean
+
+
+def test_tune_cli_compares_the_remedies(scratch_dir, tmp_path):
+    """From a clean starting size the search halves down; the comparisons run at the
+    starting size; --json prints the document tune.json holds."""
+    out = tmp_path / "cli"
+    p = subprocess.run([JSTALL, "lab", "tune", "xattr", "--fs-size", "64M", "--journal-size", "16M", "--inode-size",
+                        "128", "--files", "300", "--updates", "300", "--write-iops", "2000", "--scratch", scratch_dir,
+                        "-o", str(out), "--json"], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc == json.load(open(out / "tune.json"))
+    assert doc["tried_mib"][0] == 16 and doc["start_mib"] == 16
+    labels = [c["label"] for c in doc["comparisons"]]
+    assert labels == ["journal 16M", "256-byte inodes", "external journal", "fast_commit"]
+    assert all(c["journal_mib"] == 16 and set(c["durable_s"]) == {"create", "update"} for c in doc["comparisons"])
+    assert all(os.path.exists(os.path.join(c["session_dir"], "metadata.json")) for c in doc["comparisons"])
+    if doc["threshold_mib"] is not None and doc["stalled_below_mib"] is not None:
+        assert doc["stalled_below_mib"] < doc["threshold_mib"] <= 16
+    bad = subprocess.run([JSTALL, "lab", "tune", "xattr", "--journal-device", "--scratch", scratch_dir,
+                          "-o", str(tmp_path / "bad")], capture_output=True, text=True)
+    assert bad.returncode == 2 and "external journal" in bad.stderr and not (tmp_path / "bad").exists()

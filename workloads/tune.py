@@ -1,0 +1,324 @@
+"""`jstall lab tune`: the smallest journal with no forced-checkpoint stall, found by running
+the workload, and what the other remedies do at the starting journal size.
+
+    from jstall.workloads.tune import tune
+    r = tune("xattr", {"files": 1000, "updates": 4000}, FsConfig(journal_size="4M", inode_size=128,
+             write_iops=2000), output_dir="t1")
+    r.threshold_mib, r.stalled_below_mib, r.runs, r.comparisons, r.to_dict()
+
+**Forced-checkpoint stall**, precisely: a checkpoint forced on a task that asked for a
+journal handle (a ``jbd2:jbd2_checkpoint`` event in a task other than the journal's jbd2
+thread: ``start_this_handle -> add_transaction_credits -> __jbd2_log_wait_for_space ->
+jbd2_log_do_checkpoint``; the lab's tasks run only the pattern's calls), or a traced call of
+at least ``threshold_ms`` (default 10 ms) whose off-CPU time went mostly to one (primary
+cause ``checkpoint``: waiting for another task's forced checkpoint). Every forced checkpoint
+counts, however short: on a faster device the same checkpoint is shorter but still forced,
+and its count, unlike its length, does not depend on how busy the machine was. Read from each
+run's recorded session with the analyzer's public ``analyze()`` and
+``journals.checkpoints()`` (``forced``), and the ``stalls`` table (``own_checkpoint``,
+``cause``, ``latency_ms``). A journal size is **clean** when its run has none.
+
+**Search.** Journal sizes are whole MiB on a grid of at most eight steps between consecutive
+powers of two (every MiB up to 16 MiB, then 16, 18, …, 30, 32, 36, …, 60, 64, 72, …), bounded below by ext4's
+1,024 blocks and above by 40% of the filesystem (the lab's rule for an internal journal) or
+``max_mib``. From the starting size the journal is doubled until a run is clean (or halved
+until one stalls when the starting size is clean), then the grid between the largest
+stalling and the smallest clean size is bisected. The filesystem, workload, seed and device
+stay the same in every run, and every run is recorded and kept (``output_dir``). Bisection
+assumes a larger journal never stalls where a smaller one did not; the result names the
+stalling size just below the threshold, both measured.
+
+**Comparisons** at the starting journal size, each changing one thing: 256-byte inodes
+(when the filesystem has smaller ones), an external journal of the same size on its own
+emulated device of the same profile as the filesystem's (unless one is given), and
+fast_commit. Each with durable phase seconds (docs/lab.md), stalls and stall ms.
+"""
+
+import dataclasses
+import json
+import os
+import sys
+
+from jstall.errors import JstallError
+
+from .scratch import JOURNAL_MAX_BLOCKS, JOURNAL_MIN_BLOCKS, FsConfig
+
+TUNE_FORMAT = "jstall-tune"
+TUNE_VERSION = 1
+#: grid steps between consecutive powers of two
+STEPS_PER_OCTAVE = 8
+
+
+@dataclasses.dataclass
+class TuneRun:
+    """One measured run: ``label`` (e.g. 'journal 12M', '256-byte inodes'), the journal size
+    in MiB, the changed options, and what the session showed: ``stalls`` (calls ≥ the
+    threshold), ``stall_ms`` (their summed latency), ``checkpoint_stalls`` and
+    ``checkpoint_stall_ms`` (those that ran or waited on a forced checkpoint),
+    ``forced_checkpoints`` (jbd2_checkpoint events in user tasks: the search removes both),
+    ``durable_s`` and ``returned_s`` per phase and in all, ``session_dir``."""
+
+    label: str
+    journal_mib: int
+    options: dict
+    stalls: int
+    stall_ms: float
+    checkpoint_stalls: int
+    checkpoint_stall_ms: float
+    forced_checkpoints: int
+    durable_s: dict
+    returned_s: dict
+    total_durable_s: float
+    total_returned_s: float
+    session_dir: str = None
+    threshold_ms: float = 10.0
+
+    @property
+    def clean(self):
+        """No forced-checkpoint stall (see the module docstring)."""
+        return self.forced_checkpoints == 0 and self.checkpoint_stalls == 0
+
+
+@dataclasses.dataclass
+class TuneResult:
+    """``threshold_mib``: the smallest clean journal size found (None when none up to the
+    bound was clean); ``stalled_below_mib``: the largest size tried that stalled (None when
+    the smallest size ext4 takes was already clean); ``start_mib``; ``runs``: the search's
+    runs in the order tried; ``comparisons``: the runs at the starting size, the baseline
+    first; ``tried_mib``: the sizes tried; ``bound_mib``: the largest size allowed."""
+
+    pattern: str
+    params: dict
+    threshold_ms: float
+    start_mib: int
+    bound_mib: int
+    threshold_mib: int = None
+    stalled_below_mib: int = None
+    runs: list = dataclasses.field(default_factory=list)
+    comparisons: list = dataclasses.field(default_factory=list)
+    config: dict = None
+    output_dir: str = None
+
+    @property
+    def tried_mib(self):
+        return [r.journal_mib for r in self.runs]
+
+    def to_dict(self):
+        def run(r):
+            return {**dataclasses.asdict(r), "clean": r.clean}
+
+        return {"format": TUNE_FORMAT, "version": TUNE_VERSION, "pattern": self.pattern, "params": self.params,
+                "threshold_ms": self.threshold_ms, "start_mib": self.start_mib, "bound_mib": self.bound_mib,
+                "threshold_mib": self.threshold_mib, "stalled_below_mib": self.stalled_below_mib,
+                "tried_mib": self.tried_mib, "runs": [run(r) for r in self.runs],
+                "comparisons": [run(r) for r in self.comparisons], "config": self.config,
+                "output_dir": self.output_dir}
+
+
+def grid(lo_mib, hi_mib):
+    """Journal sizes (MiB) strictly between lo and hi on the search grid."""
+    out = set()
+    p = 1
+    while p < hi_mib:
+        step = max(1, p // STEPS_PER_OCTAVE)
+        out.update(range(p, 2 * p, step))
+        p *= 2
+    return sorted(s for s in out if lo_mib < s < hi_mib)
+
+
+def bounds_mib(fs):
+    """(smallest, largest) internal journal in MiB the lab takes on this filesystem."""
+    lo = -(-JOURNAL_MIN_BLOCKS * fs.block_size // (1 << 20))
+    hi = min(fs.fs_bytes * 2 // 5, JOURNAL_MAX_BLOCKS * fs.block_size) >> 20
+    return lo, hi
+
+
+def measure(session_dir, label, journal_mib, options, threshold_ms):
+    """A TuneRun from a recorded lab session (see the module docstring for the definitions)."""
+    from jstall.analyzer.analysis import analyze
+    from jstall.analyzer.journals import checkpoints
+
+    a = analyze(session_dir, min_ms=threshold_ms)
+    st = a.stalls
+    cps = st
+    if len(st):
+        cps = st[st["own_checkpoint"].astype(bool) | (st["cause"].astype("str") == "checkpoint")]
+    forced = checkpoints(a.session)
+    lab = a.session.meta["lab"]
+    phases = lab["phases"]
+    return TuneRun(label=label, journal_mib=journal_mib, options=options, stalls=len(st),
+                   stall_ms=round(float(st["latency_ms"].sum()), 3) if len(st) else 0.0,
+                   checkpoint_stalls=len(cps),
+                   checkpoint_stall_ms=round(float(cps["latency_ms"].sum()), 3) if len(cps) else 0.0,
+                   forced_checkpoints=int(forced["forced"].sum()) if len(forced) else 0,
+                   durable_s={p["name"]: round(p["durable_s"], 4) for p in phases},
+                   returned_s={p["name"]: round(p["returned_s"], 4) for p in phases},
+                   total_durable_s=round(sum(p["durable_s"] for p in phases), 4),
+                   total_returned_s=round(sum(p["returned_s"] for p in phases), 4), session_dir=session_dir,
+                   threshold_ms=float(threshold_ms))
+
+
+def _slug(label):
+    return "".join(c if c.isalnum() else "-" for c in label).strip("-")
+
+
+def tune(pattern, params=None, fs=None, jobs=1, seed=1, threshold_ms=10.0, max_mib=None, compare=True,
+         output_dir=None, scratch_dir=None, min_ms=1.0, console=None):
+    """Search the threshold journal size and compare the remedies (module docstring); return
+    a TuneResult. ``fs``: the FsConfig of the starting point (its journal_size is the starting
+    size; an internal journal). Every run's session is kept under ``output_dir`` (default
+    jstall-tune-PATTERN), with tune.json. Progress lines go to ``console`` (default stderr)."""
+    from .lab import LabConfig, prepare, run_lab
+
+    console = console or sys.stderr
+    fs = fs or FsConfig()
+    params = dict(params or {})
+    if fs.journal_device:
+        raise JstallError("lab tune searches an internal journal's size; drop --journal-device (an external journal "
+                          "is one of the comparisons)")
+    if not isinstance(threshold_ms, (int, float)) or threshold_ms <= 0:
+        raise JstallError(f"--threshold-ms {threshold_ms}: give milliseconds > 0")
+    start = fs.journal_bytes
+    if start % (1 << 20):
+        raise JstallError(f"--journal-size {fs.journal_size}: give whole MiB for the search")
+    start_mib = start >> 20
+    lo_mib, hi_mib = bounds_mib(fs)
+    if max_mib is not None:
+        if max_mib < start_mib:
+            raise JstallError(f"--max-journal-size {max_mib}M is below --journal-size {start_mib}M; give a larger one")
+        hi_mib = min(hi_mib, max_mib)
+    out_dir = output_dir or f"jstall-tune-{pattern}"
+    if os.path.exists(os.path.join(out_dir, "tune.json")) or (os.path.isdir(out_dir) and os.listdir(out_dir)):
+        raise JstallError(f"-o {out_dir}: holds files; give a new or empty directory")
+    base = LabConfig(fs=fs, pattern=pattern, params=params, jobs=jobs, seed=seed, min_ms=min_ms,
+                     scratch_dir=scratch_dir)
+    variants = _variants(fs) if compare else []
+    for _, change in [(None, {})] + variants:  # validate every configuration before running any
+        prepare(dataclasses.replace(base, fs=dataclasses.replace(fs, **change)))
+    if os.geteuid() != 0:
+        raise JstallError("the lab makes loop devices and mounts: run it as root (sudo)")
+    os.makedirs(out_dir, exist_ok=True)
+    result = TuneResult(pattern=pattern, params=params, threshold_ms=float(threshold_ms), start_mib=start_mib,
+                        bound_mib=hi_mib, config={**fs.as_dict(), "jobs": jobs, "seed": seed}, output_dir=out_dir)
+    cache = {}
+
+    def run(label, mib, change):
+        key = (mib, tuple(sorted(change.items())))
+        if key in cache:
+            return cache[key]
+        sdir = os.path.join(out_dir, _slug(label))
+        cfg = dataclasses.replace(base, fs=dataclasses.replace(fs, journal_size=f"{mib}M", **change), output_dir=sdir,
+                                  extra={"tune": {"label": label, "journal_mib": mib, "options": change}})
+        print(f"tune: {label} ...", file=console, flush=True)
+        run_lab(cfg)
+        r = measure(sdir, label, mib, change, threshold_ms)
+        print(f"tune: {label}: {'clean' if r.clean else 'STALLS'} ({r.checkpoint_stalls} checkpoint stalls, "
+              f"{r.checkpoint_stall_ms:,.0f} ms; durable {r.total_durable_s:.2f} s)", file=console, flush=True)
+        cache[key] = r
+        if not change:
+            result.runs.append(r)
+        _save(result)
+        return r
+
+    def size(mib):
+        return run(f"journal {mib}M", mib, {})
+
+    first = size(start_mib)
+    stalled, clean = (None, start_mib) if first.clean else (start_mib, None)
+    if first.clean:  # halve until a size stalls or the smallest is clean
+        m = start_mib
+        while m > lo_mib:
+            m = max(lo_mib, m // 2)
+            if size(m).clean:
+                clean = m
+            else:
+                stalled = m
+                break
+    else:  # double until a size is clean or the bound stalls
+        m = start_mib
+        while m < hi_mib:
+            m = min(hi_mib, m * 2)
+            if size(m).clean:
+                clean = m
+                break
+            stalled = m
+    if stalled is not None and clean is not None:
+        cand = grid(stalled, clean)
+        while cand:
+            mid = cand[len(cand) // 2]
+            if size(mid).clean:
+                clean = mid
+                cand = [c for c in cand if c < mid]
+            else:
+                stalled = mid
+                cand = [c for c in cand if c > mid]
+    result.threshold_mib, result.stalled_below_mib = clean, stalled
+    result.comparisons = [first] + [run(label, start_mib, change) for label, change in variants]
+    _save(result)
+    return result
+
+
+def _variants(fs):
+    """[(label, FsConfig changes)] of the remedies compared at the starting size."""
+    out = []
+    if fs.inode_size < 256:
+        out.append(("256-byte inodes", {"inode_size": 256}))
+    ext = {"journal_device": True}
+    if fs.journal_device_profile == "none" and not fs.journal_limits():
+        # its own device of the same kind as the filesystem's
+        ext.update(journal_device_profile=fs.device_profile, journal_read_iops=fs.read_iops,
+                   journal_write_iops=fs.write_iops, journal_read_bps=fs.read_bps, journal_write_bps=fs.write_bps)
+    out.append(("external journal", ext))
+    if not fs.fast_commit and fs.data_mode != "journal":
+        out.append(("fast_commit", {"fast_commit": True}))
+    return out
+
+
+def _save(result):
+    path = os.path.join(result.output_dir, "tune.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(result.to_dict(), f, indent=2)
+        f.write("\n")
+    os.replace(path + ".tmp", path)
+
+
+def print_result(r, out):
+    """The text summary of a TuneResult."""
+    c = r.config or {}
+    print(f"lab tune {r.pattern}: {', '.join(f'{k}={v}' for k, v in r.params.items()) or 'defaults'}; ext4 "
+          f"{c.get('fs_size')}, {c.get('inode_size')}-byte inodes, data={c.get('data_mode')}; device "
+          f"{c.get('device_profile')} " + ",".join(f"{k}={v}" for k, v in (c.get("data_limits") or {}).items() if v),
+          file=out)
+    rule = (f"stall: a checkpoint forced on a task, or a call ≥ {r.threshold_ms:g} ms waiting on one; journal sizes "
+            f"on a grid of at most {STEPS_PER_OCTAVE} steps per doubling, {r.bound_mib}M at most")
+    if r.threshold_mib is None:
+        print(f"no journal up to {r.bound_mib}M is free of forced-checkpoint stalls ({rule})", file=out)
+    elif r.stalled_below_mib is None:
+        print(f"threshold: {r.threshold_mib}M, the smallest journal ext4 takes here, already has no forced-checkpoint "
+              f"stall ({rule})", file=out)
+    else:
+        print(f"threshold: {r.threshold_mib}M is the smallest journal with no forced-checkpoint stall; "
+              f"{r.stalled_below_mib}M stalls ({rule})", file=out)
+    phases = list(r.runs[0].durable_s) if r.runs else []
+    print("", file=out)
+    print("runs in the order tried (durable seconds: until syncfs returned and the emulated device was idle)", file=out)
+    _table(out, r.runs, phases)
+    if len(r.comparisons) > 1:
+        print("", file=out)
+        print(f"at the starting journal size ({r.start_mib}M), one change at a time", file=out)
+        _table(out, r.comparisons, phases)
+    print("", file=out)
+    print(f"sessions and tune.json in {r.output_dir} (explain one: jstall analyze {r.output_dir}/RUN)", file=out)
+
+
+def _table(out, runs, phases):
+    head = f"{'RUN':<18} {'JOURNAL':>7} {'CLEAN':>5} {'CP_STALLS':>9} {'CP_STALL_MS':>11} {'STALLS':>6} " \
+           f"{'STALL_MS':>9} {'FORCED_CP':>9} {'DURABLE_S':>9} {'RETURNED_S':>10}"
+    head += "".join(f" {p[:12] + '_s':>14}" for p in phases)
+    print(head, file=out)
+    for x in runs:
+        line = (f"{x.label:<18} {str(x.journal_mib) + 'M':>7} {'yes' if x.clean else 'no':>5} {x.checkpoint_stalls:>9,} "
+                f"{x.checkpoint_stall_ms:>11,.0f} {x.stalls:>6,} {x.stall_ms:>9,.0f} {x.forced_checkpoints:>9,} "
+                f"{x.total_durable_s:>9.2f} {x.total_returned_s:>10.2f}")
+        line += "".join(f" {x.durable_s.get(p, float('nan')):>14.2f}" for p in phases)
+        print(line, file=out)
