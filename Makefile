@@ -19,6 +19,7 @@ test: setup-test
 bench: setup
 	$(PY) benchmarks/record_overhead.py
 	$(PY) benchmarks/analyze_speed.py
+	$(PY) benchmarks/advice_accuracy.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

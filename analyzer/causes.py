@@ -118,8 +118,6 @@ FRAME_CAUSES = {f: c.name for c in REGISTRY for f in c.frames}
 _PRECEDENCE = {c.name: c.precedence for c in REGISTRY}
 #: cause -> colour, for figures.
 COLOURS = {c.name: c.colour for c in REGISTRY}
-#: Cause names of sessions analyzed before the split of ``buffer_io``.
-RENAMED = {"buffer_io": "metadata_io"}
 
 # kept for readers of the old module layout
 CHECKPOINT_FRAMES = BY_NAME["checkpoint"].frames

@@ -26,7 +26,10 @@ Inputs, all from the session (per journal):
 With a hot set of ``D`` blocks touched at random, a block's copy stays in a log span of ``S``
 blocks until it is touched again, so the share of later touches that find no copy in the log
 is ``exp(-S / D)``: ``(new - D) / (blocks - D) = exp(-S / D)``, solved for ``D`` by
-bisection with ``S`` the mean span (giving ``D_low``) and the peak span (``D_high``).
+bisection with ``S`` the mean span (giving ``D_low``) and the peak span (``D_high``), both
+kept within ``[new - written_home, new]``: a block enters the log again only after a
+checkpoint wrote it home (or writeback cleaned it), so with nothing written home the count
+of blocks new to the log is the hot set itself.
 
 Two bounds on the journal follow from the kernel's condition.  ``high``: one transaction
 (at most ``j_max_transaction_buffers``) holds the whole hot set, so no handle ever has to
@@ -128,7 +131,11 @@ def model(journal, txns, checkpoint_stats, timeline, kernel_release=None):
     s_peak = float(used.max()) if used is not None else float("nan")
     d_low = hot_set(blocks, new, s_mean) if s_mean == s_mean else float(new)
     d_high = hot_set(blocks, new, s_peak) if s_peak == s_peak else float(new)
+    # a block enters the log again only after it left it unre-logged: written home by a
+    # checkpoint (or cleaned by writeback), so new - written <= D <= new
+    floor = float(max(new - written, 0))
     d_low, d_high = min(d_low, d_high), max(d_low, d_high, float(t["blocks"].max()))
+    d_low, d_high = min(max(d_low, floor), float(new)), min(max(d_high, floor), float(new))
     overhead = logged / blocks if blocks else 1.0
     mib = bs / 2**20
     low = journal_blocks_needed(d_low, overhead, divisor / max(divisor - 1.0, 1.0), fc) * mib

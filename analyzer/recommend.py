@@ -180,22 +180,32 @@ def inode_size(ctx):
             from .journal_model import journal_blocks_needed
 
             hot = m.hot_blocks_high * (1.0 - xshare)
-            need_blocks = journal_blocks_needed(hot, m.logged_blocks / max(m.blocks, 1), m.divisor,
-                                                m.fast_commit_blocks)
+            overhead = m.logged_blocks / max(m.blocks, 1)
+            need_low = journal_blocks_needed(hot, overhead, m.divisor / max(m.divisor - 1.0, 1.0), m.fast_commit_blocks)
+            need_high = journal_blocks_needed(hot, overhead, m.divisor, m.fast_commit_blocks)
             jb = m.journal_mib * 2**20 / m.block_size
-            margin = jb - need_blocks
-            inputs.update(predicted_hot_blocks=hot, predicted_needed_blocks=need_blocks, journal_blocks=jb,
+            margin = jb - need_low
+            inputs.update(predicted_hot_blocks=hot, predicted_needed_blocks_low=need_low,
+                          predicted_needed_blocks_high=need_high, journal_blocks=jb,
                           predicted_margin_blocks=margin, predicted_margin_pct=100.0 * margin / jb)
             ok = margin >= 0
             rec.stall_ms_addressed = cp_ms if ok else 0.0
-            rec.journal_size_mib = None if ok else float(int(-(-need_blocks * m.block_size // 2**20)))
-            rec.text = text + (
-                f"Estimate: with 256-byte inodes (mkfs.ext4 -I 256) those blocks are not logged; the hot set drops "
-                f"from about {m.hot_blocks_high:.0f} to {hot:.0f} blocks, which needs {need_blocks:.0f} of the "
-                f"journal's {jb:.0f} blocks: " + (
-                    f"a margin of {margin:.0f} blocks ({100 * margin / jb:.0f}% of the journal)." if ok else
-                    f"256-byte inodes alone would NOT suffice (short by {-margin:.0f} blocks); with them a "
-                    f"{_fmt_mib(rec.journal_size_mib)} journal would."))
+            rec.journal_size_mib = None if need_high <= jb else float(int(-(-need_high * m.block_size // 2**20)))
+            head = (f"Estimate: with 256-byte inodes (mkfs.ext4 -I 256) those blocks are not logged; the hot set "
+                    f"drops from about {m.hot_blocks_high:.0f} to {hot:.0f} blocks, which needs {need_low:.0f} "
+                    f"(held once in the log) to {need_high:.0f} (held in one transaction) of the journal's "
+                    f"{jb:.0f} blocks: ")
+            if not ok:
+                rec.text = text + head + (f"256-byte inodes alone would NOT suffice (short by {-margin:.0f} blocks); "
+                                          f"with them a {_fmt_mib(rec.journal_size_mib)} journal would.")
+            elif need_high <= jb:
+                rec.text = text + head + (f"they suffice with a margin of {jb - need_high:.0f} blocks "
+                                          f"({100 * (jb - need_high) / jb:.0f}% of the journal) even for one transaction.")
+            else:
+                rec.text = text + head + (f"they likely suffice, with a margin of {margin:.0f} blocks "
+                                          f"({100 * margin / jb:.0f}% of the journal) at the peak; a "
+                                          f"{_fmt_mib(rec.journal_size_mib)} journal would leave room for the hot set "
+                                          "in one transaction.")
         else:
             rec.stall_ms_addressed = cp_ms
             rec.text = text + "With 256-byte inodes (mkfs.ext4 -I 256) small attributes live in the inode."
@@ -286,7 +296,8 @@ def per_cause(ctx):
             c, stall_ms_addressed=ms, inputs={"share_pct": 100.0 * ms / total, "total_ms": ms, "stalls": n,
                                               "top_label": label},
             text=(f"{100 * ms / total:.0f}% of the stall time ({ms:.0f} ms, {n} stalls) was {cause.explanation}"
-                  + (f"; the longest blocked in {label}" if label else "") + f". What helps: {cause.advice}.")))
+                  + (f"; the longest blocked in {label}" if label and c != "cpu" else "")
+                  + f". What helps: {cause.advice}.")))
     return out
 
 

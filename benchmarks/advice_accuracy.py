@@ -1,109 +1,80 @@
-"""The journal-size advice against the lab: for each workload and scale, the threshold found by
-bisection (the smallest whole-MiB journal whose run has no forced checkpoint) and the size
-jstall recommends from runs on smaller journals, with its range and the ratio
-recommended / threshold (the target is 1x to 2x).
+"""The journal-size advice against the lab: for each workload and scale, the threshold that
+`jstall lab tune` finds by bisection (the smallest journal with no forced-checkpoint stall,
+on its grid of whole MiB) and the size jstall recommends from each of the search's runs that
+stalled, with its range and the ratio recommended / threshold (the target is 1x to 2x).
 
-usage: sudo .venv/bin/python benchmarks/advice_accuracy.py [--quick] [--scratch DIR]
+usage: sudo .venv/bin/python benchmarks/advice_accuracy.py [--quick] [--write-iops N] [--scratch DIR]
 
-Each lab run is recorded (jstall lab run, no device throttle) and analyzed with --min-ms 1.
---quick: the two small workloads only, one starting size each.
+Runs on the lab's paced device (every request waits its turn; default 2,000 write IOPS, as
+`make demo`); --write-iops 0: no throttle. --quick: the two small workloads only. Each tune
+run is recorded; every session is analyzed with --min-ms 1.
 """
 
 import argparse
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
 from jstall.analyzer import analyze
 
-JSTALL = os.path.join(os.path.dirname(sys.executable), "jstall")
-
-#: (name, scale, lab arguments, starting journal sizes in MiB)
+#: (name, scale, pattern, params, fs options, starting journal MiB)
 CASES = (
-    ("xattr", "3,000 files, 12,000 updates, 128-byte inodes",
-     ["xattr", "--inode-size", "128", "--fs-size", "256M", "--files", "3000", "--updates", "12000"], (4, 8, 16, 24)),
-    ("fdtree", "deep (5 levels x 4, 5 files)", ["fdtree", "--shape", "deep"], (4, 8, 16)),
-    ("xattr", "seed: 5,000 files, 54,247 updates, 128-byte inodes",
-     ["xattr", "--inode-size", "128", "--fs-size", "512M"], (8, 16, 32)),
+    ("xattr", "3,000 files, 12,000 updates, 128-byte inodes", "xattr", {"files": 3000, "updates": 12000},
+     {"fs_size": "256M", "inode_size": 128}, 4),
+    ("fdtree", "deep (5 levels × 4, 5 files)", "fdtree", {"shape": "deep"}, {"fs_size": "256M"}, 4),
+    ("xattr", "seed: 5,000 files, 54,247 updates, 128-byte inodes", "xattr", {}, {"fs_size": "512M", "inode_size": 128},
+     8),
 )
-
-
-class Lab:
-    def __init__(self, scratch):
-        self.scratch = scratch
-        self.tmp = tempfile.mkdtemp(prefix="jstall-accuracy-")
-        self.cache = {}
-
-    def run(self, args, mib):
-        """Analysis of one recorded run at ``mib`` MiB (cached per arguments and size)."""
-        key = (tuple(args), mib)
-        if key not in self.cache:
-            out = os.path.join(self.tmp, f"run{len(self.cache)}")
-            cmd = [JSTALL, "lab", "run", *args, "--journal-size", f"{mib}M", "-o", out, "--no-progress"]
-            if self.scratch:
-                cmd += ["--scratch", self.scratch]
-            p = subprocess.run(cmd, capture_output=True, text=True)
-            if p.returncode != 0:
-                raise SystemExit(f"lab run failed: {' '.join(cmd)}\n{p.stderr}")
-            self.cache[key] = analyze(out, min_ms=1)
-            shutil.rmtree(out, ignore_errors=True)
-        return self.cache[key]
-
-    def forced(self, args, mib):
-        return int(self.run(args, mib).journals["forced_checkpoints"].sum())
-
-    def threshold(self, args, lo):
-        """Smallest whole-MiB size with no forced checkpoint, above ``lo`` (which stalls)."""
-        hi = lo * 2
-        while self.forced(args, hi):
-            lo, hi = hi, hi * 2
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if self.forced(args, mid):
-                lo = mid
-            else:
-                hi = mid
-        return hi
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="the two small workloads only")
+    ap.add_argument("--write-iops", type=int, default=2000, help="the paced device's write IOPS (0: none)")
     ap.add_argument("--scratch", help="lab scratch directory (default: the lab's)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("needs root (the lab makes loop devices)")
-    lab = Lab(args.scratch)
-    cases = CASES[:2] if args.quick else CASES
+    from jstall.workloads.scratch import FsConfig
+    from jstall.workloads.tune import tune
+
     rows = []
+    tmp = tempfile.mkdtemp(prefix="jstall-accuracy-")
     try:
-        for name, scale, largs, starts in cases:
-            starts = starts[-1:] if args.quick else starts
-            thr = lab.threshold(largs, min(starts))
-            for s in starts:
-                a = lab.run(largs, s)
-                recs = [r for r in a.recommendations if r.kind == "journal_size"]
-                if not recs:
-                    rows.append((name, scale, thr, s, None, None, None, None))
+        for i, (name, scale, pattern, params, fsopt, start) in enumerate(CASES[:2] if args.quick else CASES):
+            fs = FsConfig(journal_size=f"{start}M", write_iops=args.write_iops or None, **fsopt)
+            with open(os.devnull, "w") as quiet:
+                r = tune(pattern, params, fs, compare=False, output_dir=os.path.join(tmp, f"t{i}"),
+                         scratch_dir=args.scratch, console=quiet)
+            thr = r.threshold_mib
+            print(f"# {name} ({scale}): threshold {thr} MiB, {r.stalled_below_mib} MiB stalls; "
+                  f"tried {r.tried_mib}", file=sys.stderr, flush=True)
+            for run in sorted(r.runs, key=lambda x: x.journal_mib):
+                if run.clean:
                     continue
-                r = recs[0]
-                rows.append((name, scale, thr, s, r.journal_size_mib, r.low_mib, r.high_mib,
-                             r.journal_size_mib / thr))
-            print(f"# {name} ({scale}): threshold {thr} MiB after {len(lab.cache)} runs", file=sys.stderr, flush=True)
+                a = analyze(run.session_dir, min_ms=1)
+                recs = [x for x in a.recommendations if x.kind == "journal_size"]
+                rec = recs[0] if recs else None
+                rows.append((name, scale, thr, run.journal_mib, rec))
     finally:
-        shutil.rmtree(lab.tmp, ignore_errors=True)
-    print(f"| workload | scale | bisected threshold MiB | run on MiB | recommended MiB | range MiB | ratio |")
+        shutil.rmtree(tmp, ignore_errors=True)
+    device = f"paced device, {args.write_iops} write IOPS" if args.write_iops else "no throttle"
+    print(f"journal-size advice against lab tune ({device})\n")
+    print("| workload | scale | threshold MiB | run on MiB | recommended MiB | range MiB | ratio |")
     print("|---|---|---:|---:|---:|---:|---:|")
-    for name, scale, thr, s, rec, lo, hi, ratio in rows:
+    inside = counted = 0
+    for name, scale, thr, mib, rec in rows:
         if rec is None:
-            print(f"| {name} | {scale} | {thr} | {s} | (none) | | |")
-        else:
-            ok = "" if 1.0 <= ratio <= 2.0 else " (outside 1x-2x)"
-            print(f"| {name} | {scale} | {thr} | {s} | {rec:g} | {lo:.0f}-{hi:.0f} | {ratio:.2f}{ok} |")
-    inside = [r for r in rows if r[7] is not None and 1.0 <= r[7] <= 2.0]
-    print(f"\n{len(inside)} of {len(rows)} recommendations within [1x, 2x] of the bisected threshold")
+            print(f"| {name} | {scale} | {thr} | {mib} | (none: no checkpoint stall time) | | |")
+            continue
+        ratio = rec.journal_size_mib / thr if thr else float("nan")
+        ok = 1.0 <= ratio <= 2.0
+        counted += 1
+        inside += ok
+        print(f"| {name} | {scale} | {thr} | {mib} | {rec.journal_size_mib:g} | {rec.low_mib:.0f}-{rec.high_mib:.0f} "
+              f"| {ratio:.2f}{'' if ok else ' (outside)'} |")
+    print(f"\n{inside} of {counted} recommendations within [1x, 2x] of the bisected threshold")
     return 0
 
 

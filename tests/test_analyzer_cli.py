@@ -144,3 +144,37 @@ def test_unprivileged_user_gets_one_line_errors():
         assert not os.path.exists("/tmp/jstall-nobody.html")
     finally:
         shutil.rmtree(base)
+
+
+def test_every_cause_and_rule_is_described_where_users_read():
+    """The causes registry feeds --help and the figures; docs/analysis.md names every cause and
+    every recommendation kind; the recorder's --calls groups are documented too."""
+    import os
+
+    from jstall.analyzer import figures, recommend
+    from jstall.analyzer.causes import REGISTRY
+    from jstall.probes.syscalls import GROUPS, parse_calls
+
+    doc = open(os.path.join(os.path.dirname(__file__), "..", "docs", "analysis.md")).read()
+    for c in REGISTRY:
+        assert f"  {c.name} " in analyze_cmd.DESCRIPTION and f"`{c.name}`" in doc, c.name
+        assert figures.CAUSE_COLORS[c.name] == c.colour
+    kinds = {"lost_events", "no_stalls", "journal_size", "inode_size", "external_journal", "fast_commit",
+             *recommend.GENERIC_CAUSES}
+    assert all(f"`{k}`" in doc for k in kinds)
+    assert parse_calls(None) == tuple(GROUPS["metadata"] + GROUPS["fsync"])
+    assert set(parse_calls("all")) >= {"write", "pwritev2", "utimensat", "symlinkat", "fchmodat", "fallocate"}
+    assert parse_calls("write,fsync") == GROUPS["write"] + ("fsync", "fdatasync")
+    with pytest.raises(JstallError, match="unknown group or call 'wrte'"):
+        parse_calls("wrte")
+
+
+def test_record_refuses_an_unknown_calls_group(tmp_path):
+    import os
+
+    out = tmp_path / "s"
+    jstall = os.path.join(os.path.dirname(sys.executable), "jstall")
+    p = subprocess.run([jstall, "record", "--calls", "metadata,bogus", "-o", str(out), "--", "true"],
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and not out.exists()
+    assert len(p.stderr.strip().splitlines()) == 1 and "--calls" in p.stderr and "groups:" in p.stderr
