@@ -147,7 +147,9 @@ class Recorder:
     # ---- set-up -------------------------------------------------------------------
 
     def _cflags(self):
-        defines = btf.probe_defines(btf.BtfTypes.load())
+        types = btf.BtfTypes.load()
+        defines = btf.probe_defines(types)
+        defines.update(btf.syscall_arg_defines(types))
         for struct, dt in events.DTYPES.items():
             defines[f"SIZEOF_{struct}"] = dt.itemsize
         defines.update(
