@@ -164,6 +164,7 @@ class Recorder:
             FILTER_DEV=int(bool(self.devices)),
             FILTER_CGROUP=self.cgroup_id or 0,
             PER_SYSCALL_TRACEPOINTS=int(self.opts.attach == "syscalls"),
+            SELF_TGID=os.getpid(),
         )
         return [f"-D{k}={v}" for k, v in defines.items()] + [f"-I{os.path.dirname(BPF_SOURCE)}"]
 
