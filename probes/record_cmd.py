@@ -115,7 +115,9 @@ class _Signals:
         self.event.set()
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signum)
-            threading.Timer(self.KILL_AFTER_S, self._kill).start()
+            timer = threading.Timer(self.KILL_AFTER_S, self._kill)
+            timer.daemon = True
+            timer.start()
 
     def _kill(self):
         if self.proc.poll() is None:

@@ -310,6 +310,14 @@ class Recorder:
               file=self.console, flush=True)
 
     def _poll(self):
+        try:
+            self._poll_loop()
+        except Exception as e:  # e.g. the disk is full: end the recording, say why
+            self.error = f"{type(e).__name__}: {e}"
+            self.stop_reason = f"error: {self.error}"
+            self.done.set()
+
+    def _poll_loop(self):
         last_flush = time.monotonic()
         while not self._stop.is_set():
             self.bpf.ring_buffer_poll(100)
