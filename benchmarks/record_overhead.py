@@ -1,31 +1,54 @@
-"""Recorder overhead: a fixed metadata workload (create, 2 x setxattr, unlink per file,
-unthrottled) on a scratch ext4, run alternately without and with `jstall record`
-(device filter), several pairs in ABBA order. Prints each pair's throughput, the
-median ratio traced/untraced and the events lost. Throughput is calls per wall
-second; calls per CPU second of the workload (user + system, where the probes run)
-is printed beside it because it is less disturbed by other load. Needs root.
+"""Recorder overhead, every candidate side by side in one run (needs root).
 
-usage: record_overhead.py [--pairs N] [--files N] [--rounds N] [--mount DIR]
+1. Tight metadata loop (benchmarks/metadata_loop.py: per file create, 2 x setxattr, unlink;
+   unthrottled 256-byte-inode ext4 with a 64 MiB journal on a loop device), in rounds
+   whose order alternates (ABBA: forward, then reversed): untraced; `jstall record -d`
+   with per-syscall tracepoints ("syscalls", the default) and with raw_syscalls ("raw");
+   bcc's `syscount -L` (Debian: syscount-bpfcc); a bpftrace raw_syscalls latency
+   histogram. Each traced rate is divided by the same round's untraced rate. Prints every
+   round, then the median and range of each ratio, and checks that jstall counted every call.
+2. Bystanders: `dd if=/dev/zero of=/dev/null` with bs=1 and bs=4096 (read/write syscalls
+   nobody traces) while jstall records `-d` the idle scratch ext4, in the same ABBA way.
+3. Each jstall BPF program's run time per event (kernel.bpf_stats_enabled, on for that
+   run only), per attach mode.
+
+The machine may be shared: ABBA order, medians and ranges; the load average is printed.
+
+usage: record_overhead.py [--rounds 8] [--files 5000] [--loops 10] [--mount DIR] [--skip-bystanders]
 """
 
 import argparse
 import contextlib
 import json
 import os
+import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 from jstall.probes.recorder import RecordOptions, Recorder
 
 LOOP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "metadata_loop.py")
+SYSCOUNT = shutil.which("syscount-bpfcc") or "/usr/sbin/syscount-bpfcc"
+BPFTRACE_HIST = ("tracepoint:raw_syscalls:sys_enter { @start[tid] = nsecs; } "
+                 "tracepoint:raw_syscalls:sys_exit /@start[tid]/ { @ns = hist(nsecs - @start[tid]); delete(@start[tid]); }")
 
 
-def run_workload(mount, files, rounds):
-    out = subprocess.run([sys.executable, LOOP, os.path.join(mount, "bench"), str(files), str(rounds)],
+def run_loop(mount, files, loops):
+    out = subprocess.run([sys.executable, LOOP, os.path.join(mount, "bench"), str(files), str(loops)],
                          check=True, capture_output=True, text=True).stdout
     return json.loads(out)
+
+
+def run_dd(bs, count):
+    """Blocks (a read and a write syscall each) per second, over dd's own copying time."""
+    err = subprocess.run(["dd", "if=/dev/zero", "of=/dev/null", f"bs={bs}", f"count={count}"], check=True,
+                         capture_output=True, text=True).stderr
+    seconds = float(err.strip().splitlines()[-1].split(", ")[-2].split()[0])
+    return count / seconds
 
 
 @contextlib.contextmanager
@@ -39,42 +62,147 @@ def scratch_mount(mount):
         yield fs.mountpoint
 
 
+@contextlib.contextmanager
+def tool_running(argv, ready):
+    """An external tracer, from the line it prints once attached until SIGINT."""
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        while True:
+            line = p.stdout.readline()
+            if not line:
+                raise RuntimeError(f"{argv[0]} ended before attaching")
+            if ready in line:
+                break
+        yield p
+    finally:
+        p.send_signal(signal.SIGINT)
+        try:
+            p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+class Jstall:
+    """`jstall record -d MOUNT` in this process, for one run."""
+
+    def __init__(self, mount, tmp, attach):
+        self.mount, self.tmp, self.attach, self.n = mount, tmp, attach, 0
+
+    @contextlib.contextmanager
+    def running(self):
+        self.n += 1
+        rec = Recorder(RecordOptions(output_dir=os.path.join(self.tmp, f"{self.attach}{self.n}"), devices=[self.mount],
+                                     quiet=True, attach=self.attach))
+        rec.start()
+        try:
+            yield rec
+        finally:
+            rec.stop()
+            self.last = rec
+
+
+def bpf_prog_stats(rec):
+    """{program: (events, ns per event)} from /proc/self/fdinfo of the recorder's programs."""
+    out = {}
+    for name, fn in rec.bpf.funcs.items():
+        info = {}
+        with open(f"/proc/self/fdinfo/{fn.fd}") as f:
+            for line in f:
+                k, _, v = line.partition(":")
+                info[k.strip()] = v.strip()
+        cnt, ns = int(info.get("run_cnt", 0)), int(info.get("run_time_ns", 0))
+        if cnt:
+            out[name.decode()] = (cnt, ns / cnt)
+    return out
+
+
+def summary(label, values, unit=""):
+    return (f"{label:<34} median {statistics.median(values):.3f}{unit}  "
+            f"(range {min(values):.3f}-{max(values):.3f}, n={len(values)})")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--pairs", type=int, default=6)
+    ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--files", type=int, default=5000)
-    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--loops", type=int, default=10)
+    ap.add_argument("--dd-count", type=int, default=5_000_000, help="blocks per dd run at bs=1 (half at bs=4096)")
     ap.add_argument("--mount", help="an existing ext4 mount to use instead of a scratch loop device")
+    ap.add_argument("--skip-bystanders", action="store_true")
     args = ap.parse_args()
-    ratios, cpu_ratios, lost_total, traced_rates = [], [], 0, []
-    with scratch_mount(args.mount) as mount, tempfile.TemporaryDirectory() as tmp:
-        run_workload(mount, args.files, 1)  # warm the caches
-        print(f"{'pair':>4} {'untraced calls/s':>17} {'traced calls/s':>15} {'ratio':>6} {'cpu ratio':>9} "
-              f"{'counted':>8} {'lost':>5}")
-        for i in range(args.pairs):
-            rec = Recorder(RecordOptions(output_dir=os.path.join(tmp, f"s{i}"), devices=[mount], quiet=True))
-            if i % 2 == 0:
-                base = run_workload(mount, args.files, args.rounds)
-            rec.start()
-            traced = run_workload(mount, args.files, args.rounds)
-            rec.stop()
-            if i % 2 == 1:
-                base = run_workload(mount, args.files, args.rounds)
-            counted = sum(rec.tables["call_totals"]["count"].to_pylist())
-            lost = sum(rec.metadata["events_lost"].values()) + rec.metadata["stacks_lost"]
-            ratio = traced["calls_per_s"] / base["calls_per_s"]
-            cpu_ratio = traced["calls_per_cpu_s"] / base["calls_per_cpu_s"]
-            ratios.append(ratio)
-            cpu_ratios.append(cpu_ratio)
-            traced_rates.append(traced["calls_per_s"])
-            lost_total += lost
-            print(f"{i + 1:>4} {base['calls_per_s']:>17,.0f} {traced['calls_per_s']:>15,.0f} {ratio:>6.3f} "
-                  f"{cpu_ratio:>9.3f} {counted:>8} {lost:>5}")
-            if counted < traced["calls"]:
-                print(f"     the probes counted {counted} of {traced['calls']} calls", file=sys.stderr)
-    print(f"\nmedian ratio traced/untraced: {statistics.median(ratios):.3f} "
-          f"(min {min(ratios):.3f}, max {max(ratios):.3f}) at a median {statistics.median(traced_rates):,.0f} "
-          f"traced calls/s; per CPU second: {statistics.median(cpu_ratios):.3f}; events lost: {lost_total}")
+    print(f"load average at start: {os.getloadavg()}; CPUs: {os.cpu_count()}; kernel {os.uname().release}")
+    with scratch_mount(args.mount) as mount, tempfile.TemporaryDirectory(dir="/var/tmp") as tmp:
+        jstall = {a: Jstall(mount, tmp, a) for a in ("syscalls", "raw")}
+        conditions = {
+            "untraced": contextlib.nullcontext,
+            "jstall (syscalls)": jstall["syscalls"].running,
+            "jstall (raw)": jstall["raw"].running,
+            "syscount -L": lambda: tool_running([SYSCOUNT, "-L"], "Tracing"),
+            "bpftrace hist": lambda: tool_running(["bpftrace", "-e", BPFTRACE_HIST], "Attaching"),
+        }
+        names = list(conditions)
+        run_loop(mount, args.files, 1)  # warm the caches
+        rates = {n: [] for n in names}
+        counted_ok = True
+        print("\n1. tight metadata loop: calls/s per condition, then ratio to the round's untraced run")
+        print(f"{'round':>5} " + " ".join(f"{n:>18}" for n in names))
+        for r in range(args.rounds):
+            order = names if r % 2 == 0 else names[::-1]
+            got = {}
+            for n in order:
+                with conditions[n]():
+                    res = run_loop(mount, args.files, args.loops)
+                got[n] = res["calls_per_s"]
+                if n.startswith("jstall"):
+                    rec = jstall[n.split("(")[1].rstrip(")")].last
+                    t = rec.tables["call_totals"]
+                    counted = sum(t["count"].to_pylist())
+                    lost = sum(rec.metadata["events_lost"].values())
+                    if counted != res["calls"] or lost:
+                        counted_ok = False
+                        print(f"      {n}: counted {counted} of {res['calls']} calls, {lost} events lost", file=sys.stderr)
+            for n in names:
+                rates[n].append(got[n])
+            print(f"{r + 1:>5} " + " ".join(f"{got[n]:>18,.0f}" for n in names))
+        print(f"      every call counted by jstall, 0 events lost: {counted_ok}")
+        base = rates["untraced"]
+        print(summary("untraced calls/s (thousands)", [v / 1000 for v in base]))
+        for n in names[1:]:
+            print(summary(f"ratio {n}", [t / u for t, u in zip(rates[n], base)]))
+
+        if not args.skip_bystanders:
+            for bs, count in ((1, args.dd_count), (4096, args.dd_count // 2)):
+                print(f"\n2. bystander dd bs={bs} count={count} while jstall records -d the idle scratch ext4")
+                by = {"untraced": [], "jstall (syscalls)": [], "jstall (raw)": []}
+                bnames = list(by)
+                for r in range(args.rounds):
+                    for n in (bnames if r % 2 == 0 else bnames[::-1]):
+                        with conditions[n]():
+                            by[n].append(run_dd(bs, count))
+                print(summary("untraced blocks/s (millions)", [v / 1e6 for v in by["untraced"]]))
+                for n in bnames[1:]:
+                    print(summary(f"ratio {n}", [t / u for t, u in zip(by[n], by["untraced"])]))
+
+        print("\n3. BPF program run time per event (kernel.bpf_stats_enabled), one loop run per attach mode")
+        old = open("/proc/sys/kernel/bpf_stats_enabled").read().strip()
+        try:
+            with open("/proc/sys/kernel/bpf_stats_enabled", "w") as f:
+                f.write("1")
+            for a in ("syscalls", "raw"):
+                rec = Recorder(RecordOptions(output_dir=os.path.join(tmp, f"stats-{a}"), devices=[mount], quiet=True,
+                                             attach=a))
+                rec.start()
+                run_loop(mount, args.files, args.loops)
+                stats = bpf_prog_stats(rec)
+                rec.stop()
+                print(f"   attach={a}")
+                for name, (cnt, ns) in sorted(stats.items(), key=lambda kv: -kv[1][0] * kv[1][1]):
+                    print(f"      {name:<32} {cnt:>10,} events  {ns:>7.0f} ns/event  {cnt * ns / 1e6:>8.1f} ms")
+        finally:
+            with open("/proc/sys/kernel/bpf_stats_enabled", "w") as f:
+                f.write(old)
+    print(f"\nload average at end: {os.getloadavg()}")
 
 
 if __name__ == "__main__":

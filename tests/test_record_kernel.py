@@ -270,3 +270,17 @@ def test_cgroup_filter(tmp_path):
         os.rmdir(cg)
     totals = table(str(tmp_path / "s"), "call_totals")
     assert totals.loc[totals.syscall == "mkdir", "count"].sum() == 7
+
+
+def test_checkpoints_say_who_ran_them(recorded):
+    """The workload's forced checkpoints ran inside its traced calls; jbd2's own are not a
+    traced task's (a command session traces the command's tree only)."""
+    ev = table(recorded["path"], "jbd2_events")
+    chk = ev[ev.event == "checkpoint"]
+    mine = chk[chk.pid == recorded["workload"]["pid"]]
+    assert len(mine) > 0 and mine.in_traced_call.all() and mine.traced_task.all()
+    assert not chk[chk.jbd2_thread].traced_task.any()
+    cs = table(recorded["path"], "checkpoint_stats")
+    assert cs.in_traced_call.notna().all()
+    calls = table(recorded["path"], "calls")
+    assert calls.file.notna().all() and calls.file.str.contains("/d").all()

@@ -176,3 +176,30 @@ def test_bad_input_is_one_line_exit_2_and_nothing_made(tmp_path, args):
     assert "Traceback" not in proc.stderr and "['" not in proc.stderr
     assert os.listdir(tmp_path) == []
     assert not os.path.exists("/nonexistent-jstall")
+
+
+def test_max_size_ends_a_long_recording(tmp_path):
+    out = str(tmp_path / "s")
+    with ScratchFs(SMALL) as fs, background("busy", os.path.join(fs.mountpoint, "busy")):
+        proc = subprocess.run([JSTALL, "record", "-q", "-o", out, "-d", fs.dev, "--min-ms", "0", "--max-size", "0.2",
+                               "--duration", "60"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    s = load_session(out)
+    assert s.meta["status"] == "complete" and s.meta["stop_reason"] == "max size"
+    assert len(s.calls) > 0 and session.session_bytes(out) < 2_000_000
+
+
+def test_sigint_in_command_mode_ends_the_command_promptly(tmp_path):
+    """A SIGINT sent to jstall alone (not to the terminal's group) reaches the command."""
+    out = str(tmp_path / "s")
+    rec = subprocess.Popen([JSTALL, "record", "-q", "-o", out, "--", "sleep", "60"], stderr=subprocess.PIPE, text=True)
+    wait_attached(rec, out)
+    time.sleep(1)  # the command is running
+    t0 = time.monotonic()
+    rec.send_signal(signal.SIGINT)
+    _, err = rec.communicate(timeout=30)
+    assert time.monotonic() - t0 < 10
+    assert rec.returncode == 130, err
+    meta = session.read_metadata(out)
+    assert meta["status"] == "interrupted" and meta["stop_reason"] == "signal"
+    assert meta["command"] == ["sleep", "60"] and meta["command_exit_status"] == -signal.SIGINT

@@ -149,7 +149,8 @@ def read_arrow(session_dir, table, schema, columns=None):
 
 
 def write_chunk(session_dir, table, arrow_table, seq):
-    """Write one closed chunk of a streamed table (atomic: temporary name, then rename)."""
+    """Write one closed chunk of a streamed table (atomic: temporary name, then rename);
+    return its size in bytes."""
     import pyarrow.parquet as pq
 
     d = table_path(session_dir, table)
@@ -157,7 +158,9 @@ def write_chunk(session_dir, table, arrow_table, seq):
     name = f"{CHUNK_PREFIX}{seq:06d}.parquet"
     tmp = os.path.join(d, "." + name + ".tmp")
     pq.write_table(arrow_table, tmp)
+    size = os.path.getsize(tmp)
     os.replace(tmp, os.path.join(d, name))
+    return size
 
 
 def write_table_atomic(session_dir, table, arrow_table):
