@@ -4,7 +4,9 @@ against `jstall record`, in ABBA pairs on a scratch ext4 (unthrottled). Per pair
 - paced: the metadata workload (create, 2 x setxattr, unlink per file) paced at --rate
   calls/s; throughput ratio and calls per CPU second of the workload, traced/untraced;
 - full: the same workload unpaced (the recorder benchmark's rate), monitor and record;
-- bystander: `dd if=/dev/zero of=/dev/null bs=1` (cheap untraced syscalls), bytes/s.
+- bystander: `dd if=/dev/zero of=/dev/null bs=1` (cheap untraced syscalls), bytes/s; and the
+  monitor's own BPF run time while dd runs (BPF_ENABLE_STATS), as a share of one CPU: an
+  upper bound of the bystander's cost that other load on the machine does not blur.
 
 Prints each pair and the medians. Needs root.
 
@@ -98,12 +100,17 @@ def main():
               f"dd bs=1 of {args.dd_bytes:,} bytes")
         print("ratios traced/untraced; 'cpu': per CPU second of the workload (less disturbed by other load)")
         print(f"{'pair':>4} {'paced thr':>9} {'paced cpu':>9} {'full mon':>8} {'cpu':>5} {'full rec':>8} {'cpu':>5} "
-              f"{'dd mon':>7} {'cpu':>5} {'dd rec':>7} {'cpu':>5} {'lost':>5}")
+              f"{'dd mon':>7} {'cpu':>5} {'dd rec':>7} {'cpu':>5} {'lost':>5} {'bpf % cpu':>8}")
         for i in range(args.pairs):
             def traced():
                 t = Tracer(MonitorOptions(devices=[mount], before_s=10, after_s=5)).start()
                 time.sleep(0.5)
                 m = measure(mount, args)
+                # the monitor's BPF time while a bystander runs (every task's context switches
+                # included): an upper bound of what the bystander pays, independent of other load
+                b0, w0 = sum(v[0] for v in t.bpf_run().values()), time.perf_counter()
+                m["dd_again"] = dd(args.dd_bytes)
+                m["bpf_share"] = (sum(v[0] for v in t.bpf_run().values()) - b0) / (time.perf_counter() - w0)
                 t.stop()
                 rec = Recorder(RecordOptions(output_dir=os.path.join(tmp, f"r{i}"), devices=[mount], quiet=True))
                 rec.start()
@@ -125,13 +132,14 @@ def main():
                 "full_rec_cpu": r["full"]["calls_per_cpu_s"] / base["full"]["calls_per_cpu_s"],
                 "dd_mon": m["dd"][0] / base["dd"][0], "dd_rec": r["dd"][0] / base["dd"][0],
                 "dd_mon_cpu": m["dd"][1] / base["dd"][1], "dd_rec_cpu": r["dd"][1] / base["dd"][1], "lost": lost,
+                "bpf_share": m["bpf_share"],
                 "rate": m["paced"]["calls_per_s"], "full_rate": base["full"]["calls_per_s"],
             }
             rows.append(row)
             print(f"{i + 1:>4} {row['paced']:>9.3f} {row['paced_cpu']:>9.3f} {row['full_mon']:>8.3f} "
                   f"{row['full_mon_cpu']:>5.3f} {row['full_rec']:>8.3f} {row['full_rec_cpu']:>5.3f} "
                   f"{row['dd_mon']:>7.3f} {row['dd_mon_cpu']:>5.3f} {row['dd_rec']:>7.3f} {row['dd_rec_cpu']:>5.3f} "
-                  f"{lost:>5}")
+                  f"{lost:>5} {row['bpf_share'] * 100:>8.3f}")
 
     def med(k):
         return statistics.median(r[k] for r in rows)
@@ -141,7 +149,8 @@ def main():
           f"monitor {med('full_mon'):.3f} (per CPU s {med('full_mon_cpu'):.3f}), record {med('full_rec'):.3f} "
           f"(per CPU s {med('full_rec_cpu'):.3f}); bystander dd bs=1: monitor {med('dd_mon'):.3f} "
           f"(per CPU s {med('dd_mon_cpu'):.3f}), record {med('dd_rec'):.3f} (per CPU s {med('dd_rec_cpu'):.3f}); "
-          f"events lost {sum(r['lost'] for r in rows)}")
+          f"events lost {sum(r['lost'] for r in rows)}; the monitor's BPF programs ran {med('bpf_share') * 100:.3f}% "
+          f"of one CPU while dd ran (every task's context switches included)")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ forced checkpoints happen too). Every --every seconds: the monitor's RSS, a scra
 duration (the whole /metrics text) and events lost. Prints the series and a summary: RSS at
 the end against RSS after --warmup seconds, the scrape time's median and maximum. Needs root.
 
-usage: monitor_soak.py [--minutes M] [--rate CALLS_PER_S] [--every S] [--warmup S]
+usage: monitor_soak.py [--minutes M] [--rate CALLS_PER_S] [--every S] [--warmup S] [--write-iops N]
 """
 
 import argparse
@@ -55,6 +55,7 @@ def main():
     ap.add_argument("--rate", type=float, default=20000)
     ap.add_argument("--every", type=float, default=10)
     ap.add_argument("--warmup", type=float, default=120)
+    ap.add_argument("--write-iops", type=int, default=3000, help="the device's write limit (0: unthrottled)")
     args = ap.parse_args()
 
     from prometheus_client import CollectorRegistry, generate_latest
@@ -65,7 +66,7 @@ def main():
     from jstall.workloads.scratch import FsConfig, ScratchFs
 
     seconds = args.minutes * 60
-    cfg = FsConfig(fs_size="256M", journal_size="8M", inode_size=128, write_iops=3000)
+    cfg = FsConfig(fs_size="256M", journal_size="8M", inode_size=128, write_iops=args.write_iops or None)
     with ScratchFs(cfg) as fs, tempfile.TemporaryDirectory() as caps:
         t = Tracer(MonitorOptions(devices=[fs.mountpoint])).start()
         c = Captures(t, caps, trigger_ms=100, max_captures=5, max_disk=64 << 20, min_interval_s=30)

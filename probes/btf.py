@@ -149,11 +149,16 @@ def probe_defines(types, fields=FIELDS):
             raise JstallError(f"{e.args[0]}: this kernel's jbd2/ext4 layout is not supported") from None
         defines[f"{name}_OFF"] = off
         defines[f"{name}_SIZE"] = size
-    args = SYSCALL_ARGS.get(os.uname().machine)
+    return defines
+
+
+def syscall_arg_defines(types, machine=None):
+    """SYSCALL_ARGS (1 when known) and ARG0_OFF/ARG1_OFF: where struct pt_regs keeps a
+    syscall's first two arguments on this architecture."""
+    args = SYSCALL_ARGS.get(machine or os.uname().machine)
     try:
         offs = [types.member(*a)[0] for a in args] if args else None
     except KeyError:
         offs = None
-    defines["SYSCALL_ARGS"] = int(bool(offs))
-    defines["ARG0_OFF"], defines["ARG1_OFF"] = offs or (0, 0)
-    return defines
+    a0, a1 = offs or (0, 0)
+    return {"SYSCALL_ARGS": int(bool(offs)), "ARG0_OFF": a0, "ARG1_OFF": a1}

@@ -3,28 +3,33 @@
 DESCRIPTION = """\
 Record what ext4's journal (jbd2) does, every metadata call (setxattr, unlink, mkdir,
 rmdir, create, rename, fsync, ...) and the kernel stack each stalled call blocked in.
-Prints one line per call at or above --min-ms and writes a session directory for
-'jstall analyze' and 'jstall report'.
+Prints "Tracing ... Hit Ctrl-C to end." once the probes are attached, then one line per
+call at or above --min-ms on stdout, and writes a session directory for 'jstall analyze'
+and 'jstall report' (flushed every 2 s: a killed recorder leaves a loadable session).
 
 With a COMMAND, the probes attach first, then COMMAND runs (traced with its
-descendants) and recording stops when it exits; its exit status is returned.
-Without one, it traces system-wide until Ctrl-C, SIGTERM or --duration."""
+descendants) and recording stops when it exits; its exit status is returned. With -p,
+the process, its threads and the children it forks are traced until it exits.
+Otherwise it traces system-wide until Ctrl-C, SIGTERM, --duration or --max-size."""
 
 EXAMPLES = """\
 examples:
     jstall record -- setfattr -n user.a -v 1 /mnt/x/f   # trace one command and its children
     jstall record -d /mnt/scratch                       # system-wide, one filesystem, until Ctrl-C
     jstall record -d 7:0 -d /srv --duration 60          # two filesystems, for 60 seconds
-    jstall record -p 1234 --min-ms 10                   # one process, print calls >= 10 ms
+    jstall record -p 1234 --min-ms 10                   # one process and its children, until it exits
     jstall record --cgroup /sys/fs/cgroup/unified/app.slice -o app-session
     jstall record --calls metadata,fsync,write -d /srv -- tar xf big.tar  # buffered writes too
     jstall record --calls all -p 1234                   # every call group jstall knows
+    jstall record -q -d /srv --min-ms 10 --max-size 2000 -o day   # unattended, at most 2 GB
     jstall analyze jstall-session-20261123-070000       # then explain what was recorded
 
-output columns: TIME COMM PID TID CALL LAT(ms) DEV FILL%
-    DEV is the filesystem the call journaled on; FILL% the journal's fill when the
-    call requested its first journal handle, counting the committing transaction's
-    credits as used, as jbd2 does when it decides whether a handle must checkpoint."""
+output columns: TIME COMM PID TID CALL LAT(ms) DEV FILL% FILE
+    DEV is the filesystem the call is on ('-': it resolved to none, e.g. a failed
+    lookup); FILL% the journal's fill when the call requested its first journal handle,
+    counting the committing transaction's credits as used, as jbd2 does when it decides
+    whether a handle must checkpoint; FILE the path as the call passed it, or for a
+    descriptor (fsync, fsetxattr, ...) the file's name."""
 
 import argparse
 import os
@@ -123,7 +128,9 @@ class _Signals:
         self.event.set()
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signum)
-            threading.Timer(self.KILL_AFTER_S, self._kill).start()
+            timer = threading.Timer(self.KILL_AFTER_S, self._kill)
+            timer.daemon = True
+            timer.start()
 
     def _kill(self):
         if self.proc.poll() is None:

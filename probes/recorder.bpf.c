@@ -8,6 +8,7 @@
  *   FILTER_PID, FILTER_TREE, FILTER_DEV, FILTER_CGROUP   filters (0 = off)
  *   SIZEOF_<struct>             record sizes the Python side decodes
  *   SYSCALL_ARGS, ARG0_OFF, ARG1_OFF  where pt_regs holds a syscall's first two arguments
+ *   SELF_TGID                   the recorder's own process, never traced
  *
  * Sections, each behind a compile-time switch so modes can leave them out:
  *   common            maps, field reads, filters, a file descriptor's device and name
@@ -141,6 +142,9 @@ static __always_inline int dev_allowed(__u32 dev)
 
 static __always_inline int task_allowed(__u32 tgid)
 {
+	/* never the recorder itself: its own writes of the session are not the workload's */
+	if (tgid == SELF_TGID)
+		return 0;
 #if FILTER_PID
 	if (tgid != FILTER_PID)
 		return 0;

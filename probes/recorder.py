@@ -148,7 +148,9 @@ class Recorder:
     # ---- set-up -------------------------------------------------------------------
 
     def _cflags(self):
-        defines = btf.probe_defines(btf.BtfTypes.load())
+        types = btf.BtfTypes.load()
+        defines = btf.probe_defines(types)
+        defines.update(btf.syscall_arg_defines(types))
         for struct, dt in events.DTYPES.items():
             defines[f"SIZEOF_{struct}"] = dt.itemsize
         defines.update(
@@ -163,6 +165,7 @@ class Recorder:
             FILTER_DEV=int(bool(self.devices)),
             FILTER_CGROUP=self.cgroup_id or 0,
             PER_SYSCALL_TRACEPOINTS=int(self.opts.attach == "syscalls"),
+            SELF_TGID=os.getpid(),
         )
         return [f"-D{k}={v}" for k, v in defines.items()] + [f"-I{os.path.dirname(BPF_SOURCE)}"]
 
@@ -308,6 +311,14 @@ class Recorder:
               file=self.console, flush=True)
 
     def _poll(self):
+        try:
+            self._poll_loop()
+        except Exception as e:  # e.g. the disk is full: end the recording, say why
+            self.error = f"{type(e).__name__}: {e}"
+            self.stop_reason = f"error: {self.error}"
+            self.done.set()
+
+    def _poll_loop(self):
         last_flush = time.monotonic()
         while not self._stop.is_set():
             self.bpf.ring_buffer_poll(100)

@@ -28,8 +28,13 @@ def sweep(out, scratch, *extra):
 
 
 def session_mtimes(out):
-    return {d: os.stat(os.path.join(out, d, "metadata.json")).st_mtime_ns
-            for d in os.listdir(out) if os.path.isfile(os.path.join(out, d, "metadata.json"))}
+    """Finished sessions (a recording still running has a metadata.json saying "recording")."""
+    found = {}
+    for d in os.listdir(out):
+        p = os.path.join(out, d, "metadata.json")
+        if os.path.isfile(p) and json.load(open(p)).get("status") != "recording":
+            found[d] = os.stat(p).st_mtime_ns
+    return found
 
 
 def test_sweep_results_resume_and_redo(scratch_dir, tmp_path):

@@ -256,6 +256,9 @@ def test_one_stall_one_capture_attributed_to_checkpoint(run):
     assert worst["cause"] == "checkpoint" and worst["syscall"] == "journal_start"
     r = subprocess.run([JSTALL, "analyze", cap], capture_output=True, text=True)
     assert r.returncode == 0 and "checkpoint" in r.stdout, r.stderr
+    html = run["tmp"] / "capture.html"
+    r = subprocess.run([JSTALL, "report", cap, "-o", str(html)], capture_output=True, text=True)
+    assert r.returncode == 0 and html.stat().st_size > 10000, r.stderr
 
 
 def test_max_captures_rotates_the_oldest(run):
