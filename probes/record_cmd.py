@@ -36,7 +36,7 @@ from jstall.errors import JstallError
 
 def add_arguments(p):
     p.usage = ("jstall record [-h] [-o DIR] [-d DEV]... [-p PID] [--cgroup PATH] [--min-ms MS] "
-               "[--duration S] [-q] [-- COMMAND [ARG ...]]")
+               "[--duration S] [-q] [--collect-dir ROOT] [-- COMMAND [ARG ...]]")
     p.add_argument("-o", "--output", metavar="DIR", help="session directory (default: jstall-session-<time>)")
     p.add_argument("-d", "--device", action="append", default=[], metavar="DEV",
                    help="trace only this ext4 (MAJ:MIN, block device or mount point); repeatable")
@@ -46,6 +46,8 @@ def add_arguments(p):
                    help="print and store calls at or above MS milliseconds (default 1); every call is counted")
     p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds")
     p.add_argument("-q", "--quiet", action="store_true", help="no per-call lines")
+    p.add_argument("--collect-dir", metavar="ROOT",
+                   help="write the session to ROOT/host=HOST/date=YYYY-MM-DD/NAME (docs/fleet.md), not -o")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARG ...]",
                    help="run COMMAND, trace it and its descendants, stop when it exits")
 
@@ -58,6 +60,8 @@ def run(args):
         raise JstallError("--min-ms must be zero or positive")
     if command and args.pid:
         raise JstallError("give either -p PID or a COMMAND, not both")
+    if args.collect_dir:
+        args.output = _collected_output(args.output, args.collect_dir)
     # Per-call lines go to stdout like bcc's tools, except when stdout is the command's.
     rec = Recorder(RecordOptions(
         output_dir=args.output, devices=args.device, pid=args.pid, cgroup=args.cgroup,
@@ -71,6 +75,21 @@ def run(args):
         if command:
             return _run_command(rec, command, args.duration, sig)
         return _run_system_wide(rec, args.duration, sig)
+
+
+def _collected_output(output, root):
+    """The session directory under a collection root (jstall.session.collected_path)."""
+    import datetime
+    import socket
+
+    from jstall.session import collected_path
+
+    from .recorder import default_output_dir
+
+    if output:
+        raise JstallError("give either -o DIR or --collect-dir ROOT, not both")
+    return collected_path(root, socket.gethostname(), datetime.datetime.now(datetime.timezone.utc),
+                          default_output_dir())
 
 
 class _Signals:
