@@ -32,8 +32,8 @@ MAX_STALLS = 20_000
 #: show their latency and fill only.
 HOVER_STALLS = 2_000
 #: Bands (commit phases, calls that checkpointed) closer than 1/MAX_BANDS of the time span
-#: merge into one band (the drawing is the same at screen resolution).
-MAX_BANDS = 4_000
+#: (about a pixel of the report's plot width) merge into one band: the drawing is the same.
+MAX_BANDS = 1_500
 #: Above this many transactions, consecutive transactions are grouped and each group drawn by
 #: its largest values.
 MAX_TRANSACTIONS = 2_000
@@ -206,13 +206,13 @@ def timeline(analysis, dev=None):
         if len(p):
             b0, b1 = merge_intervals((p["start_ns"] - t0) / 1e9, (p["end_ns"] - t0) / 1e9, gap)
             xs, ys = _bands(b0, b1, 0.0, 1.0)
-            fig.add_trace(go.Scatter(x=xs, y=ys, fill="toself", mode="lines", line=dict(width=0), fillcolor=color,
+            fig.add_trace(go.Scatter(x=_f(xs), y=_f(ys), fill="toself", mode="lines", line=dict(width=0), fillcolor=color,
                                      name=f"commit: {phase}", hoverinfo="skip"), row=3, col=1)
     own = st[st["own_checkpoint"]]
     if len(own):
         b0, b1 = merge_intervals((own["ts_ns"] - t0) / 1e9, (own["end_ns"] - t0) / 1e9, gap)
         xs, ys = _bands(b0, b1, 1.2, 2.2)
-        fig.add_trace(go.Scatter(x=xs, y=ys, fill="toself", mode="lines", line=dict(width=0),
+        fig.add_trace(go.Scatter(x=_f(xs), y=_f(ys), fill="toself", mode="lines", line=dict(width=0),
                                  fillcolor="rgba(214,39,40,0.6)", name="call that checkpointed", hoverinfo="skip"),
                       row=3, col=1)
     fig.update_yaxes(title_text="fill %", range=[0, 100], row=1, col=1)
