@@ -69,7 +69,7 @@ def find_sessions(paths):
                 here.append(m)
             else:
                 here.extend(f.rsplit("/", 1)[0] for f in fs.find(m) if f.rsplit("/", 1)[-1] == METADATA_FILE)
-        found.extend(h if local else fs.unstrip_protocol(h) for h in here)
+        found.extend(os.path.normpath(h) if local else fs.unstrip_protocol(h) for h in here)
     return sorted(dict.fromkeys(found))
 
 
@@ -158,14 +158,15 @@ def summarize_many(urls, min_ms=DEFAULT_MIN_MS):
 
 def local_cluster(n_workers=None):
     """A LocalCluster of single-threaded worker processes, one per CPU (pandas holds the
-    GIL), without a dashboard."""
+    GIL), listening on localhost only; its HTTP server (distributed always starts one) takes
+    a free port rather than 8787, so it never clashes with another cluster."""
     import logging
 
     from distributed import LocalCluster
 
     n = n_workers or os.cpu_count() or 1
-    return LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
-                        silence_logs=logging.ERROR)
+    return LocalCluster(n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
+                        dashboard_address=":0", silence_logs=logging.ERROR)
 
 
 def summarize_all(urls, client, min_ms=DEFAULT_MIN_MS, batch=None, progress=None):
