@@ -27,7 +27,7 @@ PHASE_COLORS = {"locked": "#c7c7c7", "flushing": "#98df8a", "logging": "#2ca02c"
 MAX_POINTS = 10_000
 #: Up to this many stalls per journal are drawn one by one; above it, each time bucket keeps
 #: the slowest stall of each cause (every peak survives; the title says so).
-MAX_STALLS = 20_000
+MAX_STALLS = 10_000
 #: The slowest stalls get a full hover label (call, task, fill, blocking frame); the others
 #: show their latency and fill only.
 HOVER_STALLS = 2_000
@@ -166,6 +166,9 @@ def timeline(analysis, dev=None):
     for forced, name, color, sym in ((True, "forced checkpoint", "#d62728", "triangle-down"),
                                      (False, "background checkpoint", "#7f7f7f", "circle-open")):
         c = cp[cp["forced"] == forced]
+        if len(c) > MAX_POINTS:  # one marker per time bucket: the emptiest journal's
+            b = (c["ts_ns"] - c["ts_ns"].min()) * (MAX_POINTS // 2) // (c["ts_ns"].max() - c["ts_ns"].min() + 1)
+            c = c.loc[sorted(c["fill_pct"].fillna(100.0).groupby(b).idxmax().tolist())]
         if len(c):
             Cp = go.Scattergl if len(c) > WEBGL_POINTS else go.Scatter
             fig.add_trace(Cp(x=_f((c["ts_ns"] - t0) / 1e9), y=_f(c["fill_pct"].fillna(100.0)), mode="markers",

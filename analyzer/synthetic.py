@@ -218,21 +218,23 @@ def generate_session(path, seed=0, host="host-0", duration_s=60.0, calls=2_000, 
                                         "source": "handle_start", **fill}))
     jbd2 = pd.concat(ev_parts, ignore_index=True).sort_values("ts_ns", kind="stable")
     jbd2["transaction"] = jbd2["transaction"].astype("Int64")
-    # every call, fast ones included, in the histograms and totals
-    fast = 100 * n
-    fast_lat = np.exp(rng.uniform(np.log(2_000), np.log(900_000), fast)).astype("int64")
-    fast_sys = rng.choice(np.array(SYSCALLS), fast)
-    fast_dev = devs[rng.integers(0, len(devs), fast)]
-    all_lat = np.concatenate([fast_lat, lat])
-    all_sys = np.concatenate([fast_sys, syscall])
-    all_dev = np.concatenate([fast_dev, dev])
-    b = np.floor(np.log2(all_lat)).astype("int32")
-    hist = pd.DataFrame({"syscall": all_sys, "dev": all_dev, "bucket": b}).value_counts().rename("count").reset_index()
+    # every call, fast ones included, in the histograms and totals: 100 fast calls (2 us to
+    # 1 ms) per recorded one, spread evenly over call types, devices and log2 buckets 11..19
+    combos = pd.MultiIndex.from_product([list(SYSCALLS), list(devs), range(11, 20)], names=["syscall", "dev", "bucket"])
+    fast = rng.multinomial(100 * n, np.full(len(combos), 1.0 / len(combos)))
+    fh = pd.DataFrame(index=combos).reset_index().assign(count=fast)
+    fh["total"] = fh["count"] * (3 * 2 ** fh["bucket"].astype("int64") // 2)  # bucket middles
+    fh["max"] = np.where(fh["count"] > 0, 2 ** (fh["bucket"].astype("int64") + 1) - 1, 0)
+    rec = pd.DataFrame({"syscall": syscall, "dev": dev, "bucket": np.floor(np.log2(lat)).astype("int64"), "lat": lat})
+    rh = rec.groupby(["syscall", "dev", "bucket"], as_index=False).agg(count=("lat", "size"), total=("lat", "sum"),
+                                                                        max=("lat", "max"))
+    both = pd.concat([fh, rh], ignore_index=True)
+    hist = both.groupby(["syscall", "dev", "bucket"], as_index=False)["count"].sum()
+    hist = hist[hist["count"] > 0].astype({"bucket": "int32"})
     hist["low_ns"] = 2 ** hist["bucket"].astype("int64")
     hist["high_ns"] = hist["low_ns"] * 2
-    tot = pd.DataFrame({"syscall": all_sys, "dev": all_dev, "lat": all_lat}).groupby(
-        ["syscall", "dev"], as_index=False).agg(count=("lat", "size"), total_latency_ns=("lat", "sum"),
-                                                max_latency_ns=("lat", "max"))
+    tot = both.groupby(["syscall", "dev"], as_index=False).agg(count=("count", "sum"), total_latency_ns=("total", "sum"),
+                                                               max_latency_ns=("max", "max"))
     tot["errors"] = 0
     meta = metadata(start_ns=start, end_ns=start + dur, journals=journals, host=host, kernel_release=kernel)
     wall0 = 1_795_000_000 + seed * 3_600
