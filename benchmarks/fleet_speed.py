@@ -28,8 +28,8 @@ from jstall.analyzer import fleet as F
 from jstall.analyzer.fleet_report import fleet_report
 seen = {}
 def worker_peak():
-    import resource
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    import resource, time
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.process_time()
 orig = F.summarize_all
 def summarize_all(urls, client, **kw):
     out = orig(urls, client, **kw)
@@ -41,11 +41,14 @@ doc = json.dumps(fleet.to_dict(), allow_nan=False)
 text = fleet.text()
 html = fleet_report(fleet)
 t = time.perf_counter() - t0
-print(json.dumps({"seconds": t, "sessions": len(fleet.summaries), "failed": len(fleet.errors),
+import os
+workers = seen.get("workers", {})
+print(json.dumps({"seconds": t, "client_cpu_s": time.process_time(), "load": os.getloadavg()[0],
+                  "worker_cpu_s": sum(v[1] for v in workers.values()), "sessions": len(fleet.summaries), "failed": len(fleet.errors),
                   "stalls": sum(s["analysis"]["stalls"]["count"] for s in fleet.ok),
                   "hosts": len(fleet.hosts()), "json_bytes": len(doc), "html_bytes": len(html),
                   "peak_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-                  "worker_peak_rss_kib": max(seen.get("workers", {0: 0}).values())}))
+                  "worker_peak_rss_kib": max([v[0] for v in workers.values()] or [0])}))
 """
 
 
@@ -69,7 +72,9 @@ def main():
                             "generate_fleet(sys.argv[1], sessions=int(sys.argv[2]), hosts=int(sys.argv[3]), seed=1)",
                             root, str(args.sessions), str(args.hosts)], check=True)
         size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(root) for f in fs)
-        print(f"collection: {args.sessions:,} generated sessions from {args.hosts} hosts "
+        n = sum(1 for _, _, fs in os.walk(root) if "metadata.json" in fs)
+        hosts = sum(1 for d in os.listdir(root) if d.startswith("host="))
+        print(f"collection: {n:,} generated sessions from {hosts} hosts "
               f"({size / 2**20:.0f} MiB on disk, built in {time.perf_counter() - t:.1f} s)")
         runs = []
         for _ in range(args.repeat):
@@ -84,6 +89,10 @@ def main():
               f"{r['hosts']} hosts; JSON {r['json_bytes'] / 1e6:.1f} MB, HTML {r['html_bytes'] / 1e6:.1f} MB")
         print(f"  wall time (cluster start to HTML): best {secs[0]:.1f} s, worst {secs[-1]:.1f} s over "
               f"{len(runs)} run(s) (target <= 60 s); {r['sessions'] / secs[0]:.0f} sessions/s")
+        cpu = r["worker_cpu_s"] + r["client_cpu_s"]
+        print(f"  CPU time: workers {r['worker_cpu_s']:.1f} s ({1000 * r['worker_cpu_s'] / r['sessions']:.0f} ms per "
+              f"session, imports included), client {r['client_cpu_s']:.1f} s; on {os.cpu_count()} idle CPUs that "
+              f"is {cpu / (os.cpu_count() or 1):.1f} s of wall time (load average at the end: {r['load']:.1f})")
         print(f"  client peak memory: {peak:.2f} GiB RSS (target <= 1 GiB); each worker: {wpeak:.2f} GiB")
         print(f"  machine: {os.cpu_count()} CPUs, {args.workers or os.cpu_count()} worker processes, "
               f"Python {sys.version.split()[0]}")
