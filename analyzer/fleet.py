@@ -114,14 +114,26 @@ def headroom_low(journal):
     return blocks, pct
 
 
-def _localize(url, tmp):
-    """A local directory holding the session at ``url`` (copied when it is remote)."""
+def _analyze_url(url, min_ms):
+    """The analysis of the session at ``url``; a remote session is copied to a temporary
+    directory first (and removed after)."""
+    import shutil
+    import tempfile
+
+    from .analysis import analyze
+
     fs, path, local = _split(url)
     if local:
-        return path
-    dest = os.path.join(tmp, os.path.basename(path.rstrip("/")) or "session")
-    fs.get(path.rstrip("/") + "/", dest, recursive=True)
-    return dest
+        return analyze(path, min_ms=min_ms)
+    tmp = tempfile.mkdtemp(prefix="jstall-fleet-")
+    try:
+        dest = os.path.join(tmp, os.path.basename(path.rstrip("/")) or "session")
+        fs.get(path.rstrip("/") + "/", dest, recursive=True)
+        a = analyze(dest, min_ms=min_ms)
+        a.session.tables  # loaded: the copy may go
+        return a
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def summarize(url, min_ms=DEFAULT_MIN_MS):
@@ -129,19 +141,14 @@ def summarize(url, min_ms=DEFAULT_MIN_MS):
     "journal_causes", "histograms"}``.  ``analysis`` is ``analyze(path, min_ms).to_dict(top=1)``
     -- the ``jstall analyze --json`` document with only the slowest stall listed; a session that
     fails to load or analyze gives ``error`` (one line) and nothing else."""
-    import tempfile
-
     from jstall.errors import JstallError
 
-    from .analysis import analyze
-
     try:
-        with tempfile.TemporaryDirectory(prefix="jstall-fleet-") as tmp:
-            a = analyze(_localize(url, tmp), min_ms=min_ms)
-            doc = a.to_dict(top=1)
-            doc["session"]["path"] = url
-            return {"path": url, "error": None, "analysis": doc, "journal_causes": _journal_causes(a.stalls),
-                    "histograms": _histograms(a.session)}
+        a = _analyze_url(url, min_ms)
+        doc = a.to_dict(top=1)
+        doc["session"]["path"] = url
+        return {"path": url, "error": None, "analysis": doc, "journal_causes": _journal_causes(a.stalls),
+                "histograms": _histograms(a.session)}
     except JstallError as e:
         return {"path": url, "error": str(e)}
     except Exception as e:  # a damaged session must not stop the fleet; name what broke

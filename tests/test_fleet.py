@@ -138,10 +138,13 @@ def test_fleet_cli_json_html_and_an_existing_scheduler(tmp_path, cluster, capsys
     assert [h["host"] for h in doc["hosts"]] == [h["host"] for h in sorted(doc["hosts"], key=lambda h: -h["stall_ms"])]
     assert "8 sessions in" in cap.err and "2 failed to load" in cap.err
     html = open(out, encoding="utf-8").read()
-    from test_report import check_page
+    from test_report import CHROMIUM, check_page, check_rendered, render
 
     check_page(html, 2)
     assert "Worst hosts" in html and "missing-table" in html
+    if os.path.exists(CHROMIUM):
+        dom, console, attrs, _ = render(out)
+        check_rendered(dom, console, attrs, 2)
     # text, through a glob of hosts
     assert main(["fleet", os.path.join(root, "host=host-00[01]"), "--scheduler", cluster.scheduler_address]) == 0
     text = capsys.readouterr().out
@@ -168,6 +171,26 @@ def test_default_local_cluster(tmp_path, capsys):
     generate_fleet(root, sessions=3, hosts=3, seed=1)
     assert main(["fleet", root, "--workers", "2"]) == 0
     assert "3 sessions (0 failed to load) from 3 hosts" in capsys.readouterr().out
+
+
+def test_remote_url_is_copied_and_analyzed(tmp_path):
+    """A session behind an fsspec URL other than a local path (here fsspec's in-memory
+    filesystem) is copied to the worker and analyzed like a local one."""
+    import fsspec
+
+    mem = fsspec.filesystem("memory")
+    for f in os.listdir(I128):
+        mem.pipe(f"/fleet-test/c/host=vm/date=2026-11-23/xattr-i128/{f}", open(os.path.join(I128, f), "rb").read())
+    try:
+        urls = find_sessions(["memory://fleet-test/c"])
+        assert len(urls) == 1 and urls[0].startswith("memory://")
+        assert urls[0].endswith("/fleet-test/c/host=vm/date=2026-11-23/xattr-i128")
+        s = summarize(urls[0])
+        assert s["error"] is None
+        local = summarize(I128)
+        assert s["analysis"]["stalls"] == local["analysis"]["stalls"] and s["histograms"] == local["histograms"]
+    finally:
+        mem.rm("/fleet-test", recursive=True)
 
 
 def test_find_sessions_dirs_globs_urls_and_files(tmp_path):
