@@ -9,8 +9,8 @@ call latency per type (p50/p99/max), stalls and stall time by cause, journal fig
 headroom (how far the fullest moment stayed from the forced-checkpoint level), the lab's
 phase times when both came from the lab (durable seconds when both have them, else until
 the calls returned), and the lab options that differ. A or B may name a configuration of a
-lab sweep (SWEEP_DIR:OPTION=VALUE,...): its run with the median stall time stands for it. The --json document is described in
-docs/analysis.md."""
+lab sweep (SWEEP_DIR:OPTION=VALUE,...): its run with the median stall time stands for it.
+The --json document is described in docs/fleet.md."""
 
 EXAMPLES = """\
 examples:

@@ -234,3 +234,15 @@ def test_collected_path_layout():
     assert collected_path("/c", "h", 0, "s") == "/c/host=h/date=1970-01-01/s"
     with pytest.raises(JstallError):
         collected_path("/c", "h", 0, "a/b")
+
+
+@pytest.mark.parametrize("argv", [
+    ["record", "-o", "x", "--collect-dir", "y", "--", "true"],
+    ["lab", "run", "xattr", "-o", "x", "--collect-dir", "y"],
+])
+def test_collect_dir_and_output_refused_together(argv, tmp_path, capsys):
+    os.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "give either -o DIR or --collect-dir ROOT, not both" in err and err.count("\n") == 1
+    assert os.listdir(tmp_path) == []  # nothing created
