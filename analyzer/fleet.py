@@ -191,8 +191,14 @@ def summarize_all(urls, client, min_ms=DEFAULT_MIN_MS, batch=None, progress=None
     order = {f.key: i for i, f in enumerate(futures)}
     out = [None] * len(chunks)
     done = 0
-    for fut, res in as_completed(futures, with_results=True):
-        out[order[fut.key]] = res
+    for fut, res in as_completed(futures, with_results=True, raise_errors=False):
+        i = order[fut.key]
+        if isinstance(res, BaseException) or fut.status == "error":  # the worker itself died (KilledWorker, ...)
+            err = res if isinstance(res, BaseException) else fut.exception()
+            msg = str(err).splitlines()[0] if str(err) else ""
+            res = [{"path": u, "error": f"the worker analyzing it failed: {type(err).__name__}: {msg}".rstrip(": ")}
+                   for u in chunks[i]]
+        out[i] = res
         done += len(res)
         if progress:
             progress(done, len(urls))
@@ -273,7 +279,7 @@ class Fleet:
             kind, nums = _top_recommendation(d["recommendations"])
             base = {
                 "session": s["path"], "host": sess.get("host") or part.get("host"),
-                "date": (sess.get("start") or "")[:10] if isinstance(sess.get("start"), str) else part.get("date"),
+                "date": part.get("date") or (sess["start"][:10] if isinstance(sess.get("start"), str) else None),
                 "kernel": sess.get("kernel_release"), "status": sess.get("status"),
                 "duration_s": sess.get("duration_s"), "lab_pattern": lab.get("pattern"),
                 "calls": int(sum(c["count"] for c in d["calls"].values())),

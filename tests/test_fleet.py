@@ -165,6 +165,26 @@ def test_fleet_on_sessions_recorded_by_the_lab(lab_pair, cluster, capsys):  # no
     assert fs.iloc[0]["inode_size"] == 128 and fs.iloc[0]["stall_ms"] > 0 and fs.iloc[0]["dominant_cause"] == "checkpoint"
 
 
+def _die(urls, min_ms):
+    os._exit(3)  # a worker process that dies outright (a crash in a native library)
+
+
+def test_a_worker_that_dies_fails_only_its_sessions(tmp_path, cluster, monkeypatch):
+    from distributed import Client
+
+    from jstall.analyzer import fleet as F
+
+    root = str(tmp_path / "c")
+    paths = generate_fleet(root, sessions=2, hosts=2, seed=4)
+    with Client(cluster.scheduler_address) as client:
+        real = F.summarize_many
+        monkeypatch.setattr(F, "summarize_many", lambda urls, min_ms: _die(urls, min_ms) if urls == [paths[1]]
+                            else real(urls, min_ms))
+        got = F.summarize_all(paths, client, batch=1)
+    assert got[0]["error"] is None and got[0]["path"] == paths[0]
+    assert got[1]["path"] == paths[1] and "the worker analyzing it failed" in got[1]["error"]
+
+
 def test_default_local_cluster(tmp_path, capsys):
     """Without --scheduler, a LocalCluster of worker processes is made and closed."""
     root = str(tmp_path / "c")
