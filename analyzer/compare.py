@@ -195,7 +195,8 @@ class Comparison:
                     f"{B} added {_s(y)} of {cause} stall time ({A}: none)"
             else:
                 line = f"{B} and {A} both stalled without {cause} stall time"
-            line += f"; stalls {st_a['count']} -> {st_b['count']}, {_s(st_a['total_ms'])} -> {_s(st_b['total_ms'])} in all"
+            line += (f"; stalls {st_a['count']} -> {st_b['count']}, "
+                     f"{_s(st_a['total_ms'])} -> {_s(st_b['total_ms'])} in all")
         ph = self.phases()
         if len(ph):
             ph = ph.assign(delta=(ph["seconds_b"] - ph["seconds_a"]).abs()).sort_values("delta", ascending=False)

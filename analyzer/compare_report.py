@@ -59,7 +59,8 @@ def compare_report(comparison):
     c = comparison
     A, B = c.names
     sa, sb = c.da["stalls"], c.db["stalls"]
-    parts = [f"<h1>jstall compare: {html.escape(c.a.session.name)} ({A}) and {html.escape(c.b.session.name)} ({B})</h1>",
+    parts = [f"<h1>jstall compare: {html.escape(c.a.session.name)} ({A}) and "
+             f"{html.escape(c.b.session.name)} ({B})</h1>",
              f'<p class="verdict"><b>{html.escape(c.verdict())}</b></p>',
              headline([("stalls", f"{sa['count']} &rarr; {sb['count']}",
                         f"{sa['total_ms'] / 1000:.2f} s &rarr; {sb['total_ms'] / 1000:.2f} s"),

@@ -209,8 +209,8 @@ def timeline(analysis, dev=None):
         if len(p):
             b0, b1 = merge_intervals((p["start_ns"] - t0) / 1e9, (p["end_ns"] - t0) / 1e9, gap)
             xs, ys = _bands(b0, b1, 0.0, 1.0)
-            fig.add_trace(go.Scatter(x=_f(xs), y=_f(ys), fill="toself", mode="lines", line=dict(width=0), fillcolor=color,
-                                     name=f"commit: {phase}", hoverinfo="skip"), row=3, col=1)
+            fig.add_trace(go.Scatter(x=_f(xs), y=_f(ys), fill="toself", mode="lines", line=dict(width=0),
+                                     fillcolor=color, name=f"commit: {phase}", hoverinfo="skip"), row=3, col=1)
     own = st[st["own_checkpoint"]]
     if len(own):
         b0, b1 = merge_intervals((own["ts_ns"] - t0) / 1e9, (own["end_ns"] - t0) / 1e9, gap)

@@ -148,7 +148,8 @@ def session_headline(doc):
     dom = max(CAUSES, key=lambda c: by[c]["total_ms"]) if st["count"] else None
     if dom and by[dom]["total_ms"] > 0:
         pct = 100.0 * by[dom]["total_ms"] / st["total_ms"] if st["total_ms"] else 0.0
-        items.append(("dominant cause", html.escape(dom), f"{by[dom]['total_ms'] / 1000:.2f} s, {pct:.0f}% of stall time"))
+        items.append(("dominant cause", html.escape(dom),
+                      f"{by[dom]['total_ms'] / 1000:.2f} s, {pct:.0f}% of stall time"))
     else:
         items.append(("dominant cause", "-", "no stall time off CPU"))
     if st["top"]:
@@ -160,7 +161,9 @@ def session_headline(doc):
     if lows:
         b, p, j = min(lows, key=lambda x: x[0])
         note = f"{j['dev']}: " + ("reached the forced-checkpoint level" if b < 0 else "above the forced level")
-        items.append(("headroom low", f"{b:.0f} blocks", html.escape(note + (f", {p:.1f} pts of the log" if p is not None else ""))))
+        if p is not None:
+            note += f", {p:.1f} points of the log"
+        items.append(("headroom low", f"{b:.0f} blocks", html.escape(note)))
     recs = doc["recommendations"]
     if recs:
         r = recs[0]

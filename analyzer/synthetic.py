@@ -233,8 +233,8 @@ def generate_session(path, seed=0, host="host-0", duration_s=60.0, calls=2_000, 
     hist = hist[hist["count"] > 0].astype({"bucket": "int32"})
     hist["low_ns"] = 2 ** hist["bucket"].astype("int64")
     hist["high_ns"] = hist["low_ns"] * 2
-    tot = both.groupby(["syscall", "dev"], as_index=False).agg(count=("count", "sum"), total_latency_ns=("total", "sum"),
-                                                               max_latency_ns=("max", "max"))
+    tot = both.groupby(["syscall", "dev"], as_index=False).agg(
+        count=("count", "sum"), total_latency_ns=("total", "sum"), max_latency_ns=("max", "max"))
     tot["errors"] = 0
     meta = metadata(start_ns=start, end_ns=start + dur, journals=journals, host=host, kernel_release=kernel)
     wall0 = 1_795_000_000 + seed * 3_600

@@ -44,7 +44,8 @@ t = time.perf_counter() - t0
 import os
 workers = seen.get("workers", {})
 print(json.dumps({"seconds": t, "client_cpu_s": time.process_time(), "load": os.getloadavg()[0],
-                  "worker_cpu_s": sum(v[1] for v in workers.values()), "sessions": len(fleet.summaries), "failed": len(fleet.errors),
+                  "worker_cpu_s": sum(v[1] for v in workers.values()),
+                  "sessions": len(fleet.summaries), "failed": len(fleet.errors),
                   "stalls": sum(s["analysis"]["stalls"]["count"] for s in fleet.ok),
                   "hosts": len(fleet.hosts()), "json_bytes": len(doc), "html_bytes": len(html),
                   "peak_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,

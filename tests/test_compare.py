@@ -161,7 +161,7 @@ def test_compare_two_sweep_configurations(capsys):
 
 
 def test_compare_html_shows_both_runs(tmp_path):
-    from test_report import check_page, check_rendered, needs_chromium, render  # noqa: F401
+    from test_report import check_page, check_rendered, render
 
     out = str(tmp_path / "compare.html")
     assert main(["compare", I128, I256, "-o", out]) == 0
