@@ -5,15 +5,33 @@ returns a ``plotly.graph_objects.Figure``.  Times on x axes are seconds since th
 start.
 """
 
-from .causes import COLOURS
+from .causes import CAUSES, COLOURS
 from .fill import asof
 
 #: cause -> colour (the causes registry holds them).
 CAUSE_COLORS = COLOURS
 PHASE_COLORS = {"locked": "#c7c7c7", "flushing": "#98df8a", "logging": "#2ca02c"}
 
-#: Above this many fill samples per journal the timeline keeps each bucket's fullest sample.
+# Size budget: what a figure draws is bounded whatever the session length, so a report stays
+# a few MB and opens in seconds.  Long series are drawn with WebGL (scattergl).
+
+#: Above this many fill samples per journal the timeline keeps each time bucket's fullest and
+#: emptiest sample (the peaks survive).
 MAX_POINTS = 10_000
+#: Up to this many stalls per journal are drawn one by one; above it, each time bucket keeps
+#: the slowest stall of each cause (every peak survives; the title says so).
+MAX_STALLS = 10_000
+#: The slowest stalls get a full hover label (call, task, fill, blocking frame); the others
+#: show their latency and fill only.
+HOVER_STALLS = 2_000
+#: Bands (commit phases, calls that checkpointed) closer than 1/MAX_BANDS of the time span
+#: (about a pixel of the report's plot width) merge into one band: the drawing is the same.
+MAX_BANDS = 1_500
+#: Above this many transactions, consecutive transactions are grouped and each group drawn by
+#: its largest values.
+MAX_TRANSACTIONS = 2_000
+#: Above this many points a trace is drawn with WebGL and its coordinates stored as float32.
+WEBGL_POINTS = 5_000
 
 
 def _t0(analysis):
@@ -24,44 +42,85 @@ def _t0(analysis):
     return min(ts) if ts else 0
 
 
+def _f(a, n=None):
+    """A float array for plotly (float32 when long: half the bytes, 0.1 ms at 30 minutes)."""
+    import numpy as np
+
+    a = np.asarray(a, dtype="float64")
+    return a.astype("float32") if len(a) > WEBGL_POINTS else a
+
+
 def _segments(x0, x1, y):
-    """x/y arrays drawing one horizontal segment per row, separated by None (one trace)."""
+    """x/y arrays drawing one horizontal segment per row, separated by NaN (one trace)."""
     import numpy as np
 
     n = len(x0)
-    xs = np.empty(3 * n, dtype=object)
-    ys = np.empty(3 * n, dtype=object)
-    xs[0::3], xs[1::3], xs[2::3] = x0, x1, None
-    ys[0::3], ys[1::3], ys[2::3] = y, y, None
+    xs = np.full(3 * n, np.nan)
+    ys = np.full(3 * n, np.nan)
+    xs[0::3], xs[1::3] = x0, x1
+    ys[0::3], ys[1::3] = y, y
     return xs, ys
 
 
 def _bands(x0, x1, y0, y1):
-    """x/y arrays of filled rectangles separated by None (one ``fill='toself'`` trace)."""
+    """x/y arrays of filled rectangles separated by NaN (one ``fill='toself'`` trace)."""
     import numpy as np
 
     n = len(x0)
-    xs = np.empty(6 * n, dtype=object)
-    ys = np.empty(6 * n, dtype=object)
-    xs[0::6], xs[1::6], xs[2::6], xs[3::6], xs[4::6], xs[5::6] = x0, x1, x1, x0, x0, None
-    ys[0::6], ys[1::6], ys[2::6], ys[3::6], ys[4::6], ys[5::6] = y0, y0, y1, y1, y0, None
+    xs = np.full(6 * n, np.nan)
+    ys = np.full(6 * n, np.nan)
+    xs[0::6], xs[1::6], xs[2::6], xs[3::6], xs[4::6] = x0, x1, x1, x0, x0
+    ys[0::6], ys[1::6], ys[2::6], ys[3::6], ys[4::6] = y0, y0, y1, y1, y0
     return xs, ys
 
 
+def merge_intervals(start, end, gap):
+    """Sorted intervals whose gaps are at most ``gap`` merged into one: (starts, ends)."""
+    import numpy as np
+
+    start = np.asarray(start, dtype="float64")
+    end = np.asarray(end, dtype="float64")
+    if not len(start):
+        return start, end
+    o = np.argsort(start, kind="stable")
+    start, end = start[o], np.maximum.accumulate(end[o])
+    new = np.concatenate([[True], start[1:] > end[:-1] + gap])
+    idx = np.flatnonzero(new)
+    ends = np.concatenate([end[idx[1:] - 1], [end[-1]]])
+    return start[idx], ends
+
+
 def _thin(tl):
-    """Keep at most MAX_POINTS samples: the one with the least headroom per time bucket (lows survive)."""
+    """Keep at most MAX_POINTS samples: the least and the most headroom per time bucket, in
+    time order (the lows that make handles wait, and the peaks, survive)."""
     if len(tl) <= MAX_POINTS:
         return tl
-    bucket = ((tl["ts_ns"] - tl["ts_ns"].min()) * MAX_POINTS // (tl["ts_ns"].max() - tl["ts_ns"].min() + 1))
-    idx = tl.groupby(bucket)["headroom_pct"].idxmin()
-    return tl.loc[idx.sort_values()]
+    span = tl["ts_ns"].max() - tl["ts_ns"].min() + 1
+    bucket = (tl["ts_ns"] - tl["ts_ns"].min()) * (MAX_POINTS // 2) // span
+    g = tl.groupby(bucket)["headroom_pct"]
+    keep = set(g.idxmax().tolist()) | set(g.idxmin().tolist())
+    return tl[tl.index.isin(keep)].sort_values("ts_ns", kind="stable")
+
+
+def thin_stalls(st, t0, t1, buckets=MAX_STALLS // 2):
+    """At most about MAX_STALLS stalls: all of them when there are few, else per time bucket
+    and cause the slowest one.  Returns (stalls, thinned?)."""
+    if len(st) <= MAX_STALLS:
+        return st, False
+    span = max(t1 - t0, 1)
+    b = (st["ts_ns"] - t0) * buckets // span
+    idx = st.groupby([b, st["cause"].astype("str")])["latency_ms"].idxmax()
+    return st.loc[sorted(idx.tolist())], True
 
 
 def timeline(analysis, dev=None):
-    """Stalled calls over the journal fill level, for one journal (default: the one with the
-    most stall time, else the first).  Rows: fill % with the forced-checkpoint level and
-    checkpoints; stalled calls as segments start..end at their latency, colored by cause;
-    commit phases and forced checkpoints as bands."""
+    """Stalled calls over the journal's headroom, for one journal (default: the one with the
+    most stall time, else the first).  Rows: headroom % (log space left minus
+    j_max_transaction_buffers; below 0 handles wait) with checkpoints; stalled calls as segments start..end at their latency, colored by cause;
+    commit phases and calls that checkpointed as bands.  Within the size budget (see the
+    constants above): long series in WebGL, headroom thinned to its lows and peaks, bands merged at
+    screen resolution, stalls thinned to the slowest per bucket and cause beyond MAX_STALLS."""
+    import numpy as np
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -70,17 +129,29 @@ def timeline(analysis, dev=None):
     j = a.journals
     if dev is None and len(j):
         dev = j.sort_values(["stall_ms", "transactions"], ascending=False).iloc[0]["dev"]
-    fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.04, row_heights=[0.45, 0.4, 0.15],
-                        subplot_titles=(f"log space left above one maximum transaction ({dev or 'no journal'})", "stalled calls (colored by cause)",
-                                        "commit phases and checkpoints"))
+    st = a.stalls
+    if dev is not None:
+        st = st[(st["dev"].astype("str") == dev) | st["dev"].isna()]
+    span = [int(x) for x in (st["ts_ns"].min(), st["end_ns"].max())] if len(st) else [t0, t0 + 1]
     tl = a.timeline[a.timeline["dev"] == dev] if dev else a.timeline.iloc[:0]
+    if len(tl):
+        span = [min(span[0], int(tl["ts_ns"].min())), max(span[1], int(tl["ts_ns"].max()))]
+    shown, thinned = thin_stalls(st, span[0], span[1])
+    title = "stalled calls (colored by cause)" if not thinned else (
+        f"stalled calls: the slowest per cause in each of {MAX_STALLS // 2:,} time buckets "
+        f"({len(shown):,} of {len(st):,} drawn)")
+    fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.04, row_heights=[0.45, 0.4, 0.15],
+                        subplot_titles=(f"log space left above one maximum transaction ({dev or 'no journal'})", title,
+                                        "commit phases and checkpoints"))
     tl = _thin(tl)
+    big = len(tl) > WEBGL_POINTS
+    Line = go.Scattergl if big else go.Scatter
     # headroom: jbd2_log_space_left() - j_max_transaction_buffers; below 0 handles must wait
-    fig.add_trace(go.Scatter(x=(tl["ts_ns"] - t0) / 1e9, y=tl["headroom_pct"], mode="lines", line_shape="hv",
-                             name="headroom %", line=dict(color="#1f77b4", width=1),
-                             customdata=tl[["headroom_blocks", "fill_pct", "source"]].to_numpy(),
-                             hovertemplate="%{x:.3f} s: headroom %{y:.1f}% (%{customdata[0]:.0f} blocks), "
-                                           "%{customdata[1]:.1f}% full (%{customdata[2]})<extra></extra>"),
+    fig.add_trace(Line(x=_f((tl["ts_ns"] - t0) / 1e9), y=_f(tl["headroom_pct"]), mode="lines", line_shape="hv",
+                       name="headroom %", line=dict(color="#1f77b4", width=1),
+                       customdata=np.stack([_f(tl["headroom_blocks"]), _f(tl["fill_pct"])], axis=1),
+                       hovertemplate="%{x:.3f} s: headroom %{y:.1f}% (%{customdata[0]:.0f} blocks), "
+                                     "%{customdata[1]:.1f}% full<extra></extra>"),
                   row=1, col=1)
     fig.add_hline(y=0, line=dict(color="#d62728", dash="dash"), row=1, col=1,
                   annotation_text="below 0: handles wait for log space (__jbd2_log_wait_for_space)",
@@ -89,42 +160,60 @@ def timeline(analysis, dev=None):
     for forced, name, color, sym in ((True, "forced checkpoint", "#d62728", "triangle-down"),
                                      (False, "background checkpoint", "#7f7f7f", "circle-open")):
         c = cp[cp["forced"] == forced]
+        if len(c) > MAX_POINTS:  # one marker per time bucket: the emptiest journal's
+            b = (c["ts_ns"] - c["ts_ns"].min()) * (MAX_POINTS // 2) // (c["ts_ns"].max() - c["ts_ns"].min() + 1)
+            c = c.loc[sorted(c["fill_pct"].fillna(100.0).groupby(b).idxmax().tolist())]
         if len(c):
             at = asof(tl, c.assign(dev=dev))["headroom_pct"].fillna(0.0) if len(tl) else c["ts_ns"] * 0.0
-            fig.add_trace(go.Scatter(x=(c["ts_ns"] - t0) / 1e9, y=at, mode="markers",
-                                     name=name, marker=dict(color=color, symbol=sym, size=7),
-                                     customdata=c[["comm", "pid"]].to_numpy(),
-                                     hovertemplate="%{x:.3f} s: " + name + " in %{customdata[0]} "
-                                                   "(%{customdata[1]})<extra></extra>"), row=1, col=1)
-    st = a.stalls[a.stalls["dev"].astype("str") == dev] if dev else a.stalls
-    if dev is not None:
-        st = a.stalls[(a.stalls["dev"].astype("str") == dev) | a.stalls["dev"].isna()]
-    for cause, color in CAUSE_COLORS.items():
-        s = st[st["cause"] == cause]
-        if not len(s):
-            continue
-        x0, x1 = (s["ts_ns"] - t0) / 1e9, (s["end_ns"] - t0) / 1e9
-        xs, ys = _segments(x0.to_numpy(), x1.to_numpy(), s["latency_ms"].to_numpy())
-        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line=dict(color=color, width=3), name=cause,
-                                 legendgroup=cause, hoverinfo="skip"), row=2, col=1)
-        fig.add_trace(go.Scatter(
-            x=x0, y=s["latency_ms"], mode="markers", marker=dict(color=color, size=6), legendgroup=cause,
-            showlegend=False, name=cause,
-            customdata=s[["syscall", "comm", "pid", "headroom_start_pct", "min_headroom_pct", "cause_label"]].to_numpy(),
-            hovertemplate="%{customdata[0]} by %{customdata[1]} (%{customdata[2]}): %{y:.1f} ms<br>"
-                          "headroom %{customdata[3]:.1f}% at the start, low %{customdata[4]:.1f}%<br>%{customdata[5]}"
-                          "<extra>" + cause + "</extra>"), row=2, col=1)
+            Cp = go.Scattergl if len(c) > WEBGL_POINTS else go.Scatter
+            fig.add_trace(Cp(x=_f((c["ts_ns"] - t0) / 1e9), y=_f(at), mode="markers",
+                             name=name, marker=dict(color=color, symbol=sym, size=7),
+                             customdata=c[["comm", "pid"]].to_numpy(),
+                             hovertemplate="%{x:.3f} s: " + name + " in %{customdata[0]} "
+                                           "(%{customdata[1]})<extra></extra>"), row=1, col=1)
+    slow = set(shown.nlargest(HOVER_STALLS, "latency_ms").index) if len(shown) > HOVER_STALLS else None
+    causes = [c for c in CAUSES if (shown["cause"].astype("str") == c).any()]
+    for cause in causes:
+        color = CAUSE_COLORS.get(cause, "#999999")
+        s = shown[shown["cause"].astype("str") == cause]
+        x0, x1 = ((s["ts_ns"] - t0) / 1e9).to_numpy(), ((s["end_ns"] - t0) / 1e9).to_numpy()
+        lat = s["latency_ms"].to_numpy(dtype="float64")
+        xs, ys = _segments(x0, x1, lat)
+        Seg = go.Scattergl if len(xs) > WEBGL_POINTS else go.Scatter
+        fig.add_trace(Seg(x=_f(xs), y=_f(ys), mode="lines", line=dict(color=color, width=3), name=cause,
+                          legendgroup=cause, hoverinfo="skip", connectgaps=False), row=2, col=1)
+        full = s if slow is None else s[s.index.isin(slow)]
+        rest = s.iloc[:0] if slow is None else s[~s.index.isin(slow)]
+        if len(full):
+            fig.add_trace(go.Scatter(
+                x=(full["ts_ns"] - t0) / 1e9, y=full["latency_ms"], mode="markers", marker=dict(color=color, size=6),
+                legendgroup=cause, showlegend=False, name=cause,
+                customdata=full[["syscall", "comm", "pid", "headroom_start_pct", "min_headroom_pct",
+                                 "cause_label"]].to_numpy(),
+                hovertemplate="%{customdata[0]} by %{customdata[1]} (%{customdata[2]}): %{y:.1f} ms<br>"
+                              "headroom %{customdata[3]:.1f}% at the start, low %{customdata[4]:.1f}%<br>"
+                              "%{customdata[5]}<extra>" + cause + "</extra>"), row=2, col=1)
+        if len(rest):
+            fig.add_trace(go.Scattergl(
+                x=_f((rest["ts_ns"] - t0) / 1e9), y=_f(rest["latency_ms"]), mode="markers",
+                marker=dict(color=color, size=4), legendgroup=cause, showlegend=False, name=cause,
+                customdata=np.stack([_f(rest["headroom_start_pct"]), _f(rest["min_headroom_pct"])], axis=1),
+                hovertemplate="%{y:.1f} ms, headroom %{customdata[0]:.1f}% -> low %{customdata[1]:.1f}%<extra>"
+                              + cause + "</extra>"), row=2, col=1)
+    gap = (span[1] - span[0]) / 1e9 / MAX_BANDS
     ph = a.phases[a.phases["dev"] == dev] if dev else a.phases.iloc[:0]
     for phase, color in PHASE_COLORS.items():
         p = ph[ph["phase"] == phase]
         if len(p):
-            xs, ys = _bands(((p["start_ns"] - t0) / 1e9).to_numpy(), ((p["end_ns"] - t0) / 1e9).to_numpy(), 0.0, 1.0)
-            fig.add_trace(go.Scatter(x=xs, y=ys, fill="toself", mode="lines", line=dict(width=0), fillcolor=color,
-                                     name=f"commit: {phase}", hoverinfo="skip"), row=3, col=1)
+            b0, b1 = merge_intervals((p["start_ns"] - t0) / 1e9, (p["end_ns"] - t0) / 1e9, gap)
+            xs, ys = _bands(b0, b1, 0.0, 1.0)
+            fig.add_trace(go.Scatter(x=_f(xs), y=_f(ys), fill="toself", mode="lines", line=dict(width=0),
+                                     fillcolor=color, name=f"commit: {phase}", hoverinfo="skip"), row=3, col=1)
     own = st[st["own_checkpoint"]]
     if len(own):
-        xs, ys = _bands(((own["ts_ns"] - t0) / 1e9).to_numpy(), ((own["end_ns"] - t0) / 1e9).to_numpy(), 1.2, 2.2)
-        fig.add_trace(go.Scatter(x=xs, y=ys, fill="toself", mode="lines", line=dict(width=0),
+        b0, b1 = merge_intervals((own["ts_ns"] - t0) / 1e9, (own["end_ns"] - t0) / 1e9, gap)
+        xs, ys = _bands(b0, b1, 1.2, 2.2)
+        fig.add_trace(go.Scatter(x=_f(xs), y=_f(ys), fill="toself", mode="lines", line=dict(width=0),
                                  fillcolor="rgba(214,39,40,0.6)", name="call that checkpointed", hoverinfo="skip"),
                       row=3, col=1)
     fig.update_yaxes(title_text="headroom % of the log", row=1, col=1)
@@ -176,8 +265,12 @@ def transactions(analysis):
     from plotly.subplots import make_subplots
 
     t = analysis.transactions
+    grouped = len(t) > MAX_TRANSACTIONS
+    if grouped:
+        t = group_transactions(t)
+    what = "per transaction" if not grouped else f"per group of {int(t['group_size'].max())} transactions (largest)"
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
-                        subplot_titles=("blocks per transaction", "commit phase times per transaction"))
+                        subplot_titles=(f"blocks {what}", f"commit phase times {what}"))
     for dev, d in t.groupby("dev"):
         fig.add_trace(go.Scatter(x=d["transaction"], y=d["blocks"], mode="markers", name=f"{dev} blocks"), row=1, col=1)
         fig.add_trace(go.Scatter(x=d["transaction"], y=d["blocks_logged"], mode="markers",
@@ -190,6 +283,25 @@ def transactions(analysis):
     fig.update_yaxes(title_text="blocks", row=1, col=1)
     fig.update_yaxes(title_text="ms", row=2, col=1)
     return fig
+
+
+def group_transactions(t, groups=MAX_TRANSACTIONS // 2):
+    """Consecutive transactions of each journal grouped into at most ``groups`` groups, each
+    row the group's first transaction id and its largest blocks, logged blocks and phase times
+    (peaks survive); ``group_size`` is the transactions per group."""
+    import numpy as np
+
+    out = []
+    for dev, d in t.groupby("dev", sort=False):  # one iteration per journal
+        size = max(1, int(np.ceil(len(d) / groups)))
+        key = np.arange(len(d)) // size
+        g = d.groupby(key).agg(transaction=("transaction", "first"), blocks=("blocks", "max"),
+                               blocks_logged=("blocks_logged", "max"), locked_ms=("locked_ms", "max"),
+                               flushing_ms=("flushing_ms", "max"), logging_ms=("logging_ms", "max"))
+        out.append(g.assign(dev=dev, group_size=size))
+    import pandas as pd
+
+    return pd.concat(out, ignore_index=True)
 
 
 def sweep_option(table, option, value, error=None, title=None, ylabel=None, group=None):

@@ -45,7 +45,8 @@ from jstall.errors import JstallError
 
 def add_arguments(p):
     p.usage = ("jstall record [-h] [-o DIR] [-d DEV]... [-p PID] [--cgroup PATH] [--min-ms MS] "
-               "[--duration S] [--max-size MB] [-q] [-- COMMAND [ARG ...]]")
+               "[--duration S] [--max-size MB] [--calls GROUP,...] [-q] [--collect-dir ROOT] "
+               "[-- COMMAND [ARG ...]]")
     p.add_argument("-o", "--output", metavar="DIR", help="session directory (default: jstall-session-<time>)")
     p.add_argument("-d", "--device", action="append", default=[], metavar="DEV",
                    help="trace only this ext4 (MAJ:MIN, block device or mount point); repeatable")
@@ -60,6 +61,8 @@ def add_arguments(p):
     p.add_argument("--calls", metavar="GROUP,...",
                    help="calls to trace: comma-separated groups (metadata, fsync, sync, write, truncate, time, "
                         "attr, link), single calls, or all (default: metadata,fsync)")
+    p.add_argument("--collect-dir", metavar="ROOT",
+                   help="write the session to ROOT/host=HOST/date=YYYY-MM-DD/NAME (docs/fleet.md), not -o")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARG ...]",
                    help="run COMMAND, trace it and its descendants, stop when it exits")
 
@@ -93,6 +96,8 @@ def run(args):
     from .syscalls import parse_calls
 
     calls = parse_calls(args.calls)
+    if args.collect_dir:
+        args.output = _collected_output(args.output, args.collect_dir)
     # Per-call lines go to stdout in every mode, as bcc's tools print them; the summary
     # and messages go to stderr.
     rec = Recorder(RecordOptions(calls=calls,
@@ -107,6 +112,21 @@ def run(args):
         if command:
             return _run_command(rec, command, args.duration, sig)
         return _run_system_wide(rec, args.duration, sig)
+
+
+def _collected_output(output, root):
+    """The session directory under a collection root (jstall.session.collected_path)."""
+    import datetime
+    import socket
+
+    from jstall.session import collected_path
+
+    from .recorder import default_output_dir
+
+    if output:
+        raise JstallError("give either -o DIR or --collect-dir ROOT, not both")
+    return collected_path(root, socket.gethostname(), datetime.datetime.now(datetime.timezone.utc),
+                          default_output_dir())
 
 
 class _Signals:

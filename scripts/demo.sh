@@ -28,3 +28,7 @@ for inode in 128 256; do
 done
 ./jstall report "$out/xattr-i128" -o "$out/report.html"
 echo "demo: sessions in $out/, report in $out/report.html"
+echo
+echo "== jstall compare $out/xattr-i128 $out/xattr-i256"
+./jstall compare "$out/xattr-i128" "$out/xattr-i256" -o "$out/compare.html"
+echo "demo: both runs side by side in $out/compare.html"

@@ -150,6 +150,8 @@ def add_arguments(parser):
     run.add_argument("pattern", choices=PATTERN_NAMES, help="the workload")
     run.add_argument("-o", "--output", metavar="DIR", help="session directory (default jstall-lab-PATTERN-TIME)")
     run.add_argument("--json", action="store_true", help="print the lab metadata as JSON instead of the summary")
+    run.add_argument("--collect-dir", metavar="ROOT",
+                     help="write the session to ROOT/host=HOST/date=YYYY-MM-DD/NAME (docs/fleet.md), not -o")
     _add_options(run, sweep=False)
     run.set_defaults(_lab=_run)
     sw = sub.add_parser("sweep", help="run over every combination of comma-separated option values",
@@ -218,6 +220,15 @@ def _run(args):
     out_dir = args.output
     if args.record and not out_dir:
         out_dir = f"jstall-lab-{args.pattern}-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    if args.collect_dir and args.record:
+        import socket
+
+        from jstall.session import collected_path
+
+        if args.output:
+            raise JstallError("give either -o DIR or --collect-dir ROOT, not both")
+        out_dir = collected_path(args.collect_dir, socket.gethostname(),
+                                 datetime.datetime.now(datetime.timezone.utc), os.path.basename(out_dir))
     cfg = config_from(values, args.pattern, record=args.record, min_ms=args.min_ms, output_dir=out_dir,
                       scratch_dir=args.scratch, progress=_progress(args))
     prepare(cfg)

@@ -212,3 +212,47 @@ def is_incomplete(meta):
     """A session whose recorder did not end it (killed, crashed, out of memory, power loss):
     its tables hold what was flushed until ``meta['last_flush']``."""
     return meta.get("status") == RECORDING
+
+
+# --- collections of sessions (docs/fleet.md) ----------------------------------------------
+
+def _partition_value(text):
+    """A host name made safe as one path component of ``host=...``: '/', '=' and whitespace
+    become '_'; an empty name becomes 'unknown'."""
+    import re
+
+    text = re.sub(r"[/=\s\\]", "_", str(text or "").strip())
+    return text or "unknown"
+
+
+def collected_path(root, host, when, name):
+    """Where a session belongs in a collection: ``ROOT/host=HOST/date=YYYY-MM-DD/NAME``.
+
+    ``when`` is a ``datetime``/``date`` or seconds since the epoch (the session's start; a
+    naive datetime is taken as UTC, an aware one is converted to UTC); ``name`` is the
+    session's directory name.  ``jstall record``, ``jstall lab run`` and ``jstall monitor``
+    write there with ``--collect-dir ROOT``; ``jstall fleet ROOT`` reads the collection."""
+    import datetime as dt
+
+    if isinstance(when, (int, float)):
+        day = dt.datetime.fromtimestamp(when, tz=dt.timezone.utc).date()
+    elif isinstance(when, dt.datetime):
+        day = (when.astimezone(dt.timezone.utc) if when.tzinfo else when).date()
+    elif isinstance(when, dt.date):
+        day = when
+    else:
+        raise TypeError(f"when: a datetime, a date or epoch seconds, not {type(when).__name__}")
+    if not name or os.sep in name or name in (".", ".."):
+        raise JstallError(f"{name!r}: a collected session's name is one directory name")
+    return os.path.join(root, f"host={_partition_value(host)}", f"date={day.isoformat()}", name)
+
+
+def collected_partitions(path):
+    """``{"host": ..., "date": ...}`` from the ``key=value`` components of a collected
+    session's path (empty when the path is not in a collection)."""
+    out = {}
+    for part in str(path).replace("\\", "/").split("/"):
+        key, eq, value = part.partition("=")
+        if eq and key in ("host", "date") and value:
+            out[key] = value
+    return out

@@ -1,0 +1,354 @@
+"""Two sessions side by side: did the change help, and by how much?
+
+``compare(a, b)`` takes two sessions (paths, loaded sessions or :class:`Analysis` objects --
+e.g. two runs of a lab sweep) and returns a :class:`Comparison` whose tables set A against
+B: call latency per type (p50/p99/max), stalls and stall time by cause, journal figures and
+headroom, the lab's phase times when both came from the lab, the lab options that differ,
+and a one-line verdict with numbers.  Every figure is the ``jstall analyze --json``
+document's, so a comparison never disagrees with the analysis of either side.
+
+Phase times: a phase's durable seconds (``durable_s``: until its work was on the device)
+when both sides have them, else the seconds the workload's calls took to return; the
+``basis`` column says which.
+"""
+
+from .causes import CAUSES
+from .fleet import headroom_low
+from .stalls import DEFAULT_MIN_MS
+
+#: Version of the JSON document ``jstall compare --json`` prints.
+JSON_SCHEMA_VERSION = 1
+
+#: Journal figures compared (keys of the analyze JSON's ``journals`` entries), then headroom.
+JOURNAL_FIGURES = ("journal_mib", "inode_size", "fast_commit", "transactions", "logged_blocks",
+                   "avg_logged_blocks_per_transaction", "log_rate_blocks_per_s", "forced_checkpoints",
+                   "background_checkpoints", "forced_checkpoint_written_blocks", "max_fill_pct", "forced_fill_pct",
+                   "time_at_forced_level_s", "stalls", "stall_ms")
+
+#: Lab configuration keys that say nothing about the configuration itself.
+_NOT_CONFIG = {"seed", "output_dir", "scratch_dir", "progress", "record"}
+
+
+def _pct_change(a, b):
+    if a is None or b is None:
+        return None
+    if a == 0:
+        return 0.0 if b == 0 else None
+    return 100.0 * (b - a) / a
+
+
+def _phases(doc):
+    """{name: phase dict} of a lab session's phases (empty when not from the lab)."""
+    from .sweep import _phases as normalise
+
+    lab = doc["session"].get("lab") or {}
+    return {p["name"]: p for p in normalise(lab)}
+
+
+def _durable(p):
+    v = p.get("durable_s")
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _flat_config(doc):
+    from .sweep import _flat
+
+    cfg = (doc["session"].get("lab") or {}).get("config") or {}
+    flat = {k: v for k, v in _flat(cfg).items() if k not in _NOT_CONFIG}
+    # "journal_size_bytes" says again what "journal_size" says
+    return {k: v for k, v in flat.items() if not (k.endswith("_bytes") and k[:-6] in flat)}
+
+
+class Comparison:
+    """A against B.  ``a``/``b``: the two :class:`Analysis` objects; ``da``/``db``: their
+    analyze documents; ``names``: labels (default "A", "B")."""
+
+    def __init__(self, a, b, names=("A", "B")):
+        self.a, self.b = a, b
+        self.names = tuple(names)
+        self.da, self.db = a.to_dict(top=1), b.to_dict(top=1)
+        self.notes = []  # how a sweep configuration was reduced to one run
+
+    # --- tables ---------------------------------------------------------------------------
+
+    def calls(self):
+        """One row per call type traced in either: ``count_a/_b``, ``p50_ms_a/_b``,
+        ``p99_ms_a/_b``, ``max_ms_a/_b`` and ``p99_change_pct``."""
+        import pandas as pd
+
+        ca, cb = self.da["calls"], self.db["calls"]
+        rows = []
+        for name in sorted(set(ca) | set(cb)):
+            x, y = ca.get(name) or {}, cb.get(name) or {}
+            r = {"syscall": name}
+            for k in ("count", "p50_ms", "p99_ms", "max_ms", "total_ms"):
+                r[f"{k}_a"], r[f"{k}_b"] = x.get(k), y.get(k)
+            r["p99_change_pct"] = _pct_change(r["p99_ms_a"], r["p99_ms_b"])
+            rows.append(r)
+        df = pd.DataFrame(rows)
+        return df.sort_values("total_ms_a", ascending=False, na_position="last", kind="stable").reset_index(drop=True) \
+            if len(df) else df
+
+    def causes(self):
+        """One row per cause: stalls and off-CPU ms inside stalls in A and B, and the change."""
+        import pandas as pd
+
+        ba, bb = self.da["stalls"]["by_cause"], self.db["stalls"]["by_cause"]
+        rows = [{"cause": c, "stalls_a": ba[c]["count"], "stalls_b": bb[c]["count"], "ms_a": ba[c]["total_ms"],
+                 "ms_b": bb[c]["total_ms"], "change_ms": bb[c]["total_ms"] - ba[c]["total_ms"],
+                 "change_pct": _pct_change(ba[c]["total_ms"], bb[c]["total_ms"])} for c in CAUSES]
+        return pd.DataFrame(rows)
+
+    def stalls(self):
+        """Stall totals: count, total/max ms, at the forced level, checkpointed in own task."""
+        import pandas as pd
+
+        rows = []
+        for key, label in (("count", "stalls"), ("total_ms", "stall ms"), ("max_ms", "worst stall ms"),
+                           ("own_checkpoint", "checkpointed in own task")):
+            x, y = self.da["stalls"][key], self.db["stalls"][key]
+            rows.append({"figure": label, "a": x, "b": y, "change_pct": _pct_change(x, y)})
+        x, y = self.da["stalls"]["at_forced_level"]["count"], self.db["stalls"]["at_forced_level"]["count"]
+        rows.append({"figure": "at the forced-checkpoint level", "a": x, "b": y, "change_pct": _pct_change(x, y)})
+        return pd.DataFrame(rows)
+
+    def journal_pairs(self):
+        """Journals of A and B paired: by device when both have it, else in order."""
+        ja, jb = self.da["journals"], self.db["journals"]
+        by_dev = {j["dev"]: j for j in jb}
+        pairs, used = [], set()
+        for j in ja:
+            if j["dev"] in by_dev and len(ja) > 1:
+                pairs.append((j, by_dev[j["dev"]]))
+                used.add(j["dev"])
+        if not pairs:
+            pairs = list(zip(ja, jb))
+            used = {y["dev"] for _, y in pairs}
+            pairs += [(x, None) for x in ja[len(pairs):]]
+        pairs += [(None, y) for y in jb if y["dev"] not in used]
+        return pairs
+
+    def journals(self):
+        """One row per (journal pair, figure): ``a``, ``b``, ``change_pct``; headroom low
+        (blocks above the forced-checkpoint level at the fullest moment, below 0: reached it)
+        included."""
+        import pandas as pd
+
+        rows = []
+        for x, y in self.journal_pairs():
+            label = " / ".join(str(j["dev"]) if j else "-" for j in (x, y))
+            hx = headroom_low(x) if x else (None, None)
+            hy = headroom_low(y) if y else (None, None)
+            for k in JOURNAL_FIGURES:
+                va, vb = (x or {}).get(k), (y or {}).get(k)
+                num = isinstance(va, (int, float)) and isinstance(vb, (int, float)) and not isinstance(va, bool)
+                rows.append({"journal": label, "figure": k, "a": va, "b": vb,
+                             "change_pct": _pct_change(va, vb) if num else None})
+            for i, k in enumerate(("headroom_low_blocks", "headroom_low_pct")):
+                rows.append({"journal": label, "figure": k, "a": hx[i], "b": hy[i], "change_pct": None})
+        return pd.DataFrame(rows, columns=["journal", "figure", "a", "b", "change_pct"])
+
+    def phases(self):
+        """Lab phases present in both: ``seconds_a/_b`` on one ``basis`` ("durable" when
+        both phases carry durable seconds, else "returned"), ``ops``, ``change_pct``."""
+        import pandas as pd
+
+        pa, pb = _phases(self.da), _phases(self.db)
+        rows = []
+        for name in [n for n in pa if n in pb]:
+            x, y = pa[name], pb[name]
+            dx, dy = _durable(x), _durable(y)
+            basis = "durable" if dx is not None and dy is not None else "returned"
+            sa = dx if basis == "durable" else x.get("seconds")
+            sb = dy if basis == "durable" else y.get("seconds")
+            rows.append({"phase": name, "basis": basis, "seconds_a": sa, "seconds_b": sb, "ops_a": x.get("ops"),
+                         "ops_b": y.get("ops"), "change_pct": _pct_change(sa, sb)})
+        return pd.DataFrame(rows, columns=["phase", "basis", "seconds_a", "seconds_b", "ops_a", "ops_b", "change_pct"])
+
+    def config_changes(self):
+        """Lab options whose values differ: [(key, value in A, value in B)]."""
+        ca, cb = _flat_config(self.da), _flat_config(self.db)
+        if not ca or not cb:
+            return []
+        return [(k, ca.get(k), cb.get(k)) for k in sorted(set(ca) | set(cb)) if ca.get(k) != cb.get(k)]
+
+    # --- the verdict ----------------------------------------------------------------------
+
+    def verdict(self):
+        """One line with numbers: what B did to A's dominant stall cause (its stall time,
+        off CPU, before and after) and to the phase whose time changed most."""
+        A, B = self.names
+        st_a, st_b = self.da["stalls"], self.db["stalls"]
+        ba, bb = st_a["by_cause"], st_b["by_cause"]
+        if not st_a["count"] and not st_b["count"]:
+            line = f"No stalls in {A} or {B} (calls >= {self.da['min_ms']:g} ms)"
+        else:
+            src = ba if st_a["total_ms"] >= st_b["total_ms"] else bb
+            cause = max(CAUSES, key=lambda c: src[c]["total_ms"])
+            x, y = ba[cause]["total_ms"], bb[cause]["total_ms"]
+            if x > 0 and y <= x:
+                line = (f"{B} removed {100.0 * (x - y) / x:.0f}% of {cause} stall time "
+                        f"({_s(x)} -> {_s(y)})")
+            elif y > x:
+                more = f"{100.0 * (y - x) / x:.0f}% more" if x > 0 else "added"
+                line = f"{B} {more} {cause} stall time ({_s(x)} -> {_s(y)})" if x > 0 else \
+                    f"{B} added {_s(y)} of {cause} stall time ({A}: none)"
+            else:
+                line = f"{B} and {A} both stalled without {cause} stall time"
+            line += (f"; stalls {st_a['count']} -> {st_b['count']}, "
+                     f"{_s(st_a['total_ms'])} -> {_s(st_b['total_ms'])} in all")
+        ph = self.phases()
+        if len(ph):
+            ph = ph.assign(delta=(ph["seconds_b"] - ph["seconds_a"]).abs()).sort_values("delta", ascending=False)
+            p = ph.iloc[0]
+            if p["seconds_a"] is not None and p["seconds_b"] is not None:
+                line += (f"; {p['phase']} phase {p['seconds_a']:.2f} s -> {p['seconds_b']:.2f} s "
+                         f"{'durable' if p['basis'] == 'durable' else 'until its calls returned'}")
+        changes = self.config_changes()
+        if changes:
+            what = ", ".join(f"{k} {va} -> {vb}" for k, va, vb in changes[:3])
+            line = f"{what}: {line}"
+        return line + "."
+
+    # --- output ---------------------------------------------------------------------------
+
+    def to_dict(self):
+        """The ``jstall compare --json`` document (docs/analysis.md, Compare)."""
+        from .analysis import _clean
+
+        def rec(df):
+            return [] if not len(df) else df.astype(object).where(df.notna(), None).to_dict("records")
+
+        return _clean({
+            "schema_version": JSON_SCHEMA_VERSION, "kind": "compare", "min_ms": self.da["min_ms"],
+            "a": {"path": self.da["session"]["path"], "name": self.names[0], "session": self.da["session"]},
+            "b": {"path": self.db["session"]["path"], "name": self.names[1], "session": self.db["session"]},
+            "verdict": self.verdict(), "notes": list(self.notes),
+            "config_changes": [{"option": k, "a": x, "b": y} for k, x, y in self.config_changes()],
+            "stalls": rec(self.stalls()), "causes": rec(self.causes()), "calls": rec(self.calls()),
+            "journals": rec(self.journals()), "phases": rec(self.phases()),
+            "recommendations": {"a": self.da["recommendations"], "b": self.db["recommendations"]},
+        })
+
+    def text(self):
+        """The side-by-side summary ``jstall compare`` prints."""
+        from .text import _table
+
+        A, B = self.names
+
+        def f(v, fmt="{:.1f}"):
+            if v is None or v != v:
+                return "-"
+            if isinstance(v, bool) or isinstance(v, str):
+                return str(v)
+            return fmt.format(v)
+
+        out = [f"{A}: {self.da['session']['path']}", f"{B}: {self.db['session']['path']}", "",
+               *self.notes, "", "verdict: " + self.verdict(), ""]
+        out.append(_table(["", A, B, "change %"],
+                          [[r["figure"], f(r["a"], "{:.0f}"), f(r["b"], "{:.0f}"), f(r["change_pct"], "{:+.0f}")]
+                           for _, r in self.stalls().iterrows()]))
+        c = self.causes()
+        c = c[(c["ms_a"] > 0) | (c["ms_b"] > 0) | (c["stalls_a"] > 0) | (c["stalls_b"] > 0)]
+        if len(c):
+            out += ["", "stall time by cause (ms off CPU inside stalls; stalls with that primary cause)"]
+            out.append(_table(["cause", f"{A} stalls", f"{B} stalls", f"{A} ms", f"{B} ms", "change %"],
+                              [[r["cause"], r["stalls_a"], r["stalls_b"], f(r["ms_a"]), f(r["ms_b"]),
+                                f(r["change_pct"], "{:+.0f}")] for _, r in c.iterrows()]))
+        ph = self.phases()
+        if len(ph):
+            out += ["", "lab phases (seconds; durable: until the work was on the device, returned: until the "
+                    "calls returned)"]
+            out.append(_table(["phase", "basis", A, B, "ops", "change %"],
+                              [[r["phase"], r["basis"], f(r["seconds_a"], "{:.3f}"), f(r["seconds_b"], "{:.3f}"),
+                                f(r["ops_a"], "{:.0f}"), f(r["change_pct"], "{:+.0f}")] for _, r in ph.iterrows()]))
+        j = self.journals()
+        if len(j):
+            out += ["", "journals"]
+            out.append(_table(["journal", "figure", A, B, "change %"],
+                              [[r["journal"], r["figure"], f(r["a"], "{:g}"), f(r["b"], "{:g}"),
+                                f(r["change_pct"], "{:+.0f}")] for _, r in j.iterrows()]))
+        calls = self.calls()
+        if len(calls):
+            out += ["", "latency per call (ms; p50 below the recording threshold is from log2 histograms)"]
+            out.append(_table(["call", f"{A} count", f"{B} count", f"{A} p50", f"{B} p50", f"{A} p99", f"{B} p99",
+                               f"{A} max", f"{B} max"],
+                              [[r["syscall"], f(r["count_a"], "{:.0f}"), f(r["count_b"], "{:.0f}"),
+                                f(r["p50_ms_a"], "{:.3f}"), f(r["p50_ms_b"], "{:.3f}"), f(r["p99_ms_a"], "{:.3f}"),
+                                f(r["p99_ms_b"], "{:.3f}"), f(r["max_ms_a"]), f(r["max_ms_b"])]
+                               for _, r in calls.iterrows()]))
+        ch = self.config_changes()
+        if ch:
+            out += ["", "lab options that differ: " + ", ".join(f"{k} {x} -> {y}" for k, x, y in ch)]
+        return "\n".join(out) + "\n"
+
+
+def _s(ms):
+    """Milliseconds as readable seconds or ms."""
+    return f"{ms / 1000:.2f} s" if ms >= 1000 or ms == 0 else f"{ms:.0f} ms"
+
+
+def parse_side(text):
+    """``SWEEP_DIR:key=value[,key=value...]`` -> (sweep dir, {key: value}); a plain path ->
+    (path, None).  Only a sweep directory (holding sweep.json) takes a selection."""
+    import os
+
+    from jstall.session import is_sweep_dir
+
+    if ":" in text and not os.path.exists(text):
+        root, _, sel = text.rpartition(":")
+        if is_sweep_dir(root) and "=" in sel:
+            pairs = [p.split("=", 1) for p in sel.split(",") if p]
+            return root, {k.strip(): v.strip() for k, v in pairs}
+    return text, None
+
+
+def select_configuration(sweep_dir, selection, min_ms=DEFAULT_MIN_MS):
+    """The runs of a sweep whose lab options match ``selection`` ({option: value as text,
+    e.g. {"inode_size": "128"}}), analyzed; the representative is the run with the median
+    stall time (the lower middle one of an even count).  Returns (analysis, runs, note)."""
+    from jstall.errors import JstallError
+    from jstall.session import read_metadata
+
+    from .analysis import analyze
+    from .sweep import _flat, find_runs
+
+    runs = []
+    for run in find_runs(sweep_dir):
+        try:
+            cfg = _flat(((read_metadata(run).get("lab") or {}).get("config")) or {})
+        except JstallError:
+            continue
+        if all(str(cfg.get(k)) == v for k, v in selection.items()):
+            runs.append(run)
+    what = ",".join(f"{k}={v}" for k, v in selection.items())
+    if not runs:
+        raise JstallError(f"{sweep_dir}: no run with {what}; 'jstall analyze {sweep_dir}' lists the configurations")
+    analyses = sorted((analyze(r, min_ms=min_ms) for r in runs),
+                      key=lambda a: (float(a.stalls["latency_ms"].sum()), a.session.path))
+    rep = analyses[(len(analyses) - 1) // 2]
+    note = f"{what}: {len(runs)} run(s); the run with the median stall time is {rep.session.name}"
+    return rep, runs, note
+
+
+def compare(a, b, min_ms=DEFAULT_MIN_MS, names=("A", "B")):
+    """Compare two sessions (paths, Sessions or Analyses); returns a :class:`Comparison`."""
+    from .analysis import Analysis, analyze
+
+    notes = []
+    sides = []
+    for x in (a, b):
+        if isinstance(x, Analysis):
+            sides.append(x)
+            continue
+        if isinstance(x, str):
+            root, sel = parse_side(x)
+            if sel:
+                rep, _, note = select_configuration(root, sel, min_ms=min_ms)
+                sides.append(rep)
+                notes.append(note)
+                continue
+        sides.append(analyze(x, min_ms=min_ms))
+    c = Comparison(sides[0], sides[1], names=names)
+    c.notes = notes
+    return c
