@@ -98,11 +98,12 @@ def _journal_causes(stalls):
 
 
 def headroom_low(journal):
-    """The journal's lowest headroom: ``min_free_blocks - 32 - max_transaction_blocks`` blocks
-    (below 0: a handle had to checkpoint; jbd2_log_space_left against
-    j_max_transaction_buffers) and the same in percentage points of the log
-    (``forced_fill_pct - max_fill_pct``).  ``journal`` is one entry of the analyze JSON's
-    ``journals``; a ``headroom_low_blocks``/``headroom_low_pct`` the analyzer gives wins."""
+    """The journal's lowest headroom in blocks and % of the log (below 0 a handle had to wait
+    for log space: jbd2_log_space_left against j_max_transaction_buffers), as the analyzer
+    gives it (``headroom_low_blocks``/``headroom_low_pct``, counting the committing
+    transaction's credits); for documents without them, ``min_free_blocks - 32 -
+    max_transaction_blocks`` and ``forced_fill_pct - max_fill_pct``.  ``journal`` is one
+    entry of the analyze JSON's ``journals``."""
     blocks = journal.get("headroom_low_blocks")
     pct = journal.get("headroom_low_pct")
     if blocks is None:

@@ -187,6 +187,9 @@ def summary(session, timeline, txns, stalls=None):
         row["checkpointed_transactions"] = len(w)
         row["max_fill_pct"] = float(tl["fill_pct"].max()) if len(tl) else np.nan
         row["min_free_blocks"] = float(tl["free_blocks"].min()) if len(tl) else np.nan
+        # the kernel's condition (fill.headroom): below 0 a handle waits for log space
+        row["headroom_low_blocks"] = float(tl["headroom_blocks"].min()) if len(tl) else np.nan
+        row["headroom_low_pct"] = float(tl["headroom_pct"].min()) if len(tl) else np.nan
         row["forced_fill_pct"] = float(forced_fill_pct(mtb, lb)) if lb == lb and lb > 0 else np.nan
         row["time_at_forced_level_s"] = float(above.get(dev, 0.0))
         if stalls is not None:
