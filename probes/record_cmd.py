@@ -115,18 +115,14 @@ def run(args):
 
 
 def _collected_output(output, root):
-    """The session directory under a collection root (jstall.session.collected_path)."""
-    import datetime
-    import socket
-
-    from jstall.session import collected_path
+    """The session directory under a collection root (jstall.session.collect_here)."""
+    from jstall.session import collect_here
 
     from .recorder import default_output_dir
 
     if output:
         raise JstallError("give either -o DIR or --collect-dir ROOT, not both")
-    return collected_path(root, socket.gethostname(), datetime.datetime.now(datetime.timezone.utc),
-                          default_output_dir())
+    return collect_here(root, default_output_dir())
 
 
 class _Signals:

@@ -221,14 +221,11 @@ def _run(args):
     if args.record and not out_dir:
         out_dir = f"jstall-lab-{args.pattern}-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     if args.collect_dir and args.record:
-        import socket
-
-        from jstall.session import collected_path
+        from jstall.session import collect_here
 
         if args.output:
             raise JstallError("give either -o DIR or --collect-dir ROOT, not both")
-        out_dir = collected_path(args.collect_dir, socket.gethostname(),
-                                 datetime.datetime.now(datetime.timezone.utc), os.path.basename(out_dir))
+        out_dir = collect_here(args.collect_dir, os.path.basename(out_dir))
     cfg = config_from(values, args.pattern, record=args.record, min_ms=args.min_ms, output_dir=out_dir,
                       scratch_dir=args.scratch, progress=_progress(args))
     prepare(cfg)

@@ -247,6 +247,23 @@ def collected_path(root, host, when, name):
     return os.path.join(root, f"host={_partition_value(host)}", f"date={day.isoformat()}", name)
 
 
+def collect_here(root, name, option="--collect-dir"):
+    """The directory for a new session named ``name`` in the collection at ``root``, for this
+    host and today (UTC), its ``host=``/``date=`` parents made; ``root`` must be an existing
+    directory (a one-line JstallError otherwise)."""
+    import datetime as dt
+    import socket
+
+    if not os.path.isdir(root):
+        raise JstallError(f"{option} {root}: no such directory; create the collection's root first")
+    path = collected_path(root, socket.gethostname(), dt.datetime.now(dt.timezone.utc), name)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+    except OSError as e:
+        raise JstallError(f"{option} {root}: cannot write there ({e.strerror})") from None
+    return path
+
+
 def collected_partitions(path):
     """``{"host": ..., "date": ...}`` from the ``key=value`` components of a collected
     session's path (empty when the path is not in a collection)."""
