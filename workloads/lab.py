@@ -28,7 +28,8 @@ from jstall.errors import JstallError
 
 from . import patterns
 from .devstats import DeviceSampler, served
-from .scratch import FsConfig, ScratchFs
+from .fsconfig import FsConfig
+from .scratchfs import ScratchFs
 
 LAB_FORMAT_VERSION = 1
 

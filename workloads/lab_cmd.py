@@ -212,7 +212,7 @@ def _progress(args):
 
 def _run(args):
     from .lab import prepare, run_lab
-    from .scratch import Terminated
+    from .scratchfs import Terminated
 
     values = _values(args, sweep=False)
     out_dir = args.output
@@ -254,7 +254,8 @@ def _sweep(args):
 
 
 def _tune(args):
-    from .scratch import Terminated, parse_size
+    from .fsconfig import parse_size
+    from .scratchfs import Terminated
     from .tune import print_result, tune
 
     if not args.record:
@@ -284,7 +285,7 @@ def _tune(args):
 
 
 def _cleanup(args):
-    from .scratch import cleanup
+    from .cleanup import cleanup
 
     if os.geteuid() != 0 and not args.dry_run:
         raise JstallError("cleanup detaches loop devices and unmounts: run it as root (sudo), or add --dry-run")

@@ -57,7 +57,7 @@ def run_sweep(pattern, values, repeat, out_dir, record=True, min_ms=1.0, scratch
     """Run (or resume) a sweep; return 0. ``values``: {dest: [(text, parsed value)]}."""
     from .lab import prepare, run_lab
     from .options import config_from
-    from .scratch import check_free_space, prepare_scratch
+    from .rundir import check_free_space, prepare_scratch
 
     out = out or sys.stdout
     console = console or sys.stderr

@@ -41,7 +41,7 @@ import sys
 
 from jstall.errors import JstallError
 
-from .scratch import JOURNAL_MAX_BLOCKS, JOURNAL_MIN_BLOCKS, FsConfig
+from .fsconfig import JOURNAL_MAX_BLOCKS, JOURNAL_MIN_BLOCKS, FsConfig
 
 TUNE_FORMAT = "jstall-tune"
 TUNE_VERSION = 1
