@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+from jstall import system
 from jstall.errors import JstallError
 
 TRACEFS = "/sys/kernel/tracing"
@@ -15,8 +16,7 @@ COMMON_HZ = (100, 250, 300, 1000)
 
 
 def require_root():
-    if os.geteuid() != 0:
-        raise JstallError("tracing needs root: run it with sudo")
+    system.require_root("tracing needs root: run it with sudo")
 
 
 def ensure_tracefs():

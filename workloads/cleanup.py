@@ -5,10 +5,12 @@ import errno
 import os
 
 from jstall.errors import JstallError
+from jstall.system import mounts as mount_table
+from jstall.system import proc_start
 
 from . import throttle
-from .loopdev import detach, dev_of, loop_backing_files, mounts_list, umount
-from .rundir import DEFAULT_SCRATCH, SCRATCH_MARKER, proc_start, read_marker
+from .loopdev import detach, dev_of, loop_backing_files, umount
+from .rundir import DEFAULT_SCRATCH, SCRATCH_MARKER, read_marker
 
 
 def run_state(run_dir, marker=None):
@@ -23,7 +25,7 @@ def run_state(run_dir, marker=None):
     # loop devices stacked on those (a stacked device's upper loop), detached first
     upper = [lp for lp, path in backing.items() if path in loops]
     loops = upper + loops
-    mounts = [m for src, m in mounts_list() if m.startswith(prefix) or src in loops]
+    mounts = [e["mountpoint"] for e in mount_table() if e["mountpoint"].startswith(prefix) or e["source"] in loops]
     ours = {dev_of(lp) for lp in loops}
     throttles = {}
     for dev in list(marker.get("throttles", {})) + sorted(ours):

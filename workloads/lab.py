@@ -14,7 +14,6 @@ A throttled device serves long after the calls return (ext4 and jbd2 write metad
 journal in the background), so timing to the return leaves most of the device's work out.
 """
 
-import contextlib
 import ctypes
 import dataclasses
 import json
@@ -24,6 +23,7 @@ import sys
 import threading
 import time
 
+from jstall import system
 from jstall.errors import JstallError
 
 from . import patterns
@@ -215,19 +215,6 @@ def _status_text(status):
     return f"exited with status {os.waitstatus_to_exitcode(status)} without reporting its counts"
 
 
-@contextlib.contextmanager
-def _signals_deferred():
-    """Hold SIGINT and SIGTERM (main thread only) until the block is done."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-
 def make_durable(fs):
     """syncfs(2) the scratch filesystem, then wait until its devices have no request in
     flight; return (monotonic ns, wall time) at that moment."""
@@ -338,7 +325,7 @@ def run_lab(cfg, before_phase=None, console=None, out=None):
             lab["seconds"] = sum(p["seconds"] for p in lab["phases"])
             lab["returned_seconds"] = sum(p["returned_s"] for p in lab["phases"])
             # A second Ctrl-C while the session is written waits until it is complete.
-            with _signals_deferred():
+            with system.signals_deferred():
                 if sampler is not None:
                     sampler.stop()
                     lab["device_served"] = sampler.summary()

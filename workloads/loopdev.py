@@ -1,11 +1,16 @@
-"""Loop devices, block-device statistics and mounts: attaching and detaching loop devices,
-/sys/block readings, the mount table, unmounting, and running the system tools that do it."""
+"""Loop devices, block-device statistics and unmounting: the loop devices attached and their
+backing files, /sys/block readings, detaching and unmounting (retried while busy), and running
+the system tools that do it. The mount table itself is jstall.system's."""
 
 import os
 import subprocess
 import time
 
+from jstall import system
 from jstall.errors import JstallError
+
+#: the refusal every lab entry point gives without root
+LAB_NEEDS_ROOT = "the lab makes loop devices and mounts: run it as root (sudo)"
 
 
 def run_tool(cmd, what=None):
@@ -79,32 +84,11 @@ def loop_backing_files():
     return out
 
 
-def mounts_list():
-    """[(source, mountpoint)] from /proc/self/mounts, in mount order."""
-    out = []
-    with open("/proc/self/mounts") as f:
-        for line in f:
-            p = line.split()
-            out.append((p[0], p[1].replace("\\040", " ")))
-    return out
-
-
-def mount_options(mountpoint):
-    """The options string /proc/mounts shows for a mount point (the last mount there)."""
-    opts = None
-    with open("/proc/self/mounts") as f:
-        for line in f:
-            p = line.split()
-            if p[1] == mountpoint:
-                opts = p[3]
-    return opts
-
-
 def umount(mountpoint):
     """Unmount, retrying while busy; detach lazily (umount -l) when it stays busy."""
     for attempt in range(20):
         res = subprocess.run(["umount", mountpoint], capture_output=True, text=True)
-        if res.returncode == 0 or not any(m == mountpoint for _, m in mounts_list()):
+        if res.returncode == 0 or not any(m == mountpoint for m in (e["mountpoint"] for e in system.mounts())):
             return
         time.sleep(0.1 * (attempt + 1) if attempt < 5 else 0.5)
     # Still busy (a process keeps a file or its working directory there): detach it from the

@@ -15,15 +15,6 @@ SCRATCH_MARKER = ".jstall-lab-scratch"
 FREE_MARGIN = 64 << 20
 
 
-def proc_start(pid):
-    """The start time of a process (clock ticks since boot), or None when it does not exist."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
 def read_marker(run_dir):
     try:
         with open(os.path.join(run_dir, MARKER)) as f:

@@ -23,20 +23,22 @@ images deleted. ``cleanup()`` does the same for runs whose process died, found b
 The parts live in modules named for their job; this module gathers their public names:
 
 - fsconfig.py: ``FsConfig`` and sizes (validation and mke2fs/mount arguments; no root needed)
-- loopdev.py: loop devices, /sys/block statistics, the mount table, unmounting
+- loopdev.py: loop devices, /sys/block statistics, unmounting (the mount table, dumpe2fs and
+  signal handling are jstall.system's)
 - rundir.py: the scratch directory, run markers, the free-space check
 - scratchfs.py: ``ScratchFs``, the mounted filesystem
 - cleanup.py: undoing a run and the runs crashed processes left
 """
 
+from jstall.system import mount_options, parse_dumpe2fs
+
 from .cleanup import cleanup, find_runs, run_state, undo_run
 from .fsconfig import (BLOCK_SIZES, DATA_MODES, FAST_COMMIT_BLOCKS, JOURNAL_MAX_BLOCKS, JOURNAL_MIN_BLOCKS,
                        MKFS_FEATURES_OWN, MKFS_OWN, MKFS_PASSTHROUGH, MOUNT_OWN, THROTTLE_MODES, FsConfig,
                        format_size, parse_size)
-from .loopdev import (BLOCK_STAT_FIELDS, dev_of, loop_backing_files, mount_options, read_block_stat,
-                      read_inflight, syncfs)
+from .loopdev import BLOCK_STAT_FIELDS, dev_of, loop_backing_files, read_block_stat, read_inflight, syncfs
 from .rundir import DEFAULT_SCRATCH, FREE_MARGIN, MARKER, SCRATCH_MARKER, check_free_space, prepare_scratch
-from .scratchfs import ScratchFs, Terminated, parse_dumpe2fs
+from .scratchfs import ScratchFs, Terminated
 
 __all__ = [
     "BLOCK_SIZES", "BLOCK_STAT_FIELDS", "DATA_MODES", "DEFAULT_SCRATCH", "FAST_COMMIT_BLOCKS", "FREE_MARGIN",

@@ -6,30 +6,20 @@ import json
 import os
 import re
 import signal
-import threading
 import time
 import uuid
 
+from jstall import system
 from jstall.errors import JstallError
 
 from . import throttle
 from .cleanup import undo_run
-from .loopdev import dev_of, loop_backing_files, mount_options, read_inflight, run_tool, syncfs
-from .rundir import MARKER, check_free_space, prepare_scratch, proc_start, write_json
+from .loopdev import LAB_NEEDS_ROOT, dev_of, loop_backing_files, read_inflight, run_tool, syncfs
+from .rundir import MARKER, check_free_space, prepare_scratch, write_json
 
 
 class Terminated(KeyboardInterrupt):
     """SIGTERM arrived while a scratch filesystem was set up (handled like Ctrl-C)."""
-
-
-def parse_dumpe2fs(text):
-    """{key: value} of the 'Key: value' lines of `dumpe2fs -h` (first occurrence wins)."""
-    out = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition(":")
-        if sep and key and not key.startswith((" ", "\t")):
-            out.setdefault(key.strip(), value.strip())
-    return out
 
 
 def _int(text):
@@ -62,8 +52,7 @@ class ScratchFs:
 
     def __enter__(self):
         cfg = self.cfg
-        if os.geteuid() != 0:
-            raise JstallError("the lab makes loop devices and mounts: run it as root (sudo)")
+        system.require_root(LAB_NEEDS_ROOT)
         cfg.validate()
         data_limits = cfg.data_limits()
         journal_limits = cfg.journal_limits() if cfg.journal_device else throttle.Limits()
@@ -81,19 +70,13 @@ class ScratchFs:
         return self
 
     def _install_sigterm(self):
-        if threading.current_thread() is not threading.main_thread():
-            return
-
-        def on_term(signum, frame):
-            raise Terminated(f"signal {signum}")
-
-        self._old_sigterm = signal.signal(signal.SIGTERM, on_term)
+        self._old_sigterm = system.raise_on_sigterm(Terminated)
 
     def _marker(self):
         return {
             "format": "jstall-lab-scratch",
             "pid": os.getpid(),
-            "pid_start": proc_start(os.getpid()),
+            "pid_start": system.proc_start(os.getpid()),
             "created": time.time(),
             "run_dir": self.run_dir,
             "mountpoint": self.mountpoint,
@@ -166,8 +149,8 @@ class ScratchFs:
     # ---- read-back ------------------------------------------------------------------
 
     def _read_dumpe2fs(self):
-        raw = parse_dumpe2fs(run_tool(["dumpe2fs", "-h", self.device], "dumpe2fs"))
-        jraw = parse_dumpe2fs(run_tool(["dumpe2fs", "-h", self.journal_device], "dumpe2fs")) if self.journal_device else {}
+        raw = system.dumpe2fs(self.device)
+        jraw = system.dumpe2fs(self.journal_device) if self.journal_device else {}
         src = jraw or raw
         jblocks = _int(src.get("Total journal blocks") or src.get("Journal length"))
         bs = _int(raw.get("Block size"))
@@ -201,7 +184,7 @@ class ScratchFs:
 
     def mount_options(self):
         """The options /proc/mounts shows for the mount point."""
-        return mount_options(self.mountpoint)
+        return system.mount_options(self.mountpoint)
 
     def sync(self):
         """Write back this filesystem (syncfs(2)): not sync(2), which would also wait for every
@@ -263,16 +246,12 @@ class ScratchFs:
         self._teardown()
 
     def _teardown(self):
-        old_mask = None
-        if threading.current_thread() is threading.main_thread():
-            old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-        try:
-            if self.run_dir:
-                undo_run(self.run_dir, self._marker())
-            self._loops, self._throttled, self._mounted, self.limits = [], {}, False, {}
-        finally:
-            if self._old_sigterm is not None:
-                signal.signal(signal.SIGTERM, self._old_sigterm)
-                self._old_sigterm = None
-            if old_mask is not None:
-                signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+        with system.signals_deferred():
+            try:
+                if self.run_dir:
+                    undo_run(self.run_dir, self._marker())
+                self._loops, self._throttled, self._mounted, self.limits = [], {}, False, {}
+            finally:
+                if self._old_sigterm is not None:
+                    system.restore_handlers({signal.SIGTERM: self._old_sigterm})
+                    self._old_sigterm = None

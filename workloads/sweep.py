@@ -14,7 +14,10 @@ import shutil
 import sys
 import time
 
+from jstall import system
 from jstall.errors import JstallError
+
+from .loopdev import LAB_NEEDS_ROOT
 
 SWEEP_FORMAT = "jstall-sweep"
 SWEEP_VERSION = 1
@@ -75,8 +78,7 @@ def run_sweep(pattern, values, repeat, out_dir, record=True, min_ms=1.0, scratch
             # name the combination, unless the message already starts with it
             raise JstallError(f"{where}: {e}" if where and not str(e).startswith(where) else str(e)) from None
         image_bytes = max(image_bytes, lab_cfg.fs.image_bytes())
-    if os.geteuid() != 0:
-        raise JstallError("the lab makes loop devices and mounts: run it as root (sudo)")
+    system.require_root(LAB_NEEDS_ROOT)
     # the largest configuration's images must fit (one run at a time)
     check_free_space(prepare_scratch(scratch_dir, create=False), image_bytes)
     doc = {"format": SWEEP_FORMAT, "version": SWEEP_VERSION, "pattern": pattern, "options": axes, "base": base,

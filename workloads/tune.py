@@ -39,9 +39,11 @@ import json
 import os
 import sys
 
+from jstall import system
 from jstall.errors import JstallError
 
 from .fsconfig import JOURNAL_MAX_BLOCKS, JOURNAL_MIN_BLOCKS, FsConfig
+from .loopdev import LAB_NEEDS_ROOT
 
 TUNE_FORMAT = "jstall-tune"
 TUNE_VERSION = 1
@@ -195,8 +197,7 @@ def tune(pattern, params=None, fs=None, jobs=1, seed=1, threshold_ms=10.0, max_m
     variants = _variants(fs) if compare else []
     for _, change in [(None, {})] + variants:  # validate every configuration before running any
         prepare(dataclasses.replace(base, fs=dataclasses.replace(fs, **change)))
-    if os.geteuid() != 0:
-        raise JstallError("the lab makes loop devices and mounts: run it as root (sudo)")
+    system.require_root(LAB_NEEDS_ROOT)
     os.makedirs(out_dir, exist_ok=True)
     result = TuneResult(pattern=pattern, params=params, threshold_ms=float(threshold_ms), start_mib=start_mib,
                         bound_mib=hi_mib, config={**fs.as_dict(), "jobs": jobs, "seed": seed}, output_dir=out_dir)
