@@ -8,10 +8,10 @@ import json
 import os
 
 from .errors import JstallError
+from .metadata import METADATA_FILE, SWEEP_FILE, check_session
+from .metadata import SESSION_FORMAT as FORMAT
+from .metadata import SESSION_SCHEMA_VERSION as SCHEMA_VERSION
 
-FORMAT = "jstall-session"
-SCHEMA_VERSION = 1
-METADATA_FILE = "metadata.json"
 
 #: Every table a session holds, each as <name>.parquet.
 TABLES = (
@@ -83,15 +83,7 @@ def read_metadata(session_dir):
             meta = json.load(f)
     except (OSError, ValueError) as e:
         raise JstallError(f"{path}: unreadable metadata ({e}); the session is corrupt, record it again") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise JstallError(f"{session_dir}: not a jstall session (metadata format is not '{FORMAT}')")
-    version = meta.get("schema_version")
-    if not isinstance(version, int):
-        raise JstallError(f"{path}: no schema_version; the session is corrupt, record it again")
-    if version > SCHEMA_VERSION:
-        raise JstallError(
-            f"{session_dir}: schema version {version} is newer than this jstall reads ({SCHEMA_VERSION}); upgrade jstall"
-        )
+    check_session(meta, session_dir, path)
     missing = [t for t in TABLES if not table_exists(session_dir, t)]
     if missing:
         raise JstallError(f"{session_dir}: missing tables {', '.join(missing)}; the session is truncated, record it again")
@@ -100,7 +92,7 @@ def read_metadata(session_dir):
 
 def is_sweep_dir(path):
     """A lab sweep directory holds sweep.json and one session per run."""
-    return os.path.isfile(os.path.join(path, "sweep.json"))
+    return os.path.isfile(os.path.join(path, SWEEP_FILE))
 
 
 # ---- tables written in chunks while recording ------------------------------------------
