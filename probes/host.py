@@ -1,7 +1,6 @@
 """What the running kernel offers the probes: privileges, tracefs, tracepoints,
 kernel headers for bcc's includes, and HZ."""
 
-import glob
 import gzip
 import os
 import subprocess
@@ -92,10 +91,6 @@ def measured_hz(first, last):
 
 def btf_path_ok():
     return os.path.exists("/sys/kernel/btf/vmlinux")
-
-
-def jbd2_proc_dirs():
-    return glob.glob("/proc/fs/jbd2/*")
 
 
 def descendants(pid):

@@ -287,7 +287,7 @@ def run_lab(cfg, before_phase=None, console=None, out=None):
                 lab.census = {**patterns.census(roots), "before_phase": None}
             lab.end = {"monotonic_ns": time.monotonic_ns(), "wall": time.time()}
             status = "complete"
-        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (scratch.Terminated)
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (scratchfs.Terminated)
             status = "interrupted"
             raise
         except BaseException as e:

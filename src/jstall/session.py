@@ -9,9 +9,8 @@ import os
 
 from .errors import JstallError
 from .metadata import METADATA_FILE, SWEEP_FILE, check_session
-from .metadata import SESSION_FORMAT as FORMAT
-from .metadata import SESSION_SCHEMA_VERSION as SCHEMA_VERSION
-
+from .metadata import SESSION_FORMAT as FORMAT  # noqa: F401 -- the writers' and readers' name
+from .metadata import SESSION_SCHEMA_VERSION as SCHEMA_VERSION  # noqa: F401
 
 #: Every table a session holds, each as <name>.parquet.
 TABLES = (
@@ -27,20 +26,6 @@ TABLES = (
     "fill",
 )
 
-#: The journal fill columns read from journal_t (see the format document).
-FILL_COLUMNS = (
-    "free_blocks",
-    "head_block",
-    "tail_block",
-    "first_block",
-    "last_block",
-    "journal_blocks",
-    "max_transaction_blocks",
-    "running_transaction",
-    "committing_transaction",
-    "committing_credits",
-)
-
 #: jbd2 lifecycle events, in the order a transaction meets them.
 JBD2_EVENTS = (
     "start_commit",
@@ -53,6 +38,16 @@ JBD2_EVENTS = (
     "lock_buffer_stall",
     "write_superblock",
 )
+
+
+def __getattr__(name):
+    # FILL_COLUMNS is schema.py's (the table columns); it stays importable from here without
+    # loading pyarrow on every import of this module.
+    if name == "FILL_COLUMNS":
+        from .schema import FILL_COLUMNS
+
+        return FILL_COLUMNS
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def table_path(session_dir, table):
