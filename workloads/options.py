@@ -114,8 +114,8 @@ def default_fs_size(journal_size, journal_device):
 def config_from(values, pattern, record=True, min_ms=1.0, output_dir=None, scratch_dir=None, progress=False,
                 extra=None):
     """LabConfig from parsed option values {dest: value or None}."""
-    from .lab import LabConfig
     from .fsconfig import FsConfig
+    from .lab import LabConfig
 
     fs = {}
     for dest, kind, default, _ in FS_OPTIONS:
