@@ -1,15 +1,15 @@
 """Lab sweeps: compare the runs of ``jstall lab sweep`` per configuration.
 
-A sweep directory holds ``sweep.json`` (the sweep's options), ``results.parquet`` (one row
-per run, written by the lab) and one session directory per run.  Each run's session is
-analyzed; its lab configuration (``metadata["lab"]["config"]``) and phase timings
-(``metadata["lab"]["phases"]``) come from the session's metadata.  Per configuration (the
-values of the swept options), every figure is reported as mean and standard deviation over
-the repeats (sample standard deviation; 0 for a single run).
+A sweep directory holds ``sweep.json`` (the sweep's options: jstall.metadata.SweepDoc) and
+one session directory per run.  Each run's session is analyzed; its lab configuration and
+phase records (jstall.metadata.LabDoc and PhaseRecord) come from the session's metadata.  Per
+configuration (the values of the swept options), every figure is reported as mean and
+standard deviation over the repeats (jstall.metadata.mean_sd, as the lab's own summary).
 """
 
-import json
 import os
+
+from jstall.metadata import LabDoc, PhaseRecord, SweepDoc, mean_sd
 
 from .causes import CAUSES
 
@@ -30,37 +30,9 @@ def _flat(d, prefix=""):
     return out
 
 
-def _phases(lab):
-    """Normalise metadata["lab"]["phases"] to a list of dicts with ``name``, ``seconds`` and
-    numeric fields; tolerant of a list of dicts or a mapping name -> dict / seconds."""
-    ph = (lab or {}).get("phases") or []
-    if isinstance(ph, dict):
-        ph = [dict(v, name=k) if isinstance(v, dict) else {"name": k, "seconds": v} for k, v in ph.items()]
-    out = []
-    for p in ph:
-        if not isinstance(p, dict) or "name" not in p:
-            continue
-        q = dict(p)
-        for k in ("durable_s", "seconds", "elapsed_s", "duration_s", "wall_s", "time_s"):
-            if isinstance(q.get(k), (int, float)):
-                q["seconds"] = float(q[k])
-                break
-        if "seconds" not in q and isinstance(q.get("start_ns"), int) and isinstance(q.get("end_ns"), int):
-            q["seconds"] = (q["end_ns"] - q["start_ns"]) / 1e9
-        out.append(q)
-    return out
-
-
 def _rate_key(p):
-    """The phase's main rate: ``<unit>_per_s`` (e.g. files_per_s) when the phase has it, else
-    the first numeric ``*_per_s`` field."""
-    own = f"{p.get('unit')}_per_s"
-    if isinstance(p.get(own), (int, float)) and not isinstance(p.get(own), bool):
-        return own
-    for k, v in p.items():
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and (k.endswith("_per_s") or k == "rate"):
-            return k
-    return None
+    """The main rate field of a phase record (a dict as written): PhaseRecord.main_rate."""
+    return PhaseRecord.from_dict(p).main_rate()
 
 
 def find_runs(path, depth=3):
@@ -94,19 +66,8 @@ class Sweep:
 
         self.path = path
         self.min_ms = float(min_ms)
-        try:
-            with open(os.path.join(path, "sweep.json")) as f:
-                self.meta = json.load(f)
-        except (OSError, ValueError) as e:
-            raise JstallError(f"{path}: unreadable sweep.json ({e}); run the sweep again to resume it") from None
+        self.meta = SweepDoc.load(path)
         self.warnings = []
-        self.results = None
-        rp = os.path.join(path, "results.parquet")
-        if os.path.exists(rp):
-            try:
-                self.results = pd.read_parquet(rp)
-            except Exception as e:  # a damaged results table is reported, the sessions still count
-                self.warnings.append(f"results.parquet unreadable ({str(e).splitlines()[0]})")
         runs = find_runs(path)
         for entry in sorted(os.listdir(path)):
             full = os.path.join(path, entry)
@@ -121,9 +82,9 @@ class Sweep:
             except JstallError as e:
                 self.warnings.append(f"{os.path.relpath(run_dir, path)}: skipped ({e})")
                 continue
-            lab = a.session.meta.get("lab") or {}
+            lab = LabDoc.from_dict(a.session.meta.get("lab") or {})
             row = {"run": os.path.relpath(run_dir, path)}
-            row.update(_flat(lab.get("config")))
+            row.update(_flat(lab.config))
             d = a.to_dict(top=0)
             st = d["stalls"]
             row.update({"stalls": st["count"], "stall_ms": st["total_ms"], "max_stall_ms": st["max_ms"],
@@ -138,19 +99,18 @@ class Sweep:
             for name, c in d["calls"].items():
                 for k in ("p50_ms", "p99_ms", "max_ms"):
                     row[f"{name}_{k}"] = c[k]
-            for p in _phases(lab):
-                n = str(p["name"])
+            for p in lab.phases:
+                n = str(p.name)
                 if n not in phase_order:
                     phase_order.append(n)
-                if "seconds" in p:
-                    row[f"{n}_s"] = p["seconds"]  # durable: until syncfs returned and the device was idle
-                if isinstance(p.get("returned_s"), (int, float)):
-                    row[f"{n}_returned_s"] = float(p["returned_s"])
-                rk = _rate_key(p)
+                if p.durable is not None:
+                    row[f"{n}_s"] = float(p.durable)  # until syncfs returned and the device was idle
+                if isinstance(p.returned_s, (int, float)):
+                    row[f"{n}_returned_s"] = float(p.returned_s)
+                rk = p.main_rate()
                 if rk:
-                    row[f"{n}_rate"] = float(p[rk])
-                    unit = p.get("unit") if rk == "rate_per_s" and isinstance(p.get("unit"), str) else None
-                    self._rate_units.setdefault(n, f"{unit}_per_s" if unit else rk)
+                    row[f"{n}_rate"] = float(p.rates[rk])
+                    self._rate_units.setdefault(n, p.rate_name())
             rows.append(row)
         if not rows:
             raise JstallError(f"{path}: no loadable run sessions in this sweep directory; run 'jstall lab sweep' again")
@@ -166,22 +126,12 @@ class Sweep:
         return self._rate_units.get(phase, "per s").replace("_per_s", "/s").replace("_", " ")
 
     def _options(self):
-        declared = None
-        for key in ("options", "swept", "grid", "axes", "sweep"):
-            v = self.meta.get(key)
-            if isinstance(v, dict) and v:
-                declared = list(v)
-                break
-            if isinstance(v, list) and v and all(isinstance(x, str) for x in v):
-                declared = list(v)
-                break
+        """The swept options sweep.json declares (present in the runs' configurations); with
+        none declared, the configuration columns whose values differ between runs."""
+        found = [o for o in self.meta.swept if o in self.runs.columns]
+        if found:
+            return found
         cols = [c for c in self.runs.columns if c not in ("run",)]
-        if declared:
-            norm = {c.replace("-", "_"): c for c in cols}
-            found = [norm.get(o.lstrip("-").replace("-", "_")) for o in declared]
-            found = [f for f in found if f]
-            if found:
-                return found
         config = [c for c in cols if c in self._config_columns() and c not in _NOT_OPTIONS]
         return [c for c in config if self.runs[c].astype("str").nunique() > 1]
 
@@ -226,10 +176,7 @@ class Sweep:
             options = ["config"]
         for o in options:
             r[o] = r[o].astype("str")
-        g = r.groupby(options, sort=False)
-        mean = g[meas].mean().add_suffix("_mean")
-        sd = g[meas].std(ddof=1).fillna(0.0).add_suffix("_sd")
-        out = pd.concat([g.size().rename("runs"), mean, sd], axis=1).reset_index()
+        out = mean_sd(r, options, meas)
         keys = [tuple(self.value_key(v) for v in row) for row in out[options].itertuples(index=False)]
         out = out.iloc[sorted(range(len(out)), key=keys.__getitem__)].reset_index(drop=True)
         out["_order"] = range(len(out))

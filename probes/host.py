@@ -1,13 +1,13 @@
 """What the running kernel offers the probes: privileges, tracefs, tracepoints,
 kernel headers for bcc's includes, and HZ."""
 
-import glob
 import gzip
 import os
 import subprocess
 import sys
 import time
 
+from jstall import system
 from jstall.errors import JstallError
 
 TRACEFS = "/sys/kernel/tracing"
@@ -15,8 +15,7 @@ COMMON_HZ = (100, 250, 300, 1000)
 
 
 def require_root():
-    if os.geteuid() != 0:
-        raise JstallError("tracing needs root: run it with sudo")
+    system.require_root("tracing needs root: run it with sudo")
 
 
 def ensure_tracefs():
@@ -92,10 +91,6 @@ def measured_hz(first, last):
 
 def btf_path_ok():
     return os.path.exists("/sys/kernel/btf/vmlinux")
-
-
-def jbd2_proc_dirs():
-    return glob.glob("/proc/fs/jbd2/*")
 
 
 def descendants(pid):

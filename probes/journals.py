@@ -4,9 +4,10 @@ journal geometry stored in a session's metadata, and /proc/fs/jbd2 statistics.""
 import os
 import re
 import stat
-import subprocess
 
+from jstall import system
 from jstall.errors import JstallError
+from jstall.system import dumpe2fs
 
 
 def kernel_dev(major, minor):
@@ -27,21 +28,9 @@ def parse_dev(text):
 def ext4_mounts():
     """{'MAJ:MIN': {'mountpoint', 'source', 'options'}} of mounted ext4 filesystems (first mount of each)."""
     mounts = {}
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            left, _, right = line.partition(" - ")
-            fields, rfields = left.split(), right.split()
-            if len(rfields) < 3 or rfields[0] != "ext4":
-                continue
-            dev = fields[2]
-            if dev in mounts:
-                continue
-            opts = fields[5].split(",") + [o for o in rfields[2].split(",") if o not in ("rw", "ro")]
-            mounts[dev] = {
-                "mountpoint": fields[4].replace("\\040", " "),
-                "source": rfields[1],
-                "options": ",".join(dict.fromkeys(opts)),
-            }
+    for m in system.mounts():
+        if m["fstype"] == "ext4" and m["dev"] not in mounts:
+            mounts[m["dev"]] = {"mountpoint": m["mountpoint"], "source": m["source"], "options": m["options"]}
     return mounts
 
 
@@ -60,20 +49,6 @@ def resolve_device(spec, mounts=None):
     if dev not in mounts:
         raise JstallError(f"-d {spec}: device {dev} is not a mounted ext4 filesystem; give a mounted ext4 (see findmnt -t ext4)")
     return dev
-
-
-def dumpe2fs(device):
-    """The superblock fields `dumpe2fs -h` prints, as {name: text}."""
-    res = subprocess.run(["dumpe2fs", "-h", device], capture_output=True, text=True)
-    if res.returncode != 0:
-        last = (res.stderr.strip().splitlines() or ["no output"])[-1]
-        raise JstallError(f"dumpe2fs -h {device} failed: {last}")
-    out = {}
-    for line in res.stdout.splitlines():
-        key, sep, value = line.partition(":")
-        if sep and key and not key.startswith(" "):
-            out.setdefault(key.strip(), value.strip())
-    return out
 
 
 def proc_info_name(dev, source, sb):

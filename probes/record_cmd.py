@@ -34,12 +34,12 @@ output columns: TIME COMM PID TID CALL LAT(ms) DEV FILL% FILE
 import argparse
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import threading
 import time
 
+from jstall import system
 from jstall.errors import JstallError
 
 
@@ -153,12 +153,11 @@ class _Signals:
             self.proc.kill()
 
     def __enter__(self):
-        self._old = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
+        self._old = system.install_handlers(self._handle)
         return self
 
     def __exit__(self, *exc):
-        for s, h in self._old.items():
-            signal.signal(s, h)
+        system.restore_handlers(self._old)
 
 
 #: a loss at or above this share of its kind prints a warning

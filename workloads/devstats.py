@@ -16,7 +16,7 @@ at ``ts_ns`` (CLOCK_MONOTONIC, the session's clock); columns as schema.LAB_COLUM
 import threading
 import time
 
-from .scratch import read_block_stat
+from .loopdev import read_block_stat
 
 #: device_stats column -> the /sys/block stat field it differences ('in_flight_requests' is
 #: the value at the end of the interval, not a difference)

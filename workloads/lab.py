@@ -14,7 +14,6 @@ A throttled device serves long after the calls return (ext4 and jbd2 write metad
 journal in the background), so timing to the return leaves most of the device's work out.
 """
 
-import contextlib
 import ctypes
 import dataclasses
 import json
@@ -24,13 +23,16 @@ import sys
 import threading
 import time
 
+from jstall import system
 from jstall.errors import JstallError
+from jstall.metadata import LAB_FILE, LAB_VERSION, LabConfigRecord, LabDoc, PhaseRecord
 
 from . import patterns
 from .devstats import DeviceSampler, served
-from .scratch import FsConfig, ScratchFs
+from .fsconfig import FsConfig
+from .scratchfs import ScratchFs
 
-LAB_FORMAT_VERSION = 1
+LAB_FORMAT_VERSION = LAB_VERSION  # the lab metadata's lab_version (jstall.metadata)
 
 
 @dataclasses.dataclass
@@ -74,7 +76,7 @@ def prepare(cfg):
         raise JstallError(f"--min-ms {cfg.min_ms}: give milliseconds ≥ 0")
     if cfg.output_dir:
         if os.path.exists(os.path.join(cfg.output_dir, "metadata.json")) or os.path.exists(
-                os.path.join(cfg.output_dir, "lab.json")):
+                os.path.join(cfg.output_dir, LAB_FILE)):
             raise JstallError(f"{cfg.output_dir} already holds a session; choose another -o")
         if os.path.exists(cfg.output_dir) and not os.path.isdir(cfg.output_dir):
             raise JstallError(f"-o {cfg.output_dir}: exists and is not a directory; choose another -o")
@@ -214,19 +216,6 @@ def _status_text(status):
     return f"exited with status {os.waitstatus_to_exitcode(status)} without reporting its counts"
 
 
-@contextlib.contextmanager
-def _signals_deferred():
-    """Hold SIGINT and SIGTERM (main thread only) until the block is done."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-
 def make_durable(fs):
     """syncfs(2) the scratch filesystem, then wait until its devices have no request in
     flight; return (monotonic ns, wall time) at that moment."""
@@ -236,26 +225,9 @@ def make_durable(fs):
 
 
 def _phase_record(phase, start, returned, end, wall0, wall1, counts, device=None):
-    """The phase's entry in the lab metadata (see docs/lab.md): ``returned`` when the jobs
-    returned, ``end`` when their work was durable (both monotonic ns)."""
-    secs = (end - start) / 1e9
-    tot = {k: sum(int(c.get(k, 0)) for c in counts) for k in ("ops", "files", "dirs", "attrs", "bytes")}
-    rec = {"name": phase.name, "unit": phase.unit, "start_ns": start, "returned_ns": returned, "end_ns": end,
-           "start_wall": wall0, "end_wall": wall1, "returned_s": (returned - start) / 1e9, "durable_s": secs,
-           "seconds": secs, **tot, "jobs": len(counts), "per_job_ops": [int(c.get("ops", 0)) for c in counts]}
-    if device is not None:
-        rec["device"] = device
-    rate = (lambda n: n / secs if secs > 0 else None)
-    rec["rate_per_s"] = rate(tot["ops"])
-    # Per-unit rates only for the phase's own unit (and KiB/s where file data moved), so that
-    # a reader taking the first *_per_s field in key order finds the phase's own rate.
-    if phase.unit == "dirs":
-        rec["dirs_per_s"] = rate(tot["dirs"])
-    if phase.unit == "files":
-        rec["files_per_s"] = rate(tot["files"])
-        if tot["bytes"] and phase.name not in ("create", "remove", "file_remove"):
-            rec["kib_per_s"] = rate(tot["bytes"] / 1024)
-    return rec
+    """The phase's entry in the lab metadata (jstall.metadata.PhaseRecord, docs/lab.md):
+    ``returned`` when the jobs returned, ``end`` when their work was durable (both monotonic ns)."""
+    return PhaseRecord.measured(phase.name, phase.unit, start, returned, end, wall0, wall1, counts, device)
 
 
 def run_lab(cfg, before_phase=None, console=None, out=None):
@@ -264,29 +236,19 @@ def run_lab(cfg, before_phase=None, console=None, out=None):
     cfg.progress) to ``console`` and the summary to ``out``."""
     console = console or sys.stderr
     pat = prepare(cfg)
-    lab = {
-        "lab_version": LAB_FORMAT_VERSION,
-        "status": "running",
-        "pattern": pat.name,
-        "params": pat.describe(),
-        "jobs": cfg.jobs,
-        "seed": cfg.seed,
-        "config": {**cfg.fs.as_dict(), "pattern": pat.name, "jobs": cfg.jobs, "seed": cfg.seed, **pat.describe()},
-        "phases": [],
-        "census": None,
-    }
-    if cfg.extra:
-        lab.update(cfg.extra)
+    lab = LabDoc(status="running", pattern=pat.name, params=pat.describe(), jobs=cfg.jobs, seed=cfg.seed,
+                 config=LabConfigRecord(cfg.fs.as_dict(), pat.name, cfg.jobs, cfg.seed, pat.describe()).to_dict(),
+                 extra=dict(cfg.extra or {}))
     rec = sampler = None
-    result = LabResult(lab=lab)
+    result = LabResult(lab=lab.to_dict())
     bar = _Bar(console, cfg.progress)
     with ScratchFs(cfg.fs, scratch_dir=cfg.scratch_dir) as fs:
         roots = [os.path.join(fs.mountpoint, f"job{j}") for j in range(cfg.jobs)]
         for r in roots:
             os.mkdir(r)
         fs.sync()
-        lab["dumpe2fs"] = {k: v for k, v in fs.dumpe2fs().items() if k not in ("raw", "journal_raw")}
-        lab["filesystem"] = fs.describe()
+        lab.dumpe2fs = {k: v for k, v in fs.dumpe2fs().items() if k not in ("raw", "journal_raw")}
+        lab.filesystem = fs.describe()
         if cfg.record:
             from jstall.probes.recorder import Recorder, RecordOptions
 
@@ -296,10 +258,10 @@ def run_lab(cfg, before_phase=None, console=None, out=None):
         status = "interrupted"
         try:
             sampler = DeviceSampler(fs, cfg.device_interval_s).start()
-            lab["start"] = {"monotonic_ns": time.monotonic_ns(), "wall": time.time()}
+            lab.start = {"monotonic_ns": time.monotonic_ns(), "wall": time.time()}
             for phase in pat.phases():
-                if phase.removal and lab["census"] is None and cfg.census:
-                    lab["census"] = {**patterns.census(roots), "before_phase": phase.name}
+                if phase.removal and lab.census is None and cfg.census:
+                    lab.census = {**patterns.census(roots), "before_phase": phase.name}
                 if phase.drop_caches:
                     fs.drop_caches()
                 if before_phase:
@@ -317,45 +279,48 @@ def run_lab(cfg, before_phase=None, console=None, out=None):
                         end, w1 = make_durable(fs)
                     finally:
                         bar.finish(t, phase.name, phase.total, progress.total())
-                lab["phases"].append({**_phase_record(phase, start, returned, end, w0, w1, counts,
-                                                      served(before, sampler.snapshot())), **extra})
-                lab.update(pat.lab_fields(lab["phases"]))
-            if lab["census"] is None and cfg.census:
-                lab["census"] = {**patterns.census(roots), "before_phase": None}
-            lab["end"] = {"monotonic_ns": time.monotonic_ns(), "wall": time.time()}
+                record = _phase_record(phase, start, returned, end, w0, w1, counts, served(before, sampler.snapshot()))
+                record.extra.update(extra)
+                lab.phases.append(record)
+                lab.extra.update(pat.lab_fields([p.to_dict() for p in lab.phases]))
+            if lab.census is None and cfg.census:
+                lab.census = {**patterns.census(roots), "before_phase": None}
+            lab.end = {"monotonic_ns": time.monotonic_ns(), "wall": time.time()}
             status = "complete"
-        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (scratch.Terminated)
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (scratchfs.Terminated)
             status = "interrupted"
             raise
         except BaseException as e:
-            lab["error"] = str(e) if isinstance(e, JstallError) else f"{type(e).__name__}: {e}"
+            lab.error = str(e) if isinstance(e, JstallError) else f"{type(e).__name__}: {e}"
             status = "failed"
             raise
         finally:
-            lab["status"] = status
-            lab.setdefault("end", {"monotonic_ns": time.monotonic_ns(), "wall": time.time()})
-            lab["seconds"] = sum(p["seconds"] for p in lab["phases"])
-            lab["returned_seconds"] = sum(p["returned_s"] for p in lab["phases"])
+            lab.status = status
+            if lab.end is None:
+                lab.end = {"monotonic_ns": time.monotonic_ns(), "wall": time.time()}
+            lab.seconds, lab.returned_seconds = lab.totals()
             # A second Ctrl-C while the session is written waits until it is complete.
-            with _signals_deferred():
+            with system.signals_deferred():
                 if sampler is not None:
                     sampler.stop()
-                    lab["device_served"] = sampler.summary()
-                    lab["device_interval_s"] = cfg.device_interval_s
+                    lab.device_served = sampler.summary()
+                    lab.device_interval_s = cfg.device_interval_s
+                result.lab = lab.to_dict()
                 if rec is not None:
                     if sampler is not None:
                         sampler.write(rec.output_dir)  # before the recorder's metadata.json
-                    result.session_dir = rec.stop(extra_metadata={"lab": lab},
+                    result.session_dir = rec.stop(extra_metadata={"lab": result.lab},
                                                   status="complete" if status == "complete" else "interrupted")
                     result.slow_calls = rec.rows["calls"]
                     result.events_lost = rec.metadata.get("events_lost")
                 else:
                     if sampler is not None:  # no session to hold the table: the lab metadata does
-                        lab["device_stats"] = sampler.rows
+                        lab.device_stats = sampler.rows
+                        result.lab = lab.to_dict()
                 if rec is None and cfg.output_dir:
                     os.makedirs(cfg.output_dir, exist_ok=True)
-                    with open(os.path.join(cfg.output_dir, "lab.json"), "w") as f:
-                        json.dump(lab, f, indent=2, sort_keys=True)
+                    with open(os.path.join(cfg.output_dir, LAB_FILE), "w") as f:
+                        json.dump(result.lab, f, indent=2, sort_keys=True)
                     result.session_dir = None
     if out is not None:
         print_summary(result, out)

@@ -7,8 +7,10 @@ import os
 import signal
 import sys
 
+from jstall import system
 from jstall.errors import JstallError
 
+from .loopdev import LAB_NEEDS_ROOT
 from .options import (ALL_OPTIONS, FS_OPTIONS, PATTERN_NAMES, PATTERN_OPTIONS, RUN_OPTIONS, SWEEP_KINDS,  # noqa: F401
                       config_from, default_fs_size, parse_value)
 from .options import flag as _flag
@@ -214,7 +216,7 @@ def _progress(args):
 
 def _run(args):
     from .lab import prepare, run_lab
-    from .scratch import Terminated
+    from .scratchfs import Terminated
 
     values = _values(args, sweep=False)
     out_dir = args.output
@@ -229,8 +231,7 @@ def _run(args):
     cfg = config_from(values, args.pattern, record=args.record, min_ms=args.min_ms, output_dir=out_dir,
                       scratch_dir=args.scratch, progress=_progress(args))
     prepare(cfg)
-    if os.geteuid() != 0:
-        raise JstallError("the lab makes loop devices and mounts: run it as root (sudo)")
+    system.require_root(LAB_NEEDS_ROOT)
     try:
         res = run_lab(cfg, out=None if args.json else sys.stdout)
     except KeyboardInterrupt as e:
@@ -262,7 +263,8 @@ def _sweep(args):
 
 
 def _tune(args):
-    from .scratch import Terminated, parse_size
+    from .fsconfig import parse_size
+    from .scratchfs import Terminated
     from .tune import print_result, tune
 
     if not args.record:
@@ -292,10 +294,10 @@ def _tune(args):
 
 
 def _cleanup(args):
-    from .scratch import cleanup
+    from .cleanup import cleanup
 
-    if os.geteuid() != 0 and not args.dry_run:
-        raise JstallError("cleanup detaches loop devices and unmounts: run it as root (sudo), or add --dry-run")
+    if not args.dry_run:
+        system.require_root("cleanup detaches loop devices and unmounts: run it as root (sudo), or add --dry-run")
     done = cleanup(args.scratch, dry_run=args.dry_run)
     if not done:
         print("nothing to clean up")

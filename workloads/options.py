@@ -69,7 +69,7 @@ def flag(dest):
 
 def parse_value(dest, kind, text):
     """Parse one option value given as text; raise JstallError naming the option."""
-    from .scratch import parse_size
+    from .fsconfig import parse_size
 
     opt = flag(dest)
     if kind == "size":
@@ -105,7 +105,7 @@ ALL_OPTIONS = FS_OPTIONS + PATTERN_OPTIONS + RUN_OPTIONS
 
 def default_fs_size(journal_size, journal_device):
     """2G, or room for an internal journal larger than 512M (it takes at most 40% of the fs)."""
-    from .scratch import format_size, parse_size
+    from .fsconfig import format_size, parse_size
 
     jb = parse_size(journal_size, "--journal-size")
     return "2G" if journal_device or jb <= 512 << 20 else format_size(4 * jb)
@@ -114,8 +114,8 @@ def default_fs_size(journal_size, journal_device):
 def config_from(values, pattern, record=True, min_ms=1.0, output_dir=None, scratch_dir=None, progress=False,
                 extra=None):
     """LabConfig from parsed option values {dest: value or None}."""
+    from .fsconfig import FsConfig
     from .lab import LabConfig
-    from .scratch import FsConfig
 
     fs = {}
     for dest, kind, default, _ in FS_OPTIONS:

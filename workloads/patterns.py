@@ -17,7 +17,7 @@ import subprocess
 
 from jstall.errors import JstallError
 
-from .scratch import format_size, parse_size
+from .fsconfig import format_size, parse_size
 
 CHUNK = 1 << 20
 

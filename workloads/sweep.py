@@ -14,10 +14,13 @@ import shutil
 import sys
 import time
 
+from jstall import system
 from jstall.errors import JstallError
+from jstall.metadata import LAB_FILE, METADATA_FILE, SWEEP_FORMAT, SWEEP_VERSION, SweepDoc, SweepRun, lab_of, mean_sd
 
-SWEEP_FORMAT = "jstall-sweep"
-SWEEP_VERSION = 1
+from .loopdev import LAB_NEEDS_ROOT
+
+__all__ = ["SWEEP_FORMAT", "SWEEP_VERSION", "collect", "plan", "run_sweep", "write_results"]
 
 
 def _slug(text):
@@ -39,15 +42,17 @@ def plan(pattern, values, repeat):
 
 
 def _finished(run_dir):
-    """The run's lab metadata when its session (or, unrecorded, lab.json) is complete, else None."""
-    for name in ("metadata.json", "lab.json"):
+    """The run's metadata (session metadata, or unrecorded lab.json) when it and its lab run
+    are complete, else None."""
+    for name in (METADATA_FILE, LAB_FILE):
         try:
             with open(os.path.join(run_dir, name)) as f:
                 meta = json.load(f)
         except (OSError, ValueError):
             continue
-        lab = meta.get("lab", meta) if name == "metadata.json" else meta
-        if meta.get("status", "complete") == "complete" and isinstance(lab, dict) and lab.get("status") == "complete":
+        lab = lab_of(meta)
+        if isinstance(meta, dict) and meta.get("status", "complete") == "complete" and lab is not None \
+                and lab.status == "complete":
             return meta
     return None
 
@@ -57,7 +62,7 @@ def run_sweep(pattern, values, repeat, out_dir, record=True, min_ms=1.0, scratch
     """Run (or resume) a sweep; return 0. ``values``: {dest: [(text, parsed value)]}."""
     from .lab import prepare, run_lab
     from .options import config_from
-    from .scratch import check_free_space, prepare_scratch
+    from .rundir import check_free_space, prepare_scratch
 
     out = out or sys.stdout
     console = console or sys.stderr
@@ -75,33 +80,25 @@ def run_sweep(pattern, values, repeat, out_dir, record=True, min_ms=1.0, scratch
             # name the combination, unless the message already starts with it
             raise JstallError(f"{where}: {e}" if where and not str(e).startswith(where) else str(e)) from None
         image_bytes = max(image_bytes, lab_cfg.fs.image_bytes())
-    if os.geteuid() != 0:
-        raise JstallError("the lab makes loop devices and mounts: run it as root (sudo)")
+    system.require_root(LAB_NEEDS_ROOT)
     # the largest configuration's images must fit (one run at a time)
     check_free_space(prepare_scratch(scratch_dir, create=False), image_bytes)
-    doc = {"format": SWEEP_FORMAT, "version": SWEEP_VERSION, "pattern": pattern, "options": axes, "base": base,
-           "repeat": repeat, "record": record, "min_ms": min_ms, "runs": runs}
-    path = os.path.join(out_dir, "sweep.json")
-    if os.path.exists(path):
+    doc = SweepDoc(pattern=pattern, options=axes, base=base, repeat=repeat, record=record, min_ms=min_ms,
+                   runs=[SweepRun(**r) for r in runs])
+    if os.path.exists(os.path.join(out_dir, "sweep.json")):
         try:
-            with open(path) as f:
-                old = json.load(f)
-        except (OSError, ValueError):
+            old = SweepDoc.load(out_dir)
+        except JstallError:
             old = None
-        keys = ("format", "pattern", "options", "base", "repeat", "record", "min_ms")
-        if not isinstance(old, dict) or any(old.get(k) != doc[k] for k in keys):
+        if old is None or not doc.same_sweep(old):
             raise JstallError(f"{out_dir} holds a different sweep; give the same options to resume it, or another -o")
-        doc["created"] = old.get("created")
+        doc.created = old.created
     elif os.path.isdir(out_dir) and os.listdir(out_dir):
         raise JstallError(f"-o {out_dir}: holds files and no sweep.json; give a new or empty directory")
-    doc.setdefault("created", time.time())
-    if doc["created"] is None:
-        doc["created"] = time.time()
+    if doc.created is None:
+        doc.created = time.time()
     os.makedirs(out_dir, exist_ok=True)
-    with open(path + ".tmp", "w") as f:
-        json.dump(doc, f, indent=2)
-        f.write("\n")
-    os.replace(path + ".tmp", path)
+    doc.write(out_dir)
 
     todo = [r for r in runs if _finished(os.path.join(out_dir, r["run"])) is None]
     print(f"sweep {out_dir}: {len(runs)} runs ({len(runs) - len(todo)} finished before, {len(todo)} to run)", file=out,
@@ -150,32 +147,31 @@ def collect(out_dir):
     idle), ``<phase>_returned_s`` (until the jobs returned), ``<phase>_rate_per_s`` (per durable
     second), ``<phase>_ops`` (and ``<phase>_kib_per_s``), ``<phase>_device_writes`` (requests the
     emulated devices served), ``seconds``, ``slow_calls`` and ``events_lost`` (recorded runs)."""
-    with open(os.path.join(out_dir, "sweep.json")) as f:
-        doc = json.load(f)
+    doc = SweepDoc.load(out_dir)
     rows = []
-    for r in doc["runs"]:
-        run_dir = os.path.join(out_dir, r["run"])
+    for r in doc.runs:
+        run_dir = os.path.join(out_dir, r.run)
         meta = _finished(run_dir)
         if meta is None:
             continue
-        lab = meta.get("lab", meta)
-        row = {"run": r["run"], "repeat": r["repeat"]}
-        row.update({d: t for d, t in {**doc["base"], **r["options"]}.items() if d in doc["options"]})
-        row.update({"pattern": lab["pattern"], "jobs": lab["jobs"], "seed": lab["seed"],
-                    "journal_blocks": (lab.get("dumpe2fs") or {}).get("journal_blocks"),
-                    "inode_size_real": (lab.get("dumpe2fs") or {}).get("inode_size")})
-        for p in lab["phases"]:
-            n = p["name"]
-            row[f"{n}_s"] = p.get("durable_s", p["seconds"])
-            if p.get("returned_s") is not None:
-                row[f"{n}_returned_s"] = p["returned_s"]
-            row[f"{n}_ops"] = p["ops"]
-            if p.get("device"):
-                row[f"{n}_device_writes"] = sum(d["write_ios"] + d["write_merges"] for d in p["device"].values())
-            row[f"{n}_rate_per_s"] = p.get("rate_per_s")
-            if p.get("kib_per_s") is not None:
-                row[f"{n}_kib_per_s"] = p["kib_per_s"]
-        row["seconds"] = lab.get("seconds")
+        lab = lab_of(meta)
+        row = {"run": r.run, "repeat": r.repeat}
+        row.update({d: t for d, t in {**doc.base, **r.options}.items() if d in doc.options})
+        row.update({"pattern": lab.pattern, "jobs": lab.jobs, "seed": lab.seed,
+                    "journal_blocks": (lab.dumpe2fs or {}).get("journal_blocks"),
+                    "inode_size_real": (lab.dumpe2fs or {}).get("inode_size")})
+        for p in lab.phases:
+            n = p.name
+            row[f"{n}_s"] = p.durable
+            if p.returned_s is not None:
+                row[f"{n}_returned_s"] = p.returned_s
+            row[f"{n}_ops"] = p.ops
+            if p.device:
+                row[f"{n}_device_writes"] = p.device_writes()
+            row[f"{n}_rate_per_s"] = p.rates.get("rate_per_s")
+            if p.rates.get("kib_per_s") is not None:
+                row[f"{n}_kib_per_s"] = p.rates["kib_per_s"]
+        row["seconds"] = lab.seconds
         if "events_lost" in meta:
             import pyarrow.parquet as pq
 
@@ -190,7 +186,7 @@ def write_results(out_dir):
     import pandas as pd
 
     doc, rows = collect(out_dir)
-    options = list(doc["options"])
+    options = doc.swept
     res = pd.DataFrame(rows)
     if res.empty:
         res = pd.DataFrame(columns=["run", "repeat", *options])
@@ -198,15 +194,7 @@ def write_results(out_dir):
     res.to_csv(os.path.join(out_dir, "results.csv"), index=False)
     measures = [c for c in res.columns if c not in ("run", "repeat", "pattern", "seed", *options)
                 and pd.api.types.is_numeric_dtype(res[c])]
-    if res.empty:
-        summ = pd.DataFrame(columns=[*options, "runs"])
-    elif options:
-        g = res.groupby(options, sort=False)
-        summ = pd.concat([g.size().rename("runs"), g[measures].mean().add_suffix("_mean"),
-                          g[measures].std(ddof=1).fillna(0.0).add_suffix("_sd")], axis=1).reset_index()
-    else:
-        summ = pd.DataFrame([{"runs": len(res), **{f"{m}_mean": res[m].mean() for m in measures},
-                              **{f"{m}_sd": (res[m].std(ddof=1) if len(res) > 1 else 0.0) for m in measures}}])
+    summ = pd.DataFrame(columns=[*options, "runs"]) if res.empty else mean_sd(res, options, measures)
     summ.to_parquet(os.path.join(out_dir, "summary.parquet"), index=False)
     summ.to_csv(os.path.join(out_dir, "summary.csv"), index=False)
     return res, summ

@@ -39,9 +39,12 @@ import json
 import os
 import sys
 
+from jstall import system
 from jstall.errors import JstallError
+from jstall.metadata import lab_of
 
-from .scratch import JOURNAL_MAX_BLOCKS, JOURNAL_MIN_BLOCKS, FsConfig
+from .fsconfig import JOURNAL_MAX_BLOCKS, JOURNAL_MIN_BLOCKS, FsConfig
+from .loopdev import LAB_NEEDS_ROOT
 
 TUNE_FORMAT = "jstall-tune"
 TUNE_VERSION = 1
@@ -144,17 +147,16 @@ def measure(session_dir, label, journal_mib, options, threshold_ms):
     if len(st):
         cps = st[st["own_checkpoint"].astype(bool) | (st["cause"].astype("str") == "checkpoint")]
     forced = checkpoints(a.session)
-    lab = a.session.meta["lab"]
-    phases = lab["phases"]
+    phases = lab_of(a.session.meta).phases
     return TuneRun(label=label, journal_mib=journal_mib, options=options, stalls=len(st),
                    stall_ms=round(float(st["latency_ms"].sum()), 3) if len(st) else 0.0,
                    checkpoint_stalls=len(cps),
                    checkpoint_stall_ms=round(float(cps["latency_ms"].sum()), 3) if len(cps) else 0.0,
                    forced_checkpoints=int(forced["forced"].sum()) if len(forced) else 0,
-                   durable_s={p["name"]: round(p["durable_s"], 4) for p in phases},
-                   returned_s={p["name"]: round(p["returned_s"], 4) for p in phases},
-                   total_durable_s=round(sum(p["durable_s"] for p in phases), 4),
-                   total_returned_s=round(sum(p["returned_s"] for p in phases), 4), session_dir=session_dir,
+                   durable_s={p.name: round(p.durable_s, 4) for p in phases},
+                   returned_s={p.name: round(p.returned_s, 4) for p in phases},
+                   total_durable_s=round(sum(p.durable_s for p in phases), 4),
+                   total_returned_s=round(sum(p.returned_s for p in phases), 4), session_dir=session_dir,
                    threshold_ms=float(threshold_ms))
 
 
@@ -195,8 +197,7 @@ def tune(pattern, params=None, fs=None, jobs=1, seed=1, threshold_ms=10.0, max_m
     variants = _variants(fs) if compare else []
     for _, change in [(None, {})] + variants:  # validate every configuration before running any
         prepare(dataclasses.replace(base, fs=dataclasses.replace(fs, **change)))
-    if os.geteuid() != 0:
-        raise JstallError("the lab makes loop devices and mounts: run it as root (sudo)")
+    system.require_root(LAB_NEEDS_ROOT)
     os.makedirs(out_dir, exist_ok=True)
     result = TuneResult(pattern=pattern, params=params, threshold_ms=float(threshold_ms), start_mib=start_mib,
                         bound_mib=hi_mib, config={**fs.as_dict(), "jobs": jobs, "seed": seed}, output_dir=out_dir)

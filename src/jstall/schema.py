@@ -7,7 +7,22 @@ arrow schema each table is written with. Needs pyarrow only.
 
 import pyarrow as pa
 
-from .session import FILL_COLUMNS
+#: The journal fill columns read from journal_t (see the format document), in jbd2_events,
+#: log_tail and fill.
+FILL_COLUMNS = (
+    "free_blocks",
+    "head_block",
+    "tail_block",
+    "first_block",
+    "last_block",
+    "journal_blocks",
+    "max_transaction_blocks",
+    "running_transaction",
+    "committing_transaction",
+    "committing_credits",
+)
+#: The commit phases jbd2_run_stats reports, in order (run_stats has <phase>_jiffies and _ns).
+PHASES = ("wait", "request_delay", "running", "locked", "flushing", "logging")
 
 _i32, _i64, _str, _bool = pa.int32(), pa.int64(), pa.string(), pa.bool_()
 
@@ -15,7 +30,6 @@ _FILL = [(name, _i64, True) for name in FILL_COLUMNS]
 _TASK = [("tid", _i32, False), ("pid", _i32, False), ("comm", _str, False)]
 #: who a jbd2 event fired in: inside a traced call; in a task the session traces
 _WHO = [("in_traced_call", _bool, True), ("traced_task", _bool, True)]
-_PHASES = ("wait", "request_delay", "running", "locked", "flushing", "logging")
 
 COLUMNS = {
     "calls": [("ts_ns", _i64, False), ("latency_ns", _i64, False)] + _TASK + [
@@ -43,7 +57,7 @@ COLUMNS = {
         ("stall_ms", _i64, True),
     ] + _WHO + _FILL,
     "run_stats": [("ts_ns", _i64, False), ("dev", _str, False), ("transaction", _i64, False)] + _TASK
-    + [(f"{p}_{u}", _i64, False) for p in _PHASES for u in ("jiffies", "ns")]
+    + [(f"{p}_{u}", _i64, False) for p in PHASES for u in ("jiffies", "ns")]
     + [("handle_count", _i64, False), ("blocks", _i64, False), ("blocks_logged", _i64, False)],
     "checkpoint_stats": [("ts_ns", _i64, False), ("dev", _str, False), ("transaction", _i64, False)] + _TASK + [
         ("chp_time_jiffies", _i64, False), ("chp_time_ns", _i64, False),
@@ -68,9 +82,6 @@ LAB_COLUMNS = {
 }
 COLUMNS.update(LAB_COLUMNS)
 LAB_TABLES = tuple(LAB_COLUMNS)
-
-#: The commit phases jbd2_run_stats reports, in order.
-PHASES = _PHASES
 
 
 #: Columns added to the format after sessions were first written: a session without them

@@ -8,10 +8,9 @@ import json
 import os
 
 from .errors import JstallError
-
-FORMAT = "jstall-session"
-SCHEMA_VERSION = 1
-METADATA_FILE = "metadata.json"
+from .metadata import METADATA_FILE, SWEEP_FILE, check_session
+from .metadata import SESSION_FORMAT as FORMAT  # noqa: F401 -- the writers' and readers' name
+from .metadata import SESSION_SCHEMA_VERSION as SCHEMA_VERSION  # noqa: F401
 
 #: Every table a session holds, each as <name>.parquet.
 TABLES = (
@@ -27,20 +26,6 @@ TABLES = (
     "fill",
 )
 
-#: The journal fill columns read from journal_t (see the format document).
-FILL_COLUMNS = (
-    "free_blocks",
-    "head_block",
-    "tail_block",
-    "first_block",
-    "last_block",
-    "journal_blocks",
-    "max_transaction_blocks",
-    "running_transaction",
-    "committing_transaction",
-    "committing_credits",
-)
-
 #: jbd2 lifecycle events, in the order a transaction meets them.
 JBD2_EVENTS = (
     "start_commit",
@@ -53,6 +38,16 @@ JBD2_EVENTS = (
     "lock_buffer_stall",
     "write_superblock",
 )
+
+
+def __getattr__(name):
+    # FILL_COLUMNS is schema.py's (the table columns); it stays importable from here without
+    # loading pyarrow on every import of this module.
+    if name == "FILL_COLUMNS":
+        from .schema import FILL_COLUMNS
+
+        return FILL_COLUMNS
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def table_path(session_dir, table):
@@ -83,15 +78,7 @@ def read_metadata(session_dir):
             meta = json.load(f)
     except (OSError, ValueError) as e:
         raise JstallError(f"{path}: unreadable metadata ({e}); the session is corrupt, record it again") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise JstallError(f"{session_dir}: not a jstall session (metadata format is not '{FORMAT}')")
-    version = meta.get("schema_version")
-    if not isinstance(version, int):
-        raise JstallError(f"{path}: no schema_version; the session is corrupt, record it again")
-    if version > SCHEMA_VERSION:
-        raise JstallError(
-            f"{session_dir}: schema version {version} is newer than this jstall reads ({SCHEMA_VERSION}); upgrade jstall"
-        )
+    check_session(meta, session_dir, path)
     missing = [t for t in TABLES if not table_exists(session_dir, t)]
     if missing:
         raise JstallError(f"{session_dir}: missing tables {', '.join(missing)}; the session is truncated, record it again")
@@ -100,7 +87,7 @@ def read_metadata(session_dir):
 
 def is_sweep_dir(path):
     """A lab sweep directory holds sweep.json and one session per run."""
-    return os.path.isfile(os.path.join(path, "sweep.json"))
+    return os.path.isfile(os.path.join(path, SWEEP_FILE))
 
 
 # ---- tables written in chunks while recording ------------------------------------------
