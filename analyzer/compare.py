@@ -38,11 +38,12 @@ def _pct_change(a, b):
 
 
 def _phases(doc):
-    """{name: phase dict} of a lab session's phases (empty when not from the lab)."""
-    from .sweep import _phases as normalise
+    """{name: phase dict} of a lab session's phases (empty when not from the lab), read through
+    the lab document's definition (jstall.metadata.LabDoc)."""
+    from jstall.metadata import lab_of
 
-    lab = doc["session"].get("lab") or {}
-    return {p["name"]: p for p in normalise(lab)}
+    lab = lab_of(doc["session"].get("lab") or {})
+    return {p.name: p.to_dict() for p in lab.phases} if lab else {}
 
 
 def _durable(p):
