@@ -34,8 +34,6 @@ def add_arguments(parser):
 
 def run(args):
     import json
-    import os
-    import sys
 
     from jstall.errors import JstallError
     from jstall.session import is_sweep_dir
@@ -49,18 +47,18 @@ def run(args):
         if is_sweep_dir(p):
             raise JstallError(f"{p}: a sweep directory; compare two of its runs or configurations "
                               f"({p}:inode_size=128), or see 'jstall analyze {p}' for all of them")
-    if args.output:
-        out_dir = os.path.dirname(os.path.abspath(args.output))
-        if not os.path.isdir(out_dir):
-            raise JstallError(f"{out_dir}: no such directory for -o; create it or choose another path")
-    c = compare(args.a, args.b, min_ms=args.min_ms)
+    from .report_cmd import _discard, check_output, write_page
+
+    page = check_output(args.output) if args.output and args.output != "-" else None  # refused before any work
+    try:
+        c = compare(args.a, args.b, min_ms=args.min_ms)
+    except BaseException:
+        if page is not None:
+            _discard(page)
+        raise
     _emit(json.dumps(c.to_dict(), indent=2, allow_nan=False) + "\n" if args.json else c.text())
-    if args.output:
+    if page is not None:
         from .compare_report import compare_report
 
-        tmp = args.output + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(compare_report(c))
-        os.replace(tmp, args.output)
-        print(f"jstall compare: wrote {args.output} ({os.path.getsize(args.output) / 1e6:.1f} MB)", file=sys.stderr)
+        write_page(page, args.output, lambda: compare_report(c), "compare")
     return 0

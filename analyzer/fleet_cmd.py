@@ -37,7 +37,6 @@ def add_arguments(parser):
 
 def run(args):
     import json
-    import os
     import sys
     import time
 
@@ -52,25 +51,25 @@ def run(args):
         raise JstallError("--workers must be 1 or more")
     if args.scheduler and args.workers:
         raise JstallError("--workers sizes the local cluster; leave it out with --scheduler")
-    if args.output:
-        out_dir = os.path.dirname(os.path.abspath(args.output))
-        if not os.path.isdir(out_dir):
-            raise JstallError(f"{out_dir}: no such directory for -o; create it or choose another path")
+    from .report_cmd import _discard, check_output, write_page
+
+    page = check_output(args.output) if args.output and args.output != "-" else None  # refused before any work
     t0 = time.perf_counter()
-    fleet = run_fleet(args.paths, scheduler=args.scheduler, min_ms=args.min_ms, n_workers=args.workers)
+    try:
+        fleet = run_fleet(args.paths, scheduler=args.scheduler, min_ms=args.min_ms, n_workers=args.workers)
+    except BaseException:
+        if page is not None:
+            _discard(page)
+        raise
     secs = time.perf_counter() - t0
     if args.json:
         _emit(json.dumps(fleet.to_dict(), indent=2, allow_nan=False) + "\n")
     else:
         _emit(fleet.text(top=args.top))
-    if args.output:
+    if page is not None:
         from .fleet_report import fleet_report
 
-        tmp = args.output + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(fleet_report(fleet))
-        os.replace(tmp, args.output)
-        print(f"jstall fleet: wrote {args.output} ({os.path.getsize(args.output) / 1e6:.1f} MB)", file=sys.stderr)
+        write_page(page, args.output, lambda: fleet_report(fleet), "fleet")
     print(f"jstall fleet: {len(fleet.summaries)} sessions in {secs:.1f} s "
           f"({'on ' + args.scheduler if args.scheduler else 'local cluster'}); {len(fleet.errors)} failed to load",
           file=sys.stderr)

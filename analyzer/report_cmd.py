@@ -58,11 +58,32 @@ def _discard(f):
         os.unlink(f.name)
 
 
-def run(args):
+def write_page(f, output, make_html, tool):
+    """Write the page ``make_html()`` returns to ``f`` (the temporary file check_output
+    opened), move it to ``output`` and say so on stderr; on any error or interruption the
+    temporary file is removed and nothing is left at ``output``."""
     import os
     import sys
 
     from jstall.errors import JstallError
+
+    try:
+        html = make_html()
+        try:
+            f.write(html)
+            f.close()
+            os.replace(f.name, output)
+        except OSError as e:
+            raise JstallError(f"-o {output}: cannot write the page ({e.strerror}); choose another path") from None
+    except BaseException:
+        _discard(f)
+        raise
+    print(f"jstall {tool}: wrote {output} ({os.path.getsize(output) / 1e6:.1f} MB)", file=sys.stderr)
+
+
+def run(args):
+    import sys
+
     from jstall.session import is_sweep_dir
 
     from .analyze_cmd import check_options
@@ -76,28 +97,18 @@ def run(args):
 
         session = load_session(args.path)  # a bad session path is refused before -o is touched
     f = check_output(args.output)
-    try:
+
+    def page():
         if sweep:
             from .sweep import analyze_sweep
 
-            html = sweep_report(analyze_sweep(args.path, min_ms=args.min_ms))
-        else:
-            from .analysis import analyze
+            return sweep_report(analyze_sweep(args.path, min_ms=args.min_ms))
+        from .analysis import analyze
 
-            html = session_report(analyze(session, min_ms=args.min_ms))
-        if f is None:
-            sys.stdout.write(html)
-            return 0
-        try:
-            f.write(html)
-            f.close()
-            os.replace(f.name, args.output)
-        except OSError as e:
-            raise JstallError(f"-o {args.output}: cannot write the report ({e.strerror}); "
-                              "choose another path") from None
-    except BaseException:
-        if f is not None:
-            _discard(f)
-        raise
-    print(f"jstall report: wrote {args.output} ({os.path.getsize(args.output) / 1e6:.1f} MB)", file=sys.stderr)
+        return session_report(analyze(session, min_ms=args.min_ms))
+
+    if f is None:
+        sys.stdout.write(page())
+        return 0
+    write_page(f, args.output, page, "report")
     return 0

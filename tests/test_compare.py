@@ -180,6 +180,8 @@ def test_compare_html_shows_both_runs(tmp_path):
     (["compare", SWEEP, I256], "a sweep directory; compare two of its runs or configurations"),
     (["compare", f"{SWEEP}:journal_size=9M", I256], "no run with journal_size=9M"),
     (["compare", I128, I256, "-o", "/nonexistent-dir/c.html"], "no such directory for -o"),
+    (["compare", I128, I256, "-o", "/proc/c.html"], "-o /proc/c.html: cannot write there"),
+    (["fleet", I128, "-o", "/proc/f.html"], "-o /proc/f.html: cannot write there"),
 ])
 def test_bad_input_is_one_line_exit_2(argv, message, capsys):
     assert main(argv) == 2
