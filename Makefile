@@ -2,7 +2,7 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup setup-test demo test bench clean
+.PHONY: setup setup-test demo test bench bench-long clean
 
 setup:
 	sh scripts/setup.sh
@@ -20,6 +20,14 @@ bench: setup
 	$(PY) benchmarks/record_overhead.py
 	$(PY) benchmarks/analyze_speed.py
 	$(PY) benchmarks/advice_accuracy.py
+	$(PY) benchmarks/monitor_overhead.py
+	$(PY) benchmarks/report_speed.py
+	$(PY) benchmarks/fleet_speed.py
+
+# Long runs: 10 minutes of recording under dbench, a 30-minute monitor soak.
+bench-long: setup
+	$(PY) benchmarks/record_memory.py
+	$(PY) benchmarks/monitor_soak.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info
