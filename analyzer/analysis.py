@@ -5,6 +5,8 @@ DataFrames (see each module for units) and ``to_dict()`` the stable JSON documen
 (docs/analysis.md).
 """
 
+from functools import cached_property
+
 from .causes import CAUSES
 from .stalls import DEFAULT_MIN_MS
 
@@ -60,49 +62,121 @@ class Analysis:
     - ``transactions``, ``phases`` (commit phase bands), ``checkpoints``: per journal event.
     - ``journals``: one row per journal (journals.summary); ``proc``: agreement with
       /proc/fs/jbd2 (journals.proc_agreement).
-    - ``calls``: latency statistics per syscall; ``recommendations``; ``warnings`` (strings).
+    - ``calls``: latency statistics per syscall; ``processes``: stall time per process;
+      ``recommendations``; ``warnings`` and ``notes`` (strings).
+
+    Every result is computed on its first use and cached; ``to_dict()`` only serializes them.
     """
 
     def __init__(self, session, min_ms=DEFAULT_MIN_MS):
-        from . import calls as calls_mod
-        from . import fill, journals, recommend, stalls
-
-        from . import processes, recording
+        from . import recording
 
         self.session = session
         self.requested_min_ms = float(min_ms)
         self.min_ms = recording.effective_min_ms(session.meta, min_ms)
-        self.timeline = fill.timeline(session)
-        self.stalls = stalls.find_stalls(session, self.timeline, self.min_ms)
-        self.causes = stalls.by_cause(self.stalls)
-        self.transactions = journals.transactions(session)
-        self.phases = journals.commit_phases(session)
-        self.checkpoints = journals.checkpoints(session)
-        self.journals = journals.summary(session, self.timeline, self.transactions, self.stalls)
-        self.proc = journals.proc_agreement(session, self.transactions)
-        self.calls = calls_mod.call_stats(session)
-        self.processes = processes.per_process(session, self.stalls)
-        self.notes = []
-        self.warnings = self._warnings()
-        self.recommendations = recommend.recommendations(session, self.journals, self.stalls, self.causes,
-                                                         self.calls, self.transactions, self.min_ms, self.timeline)
 
-    def _warnings(self):
+    # Each result is computed on first use and kept (functools.cached_property): a caller
+    # that needs the stall table does not pay for commit phases or recommendations.
+
+    @cached_property
+    def timeline(self):
+        from . import fill
+
+        return fill.timeline(self.session)
+
+    @cached_property
+    def stalls(self):
+        from . import stalls
+
+        return stalls.find_stalls(self.session, self.timeline, self.min_ms)
+
+    @cached_property
+    def causes(self):
+        from . import stalls
+
+        return stalls.by_cause(self.stalls)
+
+    @cached_property
+    def transactions(self):
+        from . import journals
+
+        return journals.transactions(self.session)
+
+    @cached_property
+    def phases(self):
+        from . import journals
+
+        return journals.commit_phases(self.session)
+
+    @cached_property
+    def checkpoints(self):
+        from . import journals
+
+        return journals.checkpoints(self.session)
+
+    @cached_property
+    def journals(self):
+        from . import journals
+
+        return journals.summary(self.session, self.timeline, self.transactions, self.stalls)
+
+    @cached_property
+    def proc(self):
+        from . import journals
+
+        return journals.proc_agreement(self.session, self.transactions)
+
+    @cached_property
+    def calls(self):
+        from . import calls
+
+        return calls.call_stats(self.session)
+
+    @cached_property
+    def processes(self):
+        from . import processes
+
+        return processes.per_process(self.session, self.stalls)
+
+    @cached_property
+    def _messages(self):
+        """(warnings, notes): see _warnings."""
+        notes = []
+        return self._warnings(notes), notes
+
+    @property
+    def warnings(self):
+        return self._messages[0]
+
+    @property
+    def notes(self):
+        return self._messages[1]
+
+    @cached_property
+    def recommendations(self):
+        from . import recommend
+
+        return recommend.recommendations(self.session, self.journals, self.stalls, self.causes, self.calls,
+                                         self.transactions, self.min_ms, self.timeline)
+
+    def _warnings(self, notes):
+        """The warning lines; appends the note lines to ``notes``."""
         from . import recording
 
         m = self.session.meta
-        w, self.notes = recording.loss_messages(self.session)
+        w, loss_notes = recording.loss_messages(self.session)
+        notes.extend(loss_notes)
         done = recording.completeness(self.session)
         if done["reason"]:
             w.insert(0, done["reason"])
         if done.get("note"):
-            self.notes.insert(0, done["note"])
+            notes.insert(0, done["note"])
         if self.min_ms > self.requested_min_ms:
-            self.notes.append(f"calls faster than {self.min_ms:g} ms were never stored (recorded with --min-ms "
+            notes.append(f"calls faster than {self.min_ms:g} ms were never stored (recorded with --min-ms "
                               f"{self.min_ms:g}): stalls are calls >= {self.min_ms:g} ms, not "
                               f"{self.requested_min_ms:g} ms")
         if getattr(self.session, "window_ns", None):
-            self.notes.append("the calls table (counts, percentiles) and events lost cover the whole session: "
+            notes.append("the calls table (counts, percentiles) and events lost cover the whole session: "
                               "the kernel counts them with no time")
         missing = (m.get("probes") or {}).get("missing") or []
         if missing:
