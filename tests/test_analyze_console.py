@@ -340,10 +340,11 @@ def test_windows_partition_a_real_session():
     path = os.path.join(os.path.dirname(__file__), "..", "notebooks", "data", "xattr-i128")
     s = load_session(path)
     whole = analyze(s).to_dict()
-    mid = resolve(s, "+3", None)[0]
-    parts = [analyze(restrict(s, *resolve(s, *w))).to_dict() for w in ((None, "+3"), ("+3", None))]
+    mid = resolve(s, "+0.8", None)[0]  # between its second and third stall
+    parts = [analyze(restrict(s, *resolve(s, *w))).to_dict() for w in ((None, "+0.8"), ("+0.8", None))]
     ts = [r["ts_ns"] for r in whole["stalls"]["top"]]
     assert whole["stalls"]["count"] == len(ts) >= 2
+    assert 0 < sum(t < mid for t in ts) < len(ts)  # each window holds some of them
     assert [p["stalls"]["count"] for p in parts] == [sum(t < mid for t in ts), sum(t >= mid for t in ts)]
     assert sum(p["stalls"]["count"] for p in parts) == whole["stalls"]["count"]
     assert sum(p["stalls"]["total_ms"] for p in parts) == pytest.approx(whole["stalls"]["total_ms"], abs=0.01)

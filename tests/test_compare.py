@@ -131,7 +131,8 @@ def test_compare_json_carries_each_sides_analysis(capsys):
     assert j["headroom_low_blocks"]["a"] < 0 < j["headroom_low_blocks"]["b"]
     assert doc["config_changes"] == [{"option": "inode_size", "a": 128, "b": 256}]
     ph = {r["phase"]: r for r in doc["phases"]}
-    assert ph["update"]["basis"] == "returned"  # these recordings predate durable phase times
+    assert ph["update"]["basis"] == "durable"  # both recorded with durable phase times
+    assert ph["update"]["seconds_b"] < ph["update"]["seconds_a"]
 
 
 def test_durable_phase_times_are_used_when_both_sides_have_them():
