@@ -8,6 +8,7 @@ import shutil
 
 import pytest
 
+from jstall.analyzer.analysis import analyze
 from jstall.analyzer.fleet import Fleet, find_sessions, run_fleet, summarize
 from jstall.analyzer.synthetic import generate_fleet
 from jstall.cli import main
@@ -232,7 +233,7 @@ def test_summarize_is_not_fatal_and_fleet_keeps_order():
     s = summarize("/nonexistent/session")
     assert s["error"] and "no such session directory" in s["error"] and "analysis" not in s
     ok = summarize(I128)
-    assert ok["error"] is None and ok["analysis"]["stalls"]["count"] == 5
+    assert ok["error"] is None and ok["analysis"]["stalls"]["count"] == analyze(I128).to_dict()["stalls"]["count"] > 0
     f = Fleet([ok, s])
     assert len(f.rows) == 1 and list(f.errors["session"]) == ["/nonexistent/session"]
 
