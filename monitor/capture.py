@@ -32,10 +32,8 @@ def capture_name(host, dev, wall):
     """(relative directory, name) of a capture of ``dev`` ('MAJ:MIN') triggered at ``wall``
     (a UTC datetime): the collected-sessions layout ``host=HOST/date=YYYY-MM-DD``."""
     name = f"capture-{dev.replace(':', '-')}-{wall:%Y%m%dT%H%M%S}Z"
-    try:
-        from jstall.session import collected_path
-    except ImportError:  # a jstall without the collection helper: the same layout
-        return os.path.join(f"host={host}", f"date={wall:%Y-%m-%d}"), name
+    from jstall.session import collected_path
+
     return os.path.dirname(collected_path("", host, wall, name)), name
 
 
