@@ -15,33 +15,22 @@ JSON_SCHEMA_VERSION = 1
 
 
 def _num(v, nd=3):
-    """JSON-safe number: NaN/None -> None, numpy scalars -> Python, floats rounded."""
+    """JSON-safe number: NaN/None/pd.NA -> None, numpy scalars -> Python, floats rounded."""
     import math
 
-    if v is None:
-        return None
-    try:
-        import numpy as np
+    import numpy as np
+    import pandas as pd
 
-        if isinstance(v, np.generic):
-            v = v.item()
-    except ImportError:  # pragma: no cover
-        pass
-    if isinstance(v, bool):
-        return v
-    if isinstance(v, int):
+    if v is None or v is pd.NA:
+        return None
+    if isinstance(v, np.generic):
+        v = v.item()
+    if isinstance(v, (bool, int)):
         return v
     if isinstance(v, float):
         if math.isnan(v) or math.isinf(v):
             return None
         return round(v, nd)
-    try:
-        import pandas as pd
-
-        if v is pd.NA:
-            return None
-    except ImportError:  # pragma: no cover
-        pass
     return v
 
 
