@@ -277,6 +277,26 @@ def test_command_via_the_cli_prints_json_and_exits_1_when_it_fails(scratch_dir):
     assert lab["census"]["files"] == 2 and phase(lab, "command")["jobs"] == 2
 
 
+def test_calls_choose_what_the_recording_traces(scratch_dir, tmp_path):
+    """lab run --calls: the write group traced too, so the command's writes are counted; an
+    unknown group is one line, exit 2, before anything is made."""
+    from jstall.analyzer.load import load_session
+
+    out = str(tmp_path / "s")
+    p = subprocess.run([JSTALL, "lab", "run", "command", "--command", "dd if=/dev/zero of=f bs=4k count=50 status=none",
+                        "--fs-size", "32M", "--journal-size", "4M", "--calls", "metadata,fsync,write", "-o", out,
+                        "--scratch", scratch_dir, "--no-progress"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    s = load_session(out)
+    assert "write" in s.meta["traced_calls"] and "fsync" in s.meta["traced_calls"]
+    totals = s.call_totals.groupby("syscall")["count"].sum()
+    assert totals.get("write", 0) >= 50
+    bad = subprocess.run([JSTALL, "lab", "run", "command", "--command", "true", "--calls", "wrte", "-o",
+                          str(tmp_path / "b"), "--scratch", scratch_dir], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--calls" in bad.stderr
+    assert not (tmp_path / "b").exists()
+
+
 def test_throttle_slows_the_run_and_is_removed(scratch_dir):
     """The same smallfile run (page cache dropped before the read phase) with the device
     limited to 50 read IOPS reads measurably slower (50: the stacked device counts requests

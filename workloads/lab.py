@@ -46,6 +46,7 @@ class LabConfig:
     seed: int = 1
     record: bool = True
     min_ms: float = 1.0
+    calls: tuple = None         # the recorder's traced calls (probes.syscalls.parse_calls); None: its default
     output_dir: str = None
     scratch_dir: str = None
     progress: bool = False
@@ -252,7 +253,8 @@ def run_lab(cfg, before_phase=None, console=None, out=None):
         if cfg.record:
             from jstall.probes.recorder import Recorder, RecordOptions
 
-            rec = Recorder(RecordOptions(output_dir=cfg.output_dir, devices=[fs.dev], min_ms=cfg.min_ms, quiet=True))
+            rec = Recorder(RecordOptions(output_dir=cfg.output_dir, devices=[fs.dev], min_ms=cfg.min_ms, quiet=True,
+                                         calls=cfg.calls))
             rec.start()
         progress = patterns.Progress(cfg.jobs)
         status = "interrupted"

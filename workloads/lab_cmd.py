@@ -152,6 +152,8 @@ def add_arguments(parser):
     run.add_argument("pattern", choices=PATTERN_NAMES, help="the workload")
     run.add_argument("-o", "--output", metavar="DIR", help="session directory (default jstall-lab-PATTERN-TIME)")
     run.add_argument("--json", action="store_true", help="print the lab metadata as JSON instead of the summary")
+    run.add_argument("--calls", metavar="GROUP,...",
+                     help="calls the recording traces, as jstall record --calls (default: metadata,fsync)")
     run.add_argument("--collect-dir", metavar="ROOT",
                      help="write the session to ROOT/host=HOST/date=YYYY-MM-DD/NAME (docs/fleet.md), not -o")
     _add_options(run, sweep=False)
@@ -230,6 +232,10 @@ def _run(args):
         out_dir = collect_here(args.collect_dir, os.path.basename(out_dir))
     cfg = config_from(values, args.pattern, record=args.record, min_ms=args.min_ms, output_dir=out_dir,
                       scratch_dir=args.scratch, progress=_progress(args))
+    if args.calls:
+        from jstall.probes.syscalls import parse_calls
+
+        cfg.calls = parse_calls(args.calls)
     prepare(cfg)
     system.require_root(LAB_NEEDS_ROOT)
     try:
