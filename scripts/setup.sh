@@ -11,7 +11,7 @@ PKGS="bpfcc-tools python3-bpfcc bpftrace bpftool e2fsprogs util-linux kmod pytho
 [ "${1:-}" = "test" ] && PKGS="$PKGS chromium"
 # The monitor's tests scrape it with a real Prometheus server and drive 'jstall top' in tmux.
 [ "${1:-}" = "test" ] && PKGS="$PKGS prometheus tmux"
-# benchmarks/record_memory.py records under dbench, a client nobody here wrote.
+# benchmarks/record_memory.py records under dbench, an independent metadata-heavy client.
 PKGS="$PKGS dbench"
 missing=""
 for p in $PKGS; do
