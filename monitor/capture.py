@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 
 from jstall import __version__
 from jstall.probes import events
-from jstall.probes import recorder as rec
+from jstall.probes import tables as rec
 from jstall.session import FORMAT, SCHEMA_VERSION, table_path, write_metadata
 
 PARTIAL = ".partial"
@@ -183,16 +183,16 @@ class Captures:
         a = {s: events.decode(s, by_kind.get(k, [])) for k, s in events.KIND_STRUCTS.items()}
         names = t.op_names
         tables = {
-            "calls": rec._calls_table(a["call_event"], names),
-            "offcpu": rec._offcpu_table(a["offcpu_event"], names),
-            "jbd2_events": rec._jbd2_table(a["jbd2_event"]),
-            "run_stats": rec._run_stats_table(a["run_stats_event"], t.hz),
-            "checkpoint_stats": rec._checkpoint_stats_table(a["checkpoint_stats_event"], t.hz),
-            "log_tail": rec._log_tail_table(a["log_tail_event"]),
-            "fill": rec._fill_table(a["fill_event"]),
+            "calls": rec.calls_table(a["call_event"], names),
+            "offcpu": rec.offcpu_table(a["offcpu_event"], names),
+            "jbd2_events": rec.jbd2_table(a["jbd2_event"]),
+            "run_stats": rec.run_stats_table(a["run_stats_event"], t.hz),
+            "checkpoint_stats": rec.checkpoint_stats_table(a["checkpoint_stats_event"], t.hz),
+            "log_tail": rec.log_tail_table(a["log_tail_event"]),
+            "fill": rec.fill_table(a["fill_event"]),
         }
         ids = sorted({int(s) for s in a["offcpu_event"]["stack_id"] if s >= 0})
-        tables["stacks"] = rec._stacks_table(t.bpf, ids)
+        tables["stacks"] = rec.stacks_table(t.bpf, ids)
         tables["call_histograms"], tables["call_totals"] = _histogram_tables(p["stats_start"], p["stats_end"], names)
         for n, table in tables.items():
             pq.write_table(table, table_path(path, n))

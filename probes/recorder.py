@@ -21,17 +21,15 @@ import threading
 import time
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from jstall import __version__
 from jstall.errors import JstallError
 from jstall.schema import SCHEMAS
-from jstall.session import (FILL_COLUMNS, FORMAT, RECORDING, SCHEMA_VERSION, compact_table, table_path,
+from jstall.session import (FORMAT, RECORDING, SCHEMA_VERSION, compact_table, table_path,
                             write_chunk, write_metadata, write_table_atomic)
 
-from . import btf, events, host, journals, syscalls
+from . import btf, events, host, journals, syscalls, tables
+from .tables import CHUNKED, STREAMED
 
 BPF_SOURCE = os.path.join(os.path.dirname(__file__), "recorder.bpf.c")
 
@@ -52,11 +50,6 @@ FLUSH_SECONDS = 2.0        # a closed chunk per table, counters and metadata.jso
 #: no program; or "raw", one program pair on raw_syscalls that every syscall of every task
 #: runs (benchmarks/record_overhead.py measures both).
 ATTACH = os.environ.get("JSTALL_ATTACH", "syscalls")
-
-#: tables appended to while recording, one closed chunk per flush
-STREAMED = ("calls", "offcpu", "jbd2_events", "run_stats", "checkpoint_stats", "log_tail", "fill")
-CHUNKED = STREAMED + ("stacks",)
-#: the in-kernel counters, rewritten whole at every flush: call_histograms, call_totals
 
 
 @dataclasses.dataclass
@@ -338,20 +331,8 @@ class Recorder:
         with self._lock:
             chunks, self._chunks = self._chunks, {kind: [] for kind in events.KIND_STRUCTS}
         a = {events.KIND_STRUCTS[k]: events.decode(events.KIND_STRUCTS[k], v) for k, v in chunks.items() if v}
-        builders = {
-            "calls": ("call_event", lambda r: _calls_table(r, self.syscall_names)),
-            "offcpu": ("offcpu_event", lambda r: _offcpu_table(r, self.syscall_names)),
-            "jbd2_events": ("jbd2_event", _jbd2_table),
-            "run_stats": ("run_stats_event", lambda r: _run_stats_table(r, self.hz)),
-            "checkpoint_stats": ("checkpoint_stats_event", lambda r: _checkpoint_stats_table(r, self.hz)),
-            "log_tail": ("log_tail_event", _log_tail_table),
-            "fill": ("fill_event", _fill_table),
-        }
         self._seq += 1
-        for name, (struct, build) in builders.items():
-            if struct not in a:
-                continue
-            table = build(a[struct])
+        for name, table in tables.streamed_tables(a, self.syscall_names, self.hz).items():
             self._write_chunk(name, table)
             self.rows[name] += table.num_rows
         if "call_event" in a:
@@ -363,7 +344,7 @@ class Recorder:
             self.offcpu_without_stack += int(np.sum(a["offcpu_event"]["stack_id"] < 0))
             new = sorted(int(s) for s in np.unique(a["offcpu_event"]["stack_id"]) if s >= 0 and int(s) not in self._stack_ids)
             if new:
-                self._write_chunk("stacks", _stacks_table(self.bpf, new))
+                self._write_chunk("stacks", tables.stacks_table(self.bpf, new))
                 self._stack_ids.update(new)
         if "jbd2_event" in a:
             j = a["jbd2_event"]
@@ -385,7 +366,7 @@ class Recorder:
 
     def _write_snapshots(self, b):
         """The in-kernel call counters so far, as whole tables (rewritten atomically)."""
-        hist, totals, self.calls_without_device = _histogram_tables(b, self.syscall_names, bool(self.devices))
+        hist, totals, self.calls_without_device = tables.histogram_tables(b, self.syscall_names, bool(self.devices))
         self.tables = {"call_histograms": hist, "call_totals": totals}
         for name, table in self.tables.items():
             write_table_atomic(self.output_dir, name, table)
@@ -528,183 +509,3 @@ def _cgroup_paths(ids):
             if len(found) == len(want):
                 break
     return found
-
-
-# ---- raw records -> Arrow tables ---------------------------------------------------
-
-
-def _table(name, columns):
-    schema = SCHEMAS[name]
-    arrays = []
-    for field in schema:
-        col = columns[field.name]
-        arrays.append(col if isinstance(col, pa.Array) else pa.array(col, type=field.type, from_pandas=True))
-    return pa.Table.from_arrays(arrays, schema=schema)
-
-
-def _devs(values):
-    uniq, inv = np.unique(np.asarray(values, dtype=np.uint64), return_inverse=True)
-    names = np.array([journals.dev_name(int(u)) if u else None for u in uniq], dtype=object)
-    return pa.array(names[inv] if len(values) else [], type=pa.string())
-
-
-def _names(values, table):
-    uniq, inv = np.unique(np.asarray(values), return_inverse=True)
-    names = np.array([table.get(int(u), f"nr{int(u)}") for u in uniq], dtype=object)
-    return pa.array(names[inv] if len(values) else [], type=pa.string())
-
-
-def _comm(a):
-    return pa.array(np.char.decode(a["comm"], "utf-8", "replace") if len(a) else [], type=pa.string())
-
-
-def _masked(values, valid):
-    return pa.array(np.asarray(values, dtype=np.int64), type=pa.int64(), mask=~np.asarray(valid, dtype=bool))
-
-
-def _fill_columns(a):
-    has = a["has_journal"] != 0
-    return {col: _masked(a[col], has) for col in FILL_COLUMNS}
-
-
-def _task(a):
-    return {"tid": a["tid"].astype(np.int32), "pid": a["pid"].astype(np.int32), "comm": _comm(a)}
-
-
-def _calls_table(a, names):
-    has = a["handles"] > 0
-    return _table("calls", {
-        "ts_ns": a["ts_ns"].astype(np.int64), "latency_ns": a["latency_ns"].astype(np.int64), **_task(a),
-        "syscall": _names(a["syscall_nr"], names), "ret": a["ret"], "dev": _devs(a["dev"]),
-        "handles": a["handles"].astype(np.int32),
-        "journal_free_blocks": _masked(a["journal_free_blocks"], has),
-        "journal_min_free_blocks": _masked(a["journal_min_free_blocks"], has),
-        "journal_log_blocks": _masked(a["journal_log_blocks"], has),
-        "journal_committing_credits": _masked(a["journal_committing_credits"], has),
-        "file": _file(a), "cgroup_id": a["cgroup_id"].astype(np.int64),
-    })
-
-
-def _file(a):
-    """The file name the probes read (empty: not known) as strings or nulls."""
-    if not len(a):
-        return pa.array([], type=pa.string())
-    names = np.char.decode(a["file"], "utf-8", "replace")
-    return pa.array(names, type=pa.string(), mask=names == "")
-
-
-def _who(a):
-    return {"in_traced_call": a["in_traced_call"] != 0, "traced_task": a["traced_task"] != 0}
-
-
-def _offcpu_table(a, names):
-    state = a["state"].astype(np.int64)
-    runnable = state == 0  # the probe stores 0 for a preempted task
-    return _table("offcpu", {
-        "ts_ns": a["ts_ns"].astype(np.int64), "offcpu_ns": a["offcpu_ns"].astype(np.int64), **_task(a),
-        "state": state, "runnable": runnable, "stack_id": a["stack_id"].astype(np.int32),
-        "call_ts_ns": a["call_ts_ns"].astype(np.int64), "syscall": _names(a["syscall_nr"], names),
-        "dev": _devs(a["dev"]),
-    })
-
-
-def _stacks_table(b, ids):
-    table = b[b"stacks"]
-    frames = []
-    for sid in ids:
-        try:
-            frames.append([b.ksym(addr).decode(errors="replace") for addr in table.walk(sid)])
-        except KeyError:
-            frames.append([])
-    return _table("stacks", {"stack_id": np.array(ids, dtype=np.int32), "frames": pa.array(frames, type=pa.list_(pa.string()))})
-
-
-def _jbd2_table(a):
-    names = events.JBD2_EVENT_NAMES
-    ev = a["event"]
-    comm = _comm(a)
-    is_ = {n: ev == code for code, n in names.items()}
-    return _table("jbd2_events", {
-        "ts_ns": a["ts_ns"].astype(np.int64), "event": _names(ev, names), "dev": _devs(a["dev"]),
-        "transaction": _masked(a["transaction"], a["transaction"] >= 0),
-        "tid": a["tid"].astype(np.int32), "pid": a["pid"].astype(np.int32), "comm": comm,
-        "jbd2_thread": pc.starts_with(comm, "jbd2/") if len(a) else pa.array([], type=pa.bool_()),
-        "result": _masked(a["arg"], is_["checkpoint"]),
-        "write_flags": _masked(a["arg"], is_["write_superblock"]),
-        "stall_ms": _masked(a["arg"], is_["lock_buffer_stall"]),
-        **_who(a), **_fill_columns(a),
-    })
-
-
-def _jiffies_ns(values, hz):
-    return np.rint(np.asarray(values, dtype=np.float64) * (1e9 / hz)).astype(np.int64) if hz else np.full(len(values), None)
-
-
-def _run_stats_table(a, hz):
-    cols = {"ts_ns": a["ts_ns"].astype(np.int64), "dev": _devs(a["dev"]),
-            "transaction": a["transaction"].astype(np.int64), **_task(a)}
-    for phase in ("wait", "request_delay", "running", "locked", "flushing", "logging"):
-        cols[f"{phase}_jiffies"] = a[f"{phase}_jiffies"].astype(np.int64)
-        cols[f"{phase}_ns"] = _jiffies_ns(a[f"{phase}_jiffies"], hz)
-    for c in ("handle_count", "blocks", "blocks_logged"):
-        cols[c] = a[c].astype(np.int64)
-    return _table("run_stats", cols)
-
-
-def _checkpoint_stats_table(a, hz):
-    return _table("checkpoint_stats", {
-        "ts_ns": a["ts_ns"].astype(np.int64), "dev": _devs(a["dev"]),
-        "transaction": a["transaction"].astype(np.int64), **_task(a),
-        "chp_time_jiffies": a["chp_time_jiffies"].astype(np.int64),
-        "chp_time_ns": _jiffies_ns(a["chp_time_jiffies"], hz),
-        "forced_to_close": a["forced_to_close"].astype(np.int64),
-        "written": a["written"].astype(np.int64), "dropped": a["dropped"].astype(np.int64), **_who(a),
-    })
-
-
-def _log_tail_table(a):
-    return _table("log_tail", {
-        "ts_ns": a["ts_ns"].astype(np.int64), "dev": _devs(a["dev"]), **_task(a),
-        "tail_sequence": a["tail_sequence"].astype(np.int64), "first_tid": a["first_tid"].astype(np.int64),
-        "block_nr": a["block_nr"].astype(np.int64), "freed_blocks": a["freed_blocks"].astype(np.int64),
-        **_who(a), **_fill_columns(a),
-    })
-
-
-def _fill_table(a):
-    return _table("fill", {
-        "ts_ns": a["ts_ns"].astype(np.int64), "dev": _devs(a["dev"]), **_fill_columns(a),
-        "source": pa.array(["handle_start"] * len(a), type=pa.string()),
-    })
-
-
-def _histogram_tables(b, names, devless_apart=False):
-    """(call_histograms, call_totals, calls_without_device) from the in-kernel counters.
-    calls_without_device: {syscall: {"count", "errors"}} of calls that resolved to no
-    filesystem; with devless_apart (-d) they stay out of the tables."""
-    hist, tot, devless = [], [], {}
-    for k, per_cpu in b[b"call_stats"].items():
-        if not k.dev:
-            name = names.get(int(k.syscall_nr), f"nr{k.syscall_nr}")
-            devless[name] = {"count": sum(v.count for v in per_cpu), "errors": sum(v.errors for v in per_cpu)}
-            if devless_apart:
-                continue
-        tot.append((k.syscall_nr, k.dev, sum(v.count for v in per_cpu), sum(v.errors for v in per_cpu),
-                    sum(v.total_ns for v in per_cpu), max(v.max_ns for v in per_cpu)))
-        buckets = np.sum([np.ctypeslib.as_array(v.buckets) for v in per_cpu], axis=0)
-        hist += [(k.syscall_nr, k.dev, i, int(n)) for i, n in enumerate(buckets) if n]
-    hist.sort()
-    tot.sort()
-    h = np.array(hist, dtype=np.int64).reshape(-1, 4)
-    t = np.array(tot, dtype=np.int64).reshape(-1, 6)
-    bucket = h[:, 2]
-    histograms = _table("call_histograms", {
-        "syscall": _names(h[:, 0], names), "dev": _devs(h[:, 1]), "bucket": bucket.astype(np.int32),
-        "low_ns": np.where(bucket == 0, 0, np.left_shift(1, bucket)), "high_ns": np.left_shift(1, bucket + 1),
-        "count": h[:, 3],
-    })
-    totals = _table("call_totals", {
-        "syscall": _names(t[:, 0], names), "dev": _devs(t[:, 1]), "count": t[:, 2], "errors": t[:, 3],
-        "total_latency_ns": t[:, 4], "max_latency_ns": t[:, 5],
-    })
-    return histograms, totals, dict(sorted(devless.items()))

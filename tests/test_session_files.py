@@ -7,7 +7,7 @@ import pytest
 
 from jstall import session
 from jstall.errors import JstallError
-from jstall.probes import events, recorder
+from jstall.probes import events, tables
 from jstall.schema import SCHEMAS
 
 NAMES = {188: "setxattr", 87: "unlink"}
@@ -38,7 +38,7 @@ def test_calls_table_names_devices_and_nulls_journal_fields_without_handles():
              journal_log_blocks=1000, comm=b"setfattr"),
         dict(kind=1, syscall_nr=87, ts_ns=20, latency_ns=2_000_000, tid=8, pid=7, ret=-2, comm=b"rm"),
     ])
-    t = recorder._calls_table(a, NAMES).to_pydict()
+    t = tables.calls_table(a, NAMES).to_pydict()
     assert t["syscall"] == ["setxattr", "unlink"]
     assert t["dev"] == ["7:3", None]
     assert t["ret"] == [0, -2]
@@ -60,7 +60,7 @@ def test_jbd2_table_keeps_only_the_argument_each_event_has_and_unknown_fill_is_n
         dict(kind=3, event=ev["JBD2_LOCK_BUFFER_STALL"], ts_ns=3, dev=7 << 20, transaction=-1, tid=40,
              pid=40, arg=12, comm=b"jbd2/loop0-8"),
     ])
-    t = recorder._jbd2_table(a).to_pydict()
+    t = tables.jbd2_table(a).to_pydict()
     assert t["event"] == ["checkpoint", "start_commit", "lock_buffer_stall"]
     assert t["jbd2_thread"] == [False, True, True]
     assert t["transaction"] == [None, 9, None]
@@ -73,19 +73,19 @@ def test_jbd2_table_keeps_only_the_argument_each_event_has_and_unknown_fill_is_n
 def test_run_stats_jiffies_convert_with_hz_and_keep_raw():
     a = records("run_stats_event", [dict(kind=4, dev=(7 << 20) | 1, transaction=5, running_jiffies=3,
                                          logging_jiffies=1, blocks=10, blocks_logged=12, comm=b"jbd2/x")])
-    t = recorder._run_stats_table(a, 250).to_pydict()
+    t = tables.run_stats_table(a, 250).to_pydict()
     assert t["running_jiffies"] == [3] and t["running_ns"] == [12_000_000]
-    t = recorder._run_stats_table(a, 300).to_pydict()
+    t = tables.run_stats_table(a, 300).to_pydict()
     assert t["logging_ns"] == [3_333_333]
 
 
 def test_offcpu_runnable_means_preempted():
     a = records("offcpu_event", [dict(kind=2, state=s, stack_id=1) for s in (0, 1, 2, 0x402)])
-    assert recorder._offcpu_table(a, NAMES).to_pydict()["runnable"] == [True, False, False, False]
+    assert tables.offcpu_table(a, NAMES).to_pydict()["runnable"] == [True, False, False, False]
 
 
 def test_empty_tables_have_the_full_schema(tmp_path):
-    for name, fn in (("calls", recorder._calls_table), ("offcpu", recorder._offcpu_table)):
+    for name, fn in (("calls", tables.calls_table), ("offcpu", tables.offcpu_table)):
         struct = "call_event" if name == "calls" else "offcpu_event"
         t = fn(events.decode(struct, []), NAMES)
         assert t.num_rows == 0 and t.schema == SCHEMAS[name]

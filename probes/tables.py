@@ -1,0 +1,213 @@
+"""Arrow tables from the probes' records: one builder per session table (columns from
+schema.COLUMNS), fed the numpy records events.decode() makes of a ring buffer's raw bytes,
+and the call counters (call_histograms, call_totals) from the probes' ``call_stats`` map.
+
+A probe field becomes a column here: the builder of its table copies it (with its unit in
+the column name). The recorder writes these tables as chunks; monitor captures use the same
+builders. Times are CLOCK_MONOTONIC nanoseconds, as the probes read them.
+"""
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from jstall.schema import FILL_COLUMNS, SCHEMAS
+
+from . import events, journals
+
+#: tables appended to while recording, one closed chunk per flush
+STREAMED = ("calls", "offcpu", "jbd2_events", "run_stats", "checkpoint_stats", "log_tail", "fill")
+CHUNKED = STREAMED + ("stacks",)
+#: the in-kernel counters, rewritten whole at every flush: call_histograms, call_totals
+
+
+def streamed_tables(a, names, hz):
+    """{table: Arrow table} of the streamed tables whose records ``a`` holds ({struct: records});
+    ``names``: {syscall number: name}; ``hz``: the kernel's HZ (jiffies to ns), or None."""
+    builders = {
+        "calls": ("call_event", lambda r: calls_table(r, names)),
+        "offcpu": ("offcpu_event", lambda r: offcpu_table(r, names)),
+        "jbd2_events": ("jbd2_event", jbd2_table),
+        "run_stats": ("run_stats_event", lambda r: run_stats_table(r, hz)),
+        "checkpoint_stats": ("checkpoint_stats_event", lambda r: checkpoint_stats_table(r, hz)),
+        "log_tail": ("log_tail_event", log_tail_table),
+        "fill": ("fill_event", fill_table),
+    }
+    return {name: build(a[struct]) for name, (struct, build) in builders.items() if struct in a}
+
+
+def _table(name, columns):
+    schema = SCHEMAS[name]
+    arrays = []
+    for field in schema:
+        col = columns[field.name]
+        arrays.append(col if isinstance(col, pa.Array) else pa.array(col, type=field.type, from_pandas=True))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _devs(values):
+    uniq, inv = np.unique(np.asarray(values, dtype=np.uint64), return_inverse=True)
+    names = np.array([journals.dev_name(int(u)) if u else None for u in uniq], dtype=object)
+    return pa.array(names[inv] if len(values) else [], type=pa.string())
+
+
+def _names(values, table):
+    uniq, inv = np.unique(np.asarray(values), return_inverse=True)
+    names = np.array([table.get(int(u), f"nr{int(u)}") for u in uniq], dtype=object)
+    return pa.array(names[inv] if len(values) else [], type=pa.string())
+
+
+def _comm(a):
+    return pa.array(np.char.decode(a["comm"], "utf-8", "replace") if len(a) else [], type=pa.string())
+
+
+def _masked(values, valid):
+    return pa.array(np.asarray(values, dtype=np.int64), type=pa.int64(), mask=~np.asarray(valid, dtype=bool))
+
+
+def _fill_columns(a):
+    has = a["has_journal"] != 0
+    return {col: _masked(a[col], has) for col in FILL_COLUMNS}
+
+
+def _task(a):
+    return {"tid": a["tid"].astype(np.int32), "pid": a["pid"].astype(np.int32), "comm": _comm(a)}
+
+
+def calls_table(a, names):
+    has = a["handles"] > 0
+    return _table("calls", {
+        "ts_ns": a["ts_ns"].astype(np.int64), "latency_ns": a["latency_ns"].astype(np.int64), **_task(a),
+        "syscall": _names(a["syscall_nr"], names), "ret": a["ret"], "dev": _devs(a["dev"]),
+        "handles": a["handles"].astype(np.int32),
+        "journal_free_blocks": _masked(a["journal_free_blocks"], has),
+        "journal_min_free_blocks": _masked(a["journal_min_free_blocks"], has),
+        "journal_log_blocks": _masked(a["journal_log_blocks"], has),
+        "journal_committing_credits": _masked(a["journal_committing_credits"], has),
+        "file": _file(a), "cgroup_id": a["cgroup_id"].astype(np.int64),
+    })
+
+
+def _file(a):
+    """The file name the probes read (empty: not known) as strings or nulls."""
+    if not len(a):
+        return pa.array([], type=pa.string())
+    names = np.char.decode(a["file"], "utf-8", "replace")
+    return pa.array(names, type=pa.string(), mask=names == "")
+
+
+def _who(a):
+    return {"in_traced_call": a["in_traced_call"] != 0, "traced_task": a["traced_task"] != 0}
+
+
+def offcpu_table(a, names):
+    state = a["state"].astype(np.int64)
+    runnable = state == 0  # the probe stores 0 for a preempted task
+    return _table("offcpu", {
+        "ts_ns": a["ts_ns"].astype(np.int64), "offcpu_ns": a["offcpu_ns"].astype(np.int64), **_task(a),
+        "state": state, "runnable": runnable, "stack_id": a["stack_id"].astype(np.int32),
+        "call_ts_ns": a["call_ts_ns"].astype(np.int64), "syscall": _names(a["syscall_nr"], names),
+        "dev": _devs(a["dev"]),
+    })
+
+
+def stacks_table(b, ids):
+    table = b[b"stacks"]
+    frames = []
+    for sid in ids:
+        try:
+            frames.append([b.ksym(addr).decode(errors="replace") for addr in table.walk(sid)])
+        except KeyError:
+            frames.append([])
+    return _table("stacks", {"stack_id": np.array(ids, dtype=np.int32), "frames": pa.array(frames, type=pa.list_(pa.string()))})
+
+
+def jbd2_table(a):
+    names = events.JBD2_EVENT_NAMES
+    ev = a["event"]
+    comm = _comm(a)
+    is_ = {n: ev == code for code, n in names.items()}
+    return _table("jbd2_events", {
+        "ts_ns": a["ts_ns"].astype(np.int64), "event": _names(ev, names), "dev": _devs(a["dev"]),
+        "transaction": _masked(a["transaction"], a["transaction"] >= 0),
+        "tid": a["tid"].astype(np.int32), "pid": a["pid"].astype(np.int32), "comm": comm,
+        "jbd2_thread": pc.starts_with(comm, "jbd2/") if len(a) else pa.array([], type=pa.bool_()),
+        "result": _masked(a["arg"], is_["checkpoint"]),
+        "write_flags": _masked(a["arg"], is_["write_superblock"]),
+        "stall_ms": _masked(a["arg"], is_["lock_buffer_stall"]),
+        **_who(a), **_fill_columns(a),
+    })
+
+
+def _jiffies_ns(values, hz):
+    return np.rint(np.asarray(values, dtype=np.float64) * (1e9 / hz)).astype(np.int64) if hz else np.full(len(values), None)
+
+
+def run_stats_table(a, hz):
+    cols = {"ts_ns": a["ts_ns"].astype(np.int64), "dev": _devs(a["dev"]),
+            "transaction": a["transaction"].astype(np.int64), **_task(a)}
+    for phase in ("wait", "request_delay", "running", "locked", "flushing", "logging"):
+        cols[f"{phase}_jiffies"] = a[f"{phase}_jiffies"].astype(np.int64)
+        cols[f"{phase}_ns"] = _jiffies_ns(a[f"{phase}_jiffies"], hz)
+    for c in ("handle_count", "blocks", "blocks_logged"):
+        cols[c] = a[c].astype(np.int64)
+    return _table("run_stats", cols)
+
+
+def checkpoint_stats_table(a, hz):
+    return _table("checkpoint_stats", {
+        "ts_ns": a["ts_ns"].astype(np.int64), "dev": _devs(a["dev"]),
+        "transaction": a["transaction"].astype(np.int64), **_task(a),
+        "chp_time_jiffies": a["chp_time_jiffies"].astype(np.int64),
+        "chp_time_ns": _jiffies_ns(a["chp_time_jiffies"], hz),
+        "forced_to_close": a["forced_to_close"].astype(np.int64),
+        "written": a["written"].astype(np.int64), "dropped": a["dropped"].astype(np.int64), **_who(a),
+    })
+
+
+def log_tail_table(a):
+    return _table("log_tail", {
+        "ts_ns": a["ts_ns"].astype(np.int64), "dev": _devs(a["dev"]), **_task(a),
+        "tail_sequence": a["tail_sequence"].astype(np.int64), "first_tid": a["first_tid"].astype(np.int64),
+        "block_nr": a["block_nr"].astype(np.int64), "freed_blocks": a["freed_blocks"].astype(np.int64),
+        **_who(a), **_fill_columns(a),
+    })
+
+
+def fill_table(a):
+    return _table("fill", {
+        "ts_ns": a["ts_ns"].astype(np.int64), "dev": _devs(a["dev"]), **_fill_columns(a),
+        "source": pa.array(["handle_start"] * len(a), type=pa.string()),
+    })
+
+
+def histogram_tables(b, names, devless_apart=False):
+    """(call_histograms, call_totals, calls_without_device) from the in-kernel counters.
+    calls_without_device: {syscall: {"count", "errors"}} of calls that resolved to no
+    filesystem; with devless_apart (-d) they stay out of the tables."""
+    hist, tot, devless = [], [], {}
+    for k, per_cpu in b[b"call_stats"].items():
+        if not k.dev:
+            name = names.get(int(k.syscall_nr), f"nr{k.syscall_nr}")
+            devless[name] = {"count": sum(v.count for v in per_cpu), "errors": sum(v.errors for v in per_cpu)}
+            if devless_apart:
+                continue
+        tot.append((k.syscall_nr, k.dev, sum(v.count for v in per_cpu), sum(v.errors for v in per_cpu),
+                    sum(v.total_ns for v in per_cpu), max(v.max_ns for v in per_cpu)))
+        buckets = np.sum([np.ctypeslib.as_array(v.buckets) for v in per_cpu], axis=0)
+        hist += [(k.syscall_nr, k.dev, i, int(n)) for i, n in enumerate(buckets) if n]
+    hist.sort()
+    tot.sort()
+    h = np.array(hist, dtype=np.int64).reshape(-1, 4)
+    t = np.array(tot, dtype=np.int64).reshape(-1, 6)
+    bucket = h[:, 2]
+    histograms = _table("call_histograms", {
+        "syscall": _names(h[:, 0], names), "dev": _devs(h[:, 1]), "bucket": bucket.astype(np.int32),
+        "low_ns": np.where(bucket == 0, 0, np.left_shift(1, bucket)), "high_ns": np.left_shift(1, bucket + 1),
+        "count": h[:, 3],
+    })
+    totals = _table("call_totals", {
+        "syscall": _names(t[:, 0], names), "dev": _devs(t[:, 1]), "count": t[:, 2], "errors": t[:, 3],
+        "total_latency_ns": t[:, 4], "max_latency_ns": t[:, 5],
+    })
+    return histograms, totals, dict(sorted(devless.items()))
