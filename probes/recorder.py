@@ -28,7 +28,7 @@ from jstall.schema import SCHEMAS
 from jstall.session import (FORMAT, RECORDING, SCHEMA_VERSION, compact_table, table_path,
                             write_chunk, write_metadata, write_table_atomic)
 
-from . import btf, events, host, journals, syscalls, tables
+from . import btf, console, events, host, journals, syscalls, tables
 from .tables import CHUNKED, STREAMED
 
 BPF_SOURCE = os.path.join(os.path.dirname(__file__), "recorder.bpf.c")
@@ -80,10 +80,6 @@ def _clock():
         "wall_ns": time.time_ns(),
         "monotonic_ns": time.monotonic_ns(),
     }
-
-
-def _fill_pct(free, log_blocks):
-    return 100.0 * (1.0 - free / log_blocks) if log_blocks else float("nan")
 
 
 class Recorder:
@@ -208,19 +204,6 @@ class Recorder:
         if self.missing and not self.opts.quiet:
             print(f"jstall: tracepoints missing on this kernel, not recorded: {' '.join(self.missing)}", file=sys.stderr)
 
-    def scope(self):
-        """What the recording covers, in words (the 'Tracing ...' line)."""
-        where = ("on " + ", ".join(f"{d} ({self.journals[d]['mountpoint']})" for d in self.devices)
-                 if self.devices else "on every ext4")
-        who = ""
-        if self.opts.pid:
-            who = f" of PID {self.opts.pid} and its children"
-        elif self.opts.command_tree:
-            who = " of the command and its children"
-        if self.cgroup_id:
-            who += f" in cgroup {self.opts.cgroup}"
-        return f"Tracing ext4 metadata calls{who} and jbd2 {where}"
-
     def start(self):
         """Compile and attach the probes, then stream events in a background thread."""
         b = self.bpf = self._compile()
@@ -260,9 +243,7 @@ class Recorder:
                 shutil.rmtree(self.output_dir, ignore_errors=True)
             raise
         if not self.opts.quiet:
-            print(f"{self.scope()}... Hit Ctrl-C to end.", file=self.console)
-            print(f"{'TIME':<8} {'COMM':<16} {'PID':>7} {'TID':>7} {'CALL':<13} {'LAT(ms)':>9} {'DEV':>7} {'FILL%':>6} FILE",
-                  file=self.console, flush=True)
+            console.print_start(self.console, console.scope(self))
         self._thread = threading.Thread(target=self._poll, name="jstall-poll", daemon=True)
         self._thread.start()
         return self
@@ -288,20 +269,8 @@ class Recorder:
             self._chunks[kind].append(raw)
         if kind == events.KINDS["KIND_CALL"]:
             if not self.opts.quiet:
-                self._print_call(np.frombuffer(raw, dtype=events.DTYPES["call_event"])[0])
-
-    def _print_call(self, e):
-        name = self.syscall_names.get(int(e["syscall_nr"]), str(e["syscall_nr"]))
-        dev = journals.dev_name(int(e["dev"])) if e["dev"] else "-"
-        # the fill the handle saw: the committing transaction's credits count as used
-        # (jbd2_log_space_left), as they do when jbd2 decides whether a handle must wait
-        used_free = int(e["journal_free_blocks"]) - int(e["journal_committing_credits"])
-        fill = f"{_fill_pct(used_free, int(e['journal_log_blocks'])):6.1f}" if e["handles"] else "     -"
-        t = time.strftime("%H:%M:%S")
-        comm = e["comm"].decode(errors="replace")
-        file = e["file"].decode(errors="replace") or "-"
-        print(f"{t:<8} {comm:<16} {e['pid']:>7} {e['tid']:>7} {name:<13} {e['latency_ns'] / 1e6:>9.2f} {dev:>7} {fill} {file}",
-              file=self.console, flush=True)
+                console.print_call(self.console, np.frombuffer(raw, dtype=events.DTYPES["call_event"])[0],
+                                   self.syscall_names)
 
     def _poll(self):
         try:

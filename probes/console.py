@@ -1,0 +1,48 @@
+"""The recorder's live console output, as bcc's tools print theirs: the "Tracing ... Hit
+Ctrl-C to end." line and a column header once the probes are attached, then one line per
+slow call (the call's latency in milliseconds, the journal fill the handle saw in percent)."""
+
+import time
+
+from . import journals
+
+HEADER = f"{'TIME':<8} {'COMM':<16} {'PID':>7} {'TID':>7} {'CALL':<13} {'LAT(ms)':>9} {'DEV':>7} {'FILL%':>6} FILE"
+
+
+def fill_pct(free, log_blocks):
+    return 100.0 * (1.0 - free / log_blocks) if log_blocks else float("nan")
+
+
+def scope(rec):
+    """What recorder ``rec`` covers, in words (the 'Tracing ...' line)."""
+    where = ("on " + ", ".join(f"{d} ({rec.journals[d]['mountpoint']})" for d in rec.devices)
+             if rec.devices else "on every ext4")
+    who = ""
+    if rec.opts.pid:
+        who = f" of PID {rec.opts.pid} and its children"
+    elif rec.opts.command_tree:
+        who = " of the command and its children"
+    if rec.cgroup_id:
+        who += f" in cgroup {rec.opts.cgroup}"
+    return f"Tracing ext4 metadata calls{who} and jbd2 {where}"
+
+
+def print_start(out, what):
+    """The 'Tracing ... Hit Ctrl-C to end.' line for scope ``what``, then the column header."""
+    print(f"{what}... Hit Ctrl-C to end.", file=out)
+    print(HEADER, file=out, flush=True)
+
+
+def print_call(out, e, syscall_names):
+    """One line for call record ``e`` (a call_event); ``syscall_names``: {number: name}."""
+    name = syscall_names.get(int(e["syscall_nr"]), str(e["syscall_nr"]))
+    dev = journals.dev_name(int(e["dev"])) if e["dev"] else "-"
+    # the fill the handle saw: the committing transaction's credits count as used
+    # (jbd2_log_space_left), as they do when jbd2 decides whether a handle must wait
+    used_free = int(e["journal_free_blocks"]) - int(e["journal_committing_credits"])
+    fill = f"{fill_pct(used_free, int(e['journal_log_blocks'])):6.1f}" if e["handles"] else "     -"
+    t = time.strftime("%H:%M:%S")
+    comm = e["comm"].decode(errors="replace")
+    file = e["file"].decode(errors="replace") or "-"
+    print(f"{t:<8} {comm:<16} {e['pid']:>7} {e['tid']:>7} {name:<13} {e['latency_ns'] / 1e6:>9.2f} {dev:>7} {fill} {file}",
+          file=out, flush=True)
