@@ -1,5 +1,9 @@
-"""The recorder: loads the bcc probes (recorder.bpf.c), streams their events, and
-writes a session directory (docs/session-format.md).
+"""The recorder's lifecycle: loads the bcc probes (recorder.bpf.c), attaches them, polls
+their ring buffers in a background thread, flushes what they gathered into a session
+directory (docs/session-format.md) as it goes, and detaches.
+
+What it writes is built apart: the Arrow tables in tables.py, metadata.json in
+session_metadata.py; the per-call console lines in console.py.
 
 Library use (the lab records this way):
 
@@ -15,20 +19,18 @@ import datetime
 import os
 import select
 import shutil
-import socket
 import sys
 import threading
 import time
 
 import numpy as np
 
-from jstall import __version__
 from jstall.errors import JstallError
 from jstall.schema import SCHEMAS
-from jstall.session import (FORMAT, RECORDING, SCHEMA_VERSION, compact_table, table_path,
-                            write_chunk, write_metadata, write_table_atomic)
+from jstall.session import RECORDING, compact_table, table_path, write_chunk, write_metadata, write_table_atomic
 
 from . import btf, console, events, host, journals, syscalls, tables
+from .session_metadata import cgroup_paths, clock, session_metadata
 from .tables import CHUNKED, STREAMED
 
 BPF_SOURCE = os.path.join(os.path.dirname(__file__), "recorder.bpf.c")
@@ -72,14 +74,6 @@ class RecordOptions:
 
 def default_output_dir():
     return "jstall-session-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-
-
-def _clock():
-    return {
-        "wall": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-        "wall_ns": time.time_ns(),
-        "monotonic_ns": time.monotonic_ns(),
-    }
 
 
 class Recorder:
@@ -132,7 +126,7 @@ class Recorder:
         self._max_tx = {}                                 # dev -> j_max_transaction_buffers seen
         self._pidfd = None
         self.last_flush = None
-        self._cgroups = {}                                # str(cgroup id) -> path, of the calls' cgroups
+        self.cgroups = {}                                 # str(cgroup id) -> path, of the calls' cgroups
 
     # ---- set-up -------------------------------------------------------------------
 
@@ -227,7 +221,7 @@ class Recorder:
                 time.sleep(0.25)
                 measured = host.measured_hz(first, host.read_jiffies())
                 self.hz, self.hz_source = (measured[0], "measured") if measured else (None, None)
-            self.start_clock = _clock()
+            self.start_clock = clock()
             self._jiffies_start = host.read_jiffies()
             for j in self.journals.values():  # the kernel's own statistics, from now on traced
                 j["proc_info_start"] = journals.read_proc_info(j["proc_info_name"])
@@ -305,10 +299,10 @@ class Recorder:
             self._write_chunk(name, table)
             self.rows[name] += table.num_rows
         if "call_event" in a:
-            ids = {int(i) for i in np.unique(a["call_event"]["cgroup_id"])} - {int(k) for k in self._cgroups}
+            ids = {int(i) for i in np.unique(a["call_event"]["cgroup_id"])} - {int(k) for k in self.cgroups}
             if ids:
-                self._cgroups.update(_cgroup_paths(ids))
-                self._cgroups.update({str(i): None for i in ids if str(i) not in self._cgroups})
+                self.cgroups.update(cgroup_paths(ids))
+                self.cgroups.update({str(i): None for i in ids if str(i) not in self.cgroups})
         if "offcpu_event" in a:
             self.offcpu_without_stack += int(np.sum(a["offcpu_event"]["stack_id"] < 0))
             new = sorted(int(s) for s in np.unique(a["offcpu_event"]["stack_id"]) if s >= 0 and int(s) not in self._stack_ids)
@@ -326,7 +320,7 @@ class Recorder:
                 mtb = int(known["max_transaction_blocks"][known["dev"] == dev].max())
                 self._max_tx[journals.dev_name(int(dev))] = mtb
         self._write_snapshots(self.bpf)
-        self.last_flush = _clock()
+        self.last_flush = clock()
         if not final:
             write_metadata(self.output_dir, self._metadata(RECORDING, self.last_flush))
 
@@ -358,7 +352,7 @@ class Recorder:
             self._thread.join()
         b = self.bpf
         b.ring_buffer_consume()
-        end_clock = _clock()
+        end_clock = clock()
         for j in self.journals.values():
             j["proc_info_end"] = journals.read_proc_info(j["proc_info_name"])
         self._jiffies_end = host.read_jiffies()
@@ -398,43 +392,7 @@ class Recorder:
         jiffies_end = getattr(self, "_jiffies_end", None)
         measured = host.measured_hz(self._jiffies_start, jiffies_end) if jiffies_end else None
         lost, stacks_lost = self._lost()
-        return {
-            "format": FORMAT,
-            "schema_version": SCHEMA_VERSION,
-            "tool_version": __version__,
-            "status": status,
-            "stop_reason": self.stop_reason,
-            "kernel_release": os.uname().release,
-            "host": socket.gethostname(),
-            "hz": self.hz,
-            "hz_source": self.hz_source,
-            "hz_measured": round(measured[1], 1) if measured else None,
-            "start": self.start_clock,
-            "end": end_clock,
-            "last_flush": self.last_flush,
-            "command": getattr(self, "command", None),
-            "command_exit_status": getattr(self, "exit_status", None),
-            "filters": {
-                "devices": self.devices,
-                "pid": self.opts.pid,
-                "cgroup": self.opts.cgroup,
-                "cgroup_id": self.cgroup_id,
-                "command_tree": bool(self.opts.command_tree),
-            },
-            "min_ms": self.opts.min_ms,
-            "offcpu_min_us": self.opts.offcpu_min_us,
-            "max_size_bytes": self.opts.max_size_bytes,
-            "probes": {"attached": self.attached, "missing": self.missing,
-                       "syscalls": sorted(self.syscall_numbers)},
-            "traced_calls": sorted(self.syscall_numbers),
-            "calls_without_device": self.calls_without_device,
-            "events_lost": lost,
-            "stacks_lost": stacks_lost,
-            "offcpu_without_stack": self.offcpu_without_stack,
-            "rows": dict(self.rows),
-            "cgroups": self._cgroups,
-            "journals": list(traced.values()),
-        }
+        return session_metadata(self, status, end_clock, traced, measured, lost, stacks_lost)
 
 
 
@@ -460,21 +418,3 @@ def _readable(fd):
     p = select.poll()
     p.register(fd, select.POLLIN)
     return bool(p.poll(0))
-
-
-def _cgroup_paths(ids):
-    """{cgroup id: path under the cgroup v2 mount} for the ids the calls carry."""
-    if not ids:
-        return {}
-    root = "/sys/fs/cgroup/unified" if os.path.isdir("/sys/fs/cgroup/unified") else "/sys/fs/cgroup"
-    want, found = set(ids), {}
-    for top, dirs, _ in os.walk(root):
-        try:
-            ino = os.stat(top).st_ino
-        except OSError:
-            continue
-        if ino in want:
-            found[str(ino)] = "/" if top == root else "/" + os.path.relpath(top, root)
-            if len(found) == len(want):
-                break
-    return found

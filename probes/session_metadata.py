@@ -1,0 +1,83 @@
+"""A recorded session's metadata.json (docs/session-format.md; the fields are
+jstall.metadata.SessionDoc's): what was traced, how, on which journals, and what was lost.
+Times: ``start``/``end``/``last_flush`` are clock() readings; ``min_ms`` milliseconds,
+``offcpu_min_us`` microseconds."""
+
+import datetime
+import os
+import socket
+import time
+
+from jstall import __version__
+from jstall.session import FORMAT, SCHEMA_VERSION
+
+
+def clock():
+    """Now, as the metadata stores a time: ISO 8601 UTC, Unix ns and CLOCK_MONOTONIC ns."""
+    return {
+        "wall": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "wall_ns": time.time_ns(),
+        "monotonic_ns": time.monotonic_ns(),
+    }
+
+
+def session_metadata(rec, status, end_clock, traced, measured, lost, stacks_lost):
+    """metadata.json of recorder ``rec`` as of ``end_clock``. ``traced``: {dev: journal
+    description} of the journals recorded; ``measured``: host.measured_hz() over the
+    recording, or None; ``lost``: {ring buffer: events lost}; ``stacks_lost``: stack ids
+    the probes could not store."""
+    return {
+        "format": FORMAT,
+        "schema_version": SCHEMA_VERSION,
+        "tool_version": __version__,
+        "status": status,
+        "stop_reason": rec.stop_reason,
+        "kernel_release": os.uname().release,
+        "host": socket.gethostname(),
+        "hz": rec.hz,
+        "hz_source": rec.hz_source,
+        "hz_measured": round(measured[1], 1) if measured else None,
+        "start": rec.start_clock,
+        "end": end_clock,
+        "last_flush": rec.last_flush,
+        "command": getattr(rec, "command", None),
+        "command_exit_status": getattr(rec, "exit_status", None),
+        "filters": {
+            "devices": rec.devices,
+            "pid": rec.opts.pid,
+            "cgroup": rec.opts.cgroup,
+            "cgroup_id": rec.cgroup_id,
+            "command_tree": bool(rec.opts.command_tree),
+        },
+        "min_ms": rec.opts.min_ms,
+        "offcpu_min_us": rec.opts.offcpu_min_us,
+        "max_size_bytes": rec.opts.max_size_bytes,
+        "probes": {"attached": rec.attached, "missing": rec.missing,
+                   "syscalls": sorted(rec.syscall_numbers)},
+        "traced_calls": sorted(rec.syscall_numbers),
+        "calls_without_device": rec.calls_without_device,
+        "events_lost": lost,
+        "stacks_lost": stacks_lost,
+        "offcpu_without_stack": rec.offcpu_without_stack,
+        "rows": dict(rec.rows),
+        "cgroups": rec.cgroups,
+        "journals": list(traced.values()),
+    }
+
+
+def cgroup_paths(ids):
+    """{cgroup id: path under the cgroup v2 mount} for the ids the calls carry."""
+    if not ids:
+        return {}
+    root = "/sys/fs/cgroup/unified" if os.path.isdir("/sys/fs/cgroup/unified") else "/sys/fs/cgroup"
+    want, found = set(ids), {}
+    for top, dirs, _ in os.walk(root):
+        try:
+            ino = os.stat(top).st_ino
+        except OSError:
+            continue
+        if ino in want:
+            found[str(ino)] = "/" if top == root else "/" + os.path.relpath(top, root)
+            if len(found) == len(want):
+                break
+    return found
