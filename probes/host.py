@@ -2,6 +2,7 @@
 kernel headers for bcc's includes, and HZ."""
 
 import gzip
+import logging
 import os
 import subprocess
 import sys
@@ -12,6 +13,8 @@ from jstall.errors import JstallError
 
 TRACEFS = "/sys/kernel/tracing"
 COMMON_HZ = (100, 250, 300, 1000)
+
+log = logging.getLogger(__name__)
 
 
 def require_root():
@@ -26,7 +29,7 @@ def ensure_tracefs():
     if res.returncode != 0 or not os.path.isdir(os.path.join(TRACEFS, "events")):
         raise JstallError(f"tracefs is not mounted and mounting it failed ({res.stderr.strip()}); "
                           f"run: mount -t tracefs nodev {TRACEFS}")
-    print(f"jstall: mounted tracefs at {TRACEFS}", file=sys.stderr)
+    log.info("mounted tracefs at %s", TRACEFS)
 
 
 def tracepoint_exists(category, event):

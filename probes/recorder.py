@@ -16,6 +16,7 @@ Library use (the lab records this way):
 import ctypes
 import dataclasses
 import datetime
+import logging
 import os
 import select
 import shutil
@@ -52,6 +53,8 @@ FLUSH_SECONDS = 2.0        # a closed chunk per table, counters and metadata.jso
 #: no program; or "raw", one program pair on raw_syscalls that every syscall of every task
 #: runs (benchmarks/record_overhead.py measures both).
 ATTACH = os.environ.get("JSTALL_ATTACH", "syscalls")
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
@@ -196,7 +199,7 @@ class Recorder:
             b.attach_raw_tracepoint(tp=name.encode(), fn_name=f"rtp_{name}".encode())
             self.attached.append(f"raw:sched:{name}")
         if self.missing and not self.opts.quiet:
-            print(f"jstall: tracepoints missing on this kernel, not recorded: {' '.join(self.missing)}", file=sys.stderr)
+            log.warning("tracepoints missing on this kernel, not recorded: %s", " ".join(self.missing))
 
     def start(self):
         """Compile and attach the probes, then stream events in a background thread."""

@@ -284,3 +284,24 @@ def test_checkpoints_say_who_ran_them(recorded):
     assert cs.in_traced_call.notna().all()
     calls = table(recorded["path"], "calls")
     assert calls.file.notna().all() and calls.file.str.contains("/d").all()
+
+
+def test_a_tracepoint_the_kernel_lacks_is_named_on_stderr_and_in_the_metadata(tmp_path, monkeypatch, capsys):
+    """On a kernel without the jbd2_lock_buffer_stall tracepoint (here: reported absent) the
+    recorder's logged warning reaches the command's stderr as a 'jstall:' line, and the
+    session records what is missing."""
+    from jstall import cli
+    from jstall.probes import host
+
+    real = host.tracepoint_exists
+    monkeypatch.setattr(host, "tracepoint_exists",
+                        lambda cat, name: name != "jbd2_lock_buffer_stall" and real(cat, name))
+    out = str(tmp_path / "s")
+    with ScratchFs(SMALL) as fs:
+        status = cli.main(["record", "-o", out, "-d", fs.dev, "--", "mkdir", os.path.join(fs.mountpoint, "d")])
+    err = capsys.readouterr().err
+    assert status == 0, err
+    assert "jstall: tracepoints missing on this kernel, not recorded: raw:jbd2:jbd2_lock_buffer_stall\n" in err
+    probes = session.read_metadata(out)["probes"]
+    assert probes["missing"] == ["raw:jbd2:jbd2_lock_buffer_stall"]
+    assert "raw:jbd2:jbd2_checkpoint" in probes["attached"]

@@ -2,6 +2,7 @@
 
 import argparse
 import importlib
+import logging
 import sys
 
 from . import __version__
@@ -48,8 +49,25 @@ def build_parser(selected=None):
     return parser
 
 
+class _Stderr(logging.Handler):
+    """The library modules' log messages (logging.getLogger(__name__) under 'jstall'),
+    shown as the command's own 'jstall: ...' lines on stderr."""
+
+    def emit(self, record):
+        print(f"jstall: {record.getMessage()}", file=sys.stderr, flush=True)
+
+
+def _show_log_messages():
+    log = logging.getLogger("jstall")
+    if not any(isinstance(h, _Stderr) for h in log.handlers):
+        log.addHandler(_Stderr())
+    log.setLevel(logging.INFO)
+    log.propagate = False
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
+    _show_log_messages()
     selected = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(selected if selected in COMMANDS else None)
     args = parser.parse_args(argv)
