@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jstall.schema import FILL_COLUMNS, SCHEMAS
+from jstall.schema import FILL_COLUMNS, PHASES, SCHEMAS
 
 from . import events, journals
 
@@ -146,7 +146,7 @@ def _jiffies_ns(values, hz):
 def run_stats_table(a, hz):
     cols = {"ts_ns": a["ts_ns"].astype(np.int64), "dev": _devs(a["dev"]),
             "transaction": a["transaction"].astype(np.int64), **_task(a)}
-    for phase in ("wait", "request_delay", "running", "locked", "flushing", "logging"):
+    for phase in PHASES:
         cols[f"{phase}_jiffies"] = a[f"{phase}_jiffies"].astype(np.int64)
         cols[f"{phase}_ns"] = _jiffies_ns(a[f"{phase}_jiffies"], hz)
     for c in ("handle_count", "blocks", "blocks_logged"):
