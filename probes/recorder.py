@@ -80,6 +80,10 @@ def default_output_dir():
 
 
 class Recorder:
+    """One recording: the options are checked when it is made (JstallError naming the fix,
+    nothing created), start() attaches the probes, stop() detaches them and finishes the
+    session directory."""
+
     def __init__(self, options):
         self.opts = options
         self.console = options.console or sys.stdout
@@ -396,7 +400,6 @@ class Recorder:
         measured = host.measured_hz(self._jiffies_start, jiffies_end) if jiffies_end else None
         lost, stacks_lost = self._lost()
         return session_metadata(self, status, end_clock, traced, measured, lost, stacks_lost)
-
 
 
 def check_output_dir(path):
