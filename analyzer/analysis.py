@@ -8,10 +8,28 @@ and sweep read (summary.Summary), and ``to_dict()`` the stable JSON document
 
 from functools import cached_property
 
-from . import calls, fill, journals, processes, recommend, recording, stalls, summary
+from . import recording, summary
+from .calls import call_stats
+from .fill import timeline
+from .journals import checkpoints, commit_phases, proc_agreement, transactions
+from .journals import summary as journal_summary
 from .load import Session, load_session
-from .stalls import DEFAULT_MIN_MS
+from .processes import per_process
+from .recommend import recommendations
+from .stalls import DEFAULT_MIN_MS, by_cause, find_stalls
 from .summary import JSON_SCHEMA_VERSION, _clean, traced_calls  # noqa: F401 (their earlier home)
+
+
+def _result(fn, *needs):
+    """A result computed on its first use and kept (functools.cached_property):
+    ``fn(session, *needs)``, each of ``needs`` an attribute of the Analysis (an earlier result
+    or ``min_ms``).  A caller that needs the stall table does not pay for commit phases or
+    recommendations."""
+    def get(self):
+        return fn(self.session, *(getattr(self, n) for n in needs))
+
+    get.__doc__ = fn.__doc__
+    return cached_property(get)
 
 
 class Analysis:
@@ -34,48 +52,21 @@ class Analysis:
         self.requested_min_ms = float(min_ms)
         self.min_ms = recording.effective_min_ms(session.meta, min_ms)
 
-    # Each result is computed on first use and kept (functools.cached_property): a caller
-    # that needs the stall table does not pay for commit phases or recommendations.
-
-    @cached_property
-    def timeline(self):
-        return fill.timeline(self.session)
-
-    @cached_property
-    def stalls(self):
-        return stalls.find_stalls(self.session, self.timeline, self.min_ms)
+    timeline = _result(timeline)
+    stalls = _result(find_stalls, "timeline", "min_ms")
+    transactions = _result(transactions)
+    phases = _result(commit_phases)
+    checkpoints = _result(checkpoints)
+    journals = _result(journal_summary, "timeline", "transactions", "stalls")
+    proc = _result(proc_agreement, "transactions")
+    calls = _result(call_stats)
+    processes = _result(per_process, "stalls")
+    recommendations = _result(recommendations, "journals", "stalls", "causes", "calls", "transactions", "min_ms",
+                              "timeline")
 
     @cached_property
     def causes(self):
-        return stalls.by_cause(self.stalls)
-
-    @cached_property
-    def transactions(self):
-        return journals.transactions(self.session)
-
-    @cached_property
-    def phases(self):
-        return journals.commit_phases(self.session)
-
-    @cached_property
-    def checkpoints(self):
-        return journals.checkpoints(self.session)
-
-    @cached_property
-    def journals(self):
-        return journals.summary(self.session, self.timeline, self.transactions, self.stalls)
-
-    @cached_property
-    def proc(self):
-        return journals.proc_agreement(self.session, self.transactions)
-
-    @cached_property
-    def calls(self):
-        return calls.call_stats(self.session)
-
-    @cached_property
-    def processes(self):
-        return processes.per_process(self.session, self.stalls)
+        return by_cause(self.stalls)
 
     @cached_property
     def _messages(self):
@@ -90,11 +81,6 @@ class Analysis:
     @property
     def notes(self):
         return self._messages[1]
-
-    @cached_property
-    def recommendations(self):
-        return recommend.recommendations(self.session, self.journals, self.stalls, self.causes, self.calls,
-                                         self.transactions, self.min_ms, self.timeline)
 
     def _warnings(self, notes):
         """The warning lines; appends the note lines to ``notes``."""

@@ -27,8 +27,12 @@ Generic wait frames (``folio_wait_bit_common``, ``wait_for_completion_io_timeout
 ``submit_bio_wait``) name no cause by themselves: the frame above them says what was awaited
 (``folio_wait_writeback`` data, ``blkdev_issue_flush`` a cache flush, ``__wait_on_buffer`` a
 metadata block).
+
+The registry is read by ``jstall analyze --help`` and the monitor, which do not load pandas:
+the classifier's functions import it when they run.
 """
 
+import textwrap
 from dataclasses import dataclass
 
 
@@ -182,8 +186,6 @@ def is_plumbing(frame):
 
 def describe():
     """One line per cause, ``name: explanation`` (for --help texts and docs)."""
-    import textwrap
-
     return "\n".join(textwrap.fill(c.explanation, 92, initial_indent=f"  {c.name:<19}", subsequent_indent=" " * 21)
                      for c in REGISTRY)
 

@@ -10,6 +10,7 @@
 """
 
 import html
+import math
 
 from . import figures
 from .fleet import headroom_low
@@ -110,7 +111,7 @@ def _df_table(df, floatfmt="{:.2f}", wrap=False):
     """A DataFrame as an HTML table (numbers formatted, text escaped; text cells wrap)."""
     def cell(v):
         if isinstance(v, float):
-            return "<td></td>" if v != v else f"<td>{floatfmt.format(v)}</td>"
+            return "<td></td>" if math.isnan(v) else f"<td>{floatfmt.format(v)}</td>"
         if v is None:
             return "<td></td>"
         text = html.escape(str(v))
