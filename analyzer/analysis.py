@@ -43,8 +43,11 @@ class Analysis:
       /proc/fs/jbd2 (journals.proc_agreement).
     - ``calls``: latency statistics per syscall; ``processes``: stall time per process;
       ``recommendations``; ``warnings`` and ``notes`` (strings).
+    - ``summary``: the view model the text, the report, compare and sweep read
+      (summary.Summary); ``top_stalls(n)``: the slowest stalls.
 
-    Every result is computed on its first use and cached; ``to_dict()`` only serializes them.
+    Every result is computed on its first use and cached; ``to_dict()`` only serializes the
+    summary, the slowest stalls and the recommendations.
     """
 
     def __init__(self, session, min_ms=DEFAULT_MIN_MS):
