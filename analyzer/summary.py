@@ -262,7 +262,7 @@ class Summary:
     per_process: tuple
 
 
-def traced_calls(meta):
+def traced_groups(meta):
     """Which calls the recording traced: ``{"groups": [...], "calls": [...]}`` (groups of
     probes.syscalls.GROUPS fully traced; ``calls`` every traced call), or None when the
     metadata does not say."""
@@ -347,7 +347,7 @@ def summarize(analysis):
     m = s.meta
     return Summary(
         session=session_header(s), min_ms=_num(a.min_ms), requested_min_ms=_num(a.requested_min_ms),
-        recorded_min_ms=_num(recording.recorded_min_ms(m)), traced_groups=traced_calls(m),
+        recorded_min_ms=_num(recording.recorded_min_ms(m)), traced_groups=traced_groups(m),
         events_lost={k: int(v or 0) for k, v in (m.get("events_lost") or {}).items()},
         stacks_lost=int(m.get("stacks_lost") or 0), warnings=tuple(a.warnings), notes=tuple(a.notes),
         window=_clean(window.describe(s)), losses=tuple(_clean(recording.losses(s))),
