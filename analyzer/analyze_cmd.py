@@ -4,7 +4,7 @@ Kept light at import: pandas and the analysis modules load inside ``run``."""
 
 from .causes import describe as describe_causes
 
-DESCRIPTION = """\
+_DESCRIPTION = """\
 Explain the stalls in a recorded session: which metadata calls stalled, for how long, what
 they waited on (the causes below), how much log space the kernel had left, why it filled,
 and which change removes the stall. The header names the traced command and its exit
@@ -15,7 +15,15 @@ a time window only. Given a lab sweep directory, print per-configuration tables 
 The --json document is described in docs/analysis.md.
 
 causes:
-""" + describe_causes()
+"""
+
+
+def __getattr__(name):
+    # DESCRIPTION lists the causes registered when it is read (the parser is built after any
+    # causes.register), so a new cause is described without an edit here.
+    if name == "DESCRIPTION":
+        return _DESCRIPTION + describe_causes()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 EXAMPLES = """\
 examples:

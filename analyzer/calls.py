@@ -7,14 +7,17 @@ value is exact from ``calls``; below it, it is interpolated inside the log2 buck
 ``call_histograms`` that holds the rank (an estimate within a factor of 2 of the bucket).
 """
 
+import math
+
+import numpy as np
+import pandas as pd
+
 PERCENTILES = (0.5, 0.99)
 
 
 def _hist_value(h, k):
     """The k-th smallest (1-based) latency in ns from a histogram (bucket-sorted low_ns,
     high_ns, count), interpolated linearly inside its bucket."""
-    import numpy as np
-
     cum = np.cumsum(h["count"].to_numpy())
     i = int(np.searchsorted(cum, k, side="left"))
     i = min(i, len(cum) - 1)
@@ -29,11 +32,6 @@ def call_stats(session):
     ``p99_ms``, ``recorded`` (calls emitted one by one), ``p50_exact``/``p99_exact`` (whether
     the percentile came from individual calls rather than the histogram).  Sorted by total
     time, largest first."""
-    import math
-
-    import numpy as np
-    import pandas as pd
-
     tot = session.call_totals.groupby("syscall").agg(
         count=("count", "sum"), errors=("errors", "sum"), total_ns=("total_latency_ns", "sum"),
         max_ns=("max_latency_ns", "max"))

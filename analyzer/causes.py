@@ -1,8 +1,11 @@
 """Stall causes: the registry (one :class:`Cause` per cause) and the stack classifier.
 
 Everything that names, colours, explains or advises on a cause reads :data:`REGISTRY`
-(figures, the text summary, ``jstall analyze --help``, the recommendations and
-docs/analysis.md): adding a cause is one entry here.
+(the classifier, the stall table's ``<cause>_ms`` columns, figures, the text summary and the
+JSON, ``jstall analyze --help``, the recommendations and docs/analysis.md): adding a cause is
+one entry here.  :func:`register` adds one at run time (a plug-in, a notebook, a test); the
+derived tables below (``CAUSES``, ``BY_NAME``, ``FRAME_CAUSES``, ``COLOURS``) are updated in
+place, so every module that imported them sees the new cause.
 
 Rules, applied to a stack's frames (innermost first):
 
@@ -24,8 +27,12 @@ Generic wait frames (``folio_wait_bit_common``, ``wait_for_completion_io_timeout
 ``submit_bio_wait``) name no cause by themselves: the frame above them says what was awaited
 (``folio_wait_writeback`` data, ``blkdev_issue_flush`` a cache flush, ``__wait_on_buffer`` a
 metadata block).
+
+The registry is read by ``jstall analyze --help`` and the monitor, which do not load pandas:
+the classifier's functions import it when they run.
 """
 
+import textwrap
 from dataclasses import dataclass
 
 
@@ -45,7 +52,7 @@ class Cause:
 
 
 #: Every cause, in report order.
-REGISTRY = (
+REGISTRY = [
     Cause("checkpoint",
           ("__jbd2_log_wait_for_space", "jbd2_log_do_checkpoint", "jbd2_cleanup_journal_tail",
            "__jbd2_journal_clean_checkpoint_list", "jbd2_journal_shrink_checkpoint_list", "jbd2_journal_flush"),
@@ -107,21 +114,52 @@ REGISTRY = (
     Cause("other", (), 3, "#bcbd22",
           "blocked in other kernel paths (see the blocking frames)",
           "look at the blocking frames of the top stalls"),
-)
+]
 
 #: name -> Cause
-BY_NAME = {c.name: c for c in REGISTRY}
+BY_NAME = {}
 #: Every cause name, in report order.
-CAUSES = tuple(c.name for c in REGISTRY)
+CAUSES = []
 #: frame -> cause name (every frame of the registry).
-FRAME_CAUSES = {f: c.name for c in REGISTRY for f in c.frames}
-_PRECEDENCE = {c.name: c.precedence for c in REGISTRY}
+FRAME_CAUSES = {}
+_PRECEDENCE = {}
 #: cause -> colour, for figures.
-COLOURS = {c.name: c.colour for c in REGISTRY}
+COLOURS = {}
 
-# kept for readers of the old module layout
-CHECKPOINT_FRAMES = BY_NAME["checkpoint"].frames
-LOCK_BUFFER_FRAMES = BY_NAME["lock_buffer"].frames
+
+def _derive():
+    """Fill the tables derived from REGISTRY (in place: importers hold the same objects)."""
+    for table in (BY_NAME, FRAME_CAUSES, _PRECEDENCE, COLOURS):
+        table.clear()
+    CAUSES[:] = [c.name for c in REGISTRY]
+    BY_NAME.update((c.name, c) for c in REGISTRY)
+    FRAME_CAUSES.update((f, c.name) for c in REGISTRY for f in c.frames)
+    _PRECEDENCE.update((c.name, c.precedence) for c in REGISTRY)
+    COLOURS.update((c.name, c.colour) for c in REGISTRY)
+
+
+_derive()
+
+
+def register(cause, before="cpu"):
+    """Add a :class:`Cause` to the registry, in report order before the cause named ``before``
+    (``cpu`` and ``other`` stay last; None: at the end).  Returns the cause.  Raises
+    ValueError for a name or a frame already registered."""
+    if cause.name in BY_NAME:
+        raise ValueError(f"cause {cause.name!r} is already registered")
+    taken = [f for f in cause.frames if f in FRAME_CAUSES]
+    if taken:
+        raise ValueError(f"frames already name a cause: {', '.join(taken)}")
+    at = CAUSES.index(before) if before in BY_NAME else len(REGISTRY)
+    REGISTRY.insert(at, cause)
+    _derive()
+    return cause
+
+
+def unregister(name):
+    """Remove the cause ``name`` (one :func:`register` added) from the registry."""
+    REGISTRY[:] = [c for c in REGISTRY if c.name != name]
+    _derive()
 
 #: Scheduler and wait plumbing, never a label (besides the prefixes of :func:`is_plumbing`).
 SCHED_FRAMES = frozenset((
@@ -148,8 +186,6 @@ def is_plumbing(frame):
 
 def describe():
     """One line per cause, ``name: explanation`` (for --help texts and docs)."""
-    import textwrap
-
     return "\n".join(textwrap.fill(c.explanation, 92, initial_indent=f"  {c.name:<19}", subsequent_indent=" " * 21)
                      for c in REGISTRY)
 
@@ -161,7 +197,6 @@ def stack_causes(stacks):
     Returns DataFrame(stack_id, cause, label): ``label`` is the deciding frame, or for
     ``other`` the two innermost frames that are not plumbing joined by " <- ".  Vectorized over
     the exploded frames: one row per (stack, depth)."""
-    import numpy as np
     import pandas as pd
 
     if len(stacks) == 0:

@@ -4,17 +4,29 @@
 e.g. two runs of a lab sweep) and returns a :class:`Comparison` whose tables set A against
 B: call latency per type (p50/p99/max), stalls and stall time by cause, journal figures and
 headroom, the lab's phase times when both came from the lab, the lab options that differ,
-and a one-line verdict with numbers.  Every figure is the ``jstall analyze --json``
-document's, so a comparison never disagrees with the analysis of either side.
+and a one-line verdict with numbers.  Every figure is read from the two analyses' summaries
+(summary.Summary, the figures of the ``jstall analyze --json`` document), so a comparison
+never disagrees with the analysis of either side.
 
 Phase times: a phase's durable seconds (``durable_s``: until its work was on the device)
 when both sides have them, else the seconds the workload's calls took to return; the
 ``basis`` column says which.
 """
 
-from .causes import CAUSES
+import os
+
+import pandas as pd
+
+from jstall.errors import JstallError
+from jstall.metadata import lab_of
+from jstall.session import is_sweep_dir, read_metadata
+
+from .analysis import Analysis, analyze
 from .fleet import headroom_low
 from .stalls import DEFAULT_MIN_MS
+from .summary import _clean
+from .sweep import _flat, find_runs
+from .text import _table
 
 #: Version of the JSON document ``jstall compare --json`` prints.
 JSON_SCHEMA_VERSION = 1
@@ -37,12 +49,10 @@ def _pct_change(a, b):
     return 100.0 * (b - a) / a
 
 
-def _phases(doc):
-    """{name: phase dict} of a lab session's phases (empty when not from the lab), read through
-    the lab document's definition (jstall.metadata.LabDoc)."""
-    from jstall.metadata import lab_of
-
-    lab = lab_of(doc["session"].get("lab") or {})
+def _phases(analysis):
+    """{name: phase dict} of a lab session's phases (empty when not from the lab), read from the
+    session's metadata through the lab document's definition (jstall.metadata.LabDoc)."""
+    lab = lab_of(_clean(analysis.session.meta.get("lab") or {}))  # the document's figures
     return {p.name: p.to_dict() for p in lab.phases} if lab else {}
 
 
@@ -51,23 +61,21 @@ def _durable(p):
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def _flat_config(doc):
-    from .sweep import _flat
-
-    cfg = (doc["session"].get("lab") or {}).get("config") or {}
+def _flat_config(analysis):
+    cfg = (analysis.session.meta.get("lab") or {}).get("config") or {}
     flat = {k: v for k, v in _flat(cfg).items() if k not in _NOT_CONFIG}
     # "journal_size_bytes" says again what "journal_size" says
     return {k: v for k, v in flat.items() if not (k.endswith("_bytes") and k[:-6] in flat)}
 
 
 class Comparison:
-    """A against B.  ``a``/``b``: the two :class:`Analysis` objects; ``da``/``db``: their
-    analyze documents; ``names``: labels (default "A", "B")."""
+    """A against B.  ``a``/``b``: the two :class:`Analysis` objects; ``sa``/``sb``: their
+    summaries (summary.Summary); ``names``: labels (default "A", "B")."""
 
     def __init__(self, a, b, names=("A", "B")):
         self.a, self.b = a, b
         self.names = tuple(names)
-        self.da, self.db = a.to_dict(top=1), b.to_dict(top=1)
+        self.sa, self.sb = a.summary, b.summary
         self.notes = []  # how a sweep configuration was reduced to one run
 
     # --- tables ---------------------------------------------------------------------------
@@ -75,15 +83,13 @@ class Comparison:
     def calls(self):
         """One row per call type traced in either: ``count_a/_b``, ``p50_ms_a/_b``,
         ``p99_ms_a/_b``, ``max_ms_a/_b`` and ``p99_change_pct``."""
-        import pandas as pd
-
-        ca, cb = self.da["calls"], self.db["calls"]
+        ca, cb = ({c.syscall: c for c in s.calls} for s in (self.sa, self.sb))
         rows = []
         for name in sorted(set(ca) | set(cb)):
-            x, y = ca.get(name) or {}, cb.get(name) or {}
+            x, y = ca.get(name), cb.get(name)
             r = {"syscall": name}
             for k in ("count", "p50_ms", "p99_ms", "max_ms", "total_ms"):
-                r[f"{k}_a"], r[f"{k}_b"] = x.get(k), y.get(k)
+                r[f"{k}_a"], r[f"{k}_b"] = getattr(x, k, None), getattr(y, k, None)
             r["p99_change_pct"] = _pct_change(r["p99_ms_a"], r["p99_ms_b"])
             rows.append(r)
         df = pd.DataFrame(rows)
@@ -92,30 +98,27 @@ class Comparison:
 
     def causes(self):
         """One row per cause: stalls and off-CPU ms inside stalls in A and B, and the change."""
-        import pandas as pd
-
-        ba, bb = self.da["stalls"]["by_cause"], self.db["stalls"]["by_cause"]
-        rows = [{"cause": c, "stalls_a": ba[c]["count"], "stalls_b": bb[c]["count"], "ms_a": ba[c]["total_ms"],
-                 "ms_b": bb[c]["total_ms"], "change_ms": bb[c]["total_ms"] - ba[c]["total_ms"],
-                 "change_pct": _pct_change(ba[c]["total_ms"], bb[c]["total_ms"])} for c in CAUSES]
+        ba, bb = self.sa.stalls.by_cause, self.sb.stalls.by_cause
+        rows = [{"cause": c, "stalls_a": ba[c].count, "stalls_b": bb[c].count, "ms_a": ba[c].total_ms,
+                 "ms_b": bb[c].total_ms, "change_ms": bb[c].total_ms - ba[c].total_ms,
+                 "change_pct": _pct_change(ba[c].total_ms, bb[c].total_ms)} for c in ba]
         return pd.DataFrame(rows)
 
     def stalls(self):
         """Stall totals: count, total/max ms, at the forced level, checkpointed in own task."""
-        import pandas as pd
-
         rows = []
         for key, label in (("count", "stalls"), ("total_ms", "stall ms"), ("max_ms", "worst stall ms"),
                            ("own_checkpoint", "checkpointed in own task")):
-            x, y = self.da["stalls"][key], self.db["stalls"][key]
+            x, y = getattr(self.sa.stalls, key), getattr(self.sb.stalls, key)
             rows.append({"figure": label, "a": x, "b": y, "change_pct": _pct_change(x, y)})
-        x, y = self.da["stalls"]["at_forced_level"]["count"], self.db["stalls"]["at_forced_level"]["count"]
+        x, y = self.sa.stalls.at_forced_level.count, self.sb.stalls.at_forced_level.count
         rows.append({"figure": "at the forced-checkpoint level", "a": x, "b": y, "change_pct": _pct_change(x, y)})
         return pd.DataFrame(rows)
 
     def journal_pairs(self):
-        """Journals of A and B paired: by device when both have it, else in order."""
-        ja, jb = self.da["journals"], self.db["journals"]
+        """Journals of A and B paired: by device when both have it, else in order (the
+        analyze document's journal entries)."""
+        ja, jb = ([j.to_dict() for j in s.journals] for s in (self.sa, self.sb))
         by_dev = {j["dev"]: j for j in jb}
         pairs, used = [], set()
         for j in ja:
@@ -133,8 +136,6 @@ class Comparison:
         """One row per (journal pair, figure): ``a``, ``b``, ``change_pct``; headroom low
         (blocks above the forced-checkpoint level at the fullest moment, below 0: reached it)
         included."""
-        import pandas as pd
-
         rows = []
         for x, y in self.journal_pairs():
             label = " / ".join(str(j["dev"]) if j else "-" for j in (x, y))
@@ -152,9 +153,7 @@ class Comparison:
     def phases(self):
         """Lab phases present in both: ``seconds_a/_b`` on one ``basis`` ("durable" when
         both phases carry durable seconds, else "returned"), ``ops``, ``change_pct``."""
-        import pandas as pd
-
-        pa, pb = _phases(self.da), _phases(self.db)
+        pa, pb = _phases(self.a), _phases(self.b)
         rows = []
         for name in [n for n in pa if n in pb]:
             x, y = pa[name], pb[name]
@@ -168,7 +167,7 @@ class Comparison:
 
     def config_changes(self):
         """Lab options whose values differ: [(key, value in A, value in B)]."""
-        ca, cb = _flat_config(self.da), _flat_config(self.db)
+        ca, cb = _flat_config(self.a), _flat_config(self.b)
         if not ca or not cb:
             return []
         return [(k, ca.get(k), cb.get(k)) for k in sorted(set(ca) | set(cb)) if ca.get(k) != cb.get(k)]
@@ -179,14 +178,14 @@ class Comparison:
         """One line with numbers: what B did to A's dominant stall cause (its stall time,
         off CPU, before and after) and to the phase whose time changed most."""
         A, B = self.names
-        st_a, st_b = self.da["stalls"], self.db["stalls"]
-        ba, bb = st_a["by_cause"], st_b["by_cause"]
-        if not st_a["count"] and not st_b["count"]:
-            line = f"No stalls in {A} or {B} (calls >= {self.da['min_ms']:g} ms)"
+        st_a, st_b = self.sa.stalls, self.sb.stalls
+        ba, bb = st_a.by_cause, st_b.by_cause
+        if not st_a.count and not st_b.count:
+            line = f"No stalls in {A} or {B} (calls >= {self.sa.min_ms:g} ms)"
         else:
-            src = ba if st_a["total_ms"] >= st_b["total_ms"] else bb
-            cause = max(CAUSES, key=lambda c: src[c]["total_ms"])
-            x, y = ba[cause]["total_ms"], bb[cause]["total_ms"]
+            src = ba if st_a.total_ms >= st_b.total_ms else bb
+            cause = max(src, key=lambda c: src[c].total_ms)
+            x, y = ba[cause].total_ms, bb[cause].total_ms
             if x > 0 and y <= x:
                 line = (f"{B} removed {100.0 * (x - y) / x:.0f}% of {cause} stall time "
                         f"({_s(x)} -> {_s(y)})")
@@ -196,8 +195,8 @@ class Comparison:
                     f"{B} added {_s(y)} of {cause} stall time ({A}: none)"
             else:
                 line = f"{B} and {A} both stalled without {cause} stall time"
-            line += (f"; stalls {st_a['count']} -> {st_b['count']}, "
-                     f"{_s(st_a['total_ms'])} -> {_s(st_b['total_ms'])} in all")
+            line += (f"; stalls {st_a.count} -> {st_b.count}, "
+                     f"{_s(st_a.total_ms)} -> {_s(st_b.total_ms)} in all")
         ph = self.phases()
         if len(ph):
             ph = ph.assign(delta=(ph["seconds_b"] - ph["seconds_a"]).abs()).sort_values("delta", ascending=False)
@@ -215,36 +214,34 @@ class Comparison:
 
     def to_dict(self):
         """The ``jstall compare --json`` document (docs/analysis.md, Compare)."""
-        from .analysis import _clean
-
         def rec(df):
             return [] if not len(df) else df.astype(object).where(df.notna(), None).to_dict("records")
 
+        ha, hb = self.sa.session, self.sb.session
         return _clean({
-            "schema_version": JSON_SCHEMA_VERSION, "kind": "compare", "min_ms": self.da["min_ms"],
-            "a": {"path": self.da["session"]["path"], "name": self.names[0], "session": self.da["session"]},
-            "b": {"path": self.db["session"]["path"], "name": self.names[1], "session": self.db["session"]},
+            "schema_version": JSON_SCHEMA_VERSION, "kind": "compare", "min_ms": self.sa.min_ms,
+            "a": {"path": ha.path, "name": self.names[0], "session": ha.to_dict()},
+            "b": {"path": hb.path, "name": self.names[1], "session": hb.to_dict()},
             "verdict": self.verdict(), "notes": list(self.notes),
             "config_changes": [{"option": k, "a": x, "b": y} for k, x, y in self.config_changes()],
             "stalls": rec(self.stalls()), "causes": rec(self.causes()), "calls": rec(self.calls()),
             "journals": rec(self.journals()), "phases": rec(self.phases()),
-            "recommendations": {"a": self.da["recommendations"], "b": self.db["recommendations"]},
+            "recommendations": {"a": [r.to_dict() for r in self.a.recommendations],
+                                "b": [r.to_dict() for r in self.b.recommendations]},
         })
 
     def text(self):
         """The side-by-side summary ``jstall compare`` prints."""
-        from .text import _table
-
         A, B = self.names
 
         def f(v, fmt="{:.1f}"):
-            if v is None or v != v:
+            if v is None or pd.isna(v):
                 return "-"
             if isinstance(v, bool) or isinstance(v, str):
                 return str(v)
             return fmt.format(v)
 
-        out = [f"{A}: {self.da['session']['path']}", f"{B}: {self.db['session']['path']}", "",
+        out = [f"{A}: {self.sa.session.path}", f"{B}: {self.sb.session.path}", "",
                *self.notes, "", "verdict: " + self.verdict(), ""]
         out.append(_table(["", A, B, "change %"],
                           [[r["figure"], f(r["a"], "{:.0f}"), f(r["b"], "{:.0f}"), f(r["change_pct"], "{:+.0f}")]
@@ -292,10 +289,6 @@ def _s(ms):
 def parse_side(text):
     """``SWEEP_DIR:key=value[,key=value...]`` -> (sweep dir, {key: value}); a plain path ->
     (path, None).  Only a sweep directory (holding sweep.json) takes a selection."""
-    import os
-
-    from jstall.session import is_sweep_dir
-
     if ":" in text and not os.path.exists(text):
         root, _, sel = text.rpartition(":")
         if is_sweep_dir(root) and "=" in sel:
@@ -308,12 +301,6 @@ def select_configuration(sweep_dir, selection, min_ms=DEFAULT_MIN_MS):
     """The runs of a sweep whose lab options match ``selection`` ({option: value as text,
     e.g. {"inode_size": "128"}}), analyzed; the representative is the run with the median
     stall time (the lower middle one of an even count).  Returns (analysis, runs, note)."""
-    from jstall.errors import JstallError
-    from jstall.session import read_metadata
-
-    from .analysis import analyze
-    from .sweep import _flat, find_runs
-
     runs = []
     for run in find_runs(sweep_dir):
         try:
@@ -334,8 +321,6 @@ def select_configuration(sweep_dir, selection, min_ms=DEFAULT_MIN_MS):
 
 def compare(a, b, min_ms=DEFAULT_MIN_MS, names=("A", "B")):
     """Compare two sessions (paths, Sessions or Analyses); returns a :class:`Comparison`."""
-    from .analysis import Analysis, analyze
-
     notes = []
     sides = []
     for x in (a, b):

@@ -58,14 +58,14 @@ def compare_report(comparison):
 
     c = comparison
     A, B = c.names
-    sa, sb = c.da["stalls"], c.db["stalls"]
+    sa, sb = c.sa.stalls, c.sb.stalls
     parts = [f"<h1>jstall compare: {html.escape(c.a.session.name)} ({A}) and "
              f"{html.escape(c.b.session.name)} ({B})</h1>",
              f'<p class="verdict"><b>{html.escape(c.verdict())}</b></p>',
-             headline([("stalls", f"{sa['count']} &rarr; {sb['count']}",
-                        f"{sa['total_ms'] / 1000:.2f} s &rarr; {sb['total_ms'] / 1000:.2f} s"),
-                       ("worst stall", f"{sa['max_ms']:.0f} &rarr; {sb['max_ms']:.0f} ms", ""),
-                       ("checkpointed in own task", f"{sa['own_checkpoint']} &rarr; {sb['own_checkpoint']}", "")])]
+             headline([("stalls", f"{sa.count} &rarr; {sb.count}",
+                        f"{sa.total_ms / 1000:.2f} s &rarr; {sb.total_ms / 1000:.2f} s"),
+                       ("worst stall", f"{sa.max_ms:.0f} &rarr; {sb.max_ms:.0f} ms", ""),
+                       ("checkpointed in own task", f"{sa.own_checkpoint} &rarr; {sb.own_checkpoint}", "")])]
     ch = c.config_changes()
     if ch:
         parts.append("<p>Lab options that differ: " + html.escape(", ".join(f"{k} {x} → {y}" for k, x, y in ch))
@@ -79,7 +79,7 @@ def compare_report(comparison):
     parts.append("<h2>Latency per call</h2>" + _fig(latency_side_by_side(c), "compare-latency")
                  + _df_table(c.calls(), floatfmt="{:.3f}"))
     parts.append("<h2>Journals</h2>" + _df_table(c.journals().rename(columns={"a": A, "b": B})))
-    for side, an, doc in ((A, c.a, c.da), (B, c.b, c.db)):
-        parts.append(f"<h2>{side}: {html.escape(an.session.name)}</h2>" + session_headline(doc))
+    for side, an in ((A, c.a), (B, c.b)):
+        parts.append(f"<h2>{side}: {html.escape(an.session.name)}</h2>" + session_headline(an))
         parts.append(_fig(figures.timeline(an), f"timeline-{side}"))
     return _page(f"jstall compare: {c.a.session.name} and {c.b.session.name}", "\n".join(parts))

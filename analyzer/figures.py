@@ -5,6 +5,11 @@ returns a ``plotly.graph_objects.Figure``.  Times on x axes are seconds since th
 start.
 """
 
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
 from .causes import CAUSES, COLOURS
 from .fill import asof
 
@@ -44,16 +49,12 @@ def _t0(analysis):
 
 def _f(a, n=None):
     """A float array for plotly (float32 when long: half the bytes, 0.1 ms at 30 minutes)."""
-    import numpy as np
-
     a = np.asarray(a, dtype="float64")
     return a.astype("float32") if len(a) > WEBGL_POINTS else a
 
 
 def _segments(x0, x1, y):
     """x/y arrays drawing one horizontal segment per row, separated by NaN (one trace)."""
-    import numpy as np
-
     n = len(x0)
     xs = np.full(3 * n, np.nan)
     ys = np.full(3 * n, np.nan)
@@ -64,8 +65,6 @@ def _segments(x0, x1, y):
 
 def _bands(x0, x1, y0, y1):
     """x/y arrays of filled rectangles separated by NaN (one ``fill='toself'`` trace)."""
-    import numpy as np
-
     n = len(x0)
     xs = np.full(6 * n, np.nan)
     ys = np.full(6 * n, np.nan)
@@ -76,8 +75,6 @@ def _bands(x0, x1, y0, y1):
 
 def merge_intervals(start, end, gap):
     """Sorted intervals whose gaps are at most ``gap`` merged into one: (starts, ends)."""
-    import numpy as np
-
     start = np.asarray(start, dtype="float64")
     end = np.asarray(end, dtype="float64")
     if not len(start):
@@ -120,10 +117,6 @@ def timeline(analysis, dev=None):
     commit phases and calls that checkpointed as bands.  Within the size budget (see the
     constants above): long series in WebGL, headroom thinned to its lows and peaks, bands merged at
     screen resolution, stalls thinned to the slowest per bucket and cause beyond MAX_STALLS."""
-    import numpy as np
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
     a = analysis
     t0 = _t0(a)
     j = a.journals
@@ -226,8 +219,6 @@ def timeline(analysis, dev=None):
 
 def latency(analysis):
     """Latency distribution per call: counts per log2 bucket (all traced calls)."""
-    import plotly.graph_objects as go
-
     h = analysis.session.call_histograms
     fig = go.Figure()
     if len(h):
@@ -248,8 +239,6 @@ def latency(analysis):
 
 def causes(analysis):
     """Stall time by cause (off-CPU ms inside stalls) with the stall count per primary cause."""
-    import plotly.graph_objects as go
-
     c = analysis.causes.reset_index()
     fig = go.Figure(go.Bar(x=c["cause"], y=c["total_ms"], marker_color=[CAUSE_COLORS[k] for k in c["cause"]],
                            text=[f"{n} stalls" for n in c["count"]], textposition="outside",
@@ -261,9 +250,6 @@ def causes(analysis):
 
 def transactions(analysis):
     """Per transaction: blocks and logged blocks, and commit phase times (ms, stacked)."""
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
     t = analysis.transactions
     grouped = len(t) > MAX_TRANSACTIONS
     if grouped:
@@ -289,8 +275,6 @@ def group_transactions(t, groups=MAX_TRANSACTIONS // 2):
     """Consecutive transactions of each journal grouped into at most ``groups`` groups, each
     row the group's first transaction id and its largest blocks, logged blocks and phase times
     (peaks survive); ``group_size`` is the transactions per group."""
-    import numpy as np
-
     out = []
     for dev, d in t.groupby("dev", sort=False):  # one iteration per journal
         size = max(1, int(np.ceil(len(d) / groups)))
@@ -299,15 +283,11 @@ def group_transactions(t, groups=MAX_TRANSACTIONS // 2):
                                blocks_logged=("blocks_logged", "max"), locked_ms=("locked_ms", "max"),
                                flushing_ms=("flushing_ms", "max"), logging_ms=("logging_ms", "max"))
         out.append(g.assign(dev=dev, group_size=size))
-    import pandas as pd
-
     return pd.concat(out, ignore_index=True)
 
 
 def sweep_option(table, option, value, error=None, title=None, ylabel=None, group=None):
     """One swept option on x, ``value`` on y (one line per ``group``), error bars from ``error``."""
-    import plotly.graph_objects as go
-
     fig = go.Figure()
     groups = [(None, table)] if group is None else list(table.groupby(group, sort=True))
     for name, d in groups:
@@ -325,9 +305,6 @@ def device_served(analysis):
     per second -- writes and reads as the throttle counts them (completed + merged), cache
     flushes -- with the profile's IOPS limits dashed, and phase boundaries shaded. Empty for
     a session without the table."""
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
     ds = analysis.session.device_stats
     lab = analysis.session.meta.get("lab") or {}
     roles = list(dict.fromkeys(ds["role"])) if len(ds) else []

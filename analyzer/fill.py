@@ -8,6 +8,9 @@ Units: ``*_blocks`` in filesystem blocks, ``fill_pct`` in percent of the log
 (``last_block - first_block`` blocks), times in monotonic ns.
 """
 
+import numpy as np
+import pandas as pd
+
 #: jbd2 keeps this many blocks in reserve (``jbd2_log_space_left``: ``j_free - 32``).
 RESERVED_BLOCKS = 32
 
@@ -47,8 +50,6 @@ def timeline(session):
     is what ``jbd2_log_space_left()`` returns: ``free - 32 - committing_credits``; a handle
     must checkpoint when it is below ``max_transaction_blocks``; ``headroom_blocks`` is the
     difference and ``headroom_pct`` that in percent of the log (see :func:`headroom`)."""
-    import pandas as pd
-
     cols = ["ts_ns", "dev", "free_blocks", "first_block", "last_block", "max_transaction_blocks",
             "journal_blocks", "running_transaction", "committing_transaction", "committing_credits"]
     parts = []
@@ -97,8 +98,6 @@ def asof(samples, keys, ts_col="ts_ns"):
     ``keys``: DataFrame with ``dev`` and ``ts_col``; returns a DataFrame aligned with ``keys``
     (same index order) holding the sample's columns (NaN where none).  A sample exactly at
     the key's time counts (``allow_exact_matches``)."""
-    import pandas as pd
-
     k = keys[["dev", ts_col]].copy()
     k["_pos"] = range(len(k))
     k = k[k["dev"].notna()].astype({"dev": "str", ts_col: "int64"}).sort_values(ts_col, kind="stable")
@@ -112,8 +111,6 @@ def asof(samples, keys, ts_col="ts_ns"):
 
 def _sparse_min(values):
     """Sparse table for O(1) range-minimum queries over ``values`` (float64)."""
-    import numpy as np
-
     table = [values]
     k = 1
     while (1 << k) <= len(values):
@@ -129,8 +126,6 @@ def range_min(samples, keys, value="free_blocks", start_col="ts_ns", end_col="en
     inclusive) on each key's device; NaN when no sample falls inside.  Vectorized: a
     searchsorted per device and a sparse-table range-minimum query.  Returns a float64
     numpy array aligned with ``keys``."""
-    import numpy as np
-
     out = np.full(len(keys), np.nan)
     devs = keys["dev"].astype("str").to_numpy()
     starts = keys[start_col].to_numpy(dtype="int64")

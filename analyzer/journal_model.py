@@ -41,7 +41,10 @@ against bisected thresholds in the lab (benchmarks/advice_accuracy.py).
 """
 
 import math
+import re
 from dataclasses import asdict, dataclass
+
+import pandas as pd
 
 from .fill import RESERVED_BLOCKS
 
@@ -109,13 +112,13 @@ def model(journal, txns, checkpoint_stats, timeline, kernel_release=None):
     t = txns[txns["dev"] == dev]
     jb = journal.get("journal_blocks")
     bs = journal.get("block_size")
-    bs = int(bs) if bs and bs == bs else 4096
-    if not len(t) or not jb or jb != jb:
+    bs = int(bs) if bs and pd.notna(bs) else 4096
+    if not len(t) or not jb or pd.isna(jb):
         return None
     jb = float(jb)
     mtb = journal.get("max_transaction_blocks")
     fc = float(journal.get("fast_commit_blocks") or 0) if journal.get("fast_commit") else 0.0
-    if mtb and mtb == mtb and mtb > 0:
+    if mtb and pd.notna(mtb) and mtb > 0:
         divisor = float(round((jb - fc) / float(mtb)))
     else:
         divisor = 3.0 if _at_least(kernel_release, (6, 11)) else 4.0
@@ -129,8 +132,8 @@ def model(journal, txns, checkpoint_stats, timeline, kernel_release=None):
     used = tl["used_blocks"] if len(tl) else None
     s_mean = float(used.mean()) if used is not None else float("nan")
     s_peak = float(used.max()) if used is not None else float("nan")
-    d_low = hot_set(blocks, new, s_mean) if s_mean == s_mean else float(new)
-    d_high = hot_set(blocks, new, s_peak) if s_peak == s_peak else float(new)
+    d_low = float(new) if math.isnan(s_mean) else hot_set(blocks, new, s_mean)
+    d_high = float(new) if math.isnan(s_peak) else hot_set(blocks, new, s_peak)
     # a block enters the log again only after it left it unre-logged: written home by a
     # checkpoint (or cleaned by writeback), so new - written <= D <= new
     floor = float(max(new - written, 0))
@@ -152,7 +155,5 @@ def model(journal, txns, checkpoint_stats, timeline, kernel_release=None):
 
 def _at_least(release, version):
     """``release`` ("6.18.44-fc") at or after ``version`` (a tuple); True when unknown."""
-    import re
-
     m = re.match(r"(\d+)\.(\d+)", str(release or ""))
     return True if not m else (int(m.group(1)), int(m.group(2))) >= version

@@ -162,8 +162,8 @@ def summary(session, timeline, txns, stalls=None):
         row = {
             "dev": dev, "device": m.get("device"), "mountpoint": m.get("mountpoint"),
             "block_size": bs, "journal_blocks": jb, "log_blocks": lb,
-            "journal_mib": (jb * bs / 2**20) if (bs and jb == jb) else np.nan,
-            "max_transaction_blocks": m.get("max_transaction_blocks", mtb) if mtb != mtb else mtb,
+            "journal_mib": (jb * bs / 2**20) if (bs and pd.notna(jb)) else np.nan,
+            "max_transaction_blocks": m.get("max_transaction_blocks", mtb) if pd.isna(mtb) else mtb,
             "inode_size": m.get("inode_size"), "fast_commit": m.get("fast_commit"),
             "journal_device": m.get("journal_device"),
             "transactions": n,
@@ -190,7 +190,7 @@ def summary(session, timeline, txns, stalls=None):
         # the kernel's condition (fill.headroom): below 0 a handle waits for log space
         row["headroom_low_blocks"] = float(tl["headroom_blocks"].min()) if len(tl) else np.nan
         row["headroom_low_pct"] = float(tl["headroom_pct"].min()) if len(tl) else np.nan
-        row["forced_fill_pct"] = float(forced_fill_pct(mtb, lb)) if lb == lb and lb > 0 else np.nan
+        row["forced_fill_pct"] = float(forced_fill_pct(mtb, lb)) if pd.notna(lb) and lb > 0 else np.nan
         row["time_at_forced_level_s"] = float(above.get(dev, 0.0))
         if stalls is not None:
             s = stalls[stalls["dev"].astype("str") == dev]

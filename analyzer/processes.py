@@ -4,6 +4,9 @@
 (and by ``cgroup_id`` when the session's calls carry one): one row per process with stalls.
 """
 
+import numpy as np
+import pandas as pd
+
 from .causes import CAUSES
 
 COLUMNS = ["pid", "comm", "threads", "stalls", "stall_ms", "share_pct", "max_ms", "cause", "cause_ms"]
@@ -17,9 +20,6 @@ def per_process(session, stalls):
     ``share_pct`` (of all stall time); ``max_ms`` (its worst stall); ``cause`` and
     ``cause_ms`` (the cause that took most of its off-CPU stall time, and that time);
     ``cgroup_id`` too when the session's ``calls`` table has that column."""
-    import numpy as np
-    import pandas as pd
-
     st = stalls
     keys = ["pid"]
     # a cgroup_id column that is all null (sessions that did not record it) splits nothing

@@ -12,16 +12,19 @@ Every :class:`Recommendation` carries its numbers as fields (``journal_size_mib`
 a number rests on a model (the text states the model's inputs and range).
 """
 
+import math
 from dataclasses import asdict, dataclass, field
 
-from .causes import BY_NAME
+from . import causes
+from .fill import timeline as fill_timeline
+from .journal_model import journal_blocks_needed, model
+from .recording import NOTE_SHARE, losses
 
 XATTR_SYSCALLS = ("setxattr", "lsetxattr", "fsetxattr", "setxattrat", "removexattr", "lremovexattr",
                   "fremovexattr", "removexattrat")
 FSYNC_SYSCALLS = ("fsync", "fdatasync", "sync_file_range", "msync", "syncfs", "sync")
-#: Causes whose own advice (the registry's) is a recommendation of its own kind.
-GENERIC_CAUSES = ("metadata_io", "data_writeback", "device_flush", "transaction_wait", "lock_buffer",
-                  "writeback_throttle", "cpu", "other")
+#: Causes advised by rules of their own (journal_size, inode_size, external_journal; fast_commit).
+RULE_CAUSES = ("checkpoint", "commit_wait")
 #: A cause with less than this share of the stall time gets no advice of its own.
 MIN_SHARE = 0.05
 #: Bytes of in-inode extended-attribute space with 256-byte inodes: 256 - 128 (base inode)
@@ -93,8 +96,6 @@ def lost_events(ctx):
     m = ctx.session.meta
     lost = {k: int(v or 0) for k, v in (m.get("events_lost") or {}).items()}
     stacks = int(m.get("stacks_lost") or 0)
-    from .recording import NOTE_SHARE, losses
-
     if not any(r["share"] >= NOTE_SHARE for r in losses(ctx.session)):  # smaller losses are only a note
         return []
     parts = ", ".join(f"{k} {v}" for k, v in lost.items() if v)
@@ -113,8 +114,6 @@ def no_stalls(ctx):
 
 
 def _models(ctx):
-    from .journal_model import model
-
     out = {}
     for _, j in ctx.journals.iterrows():  # one row per journal
         m = model(j, ctx.txns, ctx.session.checkpoint_stats, ctx.timeline, ctx.session.meta.get("kernel_release"))
@@ -176,9 +175,7 @@ def inode_size(ctx):
                                f"{inputs['in_inode_bytes_needed']} bytes, more than the {IN_INODE_XATTR_BYTES_256} bytes "
                                "a 256-byte inode holds (try -I 512).")
             rec.stall_ms_addressed = 0.0
-        elif m is not None and xshare == xshare:
-            from .journal_model import journal_blocks_needed
-
+        elif m is not None and not math.isnan(xshare):
             hot = m.hot_blocks_high * (1.0 - xshare)
             overhead = m.logged_blocks / max(m.blocks, 1)
             need_low = journal_blocks_needed(hot, overhead, m.divisor / max(m.divisor - 1.0, 1.0), m.fast_commit_blocks)
@@ -284,11 +281,11 @@ def per_cause(ctx):
     out = []
     if not total:
         return out
-    for c in GENERIC_CAUSES:
+    for c in generic_causes():
         ms = ctx.cause_ms(c)
         if ms <= 0 or ms < MIN_SHARE * total:
             continue
-        cause = BY_NAME[c]
+        cause = causes.BY_NAME[c]
         n = int(ctx.causes.loc[c, "count"]) if c in ctx.causes.index else 0
         top = ctx.stalls[ctx.stalls["cause"] == c]
         label = top.sort_values("latency_ms").iloc[-1]["cause_label"] if len(top) else ""
@@ -299,6 +296,18 @@ def per_cause(ctx):
                   + (f"; the longest blocked in {label}" if label and c != "cpu" else "")
                   + f". What helps: {cause.advice}.")))
     return out
+
+
+def generic_causes():
+    """Every registered cause not in RULE_CAUSES: its own advice (the registry's) is a
+    recommendation of its own kind (per_cause)."""
+    return tuple(c for c in causes.CAUSES if c not in RULE_CAUSES)
+
+
+def __getattr__(name):
+    if name == "GENERIC_CAUSES":  # the earlier constant, now following the registry
+        return generic_causes()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 #: Every rule, in no particular order (the result is ranked).
@@ -315,9 +324,7 @@ def rank(recs):
 def recommendations(session, journals, stalls, causes, call_table, txns, min_ms, timeline=None):
     """Run every rule of RULES and return the ranked list of :class:`Recommendation`."""
     if timeline is None:
-        from .fill import timeline as _timeline
-
-        timeline = _timeline(session)
+        timeline = fill_timeline(session)
     ctx = Context(session, journals, stalls, causes, call_table, txns, timeline, min_ms)
     recs = []
     for rule in RULES:

@@ -181,11 +181,11 @@ def loss_messages(session):
     return warnings, notes
 
 
-def header(analysis):
-    """The JSON fields that say what was recorded: ``command``, ``exit_status``,
-    ``exit_status_text``, ``filters``, ``traced_calls``, ``status``, ``complete``, ``through``,
-    ``through_s``, ``start``, ``end`` (ISO 8601); keys whose metadata is absent are null."""
-    s = analysis.session
+def header(session):
+    """What was recorded: ``command``, ``exit_status``, ``exit_status_text``, ``filters``,
+    ``traced_calls``, ``status``, ``complete``, ``through``, ``through_s``, ``start``, ``end``
+    (ISO 8601); keys whose metadata is absent are None."""
+    s = session
     m = s.meta
     c = completeness(s)
     status = m.get("command_exit_status") if m.get("command") else None

@@ -10,6 +10,11 @@
 """
 
 import html
+import math
+
+from . import figures
+from .fleet import headroom_low
+from .text import session_summary
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1340px;padding:0 16px;
@@ -106,7 +111,7 @@ def _df_table(df, floatfmt="{:.2f}", wrap=False):
     """A DataFrame as an HTML table (numbers formatted, text escaped; text cells wrap)."""
     def cell(v):
         if isinstance(v, float):
-            return "<td></td>" if v != v else f"<td>{floatfmt.format(v)}</td>"
+            return "<td></td>" if math.isnan(v) else f"<td>{floatfmt.format(v)}</td>"
         if v is None:
             return "<td></td>"
         text = html.escape(str(v))
@@ -128,61 +133,56 @@ def headline(items):
 
 
 def _recs(recs):
+    """Recommendations (recommend.Recommendation) as HTML lines."""
     out = []
     for r in recs:
-        est = ' <span class="est">(estimate)</span>' if r.get("estimate") else ""
-        out.append(f'<div class="rec"><span class="kind">{html.escape(r["kind"])}</span>{est}: '
-                   f'{html.escape(r["text"])}</div>')
+        est = ' <span class="est">(estimate)</span>' if r.estimate else ""
+        out.append(f'<div class="rec"><span class="kind">{html.escape(r.kind)}</span>{est}: '
+                   f'{html.escape(r.text)}</div>')
     return "\n".join(out)
 
 
-def session_headline(doc):
-    """The headline cards of one session's analyze document: stall count and time, dominant
-    cause, worst call, headroom low, the first recommendation."""
-    from .causes import CAUSES
-    from .fleet import headroom_low
-
-    st = doc["stalls"]
-    items = [("stalls", f"{st['count']}", f"{st['total_ms'] / 1000:.2f} s in all (calls &ge; {doc['min_ms']:g} ms)")]
-    by = st["by_cause"]
-    dom = max(CAUSES, key=lambda c: by[c]["total_ms"]) if st["count"] else None
-    if dom and by[dom]["total_ms"] > 0:
-        pct = 100.0 * by[dom]["total_ms"] / st["total_ms"] if st["total_ms"] else 0.0
-        items.append(("dominant cause", html.escape(dom),
-                      f"{by[dom]['total_ms'] / 1000:.2f} s, {pct:.0f}% of stall time"))
+def session_headline(analysis):
+    """The headline cards of one session's analysis (its summary): stall count and time,
+    dominant cause, worst call, headroom low, the first recommendation."""
+    su = analysis.summary
+    st = su.stalls
+    items = [("stalls", f"{st.count}", f"{st.total_ms / 1000:.2f} s in all (calls &ge; {su.min_ms:g} ms)")]
+    dom = st.dominant()
+    if dom and st.by_cause[dom].total_ms > 0:
+        ms = st.by_cause[dom].total_ms
+        pct = 100.0 * ms / st.total_ms if st.total_ms else 0.0
+        items.append(("dominant cause", html.escape(dom), f"{ms / 1000:.2f} s, {pct:.0f}% of stall time"))
     else:
         items.append(("dominant cause", "-", "no stall time off CPU"))
-    if st["top"]:
-        w = st["top"][0]
-        items.append(("worst call", f"{w['latency_ms']:.0f} ms",
-                      html.escape(f"{w['syscall']} by {w['comm']} ({w['pid']}), {w['cause']}")))
-    lows = [(headroom_low(j), j) for j in doc["journals"]]
+    worst = analysis.top_stalls(1)
+    if worst:
+        w = worst[0]
+        items.append(("worst call", f"{w.latency_ms:.0f} ms",
+                      html.escape(f"{w.syscall} by {w.comm} ({w.pid}), {w.cause}")))
+    lows = [(headroom_low(j.to_dict()), j) for j in su.journals]
     lows = [(b, p, j) for (b, p), j in lows if b is not None]
     if lows:
         b, p, j = min(lows, key=lambda x: x[0])
-        note = f"{j['dev']}: " + ("reached the forced-checkpoint level" if b < 0 else "above the forced level")
+        note = f"{j.dev}: " + ("reached the forced-checkpoint level" if b < 0 else "above the forced level")
         if p is not None:
             note += f", {p:.1f} points of the log"
         items.append(("headroom low", f"{b:.0f} blocks", html.escape(note)))
-    recs = doc["recommendations"]
+    recs = analysis.recommendations
     if recs:
         r = recs[0]
-        text = r["text"] if len(r["text"]) <= 160 else r["text"][:157] + "..."
-        items.append(("first recommendation", html.escape(r["kind"]), html.escape(text)))
+        text = r.text if len(r.text) <= 160 else r.text[:157] + "..."
+        items.append(("first recommendation", html.escape(r.kind), html.escape(text)))
     return headline(items)
 
 
 def session_report(analysis):
     """The HTML report of one session analysis."""
-    from . import figures
-    from .text import session_summary
-
     a = analysis
-    d = a.to_dict()
-    parts = [f"<h1>jstall report: {html.escape(a.session.name)}</h1>", session_headline(d)]
-    for w in d["warnings"]:
+    parts = [f"<h1>jstall report: {html.escape(a.session.name)}</h1>", session_headline(a)]
+    for w in a.summary.warnings:
         parts.append(f'<p class="warn">WARNING: {html.escape(w)}</p>')
-    parts.append("<h2>Diagnosis</h2>" + _recs(d["recommendations"]))
+    parts.append("<h2>Diagnosis</h2>" + _recs(a.recommendations))
     devs = list(a.journals["dev"]) if len(a.journals) else [None]
     with_stalls = [x for x in devs if x is not None and (a.stalls["dev"].astype("str") == x).any()]
     for i, dev in enumerate(with_stalls or devs[:1]):
@@ -215,8 +215,6 @@ def session_report(analysis):
 
 def sweep_report(sweep):
     """The HTML report of a sweep analysis (:class:`~jstall.analyzer.sweep.Sweep`)."""
-    from . import figures
-
     parts = [f"<h1>jstall sweep report: {html.escape(sweep.name)}</h1>"]
     for w in sweep.warnings:
         parts.append(f'<p class="warn">WARNING: {html.escape(w)}</p>')

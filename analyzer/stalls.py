@@ -9,17 +9,18 @@ from .fill import RESERVED_BLOCKS, asof, fill_pct, forced_fill_pct, headroom, ra
 
 DEFAULT_MIN_MS = 10.0
 
-#: Columns of the stall table, in order (``<cause>_ms`` for every cause follows ``oncpu_ms``).
-STALL_COLUMNS = (
-    ["ts_ns", "end_ns", "latency_ms", "tid", "pid", "comm", "syscall", "ret", "dev", "handles",
-     "cause", "cause_label", "offcpu_ms", "oncpu_ms"]
-    + [f"{c}_ms" for c in CAUSES]
-    + ["free_start_blocks", "fill_start_pct", "min_free_blocks", "fill_max_pct", "log_blocks",
-       "max_transaction_blocks", "forced_fill_pct", "min_space_left_blocks", "at_forced_level",
-       "headroom_start_blocks", "headroom_start_pct", "min_headroom_blocks", "min_headroom_pct", "forced",
-       "running_transaction",
-       "committing_transaction", "own_checkpoint", "own_checkpoints", "background_checkpoints"]
-)
+
+def stall_columns():
+    """Columns of the stall table, in order (``<cause>_ms`` for every registered cause follows
+    ``oncpu_ms``)."""
+    return (["ts_ns", "end_ns", "latency_ms", "tid", "pid", "comm", "syscall", "ret", "dev", "handles",
+             "cause", "cause_label", "offcpu_ms", "oncpu_ms"]
+            + [f"{c}_ms" for c in CAUSES]
+            + ["free_start_blocks", "fill_start_pct", "min_free_blocks", "fill_max_pct", "log_blocks",
+               "max_transaction_blocks", "forced_fill_pct", "min_space_left_blocks", "at_forced_level",
+               "headroom_start_blocks", "headroom_start_pct", "min_headroom_blocks", "min_headroom_pct", "forced",
+               "running_transaction", "committing_transaction", "own_checkpoint", "own_checkpoints",
+               "background_checkpoints"])
 
 
 def select_stalls(calls, min_ms=DEFAULT_MIN_MS):
@@ -90,7 +91,7 @@ def journal_limits(session, timeline):
 
 
 def find_stalls(session, timeline, min_ms=DEFAULT_MIN_MS):
-    """The stall table: one row per stalled call (columns STALL_COLUMNS).
+    """The stall table: one row per stalled call (columns stall_columns()).
 
     Units and meaning:
     - ``latency_ms``: entry to exit.  ``offcpu_ms``: off-CPU intervals (> 100 µs) inside the
@@ -194,7 +195,7 @@ def find_stalls(session, timeline, min_ms=DEFAULT_MIN_MS):
     ev = session.jbd2_events
     bg = ev[(ev["event"] == "checkpoint") & ev["jbd2_thread"]]
     out["background_checkpoints"] = count_between(bg, st.assign(dev=st["dev"].fillna(""))) if n else own
-    return out[STALL_COLUMNS].reset_index(drop=True)
+    return out[stall_columns()].reset_index(drop=True)
 
 
 def by_cause(stalls):

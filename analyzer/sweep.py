@@ -8,10 +8,18 @@ standard deviation over the repeats (jstall.metadata.mean_sd, as the lab's own s
 """
 
 import os
+import re
 
+import pandas as pd
+
+from jstall.errors import JstallError
 from jstall.metadata import LabDoc, PhaseRecord, SweepDoc, mean_sd
+from jstall.session import is_sweep_dir
 
-from .causes import CAUSES
+from . import causes
+from .analysis import analyze
+from .summary import JSON_SCHEMA_VERSION, _clean
+from .text import _table
 
 #: Config keys that differ between repeats of one configuration, never a swept option.
 _NOT_OPTIONS = {"seed", "repeat", "run", "run_id", "session", "scratch", "output", "out", "name"}
@@ -58,12 +66,6 @@ class Sweep:
     seconds), ``<phase>_returned_s`` and ``<phase>_rate`` (per durable second)), ``options`` (swept option names), ``phases``, ``warnings``."""
 
     def __init__(self, path, min_ms=10.0):
-        import pandas as pd
-
-        from jstall.errors import JstallError
-
-        from .analysis import analyze
-
         self.path = path
         self.min_ms = float(min_ms)
         self.meta = SweepDoc.load(path)
@@ -85,20 +87,20 @@ class Sweep:
             lab = LabDoc.from_dict(a.session.meta.get("lab") or {})
             row = {"run": os.path.relpath(run_dir, path)}
             row.update(_flat(lab.config))
-            d = a.to_dict(top=0)
-            st = d["stalls"]
-            row.update({"stalls": st["count"], "stall_ms": st["total_ms"], "max_stall_ms": st["max_ms"],
-                        "checkpoint_stalls": st["by_cause"]["checkpoint"]["count"]})
-            for c in CAUSES:
-                row[f"{c}_ms"] = st["by_cause"][c]["total_ms"]
-            js = d["journals"]
-            row["forced_checkpoints"] = sum(j["forced_checkpoints"] for j in js)
-            row["background_checkpoints"] = sum(j["background_checkpoints"] for j in js)
-            row["transactions"] = sum(j["transactions"] for j in js)
-            row["max_fill_pct"] = max([j["max_fill_pct"] for j in js if j["max_fill_pct"] is not None], default=None)
-            for name, c in d["calls"].items():
+            su = a.summary
+            st = su.stalls
+            row.update({"stalls": st.count, "stall_ms": st.total_ms, "max_stall_ms": st.max_ms,
+                        "checkpoint_stalls": st.by_cause["checkpoint"].count})
+            for c, t in st.by_cause.items():
+                row[f"{c}_ms"] = t.total_ms
+            js = su.journals
+            row["forced_checkpoints"] = sum(j.forced_checkpoints for j in js)
+            row["background_checkpoints"] = sum(j.background_checkpoints for j in js)
+            row["transactions"] = sum(j.transactions for j in js)
+            row["max_fill_pct"] = max([j.max_fill_pct for j in js if j.max_fill_pct is not None], default=None)
+            for c in su.calls:
                 for k in ("p50_ms", "p99_ms", "max_ms"):
-                    row[f"{name}_{k}"] = c[k]
+                    row[f"{c.syscall}_{k}"] = getattr(c, k)
             for p in lab.phases:
                 n = str(p.name)
                 if n not in phase_order:
@@ -144,8 +146,6 @@ class Sweep:
     @staticmethod
     def value_key(v):
         """Sort key for option values: sizes like 16M/1G by bytes, numbers numerically."""
-        import re
-
         s = str(v)
         m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGT]i?B?)?", s, re.I)
         if m:
@@ -156,7 +156,7 @@ class Sweep:
     def measures(self):
         """The measured columns aggregated per configuration."""
         base = ["stalls", "stall_ms", "max_stall_ms", "forced_checkpoints", "transactions", "max_fill_pct"]
-        base += [f"{c}_ms" for c in CAUSES]
+        base += [f"{c}_ms" for c in causes.CAUSES]
         calls = [c for c in self.runs.columns if c.endswith(("_p50_ms", "_p99_ms")) or
                  (c.endswith("_max_ms") and c != "max_stall_ms")]
         phases = [f"{p}_{k}" for p in self.phases for k in ("s", "returned_s", "rate") if f"{p}_{k}" in self.runs]
@@ -165,8 +165,6 @@ class Sweep:
     def by_config(self, options=None):
         """Mean and standard deviation (``<col>_mean``, ``<col>_sd``) of every measure per
         combination of ``options`` (default: all swept options), with ``runs`` (count)."""
-        import pandas as pd
-
         options = list(self.options if options is None else options)
         r = self.runs.copy()
         meas = self.measures()
@@ -190,8 +188,6 @@ class Sweep:
         """The journal-size layout: rows the values of ``row_option`` (default
         ``journal_size`` when swept, else the first option), columns the phases, cells
         ``mean ± sd`` of each phase's rate (or seconds with ``value="s"``)."""
-        import pandas as pd
-
         if row_option is None:
             row_option = next((o for o in self.options if "journal" in o and "size" in o),
                               self.options[0] if self.options else None)
@@ -203,7 +199,7 @@ class Sweep:
             m, s = f"{p}_{value}_mean", f"{p}_{value}_sd"
             if m in t:
                 d = 3 if value in ("s", "returned_s") else 1
-                cols[p] = [f"{a:.{d}f} ± {b:.{d}f}" if a == a else "-" for a, b in zip(t[m], t[s])]
+                cols[p] = [f"{a:.{d}f} ± {b:.{d}f}" if pd.notna(a) else "-" for a, b in zip(t[m], t[s])]
         if not keys:
             return pd.DataFrame(cols, index=pd.Index(t["config"], name="config"))
         index = pd.MultiIndex.from_frame(t[keys]) if len(keys) > 1 else pd.Index(t[keys[0]], name=keys[0])
@@ -211,8 +207,6 @@ class Sweep:
 
     def to_dict(self):
         """JSON document of the sweep (see docs/analysis.md)."""
-        from .analysis import JSON_SCHEMA_VERSION, _clean
-
         t = self.by_config().drop(columns="_order")
         return _clean({
             "schema_version": JSON_SCHEMA_VERSION, "kind": "sweep", "path": self.path, "min_ms": self.min_ms,
@@ -223,8 +217,6 @@ class Sweep:
 
     def text(self):
         """The sweep tables as text."""
-        from .text import _table
-
         out = [f"sweep {self.path}: {len(self.runs)} runs; swept: {', '.join(self.options) or 'nothing'}"]
         out += [f"WARNING: {w}" for w in self.warnings]
         t = self.by_config()
@@ -236,7 +228,7 @@ class Sweep:
                          f"{r['stall_ms_mean']:.0f} ± {r['stall_ms_sd']:.0f}",
                          f"{r['checkpoint_ms_mean']:.0f}", f"{r['max_stall_ms_mean']:.1f}",
                          f"{r['forced_checkpoints_mean']:.1f} ± {r['forced_checkpoints_sd']:.1f}",
-                         "-" if r["max_fill_pct_mean"] != r["max_fill_pct_mean"] else f"{r['max_fill_pct_mean']:.1f}"])
+                         "-" if pd.isna(r["max_fill_pct_mean"]) else f"{r['max_fill_pct_mean']:.1f}"])
         out.append("")
         out.append(f"stalls per configuration (calls >= {self.min_ms:g} ms; mean ± sd over runs)")
         out.append(_table([" ".join(opts), "runs", "stalls", "stall ms", "checkpoint ms", "worst ms",
@@ -267,9 +259,6 @@ class Sweep:
 
 def analyze_sweep(path, min_ms=10.0):
     """Analyze every run of the sweep at ``path``; returns a :class:`Sweep`."""
-    from jstall.errors import JstallError
-    from jstall.session import is_sweep_dir
-
     path = os.fspath(path)
     if not os.path.isdir(path):
         raise JstallError(f"{path}: no such sweep directory")

@@ -8,6 +8,9 @@ nulls (nullable columns) or zero/empty values, and metadata.json last, as the re
 
 import os
 
+import numpy as np
+import pandas as pd
+
 from jstall import __version__, schema
 from jstall.session import FORMAT, SCHEMA_VERSION, TABLES, table_path, write_metadata
 
@@ -104,8 +107,6 @@ def fill_columns(free_blocks, first_block=1, last_block=1025, max_transaction_bl
 
 def rows(records):
     """DataFrame from a list of dicts (columns left out are filled by ``write_session``)."""
-    import pandas as pd
-
     return pd.DataFrame.from_records(records)
 
 
@@ -141,9 +142,6 @@ def generate_session(path, seed=0, host="host-0", duration_s=60.0, calls=2_000, 
     commits every ``commit_every_s`` seconds per journal with its five commit events; fill samples
     every 1/``fill_per_s`` s per journal, saw-toothing up to the forced level where stalls
     are.  Vectorized: a 30-minute session with 100,000 calls takes seconds."""
-    import numpy as np
-    import pandas as pd
-
     rng = np.random.default_rng(seed)
     S = 1_000_000_000
     start = 1_000 * S
@@ -259,8 +257,6 @@ def generate_fleet(root, sessions=100, hosts=20, seed=0, collected=True):
     a journal of 4 MiB × 2^(k mod 4), 128-byte inodes on even hosts, and about ``k`` stalls
     per session."""
     import datetime as dt
-
-    import numpy as np
 
     from jstall.session import collected_path
 

@@ -1,6 +1,11 @@
-"""Readable summaries of an analysis (what ``jstall analyze`` prints)."""
+"""Readable summaries of an analysis (what ``jstall analyze`` prints), read from its
+summary (summary.Summary) and tables."""
 
-from .causes import CAUSES
+import math
+import shlex
+import textwrap
+
+from .recording import filters_text
 
 
 def _table(headers, rows, align=None):
@@ -15,98 +20,96 @@ def _table(headers, rows, align=None):
 
 
 def _f(v, fmt="{:.1f}", none="-"):
-    if v is None or v != v:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
         return none
     return fmt.format(v)
 
 
 def session_summary(analysis, top=10):
     """The text summary: header, warnings, stall totals by cause, top stalls, journals,
-    slowest calls, recommendations."""
-    d = analysis.to_dict(top=top)
-    s = d["session"]
-    out = header_lines(d)
-    lab = s.get("lab")
+    slowest calls, recommendations (read from ``analysis.summary``)."""
+    su = analysis.summary
+    out = header_lines(su)
+    lab = su.session.lab
     if lab and isinstance(lab.get("config"), dict):
         cfg = lab["config"]
         keys = [k for k in ("pattern", "journal_size", "inode_size", "device_profile", "fs_size") if k in cfg]
         out.append("lab: " + ", ".join(f"{k}={cfg[k]}" for k in keys))
-    out += warning_lines(d)
-    st = d["stalls"]
+    out += warning_lines(su)
+    st = su.stalls
     out.append("")
-    if not st["count"]:
-        out.append(f"No stalls: no call took {d['min_ms']:g} ms or more.")
+    if not st.count:
+        out.append(f"No stalls: no call took {su.min_ms:g} ms or more.")
     else:
-        out.append(f"{st['count']} stalls (calls >= {d['min_ms']:g} ms): {st['total_ms']:.0f} ms in all, "
-                   f"worst {st['max_ms']:.1f} ms; {st['forced']['count']} forced to wait for log space "
+        out.append(f"{st.count} stalls (calls >= {su.min_ms:g} ms): {st.total_ms:.0f} ms in all, "
+                   f"worst {st.max_ms:.1f} ms; {st.forced.count} forced to wait for log space "
                    f"(jbd2_log_space_left() below j_max_transaction_buffers, then __jbd2_log_wait_for_space); "
-                   f"{st['own_checkpoint']} checkpointed in their own task.")
+                   f"{st.own_checkpoint} checkpointed in their own task.")
         rows = []
-        for c in CAUSES:
-            bc = st["by_cause"][c]
-            if bc["count"] or bc["total_ms"]:
-                pct = 100 * bc["total_ms"] / st["total_ms"] if st["total_ms"] else 0
-                rows.append([c, bc["count"], f"{bc['total_ms']:.1f}", f"{pct:.1f}"])
-        rows.append(["(on CPU, unattributed)", "", f"{st['oncpu_ms']:.1f}",
-                     f"{100 * st['oncpu_ms'] / st['total_ms']:.1f}" if st["total_ms"] else "0.0"])
+        for c, bc in st.by_cause.items():
+            if bc.count or bc.total_ms:
+                pct = 100 * bc.total_ms / st.total_ms if st.total_ms else 0
+                rows.append([c, bc.count, f"{bc.total_ms:.1f}", f"{pct:.1f}"])
+        rows.append(["(on CPU, unattributed)", "", f"{st.oncpu_ms:.1f}",
+                     f"{100 * st.oncpu_ms / st.total_ms:.1f}" if st.total_ms else "0.0"])
         out.append("")
         out.append("stall time by cause (count: stalls with that primary cause; ms: off-CPU time in it)")
         out.append(_table(["cause", "stalls", "ms", "% of stall time"], rows))
         out.append("")
-        out.append(f"top {min(top, st['count'])} stalls")
-        rows = [[_clock(r), r["comm"], r["pid"], r["syscall"], f"{r['latency_ms']:.1f}", r["dev"] or "-",
-                 r["cause"], _f(r["headroom_start_pct"]), _f(r["min_headroom_pct"]), "yes" if r["forced"] else "",
-                 r["cause_label"][:48]] for r in st["top"]]
-        out.append(_table([_clock_heading(d), "comm", "pid", "call", "ms", "dev", "cause", "headroom%", "low%",
+        out.append(f"top {min(top, st.count)} stalls")
+        tops = analysis.top_stalls(top)
+        rows = [[_clock(r), r.comm, r.pid, r.syscall, f"{r.latency_ms:.1f}", r.dev or "-", r.cause,
+                 _f(r.headroom_start_pct), _f(r.min_headroom_pct), "yes" if r.forced else "", r.cause_label[:48]]
+                for r in tops]
+        out.append(_table([_clock_heading(tops), "comm", "pid", "call", "ms", "dev", "cause", "headroom%", "low%",
                            "forced", "blocked in"], rows, ["<", "<", ">", "<", ">", "<", "<", ">", ">", "<", "<"]))
         out.append("headroom: log space left (j_free - 32 - committing credits) minus j_max_transaction_buffers, "
                    "in % of the log, at the call's start and its low; below 0 handles must wait for space")
-        out += process_lines(d, top)
-    if d["journals"]:
+        out += process_lines(su, top)
+    if su.journals:
         out.append("")
         out.append("journals")
         rows = []
-        for j in d["journals"]:
-            ph = j["avg_phase_ms"]
-            rows.append([j["dev"], _f(j["journal_mib"], "{:g}"), j["transactions"],
-                         _f(j["avg_handles_per_transaction"]), _f(j["avg_blocks_per_transaction"]),
-                         _f(j["avg_logged_blocks_per_transaction"]), _f(ph["running"]), _f(ph["locked"]),
-                         _f(ph["flushing"]), _f(ph["logging"]), _f(j["log_rate_blocks_per_s"], "{:.0f}"),
-                         j["forced_checkpoints"], j["background_checkpoints"], _f(j["max_fill_pct"]),
-                         _f(j["forced_fill_pct"])])
+        for j in su.journals:
+            ph = j.avg_phase_ms
+            rows.append([j.dev, _f(j.journal_mib, "{:g}"), j.transactions,
+                         _f(j.avg_handles_per_transaction), _f(j.avg_blocks_per_transaction),
+                         _f(j.avg_logged_blocks_per_transaction), _f(ph["running"]), _f(ph["locked"]),
+                         _f(ph["flushing"]), _f(ph["logging"]), _f(j.log_rate_blocks_per_s, "{:.0f}"),
+                         j.forced_checkpoints, j.background_checkpoints, _f(j.max_fill_pct),
+                         _f(j.forced_fill_pct)])
         out.append(_table(["dev", "MiB", "txns", "handles/t", "blocks/t", "logged/t", "run ms", "lock ms",
                            "flush ms", "log ms", "blocks/s", "forced cp", "bg cp", "max fill%", "forced at%"], rows))
-        for j in d["journals"]:
-            pa = j.get("proc_agreement")
+        for j in su.journals:
+            pa = j.proc_agreement
             if pa:
                 bad = [m["metric"] for m in pa["metrics"] if m["status"] == "disagree"]
                 und = [m["metric"] for m in pa["metrics"] if m["status"] == "undetermined"]
                 tol = (f"tolerance per transaction: one jiffy ({pa['jiffy_ms']:g} ms at HZ {pa['hz']}) for times, "
                        "1 for counts, or the since-mount averages' rounding if wider, +1%")
-                out.append(f"{j['dev']}: /proc/fs/jbd2 agreement: "
+                out.append(f"{j.dev}: /proc/fs/jbd2 agreement: "
                            + ("all figures agree" if not bad and not und else
                               "; ".join(x for x in ("disagree on " + ", ".join(bad) if bad else "",
                                                     "too coarse to check " + ", ".join(und) if und else "") if x))
                            + f" ({tol})")
-    if d["calls"]:
+    if su.calls:
         out.append("")
         out.append("calls (all traced calls; p50 below the recording threshold is from log2 histograms"
-                   + ("; the whole session, not the window)" if d.get("window") else ")"))
-        tc = d.get("traced_calls")
+                   + ("; the whole session, not the window)" if su.window else ")"))
+        tc = su.traced_groups
         if tc:
             out.append("traced: " + (", ".join(tc["groups"]) + " groups" if tc["groups"] else "")
                        + ("; " if tc["groups"] else "") + f"{len(tc['calls'])} calls"
                        + ("" if "write" in tc["groups"] else " (write family not traced: jstall record --calls "
                                                               "metadata,fsync,write)"))
-        rows = [[k, v["count"], v["errors"], _f(v["p50_ms"], "{:.3f}"), _f(v["p99_ms"], "{:.3f}"),
-                 _f(v["max_ms"], "{:.1f}"), _f(v["total_ms"], "{:.0f}")]
-                for k, v in list(d["calls"].items())[:12]]
+        rows = [[c.syscall, c.count, c.errors, _f(c.p50_ms, "{:.3f}"), _f(c.p99_ms, "{:.3f}"),
+                 _f(c.max_ms, "{:.1f}"), _f(c.total_ms, "{:.0f}")] for c in su.calls[:12]]
         out.append(_table(["call", "count", "errors", "p50 ms", "p99 ms", "max ms", "total ms"], rows))
-    if d["recommendations"]:
+    if analysis.recommendations:
         out.append("")
         out.append("diagnosis and recommendations")
-        for r in d["recommendations"]:
-            out.append(f"- [{r['kind']}] {r['text']}")
+        for r in analysis.recommendations:
+            out.append(f"- [{r.kind}] {r.text}")
     return "\n".join(out) + "\n"
 
 
@@ -117,70 +120,66 @@ def _hms(iso):
     return iso[11:23] if iso else None
 
 
-def _clock(row):
-    """A top-stall row's start: wall clock ``HH:MM:SS.mmm`` with seconds since the start."""
-    hms = _hms(row.get("wall"))
-    return f"{hms} +{row['t_s']:.3f}" if hms else f"{row['t_s']:.3f}"
+def _clock(stall):
+    """A top stall's start (summary.TopStall): wall clock ``HH:MM:SS.mmm`` with seconds since
+    the start."""
+    hms = _hms(stall.wall)
+    return f"{hms} +{stall.t_s:.3f}" if hms else f"{stall.t_s:.3f}"
 
 
-def _clock_heading(d):
-    return "time (+s)" if any(r.get("wall") for r in d["stalls"]["top"]) else "t s"
+def _clock_heading(tops):
+    return "time (+s)" if any(t.wall for t in tops) else "t s"
 
 
 def _quote(arg):
-    import shlex
-
     return shlex.quote(str(arg))
 
 
-def header_lines(d):
-    """The summary's first lines: the session, when it ran (wall clock), the traced command
-    and its exit status, the filters, the traced calls, the status and the window."""
-    import textwrap
-
-    s = d["session"]
-    out = [f"session {s['path']}: {s['duration_s']:.1f} s on {s['host']} (kernel {s['kernel_release']}, "
-           f"HZ {s['hz']})" if not d.get("window") else
-           f"session {s['path']} on {s['host']} (kernel {s['kernel_release']}, HZ {s['hz']})"]
-    if s.get("start") and s.get("end"):
-        zone = s["start"][26:]
+def header_lines(su):
+    """The summary's first lines (from a summary.Summary): the session, when it ran (wall
+    clock), the traced command and its exit status, the filters, the traced calls, the status
+    and the window."""
+    s = su.session
+    out = [f"session {s.path}: {s.duration_s:.1f} s on {s.host} (kernel {s.kernel_release}, "
+           f"HZ {s.hz})" if not su.window else
+           f"session {s.path} on {s.host} (kernel {s.kernel_release}, HZ {s.hz})"]
+    if s.start and s.end:
+        zone = s.start[26:]
         zone = "UTC" if zone in ("", "+00:00") else f"UTC{zone}"
-        line = (f"recorded {s['start'][:10]} {_hms(s['start'])} to {_hms(s['end'])} ({zone}); "
-                f"status {s.get('status') or 'unknown'}")
-        if d.get("recorded_min_ms") is not None:
-            line += f"; calls >= {d['recorded_min_ms']:g} ms stored one by one"
+        line = (f"recorded {s.start[:10]} {_hms(s.start)} to {_hms(s.end)} ({zone}); "
+                f"status {s.status or 'unknown'}")
+        if su.recorded_min_ms is not None:
+            line += f"; calls >= {su.recorded_min_ms:g} ms stored one by one"
         out.append(line)
-    elif s.get("status"):
-        out.append(f"status {s['status']}")
-    w = d.get("window")
+    elif s.status:
+        out.append(f"status {s.status}")
+    w = su.window
     if w:
         span = f"{_hms(w['from'])} to {_hms(w['to'])} " if w.get("from") else ""
         out.append(f"window: {span}(+{w['from_s']:.3f} s to +{w['to_s']:.3f} s, {w['duration_s']:.1f} s)")
-    if s.get("command"):
-        line = "command: " + " ".join(_quote(a) for a in s["command"])
-        if s.get("exit_status_text"):
-            line += f"  -> {s['exit_status_text']}"
+    if s.command:
+        line = "command: " + " ".join(_quote(a) for a in s.command)
+        if s.exit_status_text:
+            line += f"  -> {s.exit_status_text}"
         out.append(line)
-    if s.get("filters") is not None:
-        from .recording import filters_text
-
-        out.append(f"filters: {filters_text(s['filters'])}")
-    calls = s.get("traced_calls")
+    if s.filters is not None:
+        out.append(f"filters: {filters_text(s.filters)}")
+    calls = s.traced_calls
     if calls:
         out += textwrap.wrap(f"traced calls ({len(calls)}): " + ", ".join(calls), width=100,
                              subsequent_indent="    ", break_on_hyphens=False)
     return out
 
 
-def warning_lines(d):
+def warning_lines(su):
     """``WARNING:`` lines (the session is incomplete, large losses, disagreements) and
     ``note:`` lines (small losses, the threshold, what a window cannot narrow)."""
-    return [f"WARNING: {w}" for w in d["warnings"]] + [f"note: {n}" for n in d.get("notes", [])]
+    return [f"WARNING: {w}" for w in su.warnings] + [f"note: {n}" for n in su.notes]
 
 
-def process_lines(d, top=10):
+def process_lines(su, top=10):
     """The per-process stall table (the ``top`` processes with the most stall time)."""
-    procs = d.get("per_process") or []
+    procs = su.per_process
     if not procs:
         return []
     cg = any("cgroup_id" in p for p in procs)
