@@ -25,6 +25,9 @@ XATTR_SYSCALLS = ("setxattr", "lsetxattr", "fsetxattr", "setxattrat", "removexat
 FSYNC_SYSCALLS = ("fsync", "fdatasync", "sync_file_range", "msync", "syncfs", "sync")
 #: Causes advised by rules of their own (journal_size, inode_size, external_journal; fast_commit).
 RULE_CAUSES = ("checkpoint", "commit_wait")
+#: The causes whose per-cause advice comes first, in this order (advice with equal stall time
+#: keeps it); every other registered cause follows in registry order.
+ADVICE_FIRST = ("metadata_io", "data_writeback", "device_flush", "transaction_wait")
 #: A cause with less than this share of the stall time gets no advice of its own.
 MIN_SHARE = 0.05
 #: Bytes of in-inode extended-attribute space with 256-byte inodes: 256 - 128 (base inode)
@@ -299,9 +302,11 @@ def per_cause(ctx):
 
 
 def generic_causes():
-    """Every registered cause not in RULE_CAUSES: its own advice (the registry's) is a
-    recommendation of its own kind (per_cause)."""
-    return tuple(c for c in causes.CAUSES if c not in RULE_CAUSES)
+    """Every registered cause not in RULE_CAUSES, ADVICE_FIRST first: its own advice (the
+    registry's) is a recommendation of its own kind (per_cause)."""
+    rest = [c for c in causes.CAUSES if c not in RULE_CAUSES]
+    first = [c for c in ADVICE_FIRST if c in rest]
+    return tuple(first + [c for c in rest if c not in first])
 
 
 def __getattr__(name):
