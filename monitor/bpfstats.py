@@ -124,7 +124,7 @@ class Sampler:
 
     def totals(self):
         """{program: (run seconds, runs)}: the estimate so far."""
-        return {k: (v[0], v[1]) for k, v in self.estimated.items()}
+        return {k: (v[0], v[1]) for k, v in list(self.estimated.items())}   # read by the scrape thread
 
     def close(self):
         if self.fd is not None and self.duty >= 1.0:

@@ -128,6 +128,7 @@ def test_top_screen_shows_journals_and_the_slowest_calls_first():
     (["--max-disk", "lots"], "--max-disk 'lots': not a size"),
     (["--max-captures", "0"], "--max-captures must be at least 1"),
     (["--trigger-ms", "-1"], "--trigger-ms must be zero or positive"),
+    (["--bpf-stats", "2"], "--bpf-stats 2: must be a share from 0 to 1"),
 ])
 def test_bad_options_exit_2_and_create_nothing(tmp_path, argv, message):
     cap = tmp_path / "caps"
@@ -203,3 +204,33 @@ def test_two_captures_in_the_same_second_are_both_written(tmp_path, monkeypatch)
     assert c.counts["written"] == 3 and c.counts["failed"] == 0
     names = [os.path.basename(p) for p in capture.list_captures(str(tmp_path))]
     assert names == ["capture-7-0-20260102T030405Z", "capture-7-0-20260102T030405Z.1", "capture-7-0-20260102T030405Z.2"]
+
+
+@pytest.mark.parametrize("duty", [0.1, 0.25, 1.0, 0.0])
+def test_bpf_statistics_windows_scale_to_the_whole_time(monkeypatch, duty):
+    """BPF run time sampled with statistics on for a share of each 10 s is scaled to the
+    whole time: programs that run 10 ms per second under statistics give about 10 ms per
+    second of estimate, whatever the share; with statistics never on, nothing."""
+    from jstall.monitor import bpfstats
+
+    state = {"on": 0, "secs": 0.0, "runs": 0}
+    monkeypatch.setattr(bpfstats, "enable", lambda: state.update(on=state["on"] + 1) or 7)
+    monkeypatch.setattr(bpfstats, "disable", lambda fd: fd is not None and state.update(on=state["on"] - 1))
+    monkeypatch.setattr(bpfstats, "run_totals", lambda bpf: {"rtp_x": (state["secs"], state["runs"])})
+    clock = {"ns": 10**12}
+    monkeypatch.setattr(bpfstats.time, "monotonic_ns", lambda: clock["ns"])
+    s = bpfstats.Sampler(object(), duty=duty)
+    for _ in range(1000):               # 100 s in 100 ms polls
+        clock["ns"] += 100_000_000
+        if state["on"]:
+            state["secs"] += 0.001
+            state["runs"] += 50
+        s.tick()
+    s.close()
+    assert state["on"] == 0
+    secs, runs = s.totals().get("rtp_x", (0.0, 0))
+    if duty == 0:
+        assert (secs, runs) == (0.0, 0) and s.sampled_s == 0
+    else:
+        assert secs == pytest.approx(1.0, rel=0.1) and runs == pytest.approx(50_000, rel=0.1)
+        assert s.sampled_s == pytest.approx(100 * duty, rel=0.1)
