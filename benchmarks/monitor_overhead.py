@@ -6,7 +6,13 @@ against `jstall record`, in ABBA pairs on a scratch ext4 (unthrottled). Per pair
 - full: the same workload unpaced (the recorder benchmark's rate), monitor and record;
 - bystander: `dd if=/dev/zero of=/dev/null bs=1` (cheap untraced syscalls), bytes/s; and the
   monitor's own BPF run time while dd runs (BPF_ENABLE_STATS), as a share of one CPU: an
-  upper bound of the bystander's cost that other load on the machine does not blur.
+  upper bound of the bystander's cost that other load on the machine does not blur;
+- own cost at full rate, monitor beside record: the tracer's own CPU seconds (its process,
+  i.e. its reading threads) per million calls, and its BPF programs' run time per call
+  (statistics on for the whole run, in a run of its own, since they slow every program).
+
+The monitor runs as shipped (BPF statistics on 10% of the time, --bpf-stats 0.1) and `record`
+as `jstall record -q -d` (no statistics) in the throughput runs.
 
 Prints each pair and the medians. Needs root.
 
@@ -74,8 +80,55 @@ def dd(nbytes):
     return nbytes / float(m.group(1).replace(",", ".")), nbytes / cpu
 
 
+def cpu_seconds():
+    """CPU seconds of this process: the tracer's threads (the main thread waits for children)."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
 def measure(mount, args):
-    return {"paced": paced(mount, args.rate, args.seconds), "full": full(mount), "dd": dd(args.dd_bytes)}
+    out = {"paced": paced(mount, args.rate, args.seconds)}
+    c0 = cpu_seconds()
+    out["full"] = full(mount)
+    out["full_own_cpu"] = cpu_seconds() - c0
+    out["dd"] = dd(args.dd_bytes)
+    return out
+
+
+def bpf_seconds(totals):
+    return sum(v[0] for v in totals.values())
+
+
+def own_cost_runs(mount, tmp, i):
+    """(monitor, record) BPF run ns per call at full rate, statistics on for the whole run."""
+    from jstall.monitor import bpfstats
+    from jstall.monitor.tracer import MonitorOptions, Tracer
+    from jstall.probes.recorder import RecordOptions, Recorder
+
+    t = Tracer(MonitorOptions(devices=[mount], before_s=10, after_s=5, bpf_stats_duty=1)).start()
+    time.sleep(0.3)
+    b0 = bpfstats.run_totals(t.bpf)
+    r = full(mount)
+    mon = (bpf_seconds(bpfstats.run_totals(t.bpf)) - bpf_seconds(b0)) / r["calls"] * 1e9
+    t.stop()
+    fd = bpfstats.enable()
+    try:
+        rec = Recorder(RecordOptions(output_dir=os.path.join(tmp, f"s{i}"), devices=[mount], quiet=True))
+        rec.start()
+        b0 = bpfstats.run_totals(rec.bpf)
+        r = full(mount)
+        recd = (bpf_seconds(bpfstats.run_totals(rec.bpf)) - bpf_seconds(b0)) / r["calls"] * 1e9
+        rec.stop()
+    finally:
+        bpfstats.disable(fd)
+    return mon, recd
 
 
 def main():
@@ -86,6 +139,7 @@ def main():
     ap.add_argument("--dd-bytes", type=int, default=3_000_000)
     args = ap.parse_args()
 
+    from jstall.monitor import bpfstats
     from jstall.monitor.tracer import MonitorOptions, Tracer
     from jstall.probes.recorder import RecordOptions, Recorder
     from jstall.workloads.scratch import FsConfig, ScratchFs
@@ -95,28 +149,38 @@ def main():
             tempfile.TemporaryDirectory() as tmp:
         mount = fs.mountpoint
         full(mount, 1000, 1)
-        print(f"conditions: {os.cpu_count()} CPUs shared with other work, kernel {os.uname().release}; "
+        print(f"conditions: {os.cpu_count()} CPUs shared with other work (load average {loadavg()}), "
+              f"kernel {os.uname().release}; "
               f"{args.pairs} ABBA pairs; paced {args.rate:,.0f} calls/s for {args.seconds:g} s; "
               f"dd bs=1 of {args.dd_bytes:,} bytes")
         print("ratios traced/untraced; 'cpu': per CPU second of the workload (less disturbed by other load)")
         print(f"{'pair':>4} {'paced thr':>9} {'paced cpu':>9} {'full mon':>8} {'cpu':>5} {'full rec':>8} {'cpu':>5} "
-              f"{'dd mon':>7} {'cpu':>5} {'dd rec':>7} {'cpu':>5} {'lost':>5} {'bpf % cpu':>8}")
+              f"{'dd mon':>7} {'cpu':>5} {'dd rec':>7} {'cpu':>5} {'lost':>5} {'bpf % cpu':>8} | "
+              f"{'own cpu s/Mcall':>15} {'bpf ns/call':>11} (monitor/record at full rate)")
         for i in range(args.pairs):
             def traced():
                 t = Tracer(MonitorOptions(devices=[mount], before_s=10, after_s=5)).start()
                 time.sleep(0.5)
                 m = measure(mount, args)
-                # the monitor's BPF time while a bystander runs (every task's context switches
-                # included): an upper bound of what the bystander pays, independent of other load
-                b0, w0 = sum(v[0] for v in t.bpf_run().values()), time.perf_counter()
-                m["dd_again"] = dd(args.dd_bytes)
-                m["bpf_share"] = (sum(v[0] for v in t.bpf_run().values()) - b0) / (time.perf_counter() - w0)
+                lost = t.events_lost()
                 t.stop()
                 rec = Recorder(RecordOptions(output_dir=os.path.join(tmp, f"r{i}"), devices=[mount], quiet=True))
                 rec.start()
-                r = {"full": full(mount), "dd": dd(args.dd_bytes)}
+                c0 = cpu_seconds()
+                r = {"full": full(mount)}
+                r["full_own_cpu"] = cpu_seconds() - c0
+                r["dd"] = dd(args.dd_bytes)
                 rec.stop()
-                return m, r, sum(t.last_lost.values())
+                # the monitor's BPF time while a bystander runs (every task's context switches
+                # included): an upper bound of what the bystander pays, independent of other load
+                t = Tracer(MonitorOptions(devices=[mount], before_s=10, after_s=5, bpf_stats_duty=1)).start()
+                time.sleep(0.3)
+                b0, w0 = bpf_seconds(bpfstats.run_totals(t.bpf)), time.perf_counter()
+                dd(args.dd_bytes)
+                m["bpf_share"] = (bpf_seconds(bpfstats.run_totals(t.bpf)) - b0) / (time.perf_counter() - w0)
+                t.stop()
+                m["bpf_ns"], r["bpf_ns"] = own_cost_runs(mount, tmp, i)
+                return m, r, sum(lost.values())
             if i % 2 == 0:
                 base = measure(mount, args)
                 m, r, lost = traced()
@@ -134,12 +198,17 @@ def main():
                 "dd_mon_cpu": m["dd"][1] / base["dd"][1], "dd_rec_cpu": r["dd"][1] / base["dd"][1], "lost": lost,
                 "bpf_share": m["bpf_share"],
                 "rate": m["paced"]["calls_per_s"], "full_rate": base["full"]["calls_per_s"],
+                # own cost at full rate: CPU seconds per million calls, BPF ns per call
+                "mon_cpu": m["full_own_cpu"] / m["full"]["calls"] * 1e6,
+                "rec_cpu": r["full_own_cpu"] / r["full"]["calls"] * 1e6,
+                "mon_bpf": m["bpf_ns"], "rec_bpf": r["bpf_ns"],
             }
             rows.append(row)
             print(f"{i + 1:>4} {row['paced']:>9.3f} {row['paced_cpu']:>9.3f} {row['full_mon']:>8.3f} "
                   f"{row['full_mon_cpu']:>5.3f} {row['full_rec']:>8.3f} {row['full_rec_cpu']:>5.3f} "
                   f"{row['dd_mon']:>7.3f} {row['dd_mon_cpu']:>5.3f} {row['dd_rec']:>7.3f} {row['dd_rec_cpu']:>5.3f} "
-                  f"{lost:>5} {row['bpf_share'] * 100:>8.3f}")
+                  f"{lost:>5} {row['bpf_share'] * 100:>8.3f} | {row['mon_cpu']:>7.2f}/{row['rec_cpu']:<7.2f} "
+                  f"{row['mon_bpf']:>5.0f}/{row['rec_bpf']:<5.0f}", flush=True)
 
     def med(k):
         return statistics.median(r[k] for r in rows)
@@ -151,6 +220,9 @@ def main():
           f"(per CPU s {med('dd_mon_cpu'):.3f}), record {med('dd_rec'):.3f} (per CPU s {med('dd_rec_cpu'):.3f}); "
           f"events lost {sum(r['lost'] for r in rows)}; the monitor's BPF programs ran {med('bpf_share') * 100:.3f}% "
           f"of one CPU while dd ran (every task's context switches included)")
+    print(f"own cost at full rate (medians): monitor {med('mon_cpu'):.2f} CPU s per million calls in its own "
+          f"process, its BPF programs {med('mon_bpf'):.0f} ns per call; record {med('rec_cpu'):.2f} CPU s per "
+          f"million calls, BPF {med('rec_bpf'):.0f} ns per call; load average {loadavg()}")
 
 
 if __name__ == "__main__":

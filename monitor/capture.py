@@ -4,7 +4,7 @@ directory covering [trigger - before_s, trigger + after_s] in the format of ``js
 (docs/session-format.md), so ``jstall analyze`` and ``jstall report`` read it.
 
 Layout: ``DIR/host=<host>/date=<YYYY-MM-DD>/capture-<MAJ>-<MIN>-<YYYYmmddTHHMMSSZ>`` (the
-collected-sessions layout). A capture is written under a ``.partial`` name and renamed when
+collected-sessions layout; ``.1``, ``.2``... follow for more captures in the same second). A capture is written under a ``.partial`` name and renamed when
 complete. Captures are rate-limited (one at a time, at least ``min_interval_s`` apart), the
 oldest are removed beyond ``max_captures`` or ``max_disk`` bytes, and every outcome is counted.
 """
@@ -148,6 +148,10 @@ class Captures:
         sub, name = capture_name(self.host, trig["dev"], p["wall"])
         parent = os.path.join(self.dir, sub)
         final = os.path.join(parent, name)
+        n = 1
+        while os.path.exists(final) or os.path.exists(final + PARTIAL):   # a second capture in the same second
+            final = os.path.join(parent, f"{name}.{n}")
+            n += 1
         tmp = final + PARTIAL
         try:
             os.makedirs(tmp, exist_ok=True)
@@ -177,9 +181,7 @@ class Captures:
 
     def _write_session(self, path, p):
         t = self.tracer
-        by_kind = collections.defaultdict(list)
-        for raw in p["records"]:
-            by_kind[raw[0]].append(raw)
+        by_kind = p["records"]          # {kind: [joined records, ...]} (Tracer.flight_window)
         a = {s: events.decode(s, by_kind.get(k, [])) for k, s in events.KIND_STRUCTS.items()}
         names = t.op_names
         tables = {

@@ -122,9 +122,11 @@ class MonitorCollector:
 
         yield CounterMetricFamily("jstall_monitor_cpu_seconds", "CPU time of the monitor process (user + system).",
                                   value=t.cpu_seconds())
-        run = CounterMetricFamily("jstall_bpf_run_seconds", "Time the monitor's BPF programs ran (BPF_ENABLE_STATS).",
-                                  labels=["program"])
-        runs = CounterMetricFamily("jstall_bpf_runs", "Runs of the monitor's BPF programs.", labels=["program"])
+        run = CounterMetricFamily("jstall_bpf_run_seconds", "Time the monitor's BPF programs ran (BPF_ENABLE_STATS), "
+                                  "measured while statistics are on (--bpf-stats, a share of each 10 s) and scaled "
+                                  "to the whole time.", labels=["program"])
+        runs = CounterMetricFamily("jstall_bpf_runs", "Runs of the monitor's BPF programs (measured and scaled as "
+                                   "jstall_bpf_run_seconds).", labels=["program"])
         for name, (secs, n) in sorted(t.bpf_run().items()):
             run.add_metric([name], secs)
             runs.add_metric([name], n)

@@ -101,7 +101,8 @@ def run(args):
         from .tracer import MonitorOptions, Tracer
 
         tracer = Tracer(MonitorOptions(devices=args.device, stall_ms=args.stall_ms, min_ms=min(1.0, args.stall_ms),
-                                       before_s=0, after_s=0, flight_bytes=0))
+                                       before_s=0, after_s=0, flight_bytes=0,
+                                       bpf_stats_duty=0))
         tracer.start()
         fetch, source = tracer.snapshot, "local probes"
 

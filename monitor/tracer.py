@@ -13,6 +13,7 @@ Times: ``*_ns`` are CLOCK_MONOTONIC nanoseconds (bpf_ktime_get_ns), ``*_s`` seco
 import collections
 import ctypes
 import dataclasses
+import gc
 import os
 import resource
 import tempfile
@@ -41,6 +42,7 @@ RESERVED_BLOCKS = 32
 PHASES = ("wait", "request_delay", "running", "locked", "flushing", "logging")
 PHASE_BUCKETS_S = (0.001, 0.004, 0.016, 0.064, 0.25, 1.0, 4.0, 16.0, float("inf"))
 RECENT_CALLS = 50
+POLL_S = 0.1                          # the ring buffers are read this often
 OFFCPU_KEEP_NS = 30_000_000_000      # off-CPU rows wait this long for their operation to end
 
 
@@ -49,7 +51,9 @@ class MonitorOptions:
     """What to monitor. ``min_ms``: operations at or above it are streamed (kept for captures
     and recent calls); ``stall_ms``: a stall for the stall counters; ``before_s``/``after_s``:
     a capture's window around its trigger; ``flight_bytes``: the flight buffer's bound (0: no
-    flight buffer, for a monitor that writes no captures)."""
+    flight buffer, for a monitor that writes no captures); ``bpf_stats_duty``: the share of
+    time BPF run-time statistics are on (bpfstats.Sampler: 1 always, 0 never); ``freeze_heap``:
+    gc.freeze() after start-up (a long-running monitor process)."""
 
     devices: list = dataclasses.field(default_factory=list)
     syscalls: bool = False
@@ -59,6 +63,8 @@ class MonitorOptions:
     before_s: float = 10.0
     after_s: float = 5.0
     flight_bytes: int = 128 << 20
+    bpf_stats_duty: float = 0.1
+    freeze_heap: bool = True
 
 
 class JournalState:
@@ -117,17 +123,19 @@ class Tracer(Recorder):
         self.stalls = collections.Counter()               # (dev, op, cause) -> stalled operations
         self.stall_seconds = collections.Counter()        # (dev, cause) -> off-CPU seconds inside stalls
         self.recent = collections.deque(maxlen=RECENT_CALLS)
-        self.flight = collections.deque()                 # (arrival monotonic ns, raw record)
+        self.flight = collections.deque()                 # (poll monotonic ns, {kind: records}, records, bytes)
         self.flight_bytes = 0
         self.flight_dropped = 0
         self._batch = []
-        self._pending_calls = []
+        self._pending_calls = None                        # call_event records of the last poll
+        self._stalls_waiting = []                         # (call_event record, off-CPU rows) to classify
+        self._stack_causes = {}                           # stack_id -> (cause, label) or None
         self._offcpu = {}                                 # (tid, call_ts_ns) -> [offcpu rows]
         self._own_checkpoints = collections.deque()       # (tid, ts_ns) of checkpoints in user tasks
         self._frames = {}                                 # stack_id -> frames
         self.listeners = []                               # f(stall dict) for each classified stall
         self.tick_listeners = []                          # f() after each poll
-        self._stats_fd = None
+        self.stats = None                                 # bpfstats.Sampler while attached
         self._last_prune_ns = 0
         self.last_lost = {}
 
@@ -165,7 +173,18 @@ class Tracer(Recorder):
         self._attach(b)
         for name in ("calls_rb", "offcpu_rb", "jbd2_rb"):
             b[name.encode()].open_ring_buffer(self._on_event)
-        self._stats_fd = bpfstats.enable()
+        self.stats = bpfstats.Sampler(b, self.mopts.bpf_stats_duty)
+        if self.mopts.freeze_heap:
+            # what streaming imports later, imported now; then the objects alive after
+            # start-up (modules, the compiled probes) leave the cyclic collector's view:
+            # its full collections over them took 60-140 ms with the GIL held, delaying
+            # scrapes and costing the monitor about 2% of a CPU
+            import pandas  # noqa: F401
+
+            import jstall.analyzer.causes  # noqa: F401
+
+            gc.collect()
+            gc.freeze()
         self.start_monotonic_ns = time.monotonic_ns()
         self._thread = threading.Thread(target=self._poll, name="jstall-monitor-poll", daemon=True)
         self._thread.start()
@@ -179,53 +198,71 @@ class Tracer(Recorder):
             self._thread = None
         if self.bpf is not None:
             self.last_lost = self.events_lost()
+            if self.stats is not None:
+                self.stats.close()
             self.bpf.cleanup()
             self.bpf = None
-        bpfstats.disable(self._stats_fd)
-        self._stats_fd = None
 
     # ---- streaming ------------------------------------------------------------------------
 
     def _on_event(self, ctx, data, size):
-        raw = ctypes.string_at(data, size)
-        self._batch.append(raw)
-        if not self.mopts.flight_bytes:   # no flight buffer (no captures)
-            return
-        now = time.monotonic_ns()
-        with self.state_lock:
-            self.flight.append((now, raw))
-            self.flight_bytes += len(raw)
+        # per record only a copy out of the ring; everything else is done per poll
+        self._batch.append(ctypes.string_at(data, size))
 
     def _poll(self):
+        """Read the ring buffers every POLL_S (not woken per record: a record arriving in a
+        non-empty ring buffer wakes nobody, bpf_ringbuf_commit) and process what came."""
+        next_ns = time.monotonic_ns()
         while not self._stop.is_set():
-            self.bpf.ring_buffer_poll(100)
+            next_ns += int(POLL_S * 1e9)
+            self._stop.wait(max(0.0, (next_ns - time.monotonic_ns()) / 1e9))
+            if self._stop.is_set():
+                break
+            self.bpf.ring_buffer_consume()
             self._process()
+            self.stats.tick()
             for f in self.tick_listeners:
                 f()
+            next_ns = max(next_ns, time.monotonic_ns() - int(POLL_S * 1e9))
         self.bpf.ring_buffer_consume()
         self._process()
         self._process()  # the calls of the last poll, with their off-CPU rows
 
-    def _trim_flight(self, now_ns, keep_ns):
+    def _keep_flight(self, now_ns, blobs, nrecords, nbytes):
+        """Add one poll's records ({kind: joined records}) to the flight buffer and drop
+        what is older than a capture can need, or over its bound (counted)."""
+        keep_ns = int((self.mopts.before_s + self.mopts.after_s + 2) * 1e9)
         with self.state_lock:
+            if nrecords:
+                self.flight.append((now_ns, blobs, nrecords, nbytes))
+                self.flight_bytes += nbytes
             while self.flight and (self.flight[0][0] < now_ns - keep_ns or self.flight_bytes > self.mopts.flight_bytes):
-                if self.flight[0][0] >= now_ns - keep_ns:
-                    self.flight_dropped += 1
-                self.flight_bytes -= len(self.flight.popleft()[1])
+                _t, _b, n, size = self.flight.popleft()
+                if _t >= now_ns - keep_ns:
+                    self.flight_dropped += n
+                self.flight_bytes -= size
 
     def flight_window(self, start_ns, end_ns):
-        """Raw records that arrived in [start_ns, end_ns] (monotonic)."""
+        """{kind: [joined records, ...]} of the records that arrived in [start_ns, end_ns]
+        (monotonic; a record's arrival is the poll that read it, at most POLL_S late)."""
+        out = collections.defaultdict(list)
         with self.state_lock:
-            return [raw for t, raw in self.flight if start_ns <= t <= end_ns]
+            for t, blobs, _n, _size in self.flight:
+                if start_ns <= t <= end_ns:
+                    for k, blob in blobs.items():
+                        out[k].append(blob)
+        return out
 
     def _process(self):
         batch, self._batch = self._batch, []
         now = time.monotonic_ns()
-        self._trim_flight(now, int((self.mopts.before_s + self.mopts.after_s + 2) * 1e9))
         by_kind = collections.defaultdict(list)
         for raw in batch:
             by_kind[raw[0]].append(raw)
-        a = {events.KIND_STRUCTS[k]: events.decode(events.KIND_STRUCTS[k], v) for k, v in by_kind.items()}
+        blobs = {k: b"".join(v) for k, v in by_kind.items()}
+        if self.mopts.flight_bytes:   # no flight buffer: a monitor that writes no captures
+            self._keep_flight(now, blobs, len(batch), sum(len(v) for v in blobs.values()))
+        a = {events.KIND_STRUCTS[k]: events.decode(events.KIND_STRUCTS[k], [v]) for k, v in blobs.items()}
         with self.state_lock:
             for struct in ("jbd2_event", "log_tail_event", "fill_event"):
                 if struct in a:
@@ -237,14 +274,19 @@ class Tracer(Recorder):
             if "checkpoint_stats_event" in a:
                 self._count_checkpoint_blocks(a["checkpoint_stats_event"])
         if "offcpu_event" in a:
-            for r in a["offcpu_event"]:
-                self._offcpu.setdefault((int(r["tid"]), int(r["call_ts_ns"])), []).append(
-                    (int(r["ts_ns"]), int(r["offcpu_ns"]), int(r["stack_id"]), int(r["state"]) == 0))
+            r = a["offcpu_event"]
+            offcpu = self._offcpu
+            for tid, call_ts, ts, off, sid, state in zip(r["tid"].tolist(), r["call_ts_ns"].tolist(),
+                                                         r["ts_ns"].tolist(), r["offcpu_ns"].tolist(),
+                                                         r["stack_id"].tolist(), r["state"].tolist()):
+                offcpu.setdefault((tid, call_ts), []).append((ts, off, sid, state == 0))
         # operations of the previous poll: their off-CPU rows (emitted before the operation
         # ended, on another ring buffer) have all been read by now
-        ready, self._pending_calls = self._pending_calls, list(a["call_event"]) if "call_event" in a else []
-        if ready:
-            self._classify(ready)
+        ready, self._pending_calls = self._pending_calls, a.get("call_event")
+        if ready is not None:
+            self._gather(ready)
+        if self._stalls_waiting:
+            self._classify()
         cutoff = now - OFFCPU_KEEP_NS
         if self._offcpu and now - self._last_prune_ns > 5_000_000_000:
             self._offcpu = {k: v for k, v in self._offcpu.items() if k[1] >= cutoff}
@@ -305,55 +347,57 @@ class Tracer(Recorder):
                 self._frames[stack_id] = None
         return self._frames[stack_id]
 
-    def _classify(self, calls):
-        """Give each streamed operation its primary cause (the largest off-CPU share, as the
-        analyzer does) and count the stalls among them."""
-        import pandas as pd
-
-        from jstall.analyzer.causes import offcpu_causes
-
-        rows, stack_ids = [], set()
-        for i, c in enumerate(calls):
-            for ts, off, sid, runnable in self._offcpu.pop((int(c["tid"]), int(c["ts_ns"])), ()):
-                rows.append((i, int(c["tid"]), int(c["ts_ns"]), ts, off, sid, runnable))
-                if sid >= 0:
-                    stack_ids.add(sid)
-        causes = {}
-        if rows:
-            off = pd.DataFrame(rows, columns=["call", "tid", "call_ts_ns", "ts_ns", "offcpu_ns", "stack_id", "runnable"])
-            frames = {sid: self._stack_frames(sid) for sid in stack_ids}
-            stacks = pd.DataFrame({"stack_id": pd.Series([s for s, f in frames.items() if f is not None], dtype="int32"),
-                                   "frames": [f for f in frames.values() if f is not None]})
-            own = [(i, int(c["tid"]), int(c["ts_ns"])) for i, c in enumerate(calls)
-                   if any(t == int(c["tid"]) and int(c["ts_ns"]) <= ts <= int(c["ts_ns"]) + int(c["latency_ns"])
-                          for t, ts in self._own_checkpoints)]
-            keys = pd.DataFrame([(t, ts) for _, t, ts in own], columns=["tid", "call_ts_ns"])
-            classified = offcpu_causes(off, stacks, keys)
-            for i, g in classified.groupby("call"):
-                by = g.groupby("cause", observed=True)["offcpu_ns"].sum()
-                labels = g.groupby("cause", observed=True)["label"].first()
-                causes[i] = (by.idxmax(), labels[by.idxmax()], {k: v / 1e9 for k, v in by.items() if v})
+    def _gather(self, calls):
+        """Take the off-CPU rows of finished operations (a record array of call_event); keep
+        the stalls among them, with their rows, for classification."""
         stall_ns = int(self.mopts.stall_ms * 1e6)
+        offcpu = self._offcpu
+        for i, (tid, ts, lat) in enumerate(zip(calls["tid"].tolist(), calls["ts_ns"].tolist(),
+                                                calls["latency_ns"].tolist())):
+            rows = offcpu.pop((tid, ts), ())
+            if lat >= stall_ns:
+                self._stalls_waiting.append((calls[i], rows))
+
+    def _stack_cause(self, sid):
+        """(cause, label) of a stack by the analyzer's stack_causes, once per stack id (the
+        stack table never reuses an id: no BPF_F_REUSE_STACKID), or None without frames."""
+        if sid not in self._stack_causes:
+            from jstall.analyzer.causes import stack_causes
+
+            frames = self._stack_frames(sid)
+            if frames is None:
+                self._stack_causes[sid] = None
+            else:
+                import pandas as pd
+
+                r = stack_causes(pd.DataFrame({"stack_id": pd.Series([sid], dtype="int32"), "frames": [frames]}))
+                self._stack_causes[sid] = (r["cause"].iloc[0], r["label"].iloc[0])
+        return self._stack_causes[sid]
+
+    def _classify(self):
+        """Give each stall waiting its primary cause, count it and tell the listeners."""
+        calls, self._stalls_waiting = self._stalls_waiting, []
         out = []
-        for i, c in enumerate(calls):
+        for c, rows in calls:
+            tid, ts, lat = int(c["tid"]), int(c["ts_ns"]), int(c["latency_ns"])
+            own = any(t == tid and ts <= cts <= ts + lat for t, cts in self._own_checkpoints)
+            cause, label, seconds = primary_cause([(off, runnable, None if sid < 0 else self._stack_cause(sid))
+                                                   for _ts, off, sid, runnable in rows], own)
             dev = journals.dev_name(int(c["dev"])) if c["dev"] else "-"
             op = self.op_names.get(int(c["syscall_nr"]), f"nr{int(c['syscall_nr'])}")
-            cause, label, seconds = causes.get(i, ("other", "on CPU (no off-CPU interval)", {}))
-            call = {"ts_ns": int(c["ts_ns"]), "latency_s": int(c["latency_ns"]) / 1e9, "dev": dev, "op": op,
-                    "pid": int(c["pid"]), "tid": int(c["tid"]), "comm": bytes(c["comm"]).decode(errors="replace"),
+            call = {"ts_ns": ts, "latency_s": lat / 1e9, "dev": dev, "op": op,
+                    "pid": int(c["pid"]), "tid": tid, "comm": bytes(c["comm"]).decode(errors="replace"),
                     "cause": cause, "label": label, "offcpu_s": seconds,
-                    "wall": time.time() - (time.monotonic_ns() - int(c["ts_ns"]) - int(c["latency_ns"])) / 1e9}
+                    "wall": time.time() - (time.monotonic_ns() - ts - lat) / 1e9}
             out.append(call)
-            if int(c["latency_ns"]) >= stall_ns:
-                with self.state_lock:
-                    self.stalls[(dev, op, cause)] += 1
-                    for k, v in seconds.items():
-                        self.stall_seconds[(dev, k)] += v
-                    self.recent.append(call)
+            with self.state_lock:
+                self.stalls[(dev, op, cause)] += 1
+                for k, v in seconds.items():
+                    self.stall_seconds[(dev, k)] += v
+                self.recent.append(call)
         for call in out:
-            if call["latency_s"] * 1e3 >= self.mopts.stall_ms:
-                for f in self.listeners:
-                    f(call)
+            for f in self.listeners:
+                f(call)
 
     # ---- reading the live state (scrape and top threads) -----------------------------------
 
@@ -393,15 +437,11 @@ class Tracer(Recorder):
                 "jbd2": c[events.BUFFERS["BUF_JBD2"]], "stacks": c[events.BUFFERS["STACKS_LOST"]]}
 
     def bpf_run(self):
-        """{program: (run seconds, runs)} while BPF statistics are on, else {}."""
-        if self.bpf is None or self._stats_fd is None:
+        """{program: (run seconds, runs)}: the run time of the monitor's BPF programs so far,
+        estimated from the statistics windows (bpfstats.Sampler), or {} with none."""
+        if self.bpf is None or self.stats is None:
             return {}
-        out = {}
-        for name, fn in list(self.bpf.funcs.items()):
-            info = bpfstats.prog_run(fn.fd)
-            if info:
-                out[name.decode() if isinstance(name, bytes) else name] = info
-        return out
+        return self.stats.totals()
 
     @staticmethod
     def cpu_seconds():
@@ -422,3 +462,33 @@ class Tracer(Recorder):
         for dev, j in js.items():
             j["mountpoint"] = mounts.get(dev, {}).get("mountpoint")
         return {"time": time.time(), "journals": js, "recent": recent, "events_lost": self.events_lost()}
+
+
+def primary_cause(rows, own_checkpoint=False):
+    """(cause, label, {cause: off-CPU seconds}) of one operation from its off-CPU intervals
+    ``rows``: [(off-CPU ns, runnable, (stack cause, label) or None without a stack)], by the
+    rules of analyzer.causes.offcpu_causes (runnable: cpu; no stack: a checkpoint in the
+    task's own thread, else other) and its primary cause (the largest share; a tie goes to
+    the cause listed first in the taxonomy; the label of the cause's first interval).
+
+    Per stall and per poll this is plain Python: the pandas version costs about 10 ms a call
+    whatever the size, which at a few stalls a second was most of the monitor's CPU.
+    tests/test_monitor.py checks it against offcpu_causes."""
+    from jstall.analyzer.causes import CAUSES
+
+    if not rows:
+        return "other", "on CPU (no off-CPU interval)", {}
+    total, label = {}, {}
+    for off, runnable, sc in rows:
+        if runnable:
+            cause, lab = "cpu", "runnable"
+        elif sc is not None:
+            cause, lab = sc
+        elif own_checkpoint:
+            cause, lab = "checkpoint", "checkpoint in own thread (stack not captured)"
+        else:
+            cause, lab = "other", "stack not captured"
+        total[cause] = total.get(cause, 0) + off
+        label.setdefault(cause, lab)
+    best = max(total, key=lambda k: (total[k], -CAUSES.index(k)))
+    return best, label[best], {k: v / 1e9 for k, v in total.items() if v}

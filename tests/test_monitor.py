@@ -128,6 +128,7 @@ def test_top_screen_shows_journals_and_the_slowest_calls_first():
     (["--max-disk", "lots"], "--max-disk 'lots': not a size"),
     (["--max-captures", "0"], "--max-captures must be at least 1"),
     (["--trigger-ms", "-1"], "--trigger-ms must be zero or positive"),
+    (["--bpf-stats", "2"], "--bpf-stats 2: must be a share from 0 to 1"),
 ])
 def test_bad_options_exit_2_and_create_nothing(tmp_path, argv, message):
     cap = tmp_path / "caps"
@@ -139,3 +140,97 @@ def test_bad_options_exit_2_and_create_nothing(tmp_path, argv, message):
 def test_top_refuses_an_unreachable_monitor():
     r = subprocess.run([JSTALL, "top", "--url", "http://127.0.0.1:1"], capture_output=True, text=True)
     assert r.returncode == 2 and "is 'jstall monitor' running there?" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_primary_cause_agrees_with_the_analyzer():
+    """The monitor's per-stall classification (plain Python, per poll) gives the cause, label
+    and per-cause seconds that the analyzer's offcpu_causes and its largest-share rule give
+    for the same hand-built intervals: stacks, no stack (own checkpoint or not), runnable, ties."""
+    import pandas as pd
+
+    from jstall.analyzer.causes import offcpu_causes, stack_causes
+    from jstall.monitor.tracer import primary_cause
+
+    stacks = pd.DataFrame({"stack_id": pd.Series([1, 2, 3], dtype="int32"), "frames": [
+        ["__schedule", "schedule", "io_schedule", "bit_wait_io", "__wait_on_bit", "jbd2_log_do_checkpoint",
+         "__jbd2_log_wait_for_space", "add_transaction_credits", "start_this_handle"],
+        ["__schedule", "schedule", "wait_transaction_locked", "add_transaction_credits", "start_this_handle"],
+        ["__schedule", "schedule", "some_driver_wait", "some_caller"]]})
+    sc = {int(r.stack_id): (r.cause, r.label) for r in stack_causes(stacks).itertuples()}
+    # call -> (own checkpoint in its thread, [(offcpu_ns, stack_id, runnable)])
+    calls = {
+        0: (False, [(5_000_000, 1, False), (2_000_000, 2, False), (1_000_000, 2, False)]),
+        1: (False, [(3_000_000, 2, False), (4_000_000, -1, True)]),              # runnable wins
+        2: (True, [(6_000_000, -1, False), (1_000_000, 3, False)]),              # own checkpoint, no stack
+        3: (False, [(6_000_000, -1, False), (1_000_000, 3, False)]),             # no stack: other
+        4: (False, [(2_000_000, 1, False), (2_000_000, 2, False)]),              # a tie
+        5: (False, [(1_000_000, 3, False), (500_000, 7, False)]),                # stack 7: frames lost
+        6: (False, [(5_000_000, 2, False), (1_000_000, -1, True)]),
+    }
+    rows = [(i, 100 + i, 1000 * i, 1000 * i + j, off, sid, run)
+            for i, (_own, rs) in calls.items() for j, (off, sid, run) in enumerate(rs)]
+    off = pd.DataFrame(rows, columns=["call", "tid", "call_ts_ns", "ts_ns", "offcpu_ns", "stack_id", "runnable"])
+    keys = pd.DataFrame([(100 + i, 1000 * i) for i, (own, _) in calls.items() if own], columns=["tid", "call_ts_ns"])
+    classified = offcpu_causes(off, stacks, keys)
+    causes = set()
+    for i, g in classified.groupby("call"):
+        by = g.groupby("cause", observed=True)["offcpu_ns"].sum()
+        labels = g.groupby("cause", observed=True)["label"].first()
+        want = (by.idxmax(), labels[by.idxmax()], {k: v / 1e9 for k, v in by.items() if v})
+        own, rs = calls[i]
+        got = primary_cause([(o, r, sc.get(s) if s >= 0 else None) for o, s, r in rs], own)
+        assert got == want, (i, got, want)
+        causes.add(got[0])
+    assert {"checkpoint", "transaction_wait", "cpu", "other"} <= causes
+    assert primary_cause([], False) == ("other", "on CPU (no off-CPU interval)", {})
+
+
+def test_two_captures_in_the_same_second_are_both_written(tmp_path, monkeypatch):
+    """A capture whose name (to the second) is taken gets the next free suffix instead of
+    failing, and listing orders it after the first."""
+    import datetime
+
+    wall = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
+    c = capture.Captures(_Tracer(), str(tmp_path), max_captures=10)
+
+    def fake_session(path, p):
+        with open(os.path.join(path, "metadata.json"), "w") as f:
+            f.write("{}")
+
+    monkeypatch.setattr(c, "_write_session", fake_session)
+    trig = {"dev": "7:0", "op": "journal_start", "latency_s": 0.2, "cause": "checkpoint"}
+    for _ in range(3):
+        c._write({"trigger": trig, "wall": wall})
+    assert c.counts["written"] == 3 and c.counts["failed"] == 0
+    names = [os.path.basename(p) for p in capture.list_captures(str(tmp_path))]
+    assert names == ["capture-7-0-20260102T030405Z", "capture-7-0-20260102T030405Z.1", "capture-7-0-20260102T030405Z.2"]
+
+
+@pytest.mark.parametrize("duty", [0.1, 0.25, 1.0, 0.0])
+def test_bpf_statistics_windows_scale_to_the_whole_time(monkeypatch, duty):
+    """BPF run time sampled with statistics on for a share of each 10 s is scaled to the
+    whole time: programs that run 10 ms per second under statistics give about 10 ms per
+    second of estimate, whatever the share; with statistics never on, nothing."""
+    from jstall.monitor import bpfstats
+
+    state = {"on": 0, "secs": 0.0, "runs": 0}
+    monkeypatch.setattr(bpfstats, "enable", lambda: state.update(on=state["on"] + 1) or 7)
+    monkeypatch.setattr(bpfstats, "disable", lambda fd: fd is not None and state.update(on=state["on"] - 1))
+    monkeypatch.setattr(bpfstats, "run_totals", lambda bpf: {"rtp_x": (state["secs"], state["runs"])})
+    clock = {"ns": 10**12}
+    monkeypatch.setattr(bpfstats.time, "monotonic_ns", lambda: clock["ns"])
+    s = bpfstats.Sampler(object(), duty=duty)
+    for _ in range(1000):               # 100 s in 100 ms polls
+        clock["ns"] += 100_000_000
+        if state["on"]:
+            state["secs"] += 0.001
+            state["runs"] += 50
+        s.tick()
+    s.close()
+    assert state["on"] == 0
+    secs, runs = s.totals().get("rtp_x", (0.0, 0))
+    if duty == 0:
+        assert (secs, runs) == (0.0, 0) and s.sampled_s == 0
+    else:
+        assert secs == pytest.approx(1.0, rel=0.1) and runs == pytest.approx(50_000, rel=0.1)
+        assert s.sampled_s == pytest.approx(100 * duty, rel=0.1)
