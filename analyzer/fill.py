@@ -91,23 +91,69 @@ def timeline(session):
     return out.sort_values(["dev", "ts_ns"], kind="stable").reset_index(drop=True)
 
 
+def asof_positions(left_by, left_ts, right_by, right_ts):
+    """For each left row, the position of the last right row with the same ``by`` code and
+    ``ts <= left ts`` (-1 when none): a backward as-of join with exact matches, in numpy.
+
+    ``*_by``: integer codes (equal codes join; a left code of -1 never matches); ``*_ts``:
+    int64 times.  Among right rows at equal times the last one (in right's order) wins, as
+    in ``pandas.merge_asof``.  Sorts once (O((n + m) log(n + m)))."""
+    import numpy as np
+
+    left_by = np.asarray(left_by, dtype="int64")
+    right_by = np.asarray(right_by, dtype="int64")
+    m = len(right_by)
+    out = np.full(len(left_by), -1, dtype="int64")
+    if not m or not len(left_by):
+        return out
+    by = np.concatenate([right_by, left_by])
+    ts = np.concatenate([np.asarray(right_ts, dtype="int64"), np.asarray(left_ts, dtype="int64")])
+    side = np.concatenate([np.zeros(m, dtype="int8"), np.ones(len(left_by), dtype="int8")])
+    # by, then time, then right before left at equal times (exact matches count); stable
+    order = np.lexsort((side, ts, by))
+    is_right = order < m
+    last = np.maximum.accumulate(np.where(is_right, np.arange(len(order)), -1))
+    left_at = np.flatnonzero(~is_right)
+    cand = last[left_at]
+    hit = cand >= 0
+    cand_row = np.where(hit, order[np.maximum(cand, 0)], 0)
+    hit &= by[cand_row] == by[order[left_at]]
+    hit &= by[order[left_at]] >= 0
+    out[order[left_at] - m] = np.where(hit, cand_row, -1)
+    return out
+
+
+def dev_codes(samples_dev, keys_dev):
+    """Integer codes of two ``dev`` columns (Series) on a common scale, for
+    :func:`asof_positions`: a null key or a key device without samples gets -1, a null
+    sample device -2 (never joined).  Keys are compared as strings."""
+    import numpy as np
+    import pandas as pd
+
+    codes, uniques = pd.factorize(samples_dev)
+    codes = np.where(codes < 0, -2, codes).astype("int64")
+    if not len(keys_dev):
+        return codes, np.zeros(0, dtype="int64")
+    kcodes = pd.Index(uniques).get_indexer(keys_dev.astype("str"))
+    return codes, np.where(keys_dev.isna().to_numpy(), -1, kcodes).astype("int64")
+
+
 def asof(samples, keys, ts_col="ts_ns"):
     """The last sample at or before each key's time on the same device.
 
     ``keys``: DataFrame with ``dev`` and ``ts_col``; returns a DataFrame aligned with ``keys``
-    (same index order) holding the sample's columns (NaN where none).  A sample exactly at
-    the key's time counts (``allow_exact_matches``)."""
-    import pandas as pd
+    (same index order) holding the sample's columns but ``dev`` (``ts_ns`` as
+    ``_sample_ts_ns``; NaN where none).  A sample exactly at the key's time counts; among
+    samples at equal times the last one (in ``samples``' order) wins."""
+    import numpy as np
 
-    k = keys[["dev", ts_col]].copy()
-    k["_pos"] = range(len(k))
-    k = k[k["dev"].notna()].astype({"dev": "str", ts_col: "int64"}).sort_values(ts_col, kind="stable")
-    s = samples.rename(columns={"ts_ns": "_sample_ts_ns"}).sort_values("_sample_ts_ns", kind="stable")
-    m = pd.merge_asof(k, s, left_on=ts_col, right_on="_sample_ts_ns", by="dev", direction="backward",
-                      allow_exact_matches=True)
-    m = m.set_index("_pos").reindex(range(len(keys)))
+    scodes, kcodes = dev_codes(samples["dev"], keys["dev"])
+    pos = asof_positions(kcodes, keys[ts_col].to_numpy(dtype="int64", na_value=0), scodes,
+                         samples["ts_ns"].to_numpy(dtype="int64"))
+    m = samples.drop(columns=["dev"]).rename(columns={"ts_ns": "_sample_ts_ns"}).reset_index(drop=True)
+    m = m.reindex(pos) if (pos < 0).any() else m.take(pos)
     m.index = keys.index
-    return m.drop(columns=["dev", ts_col])
+    return m
 
 
 def _sparse_min(values):
@@ -128,32 +174,39 @@ def range_min(samples, keys, value="free_blocks", start_col="ts_ns", end_col="en
     """Minimum of ``samples[value]`` over samples with start <= ts_ns <= end (both ends
     inclusive) on each key's device; NaN when no sample falls inside.  Vectorized: a
     searchsorted per device and a sparse-table range-minimum query.  Returns a float64
-    numpy array aligned with ``keys``."""
+    numpy array aligned with ``keys``; for a tuple of columns ``value``, a dict of them
+    (the ranges are found once)."""
     import numpy as np
 
-    out = np.full(len(keys), np.nan)
-    devs = keys["dev"].astype("str").to_numpy()
+    values = (value,) if isinstance(value, str) else tuple(value)
+    out = {v: np.full(len(keys), np.nan) for v in values}
+    devs = keys["dev"].astype("str").to_numpy(dtype=object)
     starts = keys[start_col].to_numpy(dtype="int64")
     ends = keys[end_col].to_numpy(dtype="int64")
-    for dev, s in samples.groupby("dev", sort=False):  # one iteration per journal
+    sdev = samples["dev"].to_numpy(dtype=object)
+    sts = samples["ts_ns"].to_numpy(dtype="int64")
+    svals = {v: samples[v].to_numpy(dtype="float64") for v in values}
+    for dev in dict.fromkeys(sdev.tolist()):  # one iteration per journal
+        if dev is None or dev != dev:  # null devices form no group
+            continue
         sel = np.flatnonzero(devs == dev)
         if not len(sel):
             continue
-        ts = s["ts_ns"].to_numpy(dtype="int64")
-        vals = s[value].to_numpy(dtype="float64")
+        mine = sdev == dev
+        ts = sts[mine]
         lo = np.searchsorted(ts, starts[sel], side="left")
         hi = np.searchsorted(ts, ends[sel], side="right")  # exclusive
         ok = hi > lo
         if not ok.any():
             continue
-        table = _sparse_min(vals)
         lo, hi, idx = lo[ok], hi[ok], sel[ok]
-        length = hi - lo
-        k = np.floor(np.log2(length)).astype(int)
-        res = np.empty(len(idx))
-        for level in np.unique(k):  # at most log2(n) levels
-            m = k == level
-            t = table[level]
-            res[m] = np.minimum(t[lo[m]], t[hi[m] - (1 << level)])
-        out[idx] = res
-    return out
+        k = np.floor(np.log2(hi - lo)).astype(int)
+        for v in values:
+            table = _sparse_min(svals[v][mine])
+            res = np.empty(len(idx))
+            for level in np.unique(k):  # at most log2(n) levels
+                m = k == level
+                t = table[level]
+                res[m] = np.minimum(t[lo[m]], t[hi[m] - (1 << level)])
+            out[v][idx] = res
+    return out[value] if isinstance(value, str) else out
