@@ -49,46 +49,54 @@ def timeline(session):
     difference and ``headroom_pct`` that in percent of the log (see :func:`headroom`)."""
     import pandas as pd
 
+    import numpy as np
+
     cols = ["ts_ns", "dev", "free_blocks", "first_block", "last_block", "max_transaction_blocks",
             "journal_blocks", "running_transaction", "committing_transaction", "committing_credits"]
-    parts = []
+    parts = []  # (table, rows kept, source of each row)
     f = session.fill
     if len(f):
-        parts.append(f[cols].assign(source=f["source"].astype("str").radd("fill:")))
+        parts.append((f, None, "fill:" + f["source"].astype("str").to_numpy(dtype=object)))
     j = session.jbd2_events
     if len(j):
-        j = j[j["free_blocks"].notna()]
-        parts.append(j[cols].assign(source=j["event"].astype("str").radd("jbd2:")))
+        keep = j["free_blocks"].notna().to_numpy()
+        parts.append((j, keep, "jbd2:" + j["event"].astype("str").to_numpy(dtype=object)[keep]))
     lt = session.log_tail
     if len(lt):
-        lt = lt[lt["free_blocks"].notna()]
-        parts.append(lt[cols].assign(source="log_tail"))
-    parts = [p for p in parts if len(p)]
+        keep = lt["free_blocks"].notna().to_numpy()
+        parts.append((lt, keep, np.full(int(keep.sum()), "log_tail", dtype=object)))
+    parts = [p for p in parts if len(p[2])]
     if not parts:
         return pd.DataFrame({c: pd.Series([], dtype="float64") for c in TIMELINE_COLUMNS}).astype(
             {"ts_ns": "int64", "dev": "str", "source": "str"})
-    t = pd.concat(parts, ignore_index=True)
-    num = {c: t[c].astype("float64") for c in cols[2:]}
+
+    def column(name, **kw):
+        arrays = [df[name].to_numpy(**kw) for df, _, _ in parts]
+        return np.concatenate([a if keep is None else a[keep] for a, (_, keep, _) in zip(arrays, parts)])
+
+    num = {c: column(c, dtype="float64", na_value=np.nan) for c in cols[2:]}
+    ts = column("ts_ns", dtype="int64")
+    dev = column("dev", dtype=object)
+    source = np.concatenate([p[2] for p in parts])
     log_blocks = num["last_block"] - num["first_block"]
-    out = pd.DataFrame({
-        "ts_ns": t["ts_ns"].astype("int64"),
-        "dev": t["dev"].astype("str"),
-        "source": t["source"].astype("str"),
-        "free_blocks": num["free_blocks"],
-        "space_left_blocks": num["free_blocks"] - RESERVED_BLOCKS - num["committing_credits"].fillna(0.0),
-        "log_blocks": log_blocks,
-        "used_blocks": log_blocks - num["free_blocks"],
+    ok = log_blocks > 0
+    space_left = num["free_blocks"] - RESERVED_BLOCKS - np.nan_to_num(num["committing_credits"], nan=0.0)
+    h_blocks, h_pct = headroom(space_left, num["max_transaction_blocks"], log_blocks)
+    values = {
+        "ts_ns": ts, "dev": dev, "source": source, "free_blocks": num["free_blocks"],
+        "space_left_blocks": space_left, "headroom_blocks": h_blocks, "headroom_pct": h_pct,
+        "log_blocks": log_blocks, "used_blocks": log_blocks - num["free_blocks"],
         "fill_pct": fill_pct(num["free_blocks"], log_blocks),
-        "max_transaction_blocks": num["max_transaction_blocks"],
-        "journal_blocks": num["journal_blocks"],
-        "running_transaction": num["running_transaction"],
-        "committing_transaction": num["committing_transaction"],
-    })
-    out = out[out["log_blocks"] > 0]
-    out["headroom_blocks"], out["headroom_pct"] = headroom(out["space_left_blocks"], out["max_transaction_blocks"],
-                                                           out["log_blocks"])
-    out = out[list(TIMELINE_COLUMNS)]
-    return out.sort_values(["dev", "ts_ns"], kind="stable").reset_index(drop=True)
+        "max_transaction_blocks": num["max_transaction_blocks"], "journal_blocks": num["journal_blocks"],
+        "running_transaction": num["running_transaction"], "committing_transaction": num["committing_transaction"],
+    }
+    # by (dev, ts_ns), ties in table order (fill, jbd2_events, log_tail)
+    devcode = pd.factorize(dev[ok], sort=True)[0]
+    order = np.flatnonzero(ok)[np.lexsort((ts[ok], devcode))]
+    out = {c: values[c][order] for c in TIMELINE_COLUMNS}
+    out["dev"] = pd.array(out["dev"], dtype="str")
+    out["source"] = pd.array(out["source"], dtype="str")
+    return pd.DataFrame(out)
 
 
 def asof_positions(left_by, left_ts, right_by, right_ts):

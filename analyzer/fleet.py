@@ -77,14 +77,20 @@ def find_sessions(paths):
 
 def _histograms(session):
     """{syscall: {bucket: count}} of every traced call (call_histograms, all devices)."""
+    import numpy as np
+    import pandas as pd
+
     h = session.call_histograms
     if not len(h):
         return {}
-    g = h.groupby(["syscall", "bucket"])["count"].sum()
+    name, names = pd.factorize(h["syscall"].to_numpy(dtype=object), sort=True)
+    g, keys = pd.MultiIndex.from_arrays([name, h["bucket"].to_numpy(dtype="int64")]).factorize()
+    n = np.zeros(len(keys), dtype="int64")
+    np.add.at(n, g, h["count"].to_numpy(dtype="int64"))
     out = {}
-    for (name, bucket), n in g.items():  # one row per (syscall, bucket): a few dozen
-        if n:
-            out.setdefault(str(name), {})[int(bucket)] = int(n)
+    for (i, bucket), c in sorted(zip(keys.tolist(), n.tolist())):  # one per (syscall, bucket): a few dozen
+        if c and i >= 0:
+            out.setdefault(str(names[i]), {})[int(bucket)] = int(c)
     return out
 
 
@@ -93,8 +99,8 @@ def _journal_causes(stalls):
     if not len(stalls):
         return {}
     cols = [f"{c}_ms" for c in CAUSES]
-    g = stalls.assign(dev=stalls["dev"].astype("str").fillna("")).groupby("dev")[cols].sum()
-    return {dev: {c: float(r[f"{c}_ms"]) for c in CAUSES} for dev, r in g.iterrows()}
+    g = stalls[cols].groupby(stalls["dev"].astype("str").fillna("").to_numpy(dtype=object)).sum()
+    return {dev: dict(zip(CAUSES, map(float, vals))) for dev, vals in zip(g.index, g.to_numpy().tolist())}
 
 
 def headroom_low(journal):
