@@ -223,18 +223,14 @@ def classify_stack(frames):
     return r["cause"].iloc[0]
 
 
-def offcpu_causes(offcpu, stacks, own_checkpoint_keys=None):
-    """Give every off-CPU interval its cause.
-
-    ``offcpu``: the session's offcpu table.  ``own_checkpoint_keys``: DataFrame(tid,
-    call_ts_ns) of calls in whose own thread a checkpoint ran (used for intervals without a
-    stack).  Returns a copy of ``offcpu`` (index reset) with ``cause`` (categorical over
-    CAUSES) and ``label`` columns added."""
+def interval_causes(stack_id, tid, call_ts_ns, runnable, stacks, own_checkpoint_keys=None):
+    """Cause and label of off-CPU intervals given as numpy arrays (the columns of the
+    offcpu table): ``(cause, label)``, two object arrays.  See :func:`offcpu_causes`."""
     import numpy as np
     import pandas as pd
 
     sc = stack_causes(stacks)
-    at = pd.Index(sc["stack_id"].to_numpy()).get_indexer(offcpu["stack_id"].to_numpy())
+    at = pd.Index(sc["stack_id"].to_numpy()).get_indexer(stack_id)
     nostack = at < 0
     take = np.maximum(at, 0)
     cause = np.where(nostack, "other", sc["cause"].to_numpy(dtype=object)[take] if len(sc) else "other")
@@ -243,13 +239,27 @@ def offcpu_causes(offcpu, stacks, own_checkpoint_keys=None):
     if nostack.any() and own_checkpoint_keys is not None and len(own_checkpoint_keys):
         k = pd.MultiIndex.from_arrays([own_checkpoint_keys["tid"].to_numpy(dtype="int64"),
                                        own_checkpoint_keys["call_ts_ns"].to_numpy(dtype="int64")])
-        mine = pd.MultiIndex.from_arrays([offcpu["tid"].to_numpy(dtype="int64"),
-                                          offcpu["call_ts_ns"].to_numpy(dtype="int64")]).isin(k)
+        mine = pd.MultiIndex.from_arrays([np.asarray(tid, dtype="int64"), np.asarray(call_ts_ns, dtype="int64")]).isin(k)
         own = nostack & mine
         cause[own] = "checkpoint"
         label[own] = "checkpoint in own thread (stack not captured)"
-    run = offcpu["runnable"].to_numpy(dtype=bool)
+    run = np.asarray(runnable, dtype=bool)
     cause[run] = "cpu"
     label[run] = "runnable"
+    return cause, label
+
+
+def offcpu_causes(offcpu, stacks, own_checkpoint_keys=None):
+    """Give every off-CPU interval its cause.
+
+    ``offcpu``: the session's offcpu table.  ``own_checkpoint_keys``: DataFrame(tid,
+    call_ts_ns) of calls in whose own thread a checkpoint ran (used for intervals without a
+    stack).  Returns a copy of ``offcpu`` (index reset) with ``cause`` (categorical over
+    CAUSES) and ``label`` columns added."""
+    import pandas as pd
+
+    cause, label = interval_causes(offcpu["stack_id"].to_numpy(), offcpu["tid"].to_numpy(),
+                                   offcpu["call_ts_ns"].to_numpy(), offcpu["runnable"].to_numpy(dtype=bool), stacks,
+                                   own_checkpoint_keys)
     out = offcpu.reset_index(drop=True)
     return out.assign(cause=pd.Categorical(cause, categories=CAUSES), label=pd.Series(label, dtype=object))

@@ -4,7 +4,7 @@ A stall is a traced call (``calls`` table) with ``latency_ns >= min_ms * 1e6``. 
 intervals join to their call by (``tid``, ``call_ts_ns`` == calls.``ts_ns``).
 """
 
-from .causes import CAUSES, offcpu_causes
+from .causes import CAUSES, interval_causes
 from .fill import RESERVED_BLOCKS, asof_positions, dev_codes, fill_pct, forced_fill_pct, headroom, range_min
 
 DEFAULT_MIN_MS = 10.0
@@ -34,7 +34,9 @@ def select_stalls(calls, min_ms=DEFAULT_MIN_MS):
 
 
 def _checkpoint_events(jbd2_events):
-    return jbd2_events[jbd2_events["event"].to_numpy(dtype=object) == "checkpoint"]
+    """``checkpoint`` events: ts_ns, dev, tid and jbd2_thread."""
+    ev = jbd2_events[["ts_ns", "dev", "tid", "jbd2_thread", "event"]]
+    return ev[ev["event"].to_numpy(dtype=object) == "checkpoint"]
 
 
 def own_checkpoints(stalls, jbd2_events, checkpoint_events=None):
@@ -163,11 +165,22 @@ def find_stalls(session, timeline, min_ms=DEFAULT_MIN_MS):
 
     # off-CPU time of each stall, by cause
     keys = pd.DataFrame({"tid": st["tid"].to_numpy(), "call_ts_ns": st["ts_ns"].to_numpy(), "_row": np.arange(n)})
-    off = session.offcpu.merge(keys, on=["tid", "call_ts_ns"], how="inner")
-    off = offcpu_causes(off, session.stacks, keys[own > 0])
-    rows = off["_row"].to_numpy(dtype="int64")
-    codes = off["cause"].cat.codes.to_numpy(dtype="int64")
-    ns = off["offcpu_ns"].to_numpy(dtype="int64")
+    offcpu = session.offcpu
+    key_index = pd.MultiIndex.from_arrays([keys["tid"].to_numpy(dtype="int64"), keys["call_ts_ns"].to_numpy()])
+    if key_index.is_unique:  # each interval joins at most one stall (calls of a thread do not overlap)
+        at = key_index.get_indexer(pd.MultiIndex.from_arrays([offcpu["tid"].to_numpy(dtype="int64"),
+                                                              offcpu["call_ts_ns"].to_numpy(dtype="int64")]))
+        keep = np.flatnonzero(at >= 0)
+        rows = at[keep]
+        cols = {c: offcpu[c].to_numpy()[keep] for c in ("stack_id", "tid", "call_ts_ns", "runnable", "offcpu_ns")}
+    else:
+        off = offcpu.merge(keys, on=["tid", "call_ts_ns"], how="inner")
+        rows = off["_row"].to_numpy(dtype="int64")
+        cols = {c: off[c].to_numpy() for c in ("stack_id", "tid", "call_ts_ns", "runnable", "offcpu_ns")}
+    cause, labels = interval_causes(cols["stack_id"], cols["tid"], cols["call_ts_ns"], cols["runnable"], session.stacks,
+                                    keys[own > 0])
+    codes = pd.Index(CAUSES).get_indexer(cause) if len(cause) else np.zeros(0, dtype="int64")
+    ns = cols["offcpu_ns"].astype("int64")
     by = np.zeros((n, len(CAUSES)), dtype="int64")
     np.add.at(by, (rows, codes), ns)
     off_ns = by.sum(axis=1).astype("float64")
@@ -178,7 +191,7 @@ def find_stalls(session, timeline, min_ms=DEFAULT_MIN_MS):
     label = np.full(n, "no off-CPU interval > 100 us (ran on CPU)", dtype=object)
     mine = codes == pcode[rows] if len(rows) else np.zeros(0, dtype=bool)
     if mine.any():
-        lcode, luniq = pd.factorize(off["label"].to_numpy(dtype=object)[mine], sort=True)
+        lcode, luniq = pd.factorize(labels[mine], sort=True)
         key, inv = np.unique(rows[mine] * len(luniq) + lcode, return_inverse=True)
         tot = np.zeros(len(key), dtype="int64")
         np.add.at(tot, inv, ns[mine])
