@@ -365,6 +365,8 @@ class Fleet:
         ``high_ns`` and ``count`` -- the sum of every session's call_histograms."""
         import pandas as pd
 
+        if getattr(self, "_histograms", None) is not None:  # the text, JSON and HTML each ask
+            return self._histograms.copy()
         tot = {}
         for s in self.ok:
             for name, buckets in s.get("histograms", {}).items():
@@ -373,7 +375,8 @@ class Fleet:
                     t[int(b)] = t.get(int(b), 0) + int(n)
         rows = [{"syscall": name, "bucket": b, "low_ns": 2 ** b if b else 0, "high_ns": 2 ** (b + 1), "count": n}
                 for name, t in sorted(tot.items()) for b, n in sorted(t.items())]
-        return pd.DataFrame(rows, columns=["syscall", "bucket", "low_ns", "high_ns", "count"])
+        self._histograms = pd.DataFrame(rows, columns=["syscall", "bucket", "low_ns", "high_ns", "count"])
+        return self._histograms.copy()
 
     def distributions(self):
         """Per syscall over the fleet: ``count`` (exact: histograms add up), ``sessions``,
