@@ -153,8 +153,6 @@ def asof(samples, keys, ts_col="ts_ns"):
     (same index order) holding the sample's columns but ``dev`` (``ts_ns`` as
     ``_sample_ts_ns``; NaN where none).  A sample exactly at the key's time counts; among
     samples at equal times the last one (in ``samples``' order) wins."""
-    import numpy as np
-
     scodes, kcodes = dev_codes(samples["dev"], keys["dev"])
     pos = asof_positions(kcodes, keys[ts_col].to_numpy(dtype="int64", na_value=0), scodes,
                          samples["ts_ns"].to_numpy(dtype="int64"))

@@ -59,7 +59,6 @@ def transactions(session):
     Columns: ``dev``, ``transaction``, ``ts_ns`` (run_stats fired), ``<phase>_ms`` for each of
     PHASES (from jiffies at hz), ``handle_count``, ``blocks``, ``blocks_logged``, and
     ``<event>_ns`` for each of COMMIT_EVENTS (NaN when that event was not recorded)."""
-    import numpy as np
     import pandas as pd
 
     rs = session.run_stats

@@ -124,7 +124,6 @@ def read_arrow(session_dir, table, schema, columns=None):
     """One table of a session as a single Arrow table, whether stored as one file or as
     chunks; an empty table of ``schema`` when it has no rows yet."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     parts = [_read_file(f, columns) for f in table_files(session_dir, table)]
     if not parts:
