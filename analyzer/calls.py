@@ -16,49 +16,95 @@ PERCENTILES = (0.5, 0.99)
 
 
 def _hist_value(h, k):
-    """The k-th smallest (1-based) latency in ns from a histogram (bucket-sorted low_ns,
-    high_ns, count), interpolated linearly inside its bucket."""
-    cum = np.cumsum(h["count"].to_numpy())
+    """The k-th smallest (1-based) latency in ns from a histogram (``(low_ns, high_ns,
+    count)`` numpy arrays, bucket-sorted), interpolated linearly inside its bucket."""
+    low, high, count = h
+    cum = np.cumsum(count)
     i = int(np.searchsorted(cum, k, side="left"))
     i = min(i, len(cum) - 1)
     before = cum[i - 1] if i else 0
-    cnt = max(int(h["count"].iloc[i]), 1)
-    lo, hi = float(h["low_ns"].iloc[i]), float(h["high_ns"].iloc[i])
+    cnt = max(int(count[i]), 1)
+    lo, hi = float(low[i]), float(high[i])
     return lo + (hi - lo) * (k - before - 0.5) / cnt
+
+
+def _groups(values):
+    """(codes, names) of a string column; a null name gets code -1 (left out, as groupby)."""
+    return pd.factorize(values.to_numpy(dtype=object))
 
 
 def call_stats(session):
     """One row per syscall: ``count``, ``errors``, ``total_ms``, ``max_ms``, ``p50_ms``,
     ``p99_ms``, ``recorded`` (calls emitted one by one), ``p50_exact``/``p99_exact`` (whether
     the percentile came from individual calls rather than the histogram).  Sorted by total
-    time, largest first."""
-    tot = session.call_totals.groupby("syscall").agg(
-        count=("count", "sum"), errors=("errors", "sum"), total_ns=("total_latency_ns", "sum"),
-        max_ns=("max_latency_ns", "max"))
+    time, largest first.  Grouped with numpy over the syscall codes: a fixed handful of
+    array operations per table, then one small step per syscall name."""
+    def per_name(codes, k, values, how):
+        out = np.zeros(k, dtype="int64") if how == "sum" else np.full(k, np.iinfo("int64").min)
+        ok = codes >= 0
+        (np.add if how == "sum" else np.maximum).at(out, codes[ok], values[ok])
+        return out
+
+    ct = session.call_totals
+    tc, tnames = _groups(ct["syscall"])
+    k = len(tnames)
+    tot = {name: i for i, name in enumerate(tnames)}
+    t_count = per_name(tc, k, ct["count"].to_numpy(dtype="int64"), "sum")
+    t_errors = per_name(tc, k, ct["errors"].to_numpy(dtype="int64"), "sum")
+    t_total = per_name(tc, k, ct["total_latency_ns"].to_numpy(dtype="int64"), "sum")
+    t_max = per_name(tc, k, ct["max_latency_ns"].to_numpy(dtype="int64"), "max")
+
     calls = session.calls
-    rec = calls.groupby("syscall").agg(recorded=("latency_ns", "size"), rec_total=("latency_ns", "sum"),
-                                       rec_max=("latency_ns", "max"),
-                                       rec_errors=("ret", lambda r: int((r < 0).sum())))
-    names = sorted(set(tot.index) | set(rec.index))
-    hist = session.call_histograms.groupby(["syscall", "bucket"], as_index=False).agg(
-        low_ns=("low_ns", "min"), high_ns=("high_ns", "max"), count=("count", "sum"))
-    hist = hist[hist["count"] > 0].sort_values(["syscall", "bucket"])
-    hist_by = dict(tuple(hist.groupby("syscall")))
-    lat_by = {k: np.sort(v.to_numpy()) for k, v in calls.groupby("syscall")["latency_ns"]}
+    rc, rnames = _groups(calls["syscall"])
+    k = len(rnames)
+    rec = {name: i for i, name in enumerate(rnames)}
+    lat_all = calls["latency_ns"].to_numpy(dtype="int64")
+    ones = np.ones(len(lat_all), dtype="int64")
+    r_n = per_name(rc, k, ones, "sum")
+    r_total = per_name(rc, k, lat_all, "sum")
+    r_max = per_name(rc, k, lat_all, "max")
+    r_err = per_name(rc, k, (calls["ret"].to_numpy(dtype="int64") < 0).astype("int64"), "sum")
+    # every name's latencies, sorted: one sort by (name, latency)
+    order = np.lexsort((lat_all, rc))
+    lat_sorted, code_sorted = lat_all[order], rc[order]
+    bounds = np.searchsorted(code_sorted, np.arange(k + 1), side="left")
+
+    ch = session.call_histograms
+    hist_by = {}
+    if len(ch):
+        hc, hnames = _groups(ch["syscall"])
+        keys = pd.MultiIndex.from_arrays([hc, ch["bucket"].to_numpy(dtype="int64")])
+        g, uniq = keys.factorize()
+        lows = np.full(len(uniq), np.iinfo("int64").max)
+        highs = np.full(len(uniq), np.iinfo("int64").min)
+        counts = np.zeros(len(uniq), dtype="int64")
+        ok = hc >= 0
+        np.minimum.at(lows, g[ok], ch["low_ns"].to_numpy(dtype="int64")[ok])
+        np.maximum.at(highs, g[ok], ch["high_ns"].to_numpy(dtype="int64")[ok])
+        np.add.at(counts, g[ok], ch["count"].to_numpy(dtype="int64")[ok])
+        ucode = uniq.get_level_values(0).to_numpy()
+        ubucket = uniq.get_level_values(1).to_numpy()
+        keep = (counts > 0) & (ucode >= 0)
+        for c in np.unique(ucode[keep]):  # one iteration per syscall name
+            sel = np.flatnonzero(keep & (ucode == c))
+            sel = sel[np.argsort(ubucket[sel], kind="stable")]
+            hist_by[hnames[c]] = (lows[sel], highs[sel], counts[sel])
+
+    names = sorted(set(tot) | set(rec))
     rows = []
     for name in names:  # one iteration per syscall name
-        t = tot.loc[name] if name in tot.index else None
-        r = rec.loc[name] if name in rec.index else None
-        nrec = int(r["recorded"]) if r is not None else 0
-        n = int(t["count"]) if t is not None else nrec
+        ti = tot.get(name)
+        ri = rec.get(name)
+        nrec = int(r_n[ri]) if ri is not None else 0
+        n = int(t_count[ti]) if ti is not None else nrec
         n = max(n, nrec)
         row = {
             "syscall": name, "count": n, "recorded": nrec,
-            "errors": int(t["errors"]) if t is not None else int(r["rec_errors"]),
-            "total_ms": (int(t["total_ns"]) if t is not None else int(r["rec_total"])) / 1e6,
-            "max_ms": max(int(t["max_ns"]) if t is not None else 0, int(r["rec_max"]) if r is not None else 0) / 1e6,
+            "errors": int(t_errors[ti]) if ti is not None else int(r_err[ri]),
+            "total_ms": (int(t_total[ti]) if ti is not None else int(r_total[ri])) / 1e6,
+            "max_ms": max(int(t_max[ti]) if ti is not None else 0, int(r_max[ri]) if ri is not None else 0) / 1e6,
         }
-        lat = lat_by.get(name, np.array([], dtype="int64"))
+        lat = lat_sorted[bounds[ri]:bounds[ri + 1]] if ri is not None else np.array([], dtype="int64")
         h = hist_by.get(name)
         for p in PERCENTILES:
             key = f"p{int(round(p * 100))}"
@@ -69,7 +115,7 @@ def call_stats(session):
             below = n - nrec
             if k > below:
                 v, exact = float(lat[k - below - 1]), True
-            elif h is not None and len(h):
+            elif h is not None and len(h[0]):
                 v, exact = min(_hist_value(h, k), row["max_ms"] * 1e6), False
             else:
                 v, exact = float("nan"), False

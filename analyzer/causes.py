@@ -32,8 +32,10 @@ The registry is read by ``jstall analyze --help`` and the monitor, which do not 
 the classifier's functions import it when they run.
 """
 
+import math
 import textwrap
 from dataclasses import dataclass
+from functools import lru_cache
 
 
 @dataclass(frozen=True)
@@ -190,41 +192,63 @@ def describe():
                      for c in REGISTRY)
 
 
+@lru_cache(maxsize=1 << 16)
+def _frame(raw):
+    """``(function, cause or None, precedence, is plumbing)`` of one stack frame as stored
+    (``func+0x1a/0x40 [module]`` or plain ``func``); kept per distinct frame text, so each
+    kernel function is looked up once per process whatever the number of stacks."""
+    name = raw.split("+", 1)[0].split(" ", 1)[0]
+    cause = FRAME_CAUSES.get(name)
+    return name, cause, _PRECEDENCE[cause] if cause else 99, is_plumbing(name)
+
+
+def _classify(frames):
+    """``(cause, label)`` of one stack's frames (innermost first; the rules of the module
+    docstring).  One pass over the frames; each distinct frame text is looked up once."""
+    best = None  # (precedence, function, cause): the lowest precedence, innermost first
+    other = []
+    for raw in frames:
+        if raw is None or (isinstance(raw, float) and math.isnan(raw)):  # a null frame is not a frame
+            continue
+        name, cause, prec, plumbing = _frame(str(raw))
+        if cause is not None and (best is None or prec < best[0]):
+            best = (prec, name, cause)
+            if prec == 0:  # nothing takes precedence over it
+                break
+        if not plumbing and len(other) < 2:
+            other.append(name)
+    if best is not None:
+        return best[2], best[1]
+    return "other", " <- ".join(other) if other else "only scheduler/tracing frames"
+
+
 def stack_causes(stacks):
     """Classify every stack.
 
     ``stacks``: DataFrame(stack_id int32, frames list of str, innermost first).
-    Returns DataFrame(stack_id, cause, label): ``label`` is the deciding frame, or for
-    ``other`` the two innermost frames that are not plumbing joined by " <- ".  Vectorized over
-    the exploded frames: one row per (stack, depth)."""
+    Returns DataFrame(stack_id, cause, label), one row per distinct stack_id in first-seen
+    order: ``label`` is the deciding frame, or for ``other`` the two innermost frames that are
+    not plumbing joined by " <- ".  The stacks table holds each distinct stack once (a few
+    hundred in a long session); frames are classified per distinct frame text
+    (:func:`_frame`, cached), so the cost is one dictionary look-up per frame."""
     import pandas as pd
 
     if len(stacks) == 0:
         return pd.DataFrame({"stack_id": pd.Series([], dtype="int32"),
                              "cause": pd.Series([], dtype="str"), "label": pd.Series([], dtype="str")})
-    ex = stacks[["stack_id", "frames"]].explode("frames", ignore_index=True)
-    ex = ex[ex["frames"].notna()].copy()
-    ex["depth"] = ex.groupby("stack_id").cumcount()
-    ex["frame"] = ex["frames"].astype("str").str.split("+", n=1).str[0].str.split(" ", n=1).str[0]
-    ex["cause"] = ex["frame"].map(FRAME_CAUSES)
-    prio = ex["cause"].map(_PRECEDENCE).fillna(99).to_numpy(dtype="int64")
-    ex["key"] = prio * 1_000_000 + ex["depth"].to_numpy()
-    matched = ex[prio < 99]
-    best = matched.loc[matched.groupby("stack_id")["key"].idxmin(), ["stack_id", "cause", "frame"]]
-    best = best.rename(columns={"frame": "label"})
-
-    # labels for the rest: the two innermost frames that are not plumbing
-    plumbing = ex["frame"].map(is_plumbing).to_numpy(dtype=bool)
-    rest = ex[~plumbing]
-    rest = rest[rest.groupby("stack_id").cumcount() < 2]
-    other_label = rest.groupby("stack_id")["frame"].agg(" <- ".join)
-
-    out = pd.DataFrame({"stack_id": stacks["stack_id"].to_numpy()})
-    out = out.merge(best, on="stack_id", how="left")
-    out["label"] = out["label"].fillna(out["stack_id"].map(other_label)).fillna("only scheduler/tracing frames")
-    out["cause"] = out["cause"].fillna("other")
-    out["stack_id"] = out["stack_id"].astype("int32")
-    return out.drop_duplicates("stack_id").reset_index(drop=True)
+    ids = stacks["stack_id"].to_numpy()
+    frames = {}
+    for sid, f in zip(ids.tolist(), stacks["frames"].tolist()):  # one row per distinct stack
+        have = frames.setdefault(sid, [])
+        if f is not None and not (isinstance(f, float) and math.isnan(f)):
+            have.extend(f)  # a stack id listed twice: its frames follow one another
+    causes, labels = [], []
+    for f in frames.values():
+        c, lab = _classify(f)
+        causes.append(c)
+        labels.append(lab)
+    return pd.DataFrame({"stack_id": pd.Series(list(frames), dtype="int32"), "cause": pd.Series(causes, dtype="str"),
+                         "label": pd.Series(labels, dtype="object")})
 
 
 def classify_stack(frames):
@@ -236,28 +260,43 @@ def classify_stack(frames):
     return r["cause"].iloc[0]
 
 
+def interval_causes(stack_id, tid, call_ts_ns, runnable, stacks, own_checkpoint_keys=None):
+    """Cause and label of off-CPU intervals given as numpy arrays (the columns of the
+    offcpu table): ``(cause, label)``, two object arrays.  See :func:`offcpu_causes`."""
+    import numpy as np
+    import pandas as pd
+
+    sc = stack_causes(stacks)
+    at = pd.Index(sc["stack_id"].to_numpy()).get_indexer(stack_id)
+    nostack = at < 0
+    take = np.maximum(at, 0)
+    cause = np.where(nostack, "other", sc["cause"].to_numpy(dtype=object)[take] if len(sc) else "other")
+    label = np.where(nostack, "stack not captured", sc["label"].to_numpy(dtype=object)[take] if len(sc) else "")
+    cause, label = cause.astype(object), label.astype(object)
+    if nostack.any() and own_checkpoint_keys is not None and len(own_checkpoint_keys):
+        k = pd.MultiIndex.from_arrays([own_checkpoint_keys["tid"].to_numpy(dtype="int64"),
+                                       own_checkpoint_keys["call_ts_ns"].to_numpy(dtype="int64")])
+        mine = pd.MultiIndex.from_arrays([np.asarray(tid, dtype="int64"), np.asarray(call_ts_ns, dtype="int64")]).isin(k)
+        own = nostack & mine
+        cause[own] = "checkpoint"
+        label[own] = "checkpoint in own thread (stack not captured)"
+    run = np.asarray(runnable, dtype=bool)
+    cause[run] = "cpu"
+    label[run] = "runnable"
+    return cause, label
+
+
 def offcpu_causes(offcpu, stacks, own_checkpoint_keys=None):
     """Give every off-CPU interval its cause.
 
     ``offcpu``: the session's offcpu table.  ``own_checkpoint_keys``: DataFrame(tid,
     call_ts_ns) of calls in whose own thread a checkpoint ran (used for intervals without a
-    stack).  Returns a copy of ``offcpu`` with ``cause`` and ``label`` columns added."""
+    stack).  Returns a copy of ``offcpu`` (index reset) with ``cause`` (categorical over
+    CAUSES) and ``label`` columns added."""
     import pandas as pd
 
-    sc = stack_causes(stacks)
-    out = offcpu.merge(sc, on="stack_id", how="left")
-    nostack = out["cause"].isna()
-    if nostack.any():
-        out.loc[nostack, "cause"] = "other"
-        out.loc[nostack, "label"] = "stack not captured"
-        if own_checkpoint_keys is not None and len(own_checkpoint_keys):
-            k = own_checkpoint_keys[["tid", "call_ts_ns"]].drop_duplicates().assign(_own=True)
-            m = out[["tid", "call_ts_ns"]].merge(k, on=["tid", "call_ts_ns"], how="left")["_own"]
-            own = nostack & m.fillna(False).astype(bool).to_numpy()
-            out.loc[own, "cause"] = "checkpoint"
-            out.loc[own, "label"] = "checkpoint in own thread (stack not captured)"
-    run = out["runnable"].astype(bool)
-    out.loc[run, "cause"] = "cpu"
-    out.loc[run, "label"] = "runnable"
-    out["cause"] = pd.Categorical(out["cause"], categories=CAUSES)
-    return out
+    cause, label = interval_causes(offcpu["stack_id"].to_numpy(), offcpu["tid"].to_numpy(),
+                                   offcpu["call_ts_ns"].to_numpy(), offcpu["runnable"].to_numpy(dtype=bool), stacks,
+                                   own_checkpoint_keys)
+    out = offcpu.reset_index(drop=True)
+    return out.assign(cause=pd.Categorical(cause, categories=CAUSES), label=pd.Series(label, dtype=object))

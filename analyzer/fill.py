@@ -52,61 +52,108 @@ def timeline(session):
     difference and ``headroom_pct`` that in percent of the log (see :func:`headroom`)."""
     cols = ["ts_ns", "dev", "free_blocks", "first_block", "last_block", "max_transaction_blocks",
             "journal_blocks", "running_transaction", "committing_transaction", "committing_credits"]
-    parts = []
+    parts = []  # (table, rows kept, source of each row)
     f = session.fill
     if len(f):
-        parts.append(f[cols].assign(source=f["source"].astype("str").radd("fill:")))
+        parts.append((f, None, "fill:" + f["source"].astype("str").to_numpy(dtype=object)))
     j = session.jbd2_events
     if len(j):
-        j = j[j["free_blocks"].notna()]
-        parts.append(j[cols].assign(source=j["event"].astype("str").radd("jbd2:")))
+        keep = j["free_blocks"].notna().to_numpy()
+        parts.append((j, keep, "jbd2:" + j["event"].astype("str").to_numpy(dtype=object)[keep]))
     lt = session.log_tail
     if len(lt):
-        lt = lt[lt["free_blocks"].notna()]
-        parts.append(lt[cols].assign(source="log_tail"))
-    parts = [p for p in parts if len(p)]
+        keep = lt["free_blocks"].notna().to_numpy()
+        parts.append((lt, keep, np.full(int(keep.sum()), "log_tail", dtype=object)))
+    parts = [p for p in parts if len(p[2])]
     if not parts:
         return pd.DataFrame({c: pd.Series([], dtype="float64") for c in TIMELINE_COLUMNS}).astype(
             {"ts_ns": "int64", "dev": "str", "source": "str"})
-    t = pd.concat(parts, ignore_index=True)
-    num = {c: t[c].astype("float64") for c in cols[2:]}
+
+    def column(name, **kw):
+        arrays = [df[name].to_numpy(**kw) for df, _, _ in parts]
+        return np.concatenate([a if keep is None else a[keep] for a, (_, keep, _) in zip(arrays, parts)])
+
+    num = {c: column(c, dtype="float64", na_value=np.nan) for c in cols[2:]}
+    ts = column("ts_ns", dtype="int64")
+    dev = column("dev", dtype=object)
+    source = np.concatenate([p[2] for p in parts])
     log_blocks = num["last_block"] - num["first_block"]
-    out = pd.DataFrame({
-        "ts_ns": t["ts_ns"].astype("int64"),
-        "dev": t["dev"].astype("str"),
-        "source": t["source"].astype("str"),
-        "free_blocks": num["free_blocks"],
-        "space_left_blocks": num["free_blocks"] - RESERVED_BLOCKS - num["committing_credits"].fillna(0.0),
-        "log_blocks": log_blocks,
-        "used_blocks": log_blocks - num["free_blocks"],
+    ok = log_blocks > 0
+    space_left = num["free_blocks"] - RESERVED_BLOCKS - np.nan_to_num(num["committing_credits"], nan=0.0)
+    h_blocks, h_pct = headroom(space_left, num["max_transaction_blocks"], log_blocks)
+    values = {
+        "ts_ns": ts, "dev": dev, "source": source, "free_blocks": num["free_blocks"],
+        "space_left_blocks": space_left, "headroom_blocks": h_blocks, "headroom_pct": h_pct,
+        "log_blocks": log_blocks, "used_blocks": log_blocks - num["free_blocks"],
         "fill_pct": fill_pct(num["free_blocks"], log_blocks),
-        "max_transaction_blocks": num["max_transaction_blocks"],
-        "journal_blocks": num["journal_blocks"],
-        "running_transaction": num["running_transaction"],
-        "committing_transaction": num["committing_transaction"],
-    })
-    out = out[out["log_blocks"] > 0]
-    out["headroom_blocks"], out["headroom_pct"] = headroom(out["space_left_blocks"], out["max_transaction_blocks"],
-                                                           out["log_blocks"])
-    out = out[list(TIMELINE_COLUMNS)]
-    return out.sort_values(["dev", "ts_ns"], kind="stable").reset_index(drop=True)
+        "max_transaction_blocks": num["max_transaction_blocks"], "journal_blocks": num["journal_blocks"],
+        "running_transaction": num["running_transaction"], "committing_transaction": num["committing_transaction"],
+    }
+    # by (dev, ts_ns), ties in table order (fill, jbd2_events, log_tail)
+    devcode = pd.factorize(dev[ok], sort=True)[0]
+    order = np.flatnonzero(ok)[np.lexsort((ts[ok], devcode))]
+    out = {c: values[c][order] for c in TIMELINE_COLUMNS}
+    out["dev"] = pd.array(out["dev"], dtype="str")
+    out["source"] = pd.array(out["source"], dtype="str")
+    return pd.DataFrame(out)
+
+
+def asof_positions(left_by, left_ts, right_by, right_ts):
+    """For each left row, the position of the last right row with the same ``by`` code and
+    ``ts <= left ts`` (-1 when none): a backward as-of join with exact matches, in numpy.
+
+    ``*_by``: integer codes (equal codes join; a left code of -1 never matches); ``*_ts``:
+    int64 times.  Among right rows at equal times the last one (in right's order) wins, as
+    in ``pandas.merge_asof``.  Sorts once (O((n + m) log(n + m)))."""
+    left_by = np.asarray(left_by, dtype="int64")
+    right_by = np.asarray(right_by, dtype="int64")
+    m = len(right_by)
+    out = np.full(len(left_by), -1, dtype="int64")
+    if not m or not len(left_by):
+        return out
+    by = np.concatenate([right_by, left_by])
+    ts = np.concatenate([np.asarray(right_ts, dtype="int64"), np.asarray(left_ts, dtype="int64")])
+    side = np.concatenate([np.zeros(m, dtype="int8"), np.ones(len(left_by), dtype="int8")])
+    # by, then time, then right before left at equal times (exact matches count); stable
+    order = np.lexsort((side, ts, by))
+    is_right = order < m
+    last = np.maximum.accumulate(np.where(is_right, np.arange(len(order)), -1))
+    left_at = np.flatnonzero(~is_right)
+    cand = last[left_at]
+    hit = cand >= 0
+    cand_row = np.where(hit, order[np.maximum(cand, 0)], 0)
+    hit &= by[cand_row] == by[order[left_at]]
+    hit &= by[order[left_at]] >= 0
+    out[order[left_at] - m] = np.where(hit, cand_row, -1)
+    return out
+
+
+def dev_codes(samples_dev, keys_dev):
+    """Integer codes of two ``dev`` columns (Series) on a common scale, for
+    :func:`asof_positions`: a null key or a key device without samples gets -1, a null
+    sample device -2 (never joined).  Keys are compared as strings."""
+    codes, uniques = pd.factorize(samples_dev)
+    codes = np.where(codes < 0, -2, codes).astype("int64")
+    if not len(keys_dev):
+        return codes, np.zeros(0, dtype="int64")
+    kcodes = pd.Index(uniques).get_indexer(keys_dev.astype("str"))
+    return codes, np.where(keys_dev.isna().to_numpy(), -1, kcodes).astype("int64")
 
 
 def asof(samples, keys, ts_col="ts_ns"):
     """The last sample at or before each key's time on the same device.
 
     ``keys``: DataFrame with ``dev`` and ``ts_col``; returns a DataFrame aligned with ``keys``
-    (same index order) holding the sample's columns (NaN where none).  A sample exactly at
-    the key's time counts (``allow_exact_matches``)."""
-    k = keys[["dev", ts_col]].copy()
-    k["_pos"] = range(len(k))
-    k = k[k["dev"].notna()].astype({"dev": "str", ts_col: "int64"}).sort_values(ts_col, kind="stable")
-    s = samples.rename(columns={"ts_ns": "_sample_ts_ns"}).sort_values("_sample_ts_ns", kind="stable")
-    m = pd.merge_asof(k, s, left_on=ts_col, right_on="_sample_ts_ns", by="dev", direction="backward",
-                      allow_exact_matches=True)
-    m = m.set_index("_pos").reindex(range(len(keys)))
+    (same index order) holding the sample's columns but ``dev`` (``ts_ns`` as
+    ``_sample_ts_ns``; NaN where none).  A sample exactly at the key's time counts; among
+    samples at equal times the last one (in ``samples``' order) wins."""
+    scodes, kcodes = dev_codes(samples["dev"], keys["dev"])
+    pos = asof_positions(kcodes, keys[ts_col].to_numpy(dtype="int64", na_value=0), scodes,
+                         samples["ts_ns"].to_numpy(dtype="int64"))
+    m = samples.drop(columns=["dev"]).rename(columns={"ts_ns": "_sample_ts_ns"}).reset_index(drop=True)
+    m = m.reindex(pos) if (pos < 0).any() else m.take(pos)
     m.index = keys.index
-    return m.drop(columns=["dev", ts_col])
+    return m
 
 
 def _sparse_min(values):
@@ -125,30 +172,37 @@ def range_min(samples, keys, value="free_blocks", start_col="ts_ns", end_col="en
     """Minimum of ``samples[value]`` over samples with start <= ts_ns <= end (both ends
     inclusive) on each key's device; NaN when no sample falls inside.  Vectorized: a
     searchsorted per device and a sparse-table range-minimum query.  Returns a float64
-    numpy array aligned with ``keys``."""
-    out = np.full(len(keys), np.nan)
-    devs = keys["dev"].astype("str").to_numpy()
+    numpy array aligned with ``keys``; for a tuple of columns ``value``, a dict of them
+    (the ranges are found once)."""
+    values = (value,) if isinstance(value, str) else tuple(value)
+    out = {v: np.full(len(keys), np.nan) for v in values}
+    devs = keys["dev"].astype("str").to_numpy(dtype=object)
     starts = keys[start_col].to_numpy(dtype="int64")
     ends = keys[end_col].to_numpy(dtype="int64")
-    for dev, s in samples.groupby("dev", sort=False):  # one iteration per journal
+    sdev = samples["dev"].to_numpy(dtype=object)
+    sts = samples["ts_ns"].to_numpy(dtype="int64")
+    svals = {v: samples[v].to_numpy(dtype="float64") for v in values}
+    for dev in dict.fromkeys(sdev.tolist()):  # one iteration per journal
+        if pd.isna(dev):  # null devices form no group
+            continue
         sel = np.flatnonzero(devs == dev)
         if not len(sel):
             continue
-        ts = s["ts_ns"].to_numpy(dtype="int64")
-        vals = s[value].to_numpy(dtype="float64")
+        mine = sdev == dev
+        ts = sts[mine]
         lo = np.searchsorted(ts, starts[sel], side="left")
         hi = np.searchsorted(ts, ends[sel], side="right")  # exclusive
         ok = hi > lo
         if not ok.any():
             continue
-        table = _sparse_min(vals)
         lo, hi, idx = lo[ok], hi[ok], sel[ok]
-        length = hi - lo
-        k = np.floor(np.log2(length)).astype(int)
-        res = np.empty(len(idx))
-        for level in np.unique(k):  # at most log2(n) levels
-            m = k == level
-            t = table[level]
-            res[m] = np.minimum(t[lo[m]], t[hi[m] - (1 << level)])
-        out[idx] = res
-    return out
+        k = np.floor(np.log2(hi - lo)).astype(int)
+        for v in values:
+            table = _sparse_min(svals[v][mine])
+            res = np.empty(len(idx))
+            for level in np.unique(k):  # at most log2(n) levels
+                m = k == level
+                t = table[level]
+                res[m] = np.minimum(t[lo[m]], t[hi[m] - (1 << level)])
+            out[v][idx] = res
+    return out[value] if isinstance(value, str) else out

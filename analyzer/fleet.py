@@ -18,6 +18,9 @@ Sessions that fail to load are kept in :attr:`Fleet.errors` with their error.
 
 import os
 
+import numpy as np
+import pandas as pd
+
 from .causes import CAUSES
 from .fill import RESERVED_BLOCKS
 from .stalls import DEFAULT_MIN_MS
@@ -80,11 +83,14 @@ def _histograms(session):
     h = session.call_histograms
     if not len(h):
         return {}
-    g = h.groupby(["syscall", "bucket"])["count"].sum()
+    name, names = pd.factorize(h["syscall"].to_numpy(dtype=object), sort=True)
+    g, keys = pd.MultiIndex.from_arrays([name, h["bucket"].to_numpy(dtype="int64")]).factorize()
+    n = np.zeros(len(keys), dtype="int64")
+    np.add.at(n, g, h["count"].to_numpy(dtype="int64"))
     out = {}
-    for (name, bucket), n in g.items():  # one row per (syscall, bucket): a few dozen
-        if n:
-            out.setdefault(str(name), {})[int(bucket)] = int(n)
+    for (i, bucket), c in sorted(zip(keys.tolist(), n.tolist())):  # one per (syscall, bucket): a few dozen
+        if c and i >= 0:
+            out.setdefault(str(names[i]), {})[int(bucket)] = int(c)
     return out
 
 
@@ -93,8 +99,8 @@ def _journal_causes(stalls):
     if not len(stalls):
         return {}
     cols = [f"{c}_ms" for c in CAUSES]
-    g = stalls.assign(dev=stalls["dev"].astype("str").fillna("")).groupby("dev")[cols].sum()
-    return {dev: {c: float(r[f"{c}_ms"]) for c in CAUSES} for dev, r in g.iterrows()}
+    g = stalls[cols].groupby(stalls["dev"].astype("str").fillna("").to_numpy(dtype=object)).sum()
+    return {dev: dict(zip(CAUSES, map(float, vals))) for dev, vals in zip(g.index, g.to_numpy().tolist())}
 
 
 def headroom_low(journal):
@@ -265,8 +271,6 @@ class Fleet:
 
     # one row per session and journal
     def _rows(self):
-        import pandas as pd
-
         from jstall.session import collected_partitions
 
         rows = []
@@ -321,14 +325,10 @@ class Fleet:
         return df.sort_values(["stall_ms", "session"], ascending=[False, True], kind="stable").reset_index(drop=True)
 
     def _errors(self):
-        import pandas as pd
-
         return pd.DataFrame([{"session": s["path"], "error": s["error"]} for s in self.summaries if s.get("error")],
                             columns=["session", "error"])
 
     def _rank(self, keys):
-        import pandas as pd
-
         r = self.rows
         if not len(r):
             return pd.DataFrame(columns=keys + ["sessions", "stalls", "stall_ms"])
@@ -357,8 +357,8 @@ class Fleet:
     def histograms(self):
         """Fleet-wide log2 latency histograms: one row per (syscall, bucket) with ``low_ns``,
         ``high_ns`` and ``count`` -- the sum of every session's call_histograms."""
-        import pandas as pd
-
+        if getattr(self, "_histograms", None) is not None:  # the text, JSON and HTML each ask
+            return self._histograms.copy()
         tot = {}
         for s in self.ok:
             for name, buckets in s.get("histograms", {}).items():
@@ -367,15 +367,13 @@ class Fleet:
                     t[int(b)] = t.get(int(b), 0) + int(n)
         rows = [{"syscall": name, "bucket": b, "low_ns": 2 ** b if b else 0, "high_ns": 2 ** (b + 1), "count": n}
                 for name, t in sorted(tot.items()) for b, n in sorted(t.items())]
-        return pd.DataFrame(rows, columns=["syscall", "bucket", "low_ns", "high_ns", "count"])
+        self._histograms = pd.DataFrame(rows, columns=["syscall", "bucket", "low_ns", "high_ns", "count"])
+        return self._histograms.copy()
 
     def distributions(self):
         """Per syscall over the fleet: ``count`` (exact: histograms add up), ``sessions``,
         ``p50_ms``/``p99_ms`` (the log2 bucket holding that rank: its upper bound, so never an
         underestimate), ``max_ms`` (the largest maximum of any session, exact)."""
-        import numpy as np
-        import pandas as pd
-
         h = self.histograms()
         maxes, sessions = {}, {}
         for s in self.ok:
@@ -419,7 +417,7 @@ class Fleet:
         from .text import _table
 
         def f(v, fmt="{:.1f}"):
-            return "-" if v is None or v != v else fmt.format(v)
+            return "-" if v is None or pd.isna(v) else fmt.format(v)
 
         out = []
         n_st = sum(s["analysis"]["stalls"]["count"] for s in self.ok)

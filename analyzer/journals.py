@@ -7,11 +7,50 @@ converted here as ``jiffies * 1000 / hz`` milliseconds.
 
 import re
 
+import numpy as np
+import pandas as pd
+
 from jstall.schema import PHASES
 
 from .fill import RESERVED_BLOCKS, forced_fill_pct
 
 COMMIT_EVENTS = ("start_commit", "commit_locking", "commit_flushing", "commit_logging", "end_commit")
+
+
+def _commit_event_times(session, keys_dev, keys_txn):
+    """First time of each commit event per (dev, transaction) of the keys: a dict event ->
+    array aligned with the keys, int64 when every key has it and no transaction with commit
+    events lacks any recorded event, else float64 with NaN where it was not recorded; None when the
+    session has no commit event with a transaction id."""
+    ev = session.jbd2_events
+    names = ev["event"].to_numpy(dtype=object)
+    code = pd.Index(COMMIT_EVENTS).get_indexer(names)
+    sel = (code >= 0) & ev["transaction"].notna().to_numpy()
+    if not sel.any():
+        return None
+    groups = pd.MultiIndex.from_arrays([ev["dev"].astype("str").to_numpy(dtype=object)[sel],
+                                        ev["transaction"].to_numpy(dtype="int64", na_value=0)[sel]])
+    g, uniq = groups.factorize()
+    big = np.iinfo("int64").max
+    first = np.full((len(uniq), len(COMMIT_EVENTS)), big, dtype="int64")
+    np.minimum.at(first, (g, code[sel]), ev["ts_ns"].to_numpy(dtype="int64")[sel])
+    seen = first != big
+    # each key's group (keys may repeat; groups are unique)
+    row = uniq.get_indexer(pd.MultiIndex.from_arrays([keys_dev, keys_txn])) if len(keys_dev) \
+        else np.zeros(0, dtype="int64")
+    # integers when no transaction lacks any recorded event (a pivot with no hole)
+    whole = bool(seen[:, seen.any(axis=0)].all())
+    out = {}
+    for j, e in enumerate(COMMIT_EVENTS):
+        ok = row >= 0
+        ok[ok] = seen[row[ok], j]
+        if whole and seen[:, j].any() and ok.all():
+            out[e] = first[np.maximum(row, 0), j]
+        else:
+            v = np.full(len(row), np.nan)
+            v[ok] = first[row[ok], j]
+            out[e] = v
+    return out
 
 
 def transactions(session):
@@ -20,25 +59,22 @@ def transactions(session):
     Columns: ``dev``, ``transaction``, ``ts_ns`` (run_stats fired), ``<phase>_ms`` for each of
     PHASES (from jiffies at hz), ``handle_count``, ``blocks``, ``blocks_logged``, and
     ``<event>_ns`` for each of COMMIT_EVENTS (NaN when that event was not recorded)."""
-
     rs = session.run_stats
-    out = rs[["dev", "transaction", "ts_ns", "tid", "comm"]].copy()
-    out["dev"] = out["dev"].astype("str")
+    cols = {"dev": rs["dev"].astype("str"), "transaction": rs["transaction"], "ts_ns": rs["ts_ns"], "tid": rs["tid"],
+            "comm": rs["comm"]}
     for p in PHASES:
-        out[f"{p}_ms"] = rs[f"{p}_jiffies"].astype("float64") * 1000.0 / session.hz
+        cols[f"{p}_ms"] = rs[f"{p}_jiffies"].to_numpy(dtype="float64") * 1000.0 / session.hz
     for c in ("handle_count", "blocks", "blocks_logged"):
-        out[c] = rs[c].astype("int64")
-    ev = session.jbd2_events
-    ev = ev[ev["event"].isin(COMMIT_EVENTS) & ev["transaction"].notna()]
-    if len(ev):
-        wide = ev.pivot_table(index=["dev", "transaction"], columns="event", values="ts_ns", aggfunc="min")
-        wide = wide.reindex(columns=list(COMMIT_EVENTS))
-        wide.columns = [f"{c}_ns" for c in wide.columns]
-        wide = wide.reset_index().astype({"dev": "str", "transaction": "int64"})
-        out = out.astype({"transaction": "int64"}).merge(wide, on=["dev", "transaction"], how="left")
-    else:
+        cols[c] = rs[c].to_numpy(dtype="int64")
+    out = pd.DataFrame(cols).reset_index(drop=True)
+    times = _commit_event_times(session, out["dev"].to_numpy(dtype=object),
+                                out["transaction"].to_numpy(dtype="int64"))
+    if times is None:
         for c in COMMIT_EVENTS:
             out[f"{c}_ns"] = float("nan")
+    else:
+        out["transaction"] = out["transaction"].astype("int64")
+        out = pd.concat([out, pd.DataFrame({f"{c}_ns": times[c] for c in COMMIT_EVENTS})], axis=1)
     return out.sort_values(["dev", "ts_ns"], kind="stable").reset_index(drop=True)
 
 
@@ -46,8 +82,6 @@ def commit_phases(session):
     """Commit phases as time bands for plotting: one row per (dev, transaction, phase) with
     ``start_ns``/``end_ns`` taken from consecutive commit events (locking -> flushing ->
     logging -> end_commit).  Phases whose bounding events are missing are left out."""
-    import pandas as pd
-
     ev = session.jbd2_events
     ev = ev[ev["event"].isin(COMMIT_EVENTS) & ev["transaction"].notna()]
     if not len(ev):
@@ -105,16 +139,18 @@ def checkpoint_writes(session):
 def time_at_forced_level(timeline, limits):
     """Per device, seconds the fill step function spent at or above the forced-checkpoint
     level (each sample holds until the next one on its device)."""
-    import numpy as np
-    import pandas as pd
-
     if not len(timeline):
         return pd.Series(dtype="float64")
     t = timeline
-    nxt = t.groupby("dev")["ts_ns"].shift(-1)
-    dur = (nxt - t["ts_ns"]).fillna(0).to_numpy(dtype="float64")
-    mtb = t["max_transaction_blocks"].fillna(t["dev"].map(limits["max_transaction_blocks"]))
-    at = ((t["free_blocks"] - RESERVED_BLOCKS < mtb) | (t["space_left_blocks"] < mtb)).to_numpy()
+    dev = t["dev"].to_numpy(dtype=object)
+    ts = t["ts_ns"].to_numpy(dtype="int64")
+    # the next sample on the same device (rows are sorted by dev, ts_ns; the last holds 0 s)
+    same = np.r_[dev[1:] == dev[:-1], False]
+    dur = np.where(same, np.r_[ts[1:], 0] - ts, 0).astype("float64")
+    mtb = t["max_transaction_blocks"].to_numpy(dtype="float64")
+    mtb = np.where(np.isnan(mtb), t["dev"].map(limits["max_transaction_blocks"]).to_numpy(dtype="float64"), mtb)
+    at = ((t["free_blocks"].to_numpy(dtype="float64") - RESERVED_BLOCKS < mtb)
+          | (t["space_left_blocks"].to_numpy(dtype="float64") < mtb))
     return pd.Series(np.where(at, dur, 0.0), index=t.index).groupby(t["dev"]).sum() / 1e9
 
 
@@ -131,34 +167,51 @@ def session_span_s(session):
     return max((max(int(t.max()) for t in ts) - min(int(t.min()) for t in ts)) / 1e9, 0.0)
 
 
+def _mean(x):
+    """Series.mean() of a non-empty numpy array (sum in float64, then divide)."""
+    return float(x.sum(dtype="float64") / len(x))
+
+
 def summary(session, timeline, txns, stalls=None):
     """One row per journal (dev): size, transactions and per-transaction averages, checkpoints,
-    fill and log rate.  Units in column names; ``*_pct`` are percent of the log."""
-    import numpy as np
-    import pandas as pd
-
+    fill and log rate.  Units in column names; ``*_pct`` are percent of the log.  Columns
+    are taken out of the tables once and split per journal with numpy masks."""
     from .stalls import journal_limits
 
     limits = journal_limits(session, timeline)
     meta = {j["dev"]: j for j in session.journals}
-    devs = list(dict.fromkeys(list(meta) + sorted(set(txns["dev"]) | set(timeline["dev"])
-                                                  | set(session.jbd2_events["dev"].astype("str")))))
-    cps = checkpoints(session)
+    ev = session.jbd2_events
+    ev_dev = ev["dev"].astype("str").to_numpy(dtype=object)
+    t_dev = txns["dev"].to_numpy(dtype=object)
+    tl_dev = timeline["dev"].to_numpy(dtype=object)
+    devs = list(dict.fromkeys(list(meta) + sorted(set(t_dev.tolist()) | set(tl_dev.tolist()) | set(ev_dev.tolist()))))
+    # checkpoints (checkpoints(): forced when not in the jbd2 thread) and their writes
+    is_cp = ev["event"].to_numpy(dtype=object) == "checkpoint"
+    cp_dev, cp_forced = ev_dev[is_cp], ~ev["jbd2_thread"].to_numpy(dtype=bool)[is_cp]
     cw = checkpoint_writes(session)
+    cw_dev, cw_forced = cw["dev"].to_numpy(dtype=object), cw["forced"].to_numpy(dtype=bool)
+    cw_written = cw["written"].to_numpy(dtype="int64")
     above = time_at_forced_level(timeline, limits)
     span = session_span_s(session)
+    tcol = {c: txns[c].to_numpy() for c in [f"{p}_ms" for p in PHASES] + ["handle_count", "blocks", "blocks_logged",
+                                                                          "ts_ns"]}
+    tlcol = {c: timeline[c].to_numpy(dtype="float64") for c in ("fill_pct", "free_blocks", "headroom_blocks",
+                                                                "headroom_pct", "journal_blocks")}
+    if stalls is not None:
+        st_dev = stalls["dev"].astype("str").to_numpy(dtype=object)
+        st_lat = stalls["latency_ms"].to_numpy(dtype="float64")
     rows = []
     for dev in devs:  # one iteration per journal
         m = meta.get(dev, {})
-        t = txns[txns["dev"] == dev]
-        tl = timeline[timeline["dev"] == dev]
-        c = cps[cps["dev"] == dev]
-        w = cw[cw["dev"] == dev]
+        tm, lm = t_dev == dev, tl_dev == dev
+        t = {c: v[tm] for c, v in tcol.items()}
+        tl = {c: v[lm] for c, v in tlcol.items()}
+        ntl = int(lm.sum())
         lb = limits["log_blocks"].get(dev, np.nan)
         mtb = limits["max_transaction_blocks"].get(dev, np.nan)
-        jb = m.get("journal_blocks") or (tl["journal_blocks"].iloc[-1] if len(tl) else np.nan)
+        jb = m.get("journal_blocks") or (tl["journal_blocks"][-1] if ntl else np.nan)
         bs = m.get("block_size")
-        n = len(t)
+        n = int(tm.sum())
         row = {
             "dev": dev, "device": m.get("device"), "mountpoint": m.get("mountpoint"),
             "block_size": bs, "journal_blocks": jb, "log_blocks": lb,
@@ -169,35 +222,47 @@ def summary(session, timeline, txns, stalls=None):
             "transactions": n,
         }
         for p in PHASES:
-            row[f"avg_{p}_ms"] = float(t[f"{p}_ms"].mean()) if n else np.nan
-        row["avg_handles_per_transaction"] = float(t["handle_count"].mean()) if n else np.nan
-        row["avg_blocks_per_transaction"] = float(t["blocks"].mean()) if n else np.nan
-        row["avg_logged_blocks_per_transaction"] = float(t["blocks_logged"].mean()) if n else np.nan
+            row[f"avg_{p}_ms"] = _mean(t[f"{p}_ms"]) if n else np.nan
+        row["avg_handles_per_transaction"] = _mean(t["handle_count"]) if n else np.nan
+        row["avg_blocks_per_transaction"] = _mean(t["blocks"]) if n else np.nan
+        row["avg_logged_blocks_per_transaction"] = _mean(t["blocks_logged"]) if n else np.nan
         row["logged_blocks"] = int(t["blocks_logged"].sum())
         row["log_rate_blocks_per_s"] = row["logged_blocks"] / span if span > 0 else np.nan
         if n > 1:
-            per_s = t.groupby(t["ts_ns"] // 1_000_000_000)["blocks_logged"].sum()
-            row["peak_log_rate_blocks_per_s"] = float(per_s.max())
+            sec = t["ts_ns"] // 1_000_000_000
+            _, inv = np.unique(sec, return_inverse=True)
+            row["peak_log_rate_blocks_per_s"] = float(_group_sums(inv.ravel(), t["blocks_logged"]).max())
         else:
             row["peak_log_rate_blocks_per_s"] = float(row["logged_blocks"])
-        row["forced_checkpoints"] = int(c["forced"].sum())
-        row["background_checkpoints"] = int((~c["forced"]).sum())
-        row["forced_checkpoint_written_blocks"] = int(w.loc[w["forced"], "written"].sum())
-        row["background_checkpoint_written_blocks"] = int(w.loc[~w["forced"], "written"].sum())
-        row["checkpointed_transactions"] = len(w)
-        row["max_fill_pct"] = float(tl["fill_pct"].max()) if len(tl) else np.nan
-        row["min_free_blocks"] = float(tl["free_blocks"].min()) if len(tl) else np.nan
-        # the kernel's condition (fill.headroom): below 0 a handle waits for log space
-        row["headroom_low_blocks"] = float(tl["headroom_blocks"].min()) if len(tl) else np.nan
-        row["headroom_low_pct"] = float(tl["headroom_pct"].min()) if len(tl) else np.nan
+        cf = cp_forced[cp_dev == dev]
+        row["forced_checkpoints"] = int(cf.sum())
+        row["background_checkpoints"] = int((~cf).sum())
+        wm = cw_dev == dev
+        row["forced_checkpoint_written_blocks"] = int(cw_written[wm & cw_forced].sum())
+        row["background_checkpoint_written_blocks"] = int(cw_written[wm & ~cw_forced].sum())
+        row["checkpointed_transactions"] = int(wm.sum())
+        row["max_fill_pct"] = float(np.nanmax(tl["fill_pct"])) if ntl and not np.isnan(tl["fill_pct"]).all() \
+            else np.nan
+        for key, col in (("min_free_blocks", "free_blocks"), ("headroom_low_blocks", "headroom_blocks"),
+                         ("headroom_low_pct", "headroom_pct")):
+            # the kernel's condition (fill.headroom): below 0 a handle waits for log space
+            v = tl[col]
+            row[key] = float(np.nanmin(v)) if ntl and not np.isnan(v).all() else np.nan
         row["forced_fill_pct"] = float(forced_fill_pct(mtb, lb)) if pd.notna(lb) and lb > 0 else np.nan
         row["time_at_forced_level_s"] = float(above.get(dev, 0.0))
         if stalls is not None:
-            s = stalls[stalls["dev"].astype("str") == dev]
-            row["stalls"] = len(s)
-            row["stall_ms"] = float(s["latency_ms"].sum())
+            sm = st_dev == dev
+            row["stalls"] = int(sm.sum())
+            row["stall_ms"] = float(st_lat[sm].sum())
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _group_sums(groups, values):
+    """Integer sums of ``values`` per group code 0..k-1."""
+    out = np.zeros(int(groups.max()) + 1, dtype="int64")
+    np.add.at(out, groups, values.astype("int64"))
+    return out
 
 
 # --- /proc/fs/jbd2/<dev>/info -------------------------------------------------------------
@@ -273,8 +338,6 @@ def proc_agreement(session, txns, tolerance=0.01):
     Returns a DataFrame: ``dev, metric, analyzer, kernel, kernel_low, kernel_high, rel_diff,
     tolerance_abs, unit, status, agree`` (metric ``transactions`` first); empty when no journal
     has both texts."""
-    import pandas as pd
-
     rows = []
     hz = session.hz
     for j in session.journals:

@@ -146,6 +146,7 @@ def _check_meta_types(path, meta):
 
 def read_table(session_dir, table, columns=None):
     """Read one table of a session as a typed DataFrame (see the module docstring)."""
+    import pandas as pd
     import pyarrow as pa
 
     path = table_path(session_dir, table)
@@ -155,6 +156,26 @@ def read_table(session_dir, table, columns=None):
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise JstallError(f"{path}: unreadable table ({msg}); the session is corrupt, record it again") from None
     spec = [c for c in schema.COLUMNS[table] if columns is None or c[0] in columns]
+    if [f.name for f in t.schema] != [n for n, _, _ in spec] or \
+            not all(f.type.equals(typ) for f, (_, typ, _) in zip(t.schema, spec)):
+        t = _conform(path, t, spec)  # older files, optional columns absent, other types: cast
+    for n, _, nullable in spec:
+        if not nullable and n != "comm" and t.column(n).null_count:
+            raise JstallError(f"{path}: column {n} has nulls; the session is corrupt, record it again")
+    nullable_ints = [n for n in schema.nullable_int_columns(table) if columns is None or n in columns]
+    cols = {n: t.column(n).cast(pa.int64()) for n in nullable_ints}
+    df = t.to_pandas(split_blocks=True, self_destruct=True)
+    del t
+    for n, col in cols.items():  # straight from Arrow: no float64 round trip
+        df[n] = pd.Int64Dtype().__from_arrow__(col)
+    return df
+
+
+def _conform(path, t, spec):
+    """``t`` with the columns of ``spec`` in order and of its types: absent optional columns
+    added as nulls, castable types cast; a JstallError naming the column otherwise."""
+    import pyarrow as pa
+
     for n, typ, _ in spec:
         if n in schema.OPTIONAL and n not in t.column_names:
             t = t.append_column(n, pa.nulls(len(t), type=typ))
@@ -173,16 +194,9 @@ def read_table(session_dir, table, columns=None):
                 raise JstallError(
                     f"{path}: column {n} has type {col.type}, expected {typ}; the session is corrupt, record it again"
                 ) from None
-        if not nullable and col.null_count and n != "comm":
-            raise JstallError(f"{path}: column {n} has nulls; the session is corrupt, record it again")
         arrays.append(col)
         names.append(n)
-    t = pa.table(arrays, names=names)
-    df = t.to_pandas(split_blocks=True, self_destruct=True)
-    for n in schema.nullable_int_columns(table):
-        if n in df.columns and df[n].dtype != "Int64":
-            df[n] = df[n].astype("Int64")
-    return df
+    return pa.table(arrays, names=names)
 
 
 def load_session(path, tables=None):

@@ -32,16 +32,40 @@ def per_process(session, stalls):
     cols = COLUMNS[:2] + (["cgroup_id"] if cg else []) + COLUMNS[2:]
     if not len(st):
         return pd.DataFrame({c: pd.Series([], dtype="object") for c in cols})
-    g = st.groupby(keys, dropna=False, sort=False)
-    out = g.agg(threads=("tid", "nunique"), stalls=("latency_ms", "size"), stall_ms=("latency_ms", "sum"),
-                max_ms=("latency_ms", "max"))
+    # groups in order of first appearance (groupby sort=False); counts and maxima in numpy,
+    # float sums by pandas (its compensated summation, as every other stall-time sum)
+    if len(keys) == 1:
+        code, uniq = pd.factorize(st["pid"].to_numpy())
+        index = pd.Index(uniq, name="pid")
+    else:
+        code, uniq = pd.MultiIndex.from_arrays([st[k].to_numpy() for k in keys], names=keys).factorize()
+        index = pd.MultiIndex.from_tuples(list(uniq), names=keys)
+    k = len(uniq)
+    lat = st["latency_ms"].to_numpy(dtype="float64")
+    cause_cols = [f"{c}_ms" for c in CAUSES]
+    sums = st[["latency_ms"] + cause_cols].groupby(code, sort=True).sum()
+    out = pd.DataFrame(index=index)
+    pairs = np.unique(np.stack([code, st["tid"].to_numpy(dtype="int64")]), axis=1)
+    out["threads"] = np.bincount(pairs[0], minlength=k).astype("int64")
+    out["stalls"] = np.bincount(code, minlength=k).astype("int64")
+    out["stall_ms"] = sums["latency_ms"].to_numpy()
+    mx = np.full(k, -np.inf)
+    np.maximum.at(mx, code, lat)
+    out["max_ms"] = mx
     # the comm most of a process's stalls ran under (ties: the first in name order)
-    cc = st[keys].assign(comm=st["comm"].astype("str")).value_counts(dropna=False).reset_index(name="_n")
-    cc = cc.sort_values(["_n", "comm"], ascending=[False, True], kind="stable").drop_duplicates(keys)
-    out["comm"] = cc.set_index(keys)["comm"].reindex(out.index)
-    by = g[[f"{c}_ms" for c in CAUSES]].sum()
-    out["cause"] = np.asarray(CAUSES)[by.to_numpy().argmax(axis=1)]
-    out["cause_ms"] = by.to_numpy().max(axis=1)
+    cc, cnames = pd.factorize(st["comm"].astype("str").to_numpy(dtype=object), sort=True)
+    names = np.append(np.asarray(cnames, dtype=object), np.nan)  # a null comm sorts last
+    base = len(names)
+    key, n = np.unique(code * base + np.where(cc < 0, base - 1, cc), return_counts=True)
+    kg, kc = key // base, key % base
+    order = np.lexsort((kc, -n, kg))
+    first = order[np.r_[True, kg[order][1:] != kg[order][:-1]]]
+    comm = np.empty(k, dtype=object)
+    comm[kg[first]] = names[kc[first]]
+    out["comm"] = pd.array(comm, dtype="str")
+    by = sums[cause_cols].to_numpy()
+    out["cause"] = np.asarray(CAUSES)[by.argmax(axis=1)]
+    out["cause_ms"] = by.max(axis=1)
     out.loc[out["cause_ms"] <= 0, "cause"] = "other"
     total = float(st["latency_ms"].sum())
     out["share_pct"] = 100 * out["stall_ms"] / total if total else 0.0

@@ -15,6 +15,8 @@ a number rests on a model (the text states the model's inputs and range).
 import math
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
+
 from . import causes
 from .fill import timeline as fill_timeline
 from .journal_model import journal_blocks_needed, model
@@ -76,13 +78,26 @@ class Context:
     def total_ms(self):
         return float(self.stalls["latency_ms"].sum()) if len(self.stalls) else 0.0
 
+    def _memo(self, key, make):
+        """``make()`` computed once per context (the rules ask the same questions)."""
+        memo = self.__dict__.setdefault("_answers", {})
+        if key not in memo:
+            memo[key] = make()
+        return memo[key]
+
     def cause_ms(self, cause, dev=None):
-        s = self.stalls if dev is None else self.stalls[self.stalls["dev"].astype("str") == dev]
-        return float(s[f"{cause}_ms"].sum()) if len(s) else 0.0
+        def make():
+            v = self.stalls[f"{cause}_ms"].to_numpy(dtype="float64")
+            if dev is not None:
+                v = v[self._memo(("dev", dev), lambda: self.stalls["dev"].astype("str").to_numpy(dtype=object) == dev)]
+            return float(np.nansum(v)) if len(v) else 0.0  # Series.sum: NaN counts as 0
+
+        return self._memo(("cause_ms", cause, dev), make)
 
     def call_count(self, names):
-        c = self.calls[self.calls["syscall"].isin(names)]
-        return int(c["count"].sum()) if len(c) else 0
+        c = self.calls
+        sel = np.isin(c["syscall"].to_numpy(dtype=object), list(names))
+        return int(c["count"].to_numpy()[sel].sum()) if sel.any() else 0
 
     @property
     def lab(self):
@@ -117,6 +132,12 @@ def no_stalls(ctx):
 
 
 def _models(ctx):
+    return ctx._memo("models", lambda: _make_models(ctx))
+
+
+def _make_models(ctx):
+    from .journal_model import model
+
     out = {}
     for _, j in ctx.journals.iterrows():  # one row per journal
         m = model(j, ctx.txns, ctx.session.checkpoint_stats, ctx.timeline, ctx.session.meta.get("kernel_release"))

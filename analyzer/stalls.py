@@ -4,8 +4,11 @@ A stall is a traced call (``calls`` table) with ``latency_ns >= min_ms * 1e6``. 
 intervals join to their call by (``tid``, ``call_ts_ns`` == calls.``ts_ns``).
 """
 
-from .causes import CAUSES, offcpu_causes
-from .fill import RESERVED_BLOCKS, asof, fill_pct, forced_fill_pct, headroom, range_min
+import numpy as np
+import pandas as pd
+
+from .causes import CAUSES, interval_causes
+from .fill import RESERVED_BLOCKS, asof_positions, dev_codes, fill_pct, forced_fill_pct, headroom, range_min
 
 DEFAULT_MIN_MS = 10.0
 
@@ -25,69 +28,88 @@ def stall_columns():
 
 def select_stalls(calls, min_ms=DEFAULT_MIN_MS):
     """Calls with latency >= min_ms, sorted by start, with ``end_ns`` (= ts + latency) added."""
-    s = calls[calls["latency_ns"] >= int(round(min_ms * 1e6))]
-    s = s.sort_values(["ts_ns", "tid"], kind="stable").reset_index(drop=True)
+    sel = np.flatnonzero(calls["latency_ns"].to_numpy() >= int(round(min_ms * 1e6)))
+    # by (ts_ns, tid), ties in table order (np.lexsort is stable)
+    sel = sel[np.lexsort((calls["tid"].to_numpy()[sel], calls["ts_ns"].to_numpy()[sel]))]
+    s = calls.take(sel).reset_index(drop=True)
     return s.assign(end_ns=s["ts_ns"] + s["latency_ns"])
 
 
-def own_checkpoints(stalls, jbd2_events):
+def _checkpoint_events(jbd2_events):
+    """``checkpoint`` events: ts_ns, dev, tid and jbd2_thread."""
+    ev = jbd2_events[["ts_ns", "dev", "tid", "jbd2_thread", "event"]]
+    return ev[ev["event"].to_numpy(dtype=object) == "checkpoint"]
+
+
+def own_checkpoints(stalls, jbd2_events, checkpoint_events=None):
     """Checkpoints that ran in each stall's own task during it.
 
     A ``checkpoint`` jbd2 event belongs to a stall when its ``tid`` is the stall's and
     ``ts_ns`` lies in [ts_ns, end_ns] (both inclusive).  Calls of one thread do not overlap, so
-    an as-of join of each event to the latest call start in its thread finds it.  Returns an
-    int64 numpy array of counts aligned with ``stalls``."""
-    import numpy as np
-    import pandas as pd
-
+    an as-of join of each event to the latest call start in its thread finds it
+    (fill.asof_positions).  ``checkpoint_events``: those events when already selected.
+    Returns an int64 numpy array of counts aligned with ``stalls``."""
     counts = np.zeros(len(stalls), dtype="int64")
-    ev = jbd2_events[jbd2_events["event"] == "checkpoint"]
+    ev = _checkpoint_events(jbd2_events) if checkpoint_events is None else checkpoint_events
     if not len(ev) or not len(stalls):
         return counts
-    left = ev[["ts_ns", "tid"]].astype({"tid": "int64"}).sort_values("ts_ns", kind="stable")
-    right = pd.DataFrame({"call_ts_ns": stalls["ts_ns"].to_numpy(), "tid": stalls["tid"].astype("int64").to_numpy(),
-                          "end_ns": stalls["end_ns"].to_numpy(), "_row": np.arange(len(stalls))})
-    right = right.sort_values("call_ts_ns", kind="stable")
-    m = pd.merge_asof(left, right, left_on="ts_ns", right_on="call_ts_ns", by="tid", direction="backward")
-    m = m[m["_row"].notna() & (m["ts_ns"] <= m["end_ns"])]
-    np.add.at(counts, m["_row"].astype("int64").to_numpy(), 1)
+    ev_ts = ev["ts_ns"].to_numpy(dtype="int64")
+    pos = asof_positions(ev["tid"].to_numpy(dtype="int64"), ev_ts, stalls["tid"].to_numpy(dtype="int64"),
+                         stalls["ts_ns"].to_numpy(dtype="int64"))
+    hit = pos >= 0
+    hit[hit] = ev_ts[hit] <= stalls["end_ns"].to_numpy(dtype="int64")[pos[hit]]
+    np.add.at(counts, pos[hit], 1)
     return counts
 
 
 def count_between(times, keys, start_col="ts_ns", end_col="end_ns"):
     """For each key row, how many of ``times`` (DataFrame ts_ns, dev) fall in [start, end] on
     the key's device.  Returns an int64 numpy array aligned with ``keys``."""
-    import numpy as np
-
     out = np.zeros(len(keys), dtype="int64")
-    devs = keys["dev"].astype("str").to_numpy()
-    for dev, t in times.groupby("dev", sort=False):  # one iteration per journal
+    if not len(times) or not len(keys):
+        return out
+    devs = keys["dev"].astype("str").to_numpy(dtype=object)
+    tdev = times["dev"].to_numpy(dtype=object)
+    tts = times["ts_ns"].to_numpy(dtype="int64")
+    starts = keys[start_col].to_numpy(dtype="int64")
+    ends = keys[end_col].to_numpy(dtype="int64")
+    for dev in dict.fromkeys(tdev.tolist()):  # one iteration per journal
         sel = np.flatnonzero(devs == dev)
-        ts = np.sort(t["ts_ns"].to_numpy(dtype="int64"))
-        lo = np.searchsorted(ts, keys[start_col].to_numpy(dtype="int64")[sel], side="left")
-        hi = np.searchsorted(ts, keys[end_col].to_numpy(dtype="int64")[sel], side="right")
-        out[sel] = hi - lo
+        if not len(sel):
+            continue
+        ts = np.sort(tts[tdev == dev])
+        out[sel] = np.searchsorted(ts, ends[sel], side="right") - np.searchsorted(ts, starts[sel], side="left")
     return out
 
 
 def journal_limits(session, timeline):
     """Per device: ``log_blocks`` and ``max_transaction_blocks`` (the last values the fill
     samples show, else the metadata's), as a DataFrame indexed by ``dev``."""
-    import pandas as pd
-
     rows = {}
     for j in session.journals:
         mtb = j.get("max_transaction_blocks")
         jb = j.get("journal_blocks")
-        rows[j["dev"]] = {"log_blocks": float(jb) if jb else float("nan"),
-                          "max_transaction_blocks": float(mtb) if mtb else float("nan")}
+        rows[j["dev"]] = (float(jb) if jb else float("nan"), float(mtb) if mtb else float("nan"))
     if len(timeline):
-        last = timeline.groupby("dev").last()
-        for dev, r in last.iterrows():  # one row per journal
-            rows[dev] = {"log_blocks": r["log_blocks"], "max_transaction_blocks": r["max_transaction_blocks"]}
-    df = pd.DataFrame.from_dict(rows, orient="index", columns=["log_blocks", "max_transaction_blocks"])
-    df.index.name = "dev"
-    return df.astype("float64")
+        # the last non-null value per device (GroupBy.last), devices in sorted order
+        dev = timeline["dev"].to_numpy(dtype=object)
+        lb = timeline["log_blocks"].to_numpy(dtype="float64")
+        mt = timeline["max_transaction_blocks"].to_numpy(dtype="float64")
+        for d in sorted(set(dev.tolist())):  # one iteration per journal
+            m = dev == d
+            v = [x[m][~np.isnan(x[m])] for x in (lb, mt)]
+            rows[d] = tuple(float(x[-1]) if len(x) else float("nan") for x in v)
+    df = pd.DataFrame(list(rows.values()), index=pd.Index(list(rows), name="dev"),
+                      columns=["log_blocks", "max_transaction_blocks"], dtype="float64")
+    return df
+
+
+def _nan_min(*arrays):
+    """Element-wise minimum ignoring NaN (NaN where all are NaN), as DataFrame.min(axis=1)."""
+    out = arrays[0]
+    for a in arrays[1:]:
+        out = np.fmin(out, a)
+    return out
 
 
 def find_stalls(session, timeline, min_ms=DEFAULT_MIN_MS):
@@ -121,88 +143,124 @@ def find_stalls(session, timeline, min_ms=DEFAULT_MIN_MS):
     - ``running_transaction``/``committing_transaction``: at the start sample (-1: none).
     - ``own_checkpoint``: a checkpoint ran in this call's own task during it;
       ``background_checkpoints``: checkpoints by the jbd2 thread on its device during it.
-    """
-    import numpy as np
-    import pandas as pd
 
+    Column arithmetic is done on numpy arrays and the table built once: a session's stall
+    table costs a fixed handful of pandas operations whatever its size.
+    """
     st = select_stalls(session.calls, min_ms)
     n = len(st)
-    own = own_checkpoints(st, session.jbd2_events)
+    cp_events = _checkpoint_events(session.jbd2_events)
+    own = own_checkpoints(st, session.jbd2_events, cp_events)
+    lat_ns = st["latency_ns"].to_numpy()
 
     # off-CPU time of each stall, by cause
     keys = pd.DataFrame({"tid": st["tid"].to_numpy(), "call_ts_ns": st["ts_ns"].to_numpy(), "_row": np.arange(n)})
-    off = session.offcpu.merge(keys, on=["tid", "call_ts_ns"], how="inner")
-    own_keys = keys[own > 0]
-    off = offcpu_causes(off, session.stacks, own_keys)
-    by = off.pivot_table(index="_row", columns="cause", values="offcpu_ns", aggfunc="sum", observed=False,
-                         fill_value=0)
-    by = by.reindex(index=range(n), columns=list(CAUSES), fill_value=0).fillna(0)
-    out = pd.DataFrame({c: st[c] for c in ["ts_ns", "end_ns", "tid", "pid", "comm", "syscall", "ret", "dev",
-                                           "handles"]})
-    out.insert(2, "latency_ms", st["latency_ns"] / 1e6)
-    off_ns = by.sum(axis=1).to_numpy(dtype="float64")
-    out["offcpu_ms"] = off_ns / 1e6
-    out["oncpu_ms"] = np.maximum(st["latency_ns"].to_numpy() - off_ns, 0) / 1e6
-    for c in CAUSES:
-        out[f"{c}_ms"] = by[c].to_numpy(dtype="float64") / 1e6
-    if n:
-        primary = np.asarray(CAUSES)[by.to_numpy().argmax(axis=1)]
-        primary = np.where(off_ns > 0, primary, "other")
+    offcpu = session.offcpu
+    key_index = pd.MultiIndex.from_arrays([keys["tid"].to_numpy(dtype="int64"), keys["call_ts_ns"].to_numpy()])
+    if key_index.is_unique:  # each interval joins at most one stall (calls of a thread do not overlap)
+        at = key_index.get_indexer(pd.MultiIndex.from_arrays([offcpu["tid"].to_numpy(dtype="int64"),
+                                                              offcpu["call_ts_ns"].to_numpy(dtype="int64")]))
+        keep = np.flatnonzero(at >= 0)
+        rows = at[keep]
+        cols = {c: offcpu[c].to_numpy()[keep] for c in ("stack_id", "tid", "call_ts_ns", "runnable", "offcpu_ns")}
     else:
-        primary = np.array([], dtype=object)
-    out["cause"] = pd.Categorical(primary, categories=CAUSES)
-    # the label with the most time inside the primary cause
-    lab = off.groupby(["_row", "cause", "label"], observed=True)["offcpu_ns"].sum().reset_index()
-    lab = lab[lab["cause"].astype("str").to_numpy() == primary[lab["_row"].to_numpy()]] if n else lab
-    lab = lab.sort_values("offcpu_ns", ascending=False, kind="stable").drop_duplicates("_row")
-    label = pd.Series(lab["label"].to_numpy(), index=lab["_row"].to_numpy()).reindex(range(n))
-    out["cause_label"] = label.fillna("no off-CPU interval > 100 us (ran on CPU)").to_numpy()
+        off = offcpu.merge(keys, on=["tid", "call_ts_ns"], how="inner")
+        rows = off["_row"].to_numpy(dtype="int64")
+        cols = {c: off[c].to_numpy() for c in ("stack_id", "tid", "call_ts_ns", "runnable", "offcpu_ns")}
+    cause, labels = interval_causes(cols["stack_id"], cols["tid"], cols["call_ts_ns"], cols["runnable"], session.stacks,
+                                    keys[own > 0])
+    codes = pd.Index(CAUSES).get_indexer(cause) if len(cause) else np.zeros(0, dtype="int64")
+    ns = cols["offcpu_ns"].astype("int64")
+    by = np.zeros((n, len(CAUSES)), dtype="int64")
+    np.add.at(by, (rows, codes), ns)
+    off_ns = by.sum(axis=1).astype("float64")
+    other = CAUSES.index("other")
+    pcode = np.where(off_ns > 0, by.argmax(axis=1), other) if n else np.zeros(0, dtype="int64")
+    primary = np.asarray(CAUSES, dtype=object)[pcode]
+    # the label with the most time inside the primary cause (ties: the first label in order)
+    label = np.full(n, "no off-CPU interval > 100 us (ran on CPU)", dtype=object)
+    mine = codes == pcode[rows] if len(rows) else np.zeros(0, dtype=bool)
+    if mine.any():
+        lcode, luniq = pd.factorize(labels[mine], sort=True)
+        key, inv = np.unique(rows[mine] * len(luniq) + lcode, return_inverse=True)
+        tot = np.zeros(len(key), dtype="int64")
+        np.add.at(tot, inv, ns[mine])
+        krow, klab = key // len(luniq), key % len(luniq)
+        order = np.lexsort((klab, -tot, krow))
+        first = order[np.r_[True, krow[order][1:] != krow[order][:-1]]]
+        label[krow[first]] = np.asarray(luniq, dtype=object)[klab[first]]
 
-    # journal fill at the start and its low point during the call
-    start = asof(timeline, st)
+    # journal fill at the start sample and its low point during the call
+    tl_codes, st_codes = dev_codes(timeline["dev"], st["dev"])
+    pos = asof_positions(st_codes, st["ts_ns"].to_numpy(dtype="int64"), tl_codes,
+                         timeline["ts_ns"].to_numpy(dtype="int64"))
+    hit = pos >= 0
+
+    def at_start(col):
+        v = np.full(n, np.nan)
+        v[hit] = timeline[col].to_numpy(dtype="float64")[pos[hit]]
+        return v
+
+    def own_col(col):
+        return st[col].to_numpy(dtype="float64", na_value=np.nan)
+
     limits = journal_limits(session, timeline)
-    dev_limits = limits.reindex(st["dev"].astype("str")).reset_index(drop=True) if n else limits.iloc[:0]
-    free_start = start["free_blocks"].astype("float64").fillna(st["journal_free_blocks"].astype("float64"))
-    log_blocks = start["log_blocks"].astype("float64").fillna(st["journal_log_blocks"].astype("float64"))
-    log_blocks = log_blocks.fillna(dev_limits["log_blocks"])
-    inside = pd.Series(range_min(timeline, st.assign(dev=st["dev"].fillna(""))), index=st.index)
-    min_free = pd.concat([free_start, inside, st["journal_min_free_blocks"].astype("float64")], axis=1).min(axis=1)
-    mtb = start["max_transaction_blocks"].astype("float64").fillna(dev_limits["max_transaction_blocks"])
-    out["free_start_blocks"] = free_start.to_numpy()
-    out["fill_start_pct"] = fill_pct(free_start, log_blocks).to_numpy()
-    out["min_free_blocks"] = min_free.to_numpy()
-    out["fill_max_pct"] = fill_pct(min_free, log_blocks).to_numpy()
-    out["log_blocks"] = log_blocks.to_numpy()
-    out["max_transaction_blocks"] = mtb.to_numpy()
-    out["forced_fill_pct"] = forced_fill_pct(mtb, log_blocks).to_numpy()
-    own_space = (st["journal_free_blocks"].astype("float64") - RESERVED_BLOCKS
-                 - st["journal_committing_credits"].astype("float64").fillna(0.0))
-    space = pd.concat([start["space_left_blocks"].astype("float64"), own_space,
-                       pd.Series(range_min(timeline, st.assign(dev=st["dev"].fillna("")), value="space_left_blocks"),
-                                 index=st.index)], axis=1).min(axis=1)
-    out["min_space_left_blocks"] = space.to_numpy()
-    out["at_forced_level"] = (((min_free - RESERVED_BLOCKS) < mtb) | (space < mtb)).to_numpy()
-    space_start = start["space_left_blocks"].astype("float64").fillna(own_space)
-    out["headroom_start_blocks"], out["headroom_start_pct"] = (
-        x.to_numpy() for x in headroom(space_start, mtb, log_blocks))
-    out["min_headroom_blocks"], out["min_headroom_pct"] = (x.to_numpy() for x in headroom(space, mtb, log_blocks))
-    waited = (out["checkpoint_ms"].to_numpy() > 0) | (own > 0)
-    out["forced"] = (space < mtb).to_numpy() & waited
-    out["running_transaction"] = start["running_transaction"].astype("Int64").to_numpy()
-    out["committing_transaction"] = start["committing_transaction"].astype("Int64").to_numpy()
-    out["own_checkpoints"] = own
-    out["own_checkpoint"] = own > 0
-    ev = session.jbd2_events
-    bg = ev[(ev["event"] == "checkpoint") & ev["jbd2_thread"]]
-    out["background_checkpoints"] = count_between(bg, st.assign(dev=st["dev"].fillna(""))) if n else own
-    return out[stall_columns()].reset_index(drop=True)
+    li = limits.index.get_indexer(st["dev"].astype("str")) if n else np.zeros(0, dtype="int64")
+
+    def limit(col):
+        return np.where(li >= 0, limits[col].to_numpy()[np.maximum(li, 0)], np.nan) if len(limits) else np.full(n, np.nan)
+
+    def fill_nan(a, b):
+        return np.where(np.isnan(a), b, a)
+
+    free_start = fill_nan(at_start("free_blocks"), own_col("journal_free_blocks"))
+    log_blocks = fill_nan(fill_nan(at_start("log_blocks"), own_col("journal_log_blocks")), limit("log_blocks"))
+    span = st.assign(dev=st["dev"].fillna(""))
+    inside = range_min(timeline, span, value=("free_blocks", "space_left_blocks"))
+    min_free = _nan_min(free_start, inside["free_blocks"], own_col("journal_min_free_blocks"))
+    mtb = fill_nan(at_start("max_transaction_blocks"), limit("max_transaction_blocks"))
+    own_space = own_col("journal_free_blocks") - RESERVED_BLOCKS - np.nan_to_num(
+        own_col("journal_committing_credits"), nan=0.0)
+    space_at_start = at_start("space_left_blocks")
+    space = _nan_min(space_at_start, own_space, inside["space_left_blocks"])
+    space_start = fill_nan(space_at_start, own_space)
+    h_start, h_start_pct = headroom(space_start, mtb, log_blocks)
+    h_min, h_min_pct = headroom(space, mtb, log_blocks)
+    checkpoint_ms = by[:, CAUSES.index("checkpoint")].astype("float64") / 1e6
+    waited = (checkpoint_ms > 0) | (own > 0)
+    if n:
+        bg = cp_events[cp_events["jbd2_thread"].to_numpy(dtype=bool)]
+        background = count_between(bg, span)
+    else:
+        background = own
+    cols = {c: st[c] for c in ["ts_ns", "end_ns"]}
+    cols["latency_ms"] = lat_ns / 1e6
+    cols.update({c: st[c] for c in ["tid", "pid", "comm", "syscall", "ret", "dev", "handles"]})
+    cols["cause"] = pd.Categorical(primary, categories=CAUSES)
+    cols["cause_label"] = pd.array(label, dtype="str") if n else label  # an empty table: object, as ever
+    cols["offcpu_ms"] = off_ns / 1e6
+    cols["oncpu_ms"] = np.maximum(lat_ns - off_ns, 0) / 1e6
+    for i, c in enumerate(CAUSES):
+        cols[f"{c}_ms"] = by[:, i].astype("float64") / 1e6
+    cols.update({
+        "free_start_blocks": free_start, "fill_start_pct": fill_pct(free_start, log_blocks),
+        "min_free_blocks": min_free, "fill_max_pct": fill_pct(min_free, log_blocks),
+        "log_blocks": log_blocks, "max_transaction_blocks": mtb, "forced_fill_pct": forced_fill_pct(mtb, log_blocks),
+        "min_space_left_blocks": space,
+        "at_forced_level": ((min_free - RESERVED_BLOCKS) < mtb) | (space < mtb),
+        "headroom_start_blocks": h_start, "headroom_start_pct": h_start_pct,
+        "min_headroom_blocks": h_min, "min_headroom_pct": h_min_pct,
+        "forced": (space < mtb) & waited,
+        "running_transaction": pd.Series(at_start("running_transaction")).astype("Int64").to_numpy(),
+        "committing_transaction": pd.Series(at_start("committing_transaction")).astype("Int64").to_numpy(),
+        "own_checkpoint": own > 0, "own_checkpoints": own, "background_checkpoints": background,
+    })
+    return pd.DataFrame(cols, index=pd.RangeIndex(n))[stall_columns()]
 
 
 def by_cause(stalls):
     """Per cause: ``count`` (stalls whose primary cause it is) and ``total_ms`` (off-CPU time
     inside stalls attributed to it).  Every cause has a row, zeros included."""
-    import pandas as pd
-
     count = stalls["cause"].value_counts().reindex(list(CAUSES), fill_value=0)
     total = pd.Series({c: float(stalls[f"{c}_ms"].sum()) for c in CAUSES})
     return pd.DataFrame({"count": count.astype("int64"), "total_ms": total}).rename_axis("cause")

@@ -124,15 +124,28 @@ def read_arrow(session_dir, table, schema, columns=None):
     """One table of a session as a single Arrow table, whether stored as one file or as
     chunks; an empty table of ``schema`` when it has no rows yet."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    parts = [pq.read_table(f, columns=columns) for f in table_files(session_dir, table)]
+    parts = [_read_file(f, columns) for f in table_files(session_dir, table)]
     if not parts:
         empty = schema.empty_table()
         return empty.select(columns) if columns else empty
     if len(parts) == 1:
         return parts[0]
     return pa.concat_tables(parts, promote_options="default")
+
+
+#: Files smaller than this are decoded in the calling thread (a thread pool costs more than
+#: it saves on a small table, and a fleet of sessions is parallel per session already).
+THREADED_READ_BYTES = 8 << 20
+
+
+def _read_file(path, columns=None):
+    """One Parquet file as an Arrow table (``pyarrow.parquet.ParquetFile``: no dataset
+    discovery, which dominates the cost of reading a small file)."""
+    import pyarrow.parquet as pq
+
+    with pq.ParquetFile(path) as f:
+        return f.read(columns=columns, use_threads=os.path.getsize(path) > THREADED_READ_BYTES)
 
 
 def write_chunk(session_dir, table, arrow_table, seq):
