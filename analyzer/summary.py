@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from jstall.probes.syscalls import GROUPS
+from jstall.schema import PHASES
 
 from . import causes, recording, window
 from .journals import session_span_s
@@ -31,12 +32,13 @@ JOURNAL_FIELDS = (
     "avg_blocks_per_transaction", "avg_logged_blocks_per_transaction", "avg_handles_per_transaction",
     "forced_checkpoints", "background_checkpoints", "forced_checkpoint_written_blocks",
     "background_checkpoint_written_blocks", "logged_blocks", "log_rate_blocks_per_s",
-    "peak_log_rate_blocks_per_s", "max_fill_pct", "min_free_blocks", "forced_fill_pct",
+    "peak_log_rate_blocks_per_s", "max_fill_pct", "min_free_blocks", "headroom_low_blocks",
+    "headroom_low_pct", "forced_fill_pct",
     "time_at_forced_level_s", "stalls", "stall_ms")
 #: Journal figures that are whole blocks.
 _BLOCK_FIELDS = ("journal_blocks", "max_transaction_blocks", "log_blocks", "min_free_blocks")
 #: Commit phases averaged per journal (``avg_<phase>_ms`` columns).
-PHASE_FIELDS = ("wait", "request_delay", "running", "locked", "flushing", "logging")
+PHASE_FIELDS = PHASES
 #: Columns of an agreement row with /proc/fs/jbd2 (journals.proc_agreement).
 PROC_FIELDS = ("metric", "analyzer", "kernel", "kernel_low", "kernel_high", "rel_diff", "tolerance_abs", "unit",
                "status", "agree")
@@ -118,7 +120,8 @@ class StallSummary(_Doc):
 @dataclass(frozen=True)
 class JournalSummary(_Doc):
     """One journal's figures (journals.summary; units in the names): geometry, transactions,
-    checkpoints, log rate, fill, stalls; ``avg_phase_ms`` {phase: ms} (commit phases);
+    checkpoints, log rate, fill, headroom low (blocks and % of the log; below 0 a handle had to
+    wait for log space, fill.headroom), stalls; ``avg_phase_ms`` {phase: ms} (commit phases);
     ``proc_agreement`` the agreement with /proc/fs/jbd2 (a dict as in the document) or None."""
 
     dev: str
@@ -145,6 +148,8 @@ class JournalSummary(_Doc):
     peak_log_rate_blocks_per_s: float
     max_fill_pct: float
     min_free_blocks: int
+    headroom_low_blocks: float
+    headroom_low_pct: float
     forced_fill_pct: float
     time_at_forced_level_s: float
     stalls: int
