@@ -189,7 +189,7 @@ def test_cleanup_removes_what_a_killed_process_left(scratch_dir):
     proc.kill()
     proc.wait()
     assert leftovers(scratch_dir)[0] and ("write_iops", dev) in throttle_rules()
-    (run,) = scratch.find_runs(scratch_dir)
+    (run,) = scratch.scratch_runs(scratch_dir)
     assert not run["alive"] and run["state"]["mounts"] and run["state"]["throttles"] == {dev: ["write_iops"]}
     ((rd, lines),) = scratch.cleanup(scratch_dir, dry_run=True)
     assert rd == run_dir and any(line.startswith("would unmount") for line in lines)

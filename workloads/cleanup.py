@@ -80,7 +80,7 @@ def undo_run(run_dir, marker=None):
     return done
 
 
-def find_runs(scratch_dir=None):
+def scratch_runs(scratch_dir=None):
     """Run directories under a scratch directory, each {'run_dir', 'marker', 'alive', 'state'};
     'alive' when the process that made it still runs."""
     base = os.path.abspath(scratch_dir or DEFAULT_SCRATCH)
@@ -105,7 +105,7 @@ def cleanup(scratch_dir=None, dry_run=False, include_alive=False):
     if os.path.exists(base) and os.listdir(base) and not os.path.exists(os.path.join(base, SCRATCH_MARKER)):
         raise JstallError(f"--scratch {base}: not a lab scratch directory (no {SCRATCH_MARKER}); nothing to clean there")
     out = []
-    for run in find_runs(base):
+    for run in scratch_runs(base):
         if run["alive"] and not include_alive:
             continue
         if dry_run:

@@ -259,7 +259,7 @@ def _run(args):
 
 
 def _sweep(args):
-    from .sweep import run_sweep
+    from .sweep_run import run_sweep
 
     values = _values(args, sweep=True)
     if args.repeat < 1:

@@ -32,7 +32,7 @@ The parts live in modules named for their job; this module gathers their public 
 
 from jstall.system import mount_options, parse_dumpe2fs
 
-from .cleanup import cleanup, find_runs, run_state, undo_run
+from .cleanup import cleanup, scratch_runs, run_state, undo_run
 from .fsconfig import (BLOCK_SIZES, DATA_MODES, FAST_COMMIT_BLOCKS, JOURNAL_MAX_BLOCKS, JOURNAL_MIN_BLOCKS,
                        MKFS_FEATURES_OWN, MKFS_OWN, MKFS_PASSTHROUGH, MOUNT_OWN, THROTTLE_MODES, FsConfig,
                        format_size, parse_size)
@@ -44,6 +44,6 @@ __all__ = [
     "BLOCK_SIZES", "BLOCK_STAT_FIELDS", "DATA_MODES", "DEFAULT_SCRATCH", "FAST_COMMIT_BLOCKS", "FREE_MARGIN",
     "JOURNAL_MAX_BLOCKS", "JOURNAL_MIN_BLOCKS", "MARKER", "MKFS_FEATURES_OWN", "MKFS_OWN", "MKFS_PASSTHROUGH",
     "MOUNT_OWN", "SCRATCH_MARKER", "THROTTLE_MODES", "FsConfig", "ScratchFs", "Terminated", "check_free_space",
-    "cleanup", "dev_of", "find_runs", "format_size", "loop_backing_files", "mount_options", "parse_dumpe2fs",
+    "cleanup", "dev_of", "scratch_runs", "format_size", "loop_backing_files", "mount_options", "parse_dumpe2fs",
     "parse_size", "prepare_scratch", "read_block_stat", "read_inflight", "run_state", "syncfs", "undo_run",
 ]
