@@ -655,12 +655,16 @@ static __always_inline int handle_start(__u64 sb)
 	struct dev_clock *k = clock_of(dev);
 	if (!k || !clock_traced(k, dev))
 		return 0;
+	__u64 now = 0;
 #if MONITOR_OPS
 	struct inflight *wait = op_begin_handle_wait(c, dev);
-	if (wait)
+	if (wait) {
 		c = wait;
+		now = wait->ts_ns;  /* the wait began just now */
+	}
 #endif
-	__u64 now = bpf_ktime_get_ns();
+	if (!now)
+		now = bpf_ktime_get_ns();
 	int sample = now - k->last_ns >= FILL_SAMPLE_NS;
 	if (!c && !sample)
 		return 0;
