@@ -7,22 +7,31 @@
    bcc's `syscount -L` (Debian: syscount-bpfcc); a bpftrace raw_syscalls latency
    histogram. Each traced rate is divided by the same round's untraced rate. Prints every
    round, then the median and range of each ratio, and checks that jstall counted every call.
-2. Bystanders: `dd if=/dev/zero of=/dev/null` with bs=1 and bs=4096 (read/write syscalls
-   nobody traces) while jstall records `-d` the idle scratch ext4, in the same ABBA way.
-3. Each jstall BPF program's run time per event (kernel.bpf_stats_enabled, on for that
+2. Bystanders, while jstall records `-d` the idle scratch ext4, in the same ABBA way:
+   `dd if=/dev/zero of=/dev/null` with bs=1 and bs=4096 (read/write syscalls nobody
+   traces, as fast as they go); a small-read server (a client asks for 512-byte records
+   over a unix socket, the server preads them from a page-cached file on another
+   filesystem and sends them back: 5 untraced syscalls a request, paced at --server-rate
+   syscalls/s), measured as requests per CPU-second of both processes.
+3. dbench (Debian's, its client.txt load) on the traced scratch ext4: MB/s while jstall
+   records `-d` it, against untraced, ABBA.
+4. Each jstall BPF program's run time per event (kernel.bpf_stats_enabled, on for that
    run only), per attach mode.
 
 The machine may be shared: ABBA order, medians and ranges; the load average is printed.
 
 usage: record_overhead.py [--rounds 8] [--files 5000] [--loops 10] [--mount DIR] [--skip-bystanders]
+                          [--skip-dbench] [--dbench-seconds 10]
 """
 
 import argparse
 import contextlib
 import json
 import os
+import resource
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -49,6 +58,57 @@ def run_dd(bs, count):
                          capture_output=True, text=True).stderr
     seconds = float(err.strip().splitlines()[-1].split(", ")[-2].split()[0])
     return count / seconds
+
+
+def small_read_server(path, requests, syscalls_per_s):
+    """Requests per CPU-second (client and server together) of a client-server pair over a
+    unix socket: the client asks for the 512-byte record at an offset, the server preads
+    it from the page-cached file at path and sends it back; 5 syscalls a request, paced
+    in batches at syscalls_per_s."""
+    client, server = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    size = os.path.getsize(path)
+    pid = os.fork()
+    if pid == 0:  # the server
+        try:
+            client.close()
+            fd = os.open(path, os.O_RDONLY)
+            while req := server.recv(8):
+                server.send(os.pread(fd, 512, int.from_bytes(req, "little")))
+        finally:
+            os._exit(0)
+    server.close()
+    batch, period = 200, 200 * 5 / syscalls_per_s
+    r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.monotonic()
+    for i in range(0, requests, batch):
+        for k in range(i, i + batch):
+            client.send(((k * 4096) % (size - 512)).to_bytes(8, "little"))
+            client.recv(512)
+        wait = t0 + (i + batch) / batch * period - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+    client.close()
+    os.waitpid(pid, 0)
+    r1, rc = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime) + rc.ru_utime + rc.ru_stime
+    return requests / cpu
+
+
+def run_server(path, requests, syscalls_per_s):
+    """small_read_server in a fresh process, so RUSAGE_CHILDREN counts only its server."""
+    out = subprocess.run([sys.executable, __file__, "--_server", path, str(requests), str(syscalls_per_s)],
+                         check=True, capture_output=True, text=True).stdout
+    return float(out)
+
+
+DBENCH_LOAD = "/usr/share/dbench/client.txt"
+
+
+def run_dbench(mount, seconds, clients=2):
+    """dbench's throughput (MB/s) on mount: its final 'Throughput N MB/sec' line."""
+    out = subprocess.run(["dbench", "-D", mount, "-c", DBENCH_LOAD, "-t", str(seconds), str(clients)],
+                         check=True, capture_output=True, text=True).stdout
+    line = next(ln for ln in out.splitlines() if ln.startswith("Throughput"))
+    return float(line.split()[1])
 
 
 @contextlib.contextmanager
@@ -123,6 +183,9 @@ def summary(label, values, unit=""):
 
 
 def main():
+    if sys.argv[1:2] == ["--_server"]:  # the bystander server's own process (run_server)
+        print(small_read_server(sys.argv[2], int(sys.argv[3]), float(sys.argv[4])))
+        return
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--files", type=int, default=5000)
@@ -130,6 +193,10 @@ def main():
     ap.add_argument("--dd-count", type=int, default=5_000_000, help="blocks per dd run at bs=1 (half at bs=4096)")
     ap.add_argument("--mount", help="an existing ext4 mount to use instead of a scratch loop device")
     ap.add_argument("--skip-bystanders", action="store_true")
+    ap.add_argument("--server-rate", type=float, default=100_000, help="the small-read server's syscalls/s")
+    ap.add_argument("--server-requests", type=int, default=100_000)
+    ap.add_argument("--skip-dbench", action="store_true")
+    ap.add_argument("--dbench-seconds", type=int, default=10)
     args = ap.parse_args()
     print(f"load average at start: {os.getloadavg()}; CPUs: {os.cpu_count()}; kernel {os.uname().release}")
     with scratch_mount(args.mount) as mount, tempfile.TemporaryDirectory(dir="/var/tmp") as tmp:
@@ -183,8 +250,38 @@ def main():
                 print(summary("untraced blocks/s (millions)", [v / 1e6 for v in by["untraced"]]))
                 for n in bnames[1:]:
                     print(summary(f"ratio {n}", [t / u for t, u in zip(by[n], by["untraced"])]))
+            data = os.path.join(tmp, "server-data")  # /var/tmp: not the traced filesystem
+            with open(data, "wb") as f:
+                f.write(os.urandom(8 << 20))
+            print(f"\n2b. bystander small-read server at {args.server_rate:,.0f} syscalls/s, {args.server_requests:,} "
+                  "requests, while jstall records -d the idle scratch ext4: requests per CPU-second")
+            by = {"untraced": [], "jstall (syscalls)": [], "jstall (raw)": []}
+            bnames = list(by)
+            for r in range(args.rounds):
+                for n in (bnames if r % 2 == 0 else bnames[::-1]):
+                    with conditions[n]():
+                        by[n].append(run_server(data, args.server_requests, args.server_rate))
+            print(summary("untraced requests per CPU-s (thousands)", [v / 1e3 for v in by["untraced"]]))
+            for n in bnames[1:]:
+                print(summary(f"ratio {n}", [t / u for t, u in zip(by[n], by["untraced"])]))
 
-        print("\n3. BPF program run time per event (kernel.bpf_stats_enabled), one loop run per attach mode")
+        if not args.skip_dbench:
+            print(f"\n3. dbench ({DBENCH_LOAD}, 2 clients, {args.dbench_seconds} s) on the traced scratch ext4: MB/s")
+            os.makedirs(os.path.join(mount, "dbench"), exist_ok=True)
+            db = {"untraced": [], "jstall (syscalls)": []}
+            dnames = list(db)
+            for r in range(args.rounds):
+                for n in (dnames if r % 2 == 0 else dnames[::-1]):
+                    with conditions[n]():
+                        db[n].append(run_dbench(os.path.join(mount, "dbench"), args.dbench_seconds))
+                    if n.startswith("jstall"):
+                        lost = sum(jstall["syscalls"].last.metadata["events_lost"].values())
+                        if lost:
+                            print(f"      {n}: {lost} events lost", file=sys.stderr)
+            print(summary("untraced MB/s", db["untraced"]))
+            print(summary("ratio jstall (syscalls)", [t / u for t, u in zip(db["jstall (syscalls)"], db["untraced"])]))
+
+        print("\n4. BPF program run time per event (kernel.bpf_stats_enabled), one loop run per attach mode")
         old = open("/proc/sys/kernel/bpf_stats_enabled").read().strip()
         try:
             with open("/proc/sys/kernel/bpf_stats_enabled", "w") as f:

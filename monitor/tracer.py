@@ -435,9 +435,8 @@ class Tracer(Recorder):
         """{'calls', 'offcpu', 'jbd2', 'stacks'}: records the kernel could not hand over."""
         if self.bpf is None:
             return {}
-        c = [int(v.value) for v in self.bpf[b"counters"].values()]
-        return {"calls": c[events.BUFFERS["BUF_CALLS"]], "offcpu": c[events.BUFFERS["BUF_OFFCPU"]],
-                "jbd2": c[events.BUFFERS["BUF_JBD2"]], "stacks": c[events.BUFFERS["STACKS_LOST"]]}
+        c = events.lost_counts(self.bpf)
+        return {k: c[k] for k in ("calls", "offcpu", "jbd2", "stacks")}
 
     def bpf_run(self):
         """{program: (run seconds, runs)}: the run time of the monitor's BPF programs so far,

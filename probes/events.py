@@ -28,12 +28,13 @@ def parse_header(path=HEADER):
     defines = {m.group(1): int(m.group(2)) for m in re.finditer(r"#define\s+(\w+)\s+(\d+)", text)}
     enums = {}
     for name, body in _ENUM_RE.findall(text):
-        values = {}
+        values, nxt = {}, 0
         for item in body.split(","):
             item = item.strip()
-            if item:
+            if item:  # as in C: a name without a value is the previous one plus 1
                 key, _, val = item.partition("=")
-                values[key.strip()] = int(val.strip(), 0)
+                values[key.strip()] = nxt = int(val.strip(), 0) if val.strip() else nxt
+                nxt += 1
         enums[name] = values
     fields = {}
     for name, body in _STRUCT_RE.findall(text):
@@ -85,3 +86,15 @@ def decode(struct_name, chunks):
         return np.zeros(0, dtype=dt)
     buf = b"".join(chunks)
     return np.frombuffer(buf, dtype=dt)
+
+
+def lost_counts(bpf):
+    """The probes' loss counters (a per-CPU array), summed over CPUs: records a full ring
+    buffer refused ('calls', 'offcpu', 'jbd2') and failed stack captures ('stacks', all of
+    them; of those 'stacks_full': the stack map was full, 'stacks_collided': another stack
+    held the hash bucket)."""
+    table = bpf[b"counters"]
+    c = [sum(int(v) for v in table.getvalue(table.Key(i))) for i in range(BUFFERS["NR_COUNTERS"])]
+    full, collided = c[BUFFERS["STACKS_FULL"]], c[BUFFERS["STACKS_COLLIDED"]]
+    return {"calls": c[BUFFERS["BUF_CALLS"]], "offcpu": c[BUFFERS["BUF_OFFCPU"]], "jbd2": c[BUFFERS["BUF_JBD2"]],
+            "stacks": c[BUFFERS["STACKS_LOST"]] + full + collided, "stacks_full": full, "stacks_collided": collided}

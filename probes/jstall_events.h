@@ -1,8 +1,9 @@
 /* Event records the BPF side writes to its ring buffers and the Python side reads
  * (probes/events.py parses this file to build its record layouts).
- * Rules that keep both sides in step: only __u32/__s32/__u64/__s64 and char arrays,
- * every field naturally aligned, every struct a multiple of 8 bytes, and the first
- * field of each record is its kind.
+ * Rules that keep both sides in step: only __u32/__s32/__u64/__s64, char arrays and
+ * the shared structs defined here (flattened into their fields by the reader), every
+ * field naturally aligned, every struct a multiple of 8 bytes or of 4 bytes holding no
+ * 64-bit field, and the first field of each record is its kind.
  */
 #ifndef JSTALL_EVENTS_H
 #define JSTALL_EVENTS_H
@@ -12,40 +13,42 @@
 
 enum jstall_kind {
 	KIND_CALL = 1,
-	KIND_OFFCPU = 2,
-	KIND_JBD2 = 3,
-	KIND_RUN_STATS = 4,
-	KIND_CHECKPOINT_STATS = 5,
-	KIND_LOG_TAIL = 6,
-	KIND_FILL = 7,
+	KIND_OFFCPU,
+	KIND_JBD2,
+	KIND_RUN_STATS,
+	KIND_CHECKPOINT_STATS,
+	KIND_LOG_TAIL,
+	KIND_FILL,
 };
 
 /* jbd2 lifecycle events (struct jbd2_event.event) */
 enum jstall_jbd2_event {
 	JBD2_START_COMMIT = 0,
-	JBD2_COMMIT_LOCKING = 1,
-	JBD2_COMMIT_FLUSHING = 2,
-	JBD2_COMMIT_LOGGING = 3,
-	JBD2_END_COMMIT = 4,
-	JBD2_DROP_TRANSACTION = 5,
-	JBD2_CHECKPOINT = 6,
-	JBD2_LOCK_BUFFER_STALL = 7,
-	JBD2_WRITE_SUPERBLOCK = 8,
+	JBD2_COMMIT_LOCKING,
+	JBD2_COMMIT_FLUSHING,
+	JBD2_COMMIT_LOGGING,
+	JBD2_END_COMMIT,
+	JBD2_DROP_TRANSACTION,
+	JBD2_CHECKPOINT,
+	JBD2_LOCK_BUFFER_STALL,
+	JBD2_WRITE_SUPERBLOCK,
 };
 
 /* The monitor's fs-level operations, in call_event.syscall_nr (above every syscall number) */
 enum jstall_op {
 	OP_JOURNAL_START = 4096,
-	OP_SYNC_FILE = 4097,
+	OP_SYNC_FILE,
 };
 
 /* ring buffers, and the index of each one's lost-event counter */
 enum jstall_buffer {
 	BUF_CALLS = 0,
-	BUF_OFFCPU = 1,
-	BUF_JBD2 = 2,
-	STACKS_LOST = 3,
-	NR_COUNTERS = 4,
+	BUF_OFFCPU,
+	BUF_JBD2,
+	STACKS_LOST,       /* stack captures failed: no stack, or another error */
+	STACKS_FULL,       /* ... the stack map was full (-ENOMEM) */
+	STACKS_COLLIDED,   /* ... another stack held the hash bucket (-EEXIST) */
+	NR_COUNTERS,
 };
 
 /* The journal's fill level, read from journal_t; has_journal is 0 when unknown. */
@@ -63,14 +66,27 @@ struct jstall_fill {
 	__u32 has_journal;
 };
 
+/* The task an event fired in (for off-CPU intervals: the thread switched back in). */
+struct jstall_task {
+	__u32 tid;
+	__u32 pid;
+	char comm[JSTALL_COMM_LEN];
+};
+
+/* Whether a jbd2 event fired inside a traced call, and in a task the session traces
+ * (system-wide: every task). */
+struct jstall_scope {
+	__u32 in_traced_call;
+	__u32 traced_task;
+};
+
 /* A traced metadata call at or above the threshold. */
 struct call_event {
 	__u32 kind;
 	__u32 syscall_nr;
 	__u64 ts_ns;
 	__u64 latency_ns;
-	__u32 tid;
-	__u32 pid;
+	struct jstall_task task;
 	__s64 ret;
 	__u32 dev;
 	__u32 handles;
@@ -79,23 +95,20 @@ struct call_event {
 	__u64 journal_log_blocks;
 	__u64 journal_committing_credits;
 	__u64 cgroup_id;
-	char comm[JSTALL_COMM_LEN];
 	char file[JSTALL_FILE_LEN];
 };
 
 /* An off-CPU interval of a thread inside a traced call. */
 struct offcpu_event {
 	__u32 kind;
-	__u32 tid;
+	__s32 stack_id;
 	__u64 ts_ns;
 	__u64 offcpu_ns;
-	__u32 pid;
-	__s32 stack_id;
+	struct jstall_task task;
 	__s64 state;
 	__u64 call_ts_ns;
 	__u32 syscall_nr;
 	__u32 dev;
-	char comm[JSTALL_COMM_LEN];
 };
 
 /* A jbd2 lifecycle event with the journal's fill level at that moment. */
@@ -105,13 +118,10 @@ struct jbd2_event {
 	__u64 ts_ns;
 	__u32 dev;
 	__s32 transaction;
-	__u32 tid;
-	__u32 pid;
+	struct jstall_task task;
 	__s64 arg;
-	__u32 in_traced_call;
-	__u32 traced_task;
+	struct jstall_scope scope;
 	struct jstall_fill fill;
-	char comm[JSTALL_COMM_LEN];
 };
 
 /* jbd2_run_stats: times are raw jiffies */
@@ -120,9 +130,8 @@ struct run_stats_event {
 	__u32 dev;
 	__u64 ts_ns;
 	__u32 transaction;
-	__u32 tid;
-	__u32 pid;
 	__u32 handle_count;
+	struct jstall_task task;
 	__u64 wait_jiffies;
 	__u64 request_delay_jiffies;
 	__u64 running_jiffies;
@@ -131,7 +140,6 @@ struct run_stats_event {
 	__u64 logging_jiffies;
 	__u32 blocks;
 	__u32 blocks_logged;
-	char comm[JSTALL_COMM_LEN];
 };
 
 /* jbd2_checkpoint_stats: chp_time is raw jiffies */
@@ -140,15 +148,12 @@ struct checkpoint_stats_event {
 	__u32 dev;
 	__u64 ts_ns;
 	__u32 transaction;
-	__u32 tid;
-	__u32 pid;
 	__u32 forced_to_close;
+	struct jstall_task task;
 	__u64 chp_time_jiffies;
 	__u32 written;
 	__u32 dropped;
-	__u32 in_traced_call;
-	__u32 traced_task;
-	char comm[JSTALL_COMM_LEN];
+	struct jstall_scope scope;
 };
 
 /* jbd2_update_log_tail: fires before j_free grows by freed_blocks */
@@ -156,16 +161,13 @@ struct log_tail_event {
 	__u32 kind;
 	__u32 dev;
 	__u64 ts_ns;
-	__u32 tid;
-	__u32 pid;
 	__u32 tail_sequence;
 	__u32 first_tid;
+	struct jstall_task task;
 	__u64 block_nr;
 	__u64 freed_blocks;
-	__u32 in_traced_call;
-	__u32 traced_task;
+	struct jstall_scope scope;
 	struct jstall_fill fill;
-	char comm[JSTALL_COMM_LEN];
 };
 
 /* A fill-level sample taken at a handle start. */

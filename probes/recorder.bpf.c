@@ -45,6 +45,13 @@
 #include <linux/types.h>
 #include "jstall_events.h"
 
+#ifndef ENOMEM
+#define ENOMEM 12
+#endif
+#ifndef EEXIST
+#define EEXIST 17
+#endif
+
 _Static_assert(sizeof(struct call_event) == SIZEOF_call_event, "call_event layout");
 _Static_assert(sizeof(struct offcpu_event) == SIZEOF_offcpu_event, "offcpu_event layout");
 _Static_assert(sizeof(struct jbd2_event) == SIZEOF_jbd2_event, "jbd2_event layout");
@@ -61,14 +68,32 @@ struct inflight {
 	__u32 handles;
 	__u32 pid;
 	__u32 flags;       /* NR_* of the call */
-	__u32 pad;
+	__u32 dev_checked; /* dev passed the device filter (call_end need not look again) */
 	__u64 arg0;        /* first two arguments (per-syscall tracepoints only) */
 	__u64 arg1;
 	__u64 free_first;
 	__u64 free_min;
 	__u64 log_blocks;
 	__u64 credits_first;
+	/* the journal of the call's first handle: a later handle on the same super_block
+	 * reads only j_free (the call pins its filesystem, so the pointers stay valid) */
+	__u64 jsb;
+	__u64 journal;
+	__u32 jdev;
+	__u32 pad;
 };
+
+/* Fill-sample clock of a traced journal, in an array slot chosen by its device:
+ * no hash on the handle path. Two devices in one slot take it in turn (each then
+ * samples at every handle until the other comes back: more samples, none wrong). */
+struct dev_clock {
+	__u32 dev;
+	__u32 traced;      /* CLOCK_TRACED or CLOCK_UNTRACED, fixed for the session's filters */
+	__u64 last_ns;     /* last fill sample */
+};
+#define CLOCK_TRACED 1
+#define CLOCK_UNTRACED 2
+#define FILL_SLOTS 256
 
 /* A traced thread switched out; the call's fields are copied because only the
  * current task's storage can be read at sched_switch. */
@@ -99,13 +124,14 @@ struct call_stats {
 BPF_RINGBUF_OUTPUT(calls_rb, RB_PAGES);
 BPF_RINGBUF_OUTPUT(offcpu_rb, RB_PAGES);
 BPF_RINGBUF_OUTPUT(jbd2_rb, RB_PAGES);
-BPF_ARRAY(counters, __u64, NR_COUNTERS);
+BPF_PERCPU_ARRAY(counters, __u64, NR_COUNTERS);  /* summed by the reader */
 BPF_TASK_STORAGE(inflight, struct inflight);   /* ts_ns == 0: no traced call */
 BPF_HASH(offstart, __u32, struct offstart, 65536);
 BPF_STACK_TRACE(stacks, STACK_ENTRIES);
 BPF_PERCPU_HASH(call_stats, struct call_key, struct call_stats, 4096);  /* summed by the reader */
 BPF_HASH(journals, __u32, __u64, 256);          /* dev -> journal_t * */
-BPF_HASH(last_sample, __u32, __u64, 256);       /* dev -> ts of last fill sample */
+BPF_ARRAY(fill_clock, struct dev_clock, FILL_SLOTS);  /* fill_slot(dev) -> clock */
+BPF_ARRAY(offstart_pending, __u64, 1);          /* entries in offstart: 0 = nothing to look up */
 BPF_HASH(devices, __u32, __u8, 64);             /* device filter */
 BPF_HASH(tgids, __u32, __u8, 65536);            /* traced process tree */
 BPF_HASH(used_devs, __u32, __u8, 256);          /* journals the traced tasks used (task filters) */
@@ -125,9 +151,17 @@ static __always_inline __u64 read_sized(const void *addr, int size)
 
 static __always_inline void count(__u32 idx)
 {
-	__u64 *c = counters.lookup(&idx);
+	__u64 *c = counters.lookup(&idx);   /* this CPU's slot: no atomic needed */
 	if (c)
-		__sync_fetch_and_add(c, 1);
+		(*c)++;
+}
+
+static __always_inline void current_task(struct jstall_task *t)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	t->tid = (__u32)id;
+	t->pid = id >> 32;
+	bpf_get_current_comm(&t->comm, sizeof(t->comm));
 }
 
 /* dev_t as the kernel encodes it: major << 20 | minor */
@@ -166,11 +200,9 @@ static __always_inline int task_allowed(__u32 tgid)
 static __always_inline int journal_traced(__u32 dev)
 {
 #if FILTER_DEV
-	return devices.lookup(&dev) != NULL;
-#elif FILTER_TASKS
-	return used_devs.lookup(&dev) != NULL;
+	return dev_allowed(dev);
 #else
-	return 1;
+	return !FILTER_TASKS || used_devs.lookup(&dev) != NULL;
 #endif
 }
 
@@ -234,15 +266,44 @@ static __always_inline __s32 transaction_tid(__u64 transaction)
 	return transaction ? (__s32)READ_FIELD(transaction, T_TID) : -1;
 }
 
+/* journal_t's log window: j_head, j_tail, j_free, j_first, j_last, adjacent unsigned
+ * longs in struct journal_s (include/linux/jbd2.h), so one read serves them all. */
+struct log_window {
+	__u64 head;
+	__u64 tail;
+	__u64 free;
+	__u64 first;
+	__u64 last;
+};
+#define LOG_WINDOW_ADJACENT (J_TAIL_OFF == J_HEAD_OFF + 8 && J_FREE_OFF == J_HEAD_OFF + 16 && \
+			     J_FIRST_OFF == J_HEAD_OFF + 24 && J_LAST_OFF == J_HEAD_OFF + 32 && \
+			     J_HEAD_SIZE == 8 && J_TAIL_SIZE == 8 && J_FREE_SIZE == 8 && \
+			     J_FIRST_SIZE == 8 && J_LAST_SIZE == 8)
+
+static __always_inline void read_log_window(__u64 journal, struct log_window *w)
+{
+#if LOG_WINDOW_ADJACENT
+	bpf_probe_read_kernel(w, sizeof(*w), (const void *)journal + J_HEAD_OFF);
+#else
+	w->head = READ_FIELD(journal, J_HEAD);
+	w->tail = READ_FIELD(journal, J_TAIL);
+	w->free = READ_FIELD(journal, J_FREE);
+	w->first = READ_FIELD(journal, J_FIRST);
+	w->last = READ_FIELD(journal, J_LAST);
+#endif
+}
+
 static __always_inline void read_fill(__u64 journal, struct jstall_fill *f)
 {
 	if (!journal)
 		return;
-	f->free_blocks = READ_FIELD(journal, J_FREE);
-	f->head_block = READ_FIELD(journal, J_HEAD);
-	f->tail_block = READ_FIELD(journal, J_TAIL);
-	f->first_block = READ_FIELD(journal, J_FIRST);
-	f->last_block = READ_FIELD(journal, J_LAST);
+	struct log_window w = {};
+	read_log_window(journal, &w);
+	f->free_blocks = w.free;
+	f->head_block = w.head;
+	f->tail_block = w.tail;
+	f->first_block = w.first;
+	f->last_block = w.last;
 	f->journal_blocks = READ_FIELD(journal, J_TOTAL_LEN);
 	f->max_transaction_blocks = READ_FIELD(journal, J_MAX_TX);
 	f->running_transaction = transaction_tid(READ_FIELD(journal, J_RUNNING));
@@ -266,29 +327,41 @@ static __always_inline struct inflight *current_call(__u64 flags)
 	return inflight.task_storage_get(task, 0, flags);
 }
 
-static __always_inline __u32 log2_u64(__u64 v)
+/* the device's fill clock: its array slot, claimed when another device held it */
+static __always_inline struct dev_clock *clock_of(__u32 dev)
 {
-	__u32 r = 0;
-	#pragma unroll
-	for (int shift = 32; shift > 0; shift >>= 1) {
-		if (v >> shift) {
-			v >>= shift;
-			r += shift;
-		}
+	__u32 idx = (dev ^ (dev >> 20) * 37) & (FILL_SLOTS - 1);   /* minor ^ major * 37 */
+	struct dev_clock *k = fill_clock.lookup(&idx);
+	if (k && k->dev != dev) {
+		k->dev = dev;
+		k->traced = journal_traced(dev) ? CLOCK_TRACED : CLOCK_UNTRACED;
+		k->last_ns = 0;
 	}
-	return r;
+	return k;
+}
+
+/* Is the clock's journal traced? With a task filter alone the answer grows while
+ * recording (used_devs), so it is asked each time; otherwise it is fixed. */
+static __always_inline int clock_traced(struct dev_clock *k, __u32 dev)
+{
+#if FILTER_TASKS && !FILTER_DEV
+	return journal_traced(dev);
+#else
+	return k->traced == CLOCK_TRACED;
+#endif
 }
 
 /* ==== TRACE_SYSCALLS: metadata syscalls ========================================= */
-#if TRACE_SYSCALLS || MONITOR_OPS   /* call_enter and call_exit serve monitor operations too */
+#if TRACE_SYSCALLS || MONITOR_OPS   /* call_begin and call_end serve monitor operations too */
 
 /* A traced call begins: flags are its NR_* bits, arg0/arg1 its first two arguments
- * (0 when they are read later from the saved registers). */
-static __always_inline int call_enter(__u32 nr, __u32 flags, __u64 arg0, __u64 arg1, __u64 regs)
+ * (0 when they are read later from the saved registers). Returns the call, or NULL
+ * when it is not traced. */
+static __always_inline struct inflight *call_begin(__u32 nr, __u32 flags, __u64 arg0, __u64 arg1, __u64 regs)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	if (!task_allowed(id >> 32))
-		return 0;
+		return NULL;
 	__u32 dev = 0;
 #if SYSCALL_ARGS
 	if (flags & NR_FD_ARG0) {
@@ -298,54 +371,54 @@ static __always_inline int call_enter(__u32 nr, __u32 flags, __u64 arg0, __u64 a
 		dev = file_dev(fd_file(arg0));
 #if FILTER_DEV
 		if (dev && !devices.lookup(&dev))
-			return 0;  /* a call on another filesystem */
+			return NULL;  /* a call on another filesystem */
 #endif
 	}
 #endif
 	struct inflight *c = current_call(BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!c)
-		return 0;
+		return NULL;
 	c->ts_ns = bpf_ktime_get_ns();
 	c->syscall_nr = nr;
 	c->flags = flags;
 	c->pid = id >> 32;
 	c->dev = dev;
+	c->dev_checked = dev != 0;  /* an fd's device passed the filter above */
 	c->handles = 0;
 	c->arg0 = arg0;
 	c->arg1 = arg1;
 	c->free_first = c->free_min = c->log_blocks = c->credits_first = 0;
+	return c;
+}
+
+static __always_inline int call_enter(__u32 nr, __u32 flags, __u64 arg0, __u64 arg1, __u64 regs)
+{
+	call_begin(nr, flags, arg0, arg1, regs);
 	return 0;
 }
 
-/* A traced call ends with ret; regs: the saved user registers (raw_syscalls), or 0 when
- * call_enter kept the arguments. */
-static __always_inline int call_exit(__s64 ret, __u64 regs)
+/* The call c (in flight) ends with ret; regs: the saved user registers (raw_syscalls),
+ * or 0 when call_begin kept the arguments. */
+static __always_inline int call_end(struct inflight *c, __s64 ret, __u64 regs)
 {
-	struct inflight *c = current_call(0);
-	if (!c || !c->ts_ns)
-		return 0;
-	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tid = (__u32)id;
-	__u64 now = bpf_ktime_get_ns();
-	__u64 lat = now - c->ts_ns;
+	__u64 lat = bpf_ktime_get_ns() - c->ts_ns;
 	__u32 dev = c->dev;
+	int checked = c->dev_checked;
 #if SYSCALL_ARGS
-	if (!dev && (c->flags & NR_RETURNS_FD) && ret >= 0)
+	if (!dev && (c->flags & NR_RETURNS_FD) && ret >= 0) {
 		dev = file_dev(fd_file(ret));  /* open without a handle: the opened file's filesystem */
+		checked = 0;
+	}
 #endif
 	/* With -d, a call with no device (a path that did not resolve, nothing journaled) is
 	 * still counted, under device 0, so the session can say how many there were. */
-	int allowed = dev_allowed(dev);
+	int allowed = checked || dev_allowed(dev);
 	if (allowed || !dev) {
 		struct call_key ck = {.syscall_nr = c->syscall_nr, .dev = dev};
-		struct call_stats *t = call_stats.lookup(&ck);
-		if (!t) {
-			struct call_stats zero = {};
-			call_stats.update(&ck, &zero);
-			t = call_stats.lookup(&ck);
-		}
+		struct call_stats zero = {};
+		struct call_stats *t = call_stats.lookup_or_try_init(&ck, &zero);
 		if (t) {
-			__u32 bucket = log2_u64(lat);
+			__u32 bucket = bpf_log2l(lat) - 1;  /* bcc's bpf_log2l is floor(log2)+1, 1 for 0 */
 			if (bucket >= HIST_BUCKETS)
 				bucket = HIST_BUCKETS - 1;
 			t->buckets[bucket]++;
@@ -365,8 +438,7 @@ static __always_inline int call_exit(__s64 ret, __u64 regs)
 			e.syscall_nr = c->syscall_nr;
 			e.ts_ns = c->ts_ns;
 			e.latency_ns = lat;
-			e.tid = tid;
-			e.pid = id >> 32;
+			current_task(&e.task);
 			e.ret = ret;
 			e.dev = dev;
 			e.handles = c->handles;
@@ -375,7 +447,6 @@ static __always_inline int call_exit(__s64 ret, __u64 regs)
 			e.journal_log_blocks = c->log_blocks;
 			e.journal_committing_credits = c->credits_first;
 			e.cgroup_id = bpf_get_current_cgroup_id();
-			bpf_get_current_comm(&e.comm, sizeof(e.comm));
 #if SYSCALL_ARGS
 			__u64 arg0 = regs ? syscall_arg(regs, ARG0_OFF) : c->arg0;
 			__u64 arg1 = regs ? syscall_arg(regs, ARG1_OFF) : c->arg1;
@@ -436,7 +507,8 @@ int sc_enter_at(struct sc_enter_args *ctx)
 
 int sc_exit(struct sc_exit_args *ctx)
 {
-	return call_exit(ctx->ret, 0);
+	struct inflight *c = current_call(0);
+	return c && c->ts_ns ? call_end(c, ctx->ret, 0) : 0;
 }
 #else
 /* raw_syscalls:sys_enter(struct pt_regs *regs, long id): one program for every syscall
@@ -453,7 +525,8 @@ int on_sys_enter(struct bpf_raw_tracepoint_args *ctx)
 /* raw_syscalls:sys_exit(struct pt_regs *regs, long ret) */
 int on_sys_exit(struct bpf_raw_tracepoint_args *ctx)
 {
-	return call_exit(ctx->args[1], ctx->args[0]);
+	struct inflight *c = current_call(0);
+	return c && c->ts_ns ? call_end(c, ctx->args[1], ctx->args[0]) : 0;
 }
 #endif
 #endif /* TRACE_SYSCALLS: entry points */
@@ -467,25 +540,29 @@ int on_sys_exit(struct bpf_raw_tracepoint_args *ctx)
  *     (start_this_handle -> add_transaction_credits: transaction and checkpoint waits);
  *   OP_SYNC_FILE: ext4_sync_file_enter to ext4_sync_file_exit (fsync, fdatasync). */
 #if MONITOR_OPS
-static __always_inline void op_begin(__u32 op, __u32 dev)
+/* an operation on a traced journal's device begins (dev passes the device filter) */
+static __always_inline struct inflight *op_begin(__u32 op, __u32 dev)
 {
-	call_enter(op, 0, 0, 0, 0);
-	struct inflight *c = current_call(0);
-	if (c && c->ts_ns && c->syscall_nr == op)
+	struct inflight *c = call_begin(op, 0, 0, 0, 0);
+	if (c) {
 		c->dev = dev;
+		c->dev_checked = 1;
+	}
+	return c;
 }
 
-static __always_inline void op_begin_handle_wait(__u32 dev)
+/* A handle starts on a traced journal; c: the operation in flight, or NULL. Returns
+ * the handle wait begun, or NULL when the handle is not one. */
+static __always_inline struct inflight *op_begin_handle_wait(struct inflight *c, __u32 dev)
 {
 	/* a nested handle (current->journal_info set) takes a reference in
 	 * jbd2__journal_start and never waits, nor fires jbd2_handle_start */
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task_btf();
 	if (READ_FIELD(task, TASK_JOURNAL_INFO))
-		return;
-	struct inflight *c = current_call(0);
-	if (c && c->ts_ns && c->syscall_nr == OP_SYNC_FILE)
-		return;   /* a handle inside fsync: counted in the fsync */
-	op_begin(OP_JOURNAL_START, dev);
+		return NULL;
+	if (c && c->syscall_nr == OP_SYNC_FILE)
+		return NULL;   /* a handle inside fsync: counted in the fsync */
+	return op_begin(OP_JOURNAL_START, dev);
 }
 
 /* jbd2_handle_start(dev_t dev, tid_t tid, unsigned int type, unsigned int line_no,
@@ -494,7 +571,7 @@ int rtp_jbd2_handle_start(struct bpf_raw_tracepoint_args *ctx)
 {
 	struct inflight *c = current_call(0);
 	if (c && c->ts_ns && c->syscall_nr == OP_JOURNAL_START)
-		call_exit(0, 0);
+		call_end(c, 0, 0);
 	return 0;
 }
 
@@ -513,7 +590,7 @@ int rtp_ext4_sync_file_exit(struct bpf_raw_tracepoint_args *ctx)
 {
 	struct inflight *c = current_call(0);
 	if (c && c->ts_ns && c->syscall_nr == OP_SYNC_FILE)
-		call_exit((__s32)ctx->args[1], 0);
+		call_end(c, (__s32)ctx->args[1], 0);
 	return 0;
 }
 #endif /* MONITOR_OPS */
@@ -521,26 +598,74 @@ int rtp_ext4_sync_file_exit(struct bpf_raw_tracepoint_args *ctx)
 
 /* ==== journal handles: which journal a call (or a traced task) uses; fill samples == */
 
+/* a record for jbd2_rb; a full buffer is counted */
+static __always_inline int jbd2_output(void *e, int size)
+{
+	if (jbd2_rb.ringbuf_output(e, size, 0))
+		count(BUF_JBD2);
+	return 0;
+}
+
+static __always_inline int fill_sample(struct dev_clock *k, __u32 dev, __u64 journal, __u64 now)
+{
+	k->last_ns = now;  /* a race between CPUs costs at most one extra sample */
+	journals.update(&dev, &journal);
+	struct fill_event e = {};
+	read_fill(journal, &e.fill);
+	e.kind = KIND_FILL;
+	e.dev = dev;
+	e.ts_ns = now;
+	return jbd2_output(&e, sizeof(e));
+}
+
+/* A journal handle starts (ext4_journal_start_sb/_inode fire just before
+ * jbd2__journal_start -> start_this_handle, where a handle waits for log space:
+ * add_transaction_credits -> __jbd2_log_wait_for_space). Inside a traced call the
+ * call gets the journal's device and fill at its first handle, and the lowest j_free
+ * any of its handles saw; at most one fill sample per journal per FILL_SAMPLE_NS. */
 static __always_inline int handle_start(__u64 sb)
 {
-	__u32 dev = READ_FIELD(sb, SB_DEV);
-#if MONITOR_OPS
-	if (journal_traced(dev))
-		op_begin_handle_wait(dev);
-#endif
 	struct inflight *c = current_call(0);
 	if (c && !c->ts_ns)
 		c = NULL;
+	__u32 dev;
+	/* (the monitor's handle wait is one handle: a second one starts anew) */
+	if (c && c->handles && sb == c->jsb && (!MONITOR_OPS || c->syscall_nr != OP_JOURNAL_START)) {
+		/* a later handle of the call on its first journal: only j_free moves */
+		__u64 free = READ_FIELD(c->journal, J_FREE);
+		if (free < c->free_min)
+			c->free_min = free;
+		c->handles++;
+		dev = c->jdev;
+		struct dev_clock *k = clock_of(dev);
+		if (!k)
+			return 0;
+		__u64 now = bpf_ktime_get_ns();
+		if (now - k->last_ns < FILL_SAMPLE_NS)
+			return 0;
+		return fill_sample(k, dev, c->journal, now);
+	}
+
+	dev = READ_FIELD(sb, SB_DEV);
 #if FILTER_TASKS && !FILTER_DEV
 	/* a journal the traced tasks use, inside a traced call or not */
 	if (c || task_allowed(bpf_get_current_pid_tgid() >> 32))
 		mark_used(dev);
 #endif
-	if (!journal_traced(dev))
+	struct dev_clock *k = clock_of(dev);
+	if (!k || !clock_traced(k, dev))
 		return 0;
-	__u64 now = bpf_ktime_get_ns();
-	__u64 *last = last_sample.lookup(&dev);
-	int sample = !last || now - *last >= FILL_SAMPLE_NS;
+	__u64 now = 0;
+#if MONITOR_OPS
+	struct inflight *wait = op_begin_handle_wait(c, dev);
+	if (wait) {
+		c = wait;
+		now = wait->ts_ns;  /* the wait began just now */
+	}
+#endif
+	if (!now)
+		now = bpf_ktime_get_ns();
+	int sample = now - k->last_ns >= FILL_SAMPLE_NS;
 	if (!c && !sample)
 		return 0;
 
@@ -549,32 +674,34 @@ static __always_inline int handle_start(__u64 sb)
 	if (!journal)
 		return 0;
 	if (c) {
-		__u64 free = READ_FIELD(journal, J_FREE);
 		if (c->handles == 0) {
-			if (!c->dev)
+			if (!c->dev) {
 				c->dev = dev;
-			c->free_first = free;
-			c->free_min = free;
-			c->log_blocks = READ_FIELD(journal, J_LAST) - READ_FIELD(journal, J_FIRST);
+				c->dev_checked = 1;  /* a traced journal's device passes the device filter */
+			}
+			c->jsb = sb;
+			c->journal = journal;
+			c->jdev = dev;
+			struct log_window w = {};
+			read_log_window(journal, &w);
+			c->free_first = w.free;
+			c->free_min = w.free;
+			c->log_blocks = w.last - w.first;
+			/* jbd2_log_space_left() counts the committing transaction's outstanding
+			 * credits as used: with j_free they decide whether the handle waits */
 			__u64 committing = READ_FIELD(journal, J_COMMITTING);
 			c->credits_first = committing ? (__s32)READ_FIELD(committing, T_OUTSTANDING_CREDITS) : 0;
-		} else if (free < c->free_min) {
-			c->free_min = free;
+		} else {
+			/* a handle on another journal than the call's first */
+			__u64 free = READ_FIELD(journal, J_FREE);
+			if (free < c->free_min)
+				c->free_min = free;
 		}
 		c->handles++;
 	}
 	if (!sample)
 		return 0;
-	journals.update(&dev, &journal);
-	last_sample.update(&dev, &now);
-	struct fill_event e = {};
-	read_fill(journal, &e.fill);
-	e.kind = KIND_FILL;
-	e.dev = dev;
-	e.ts_ns = now;
-	if (jbd2_rb.ringbuf_output(&e, sizeof(e), 0))
-		count(BUF_JBD2);
-	return 0;
+	return fill_sample(k, dev, journal, now);
 }
 
 /* trace_ext4_journal_start_sb(sb, blocks, rsv_blocks, revoke_creds, type, ip) */
@@ -594,11 +721,11 @@ int rtp_ext4_journal_start_inode(struct bpf_raw_tracepoint_args *ctx)
 
 /* Who an event fired in: inside a traced call, and in a task the session traces
  * (system-wide every task is traced). */
-static __always_inline void event_task(__u32 *in_traced_call, __u32 *traced_task)
+static __always_inline void event_scope(struct jstall_scope *scope)
 {
 	struct inflight *c = current_call(0);
-	*in_traced_call = c && c->ts_ns;
-	*traced_task = *in_traced_call || task_allowed(bpf_get_current_pid_tgid() >> 32);
+	scope->in_traced_call = c && c->ts_ns;
+	scope->traced_task = scope->in_traced_call || task_allowed(bpf_get_current_pid_tgid() >> 32);
 }
 
 static __always_inline int emit_jbd2(__u64 journal, __u32 dev, __u32 event, __s32 transaction, __s64 arg)
@@ -611,22 +738,17 @@ static __always_inline int emit_jbd2(__u64 journal, __u32 dev, __u32 event, __s3
 		return 0;
 	if (journal)
 		journals.update(&dev, &journal);
-	__u64 id = bpf_get_current_pid_tgid();
 	struct jbd2_event e = {};
 	e.kind = KIND_JBD2;
 	e.event = event;
 	e.ts_ns = bpf_ktime_get_ns();
 	e.dev = dev;
 	e.transaction = transaction;
-	e.tid = (__u32)id;
-	e.pid = id >> 32;
 	e.arg = arg;
-	event_task(&e.in_traced_call, &e.traced_task);
+	current_task(&e.task);
+	event_scope(&e.scope);
 	read_fill(journal, &e.fill);
-	bpf_get_current_comm(&e.comm, sizeof(e.comm));
-	if (jbd2_rb.ringbuf_output(&e, sizeof(e), 0))
-		count(BUF_JBD2);
-	return 0;
+	return jbd2_output(&e, sizeof(e));
 }
 
 /* (journal_t *journal, transaction_t *commit_transaction) */
@@ -670,40 +792,39 @@ int rtp_jbd2_update_log_tail(struct bpf_raw_tracepoint_args *ctx)
 	if (!journal_traced(dev))
 		return 0;
 	journals.update(&dev, &journal);
-	__u64 id = bpf_get_current_pid_tgid();
 	struct log_tail_event e = {};
 	e.kind = KIND_LOG_TAIL;
 	e.dev = dev;
 	e.ts_ns = bpf_ktime_get_ns();
-	e.tid = (__u32)id;
-	e.pid = id >> 32;
 	e.tail_sequence = READ_FIELD(journal, J_TAIL_SEQ);
 	e.first_tid = ctx->args[1];
 	e.block_nr = ctx->args[2];
 	e.freed_blocks = ctx->args[3];
-	event_task(&e.in_traced_call, &e.traced_task);
+	current_task(&e.task);
+	event_scope(&e.scope);
 	read_fill(journal, &e.fill);
-	bpf_get_current_comm(&e.comm, sizeof(e.comm));
-	if (jbd2_rb.ringbuf_output(&e, sizeof(e), 0))
-		count(BUF_JBD2);
-	return 0;
+	return jbd2_output(&e, sizeof(e));
 }
 
-/* (dev_t dev, tid_t tid, struct transaction_run_stats_s *stats) */
+/* The per-transaction statistics jbd2 reports when a commit or a checkpoint ends:
+ * jbd2_run_stats / jbd2_checkpoint_stats(dev_t dev, tid_t tid, struct ... *stats).
+ * STATS_EVENT_BEGIN opens the handler (record e, stats pointer s); the caller fills the rest. */
+#define STATS_EVENT_BEGIN(struct_name, KIND)                 \
+	__u32 dev = ctx->args[0];                            \
+	if (!journal_traced(dev))                            \
+		return 0;                                    \
+	__u64 s = ctx->args[2];                              \
+	struct struct_name e = {};                           \
+	e.kind = KIND;                                       \
+	e.dev = dev;                                         \
+	e.ts_ns = bpf_ktime_get_ns();                        \
+	e.transaction = ctx->args[1];                        \
+	current_task(&e.task)
+
+/* transaction_run_stats_s, filled by jbd2_journal_commit_transaction */
 int rtp_jbd2_run_stats(struct bpf_raw_tracepoint_args *ctx)
 {
-	__u32 dev = ctx->args[0];
-	if (!journal_traced(dev))
-		return 0;
-	__u64 s = ctx->args[2];
-	__u64 id = bpf_get_current_pid_tgid();
-	struct run_stats_event e = {};
-	e.kind = KIND_RUN_STATS;
-	e.dev = dev;
-	e.ts_ns = bpf_ktime_get_ns();
-	e.transaction = ctx->args[1];
-	e.tid = (__u32)id;
-	e.pid = id >> 32;
+	STATS_EVENT_BEGIN(run_stats_event, KIND_RUN_STATS);
 	e.wait_jiffies = READ_FIELD(s, RS_WAIT);
 	e.request_delay_jiffies = READ_FIELD(s, RS_REQUEST_DELAY);
 	e.running_jiffies = READ_FIELD(s, RS_RUNNING);
@@ -713,36 +834,19 @@ int rtp_jbd2_run_stats(struct bpf_raw_tracepoint_args *ctx)
 	e.handle_count = READ_FIELD(s, RS_HANDLE_COUNT);
 	e.blocks = READ_FIELD(s, RS_BLOCKS);
 	e.blocks_logged = READ_FIELD(s, RS_BLOCKS_LOGGED);
-	bpf_get_current_comm(&e.comm, sizeof(e.comm));
-	if (jbd2_rb.ringbuf_output(&e, sizeof(e), 0))
-		count(BUF_JBD2);
-	return 0;
+	return jbd2_output(&e, sizeof(e));
 }
 
-/* (dev_t dev, tid_t tid, struct transaction_chp_stats_s *stats) */
+/* transaction_chp_stats_s, filled by __jbd2_journal_remove_checkpoint */
 int rtp_jbd2_checkpoint_stats(struct bpf_raw_tracepoint_args *ctx)
 {
-	__u32 dev = ctx->args[0];
-	if (!journal_traced(dev))
-		return 0;
-	__u64 s = ctx->args[2];
-	__u64 id = bpf_get_current_pid_tgid();
-	struct checkpoint_stats_event e = {};
-	e.kind = KIND_CHECKPOINT_STATS;
-	e.dev = dev;
-	e.ts_ns = bpf_ktime_get_ns();
-	e.transaction = ctx->args[1];
-	e.tid = (__u32)id;
-	e.pid = id >> 32;
+	STATS_EVENT_BEGIN(checkpoint_stats_event, KIND_CHECKPOINT_STATS);
 	e.chp_time_jiffies = READ_FIELD(s, CS_CHP_TIME);
 	e.forced_to_close = READ_FIELD(s, CS_FORCED_TO_CLOSE);
 	e.written = READ_FIELD(s, CS_WRITTEN);
 	e.dropped = READ_FIELD(s, CS_DROPPED);
-	event_task(&e.in_traced_call, &e.traced_task);
-	bpf_get_current_comm(&e.comm, sizeof(e.comm));
-	if (jbd2_rb.ringbuf_output(&e, sizeof(e), 0))
-		count(BUF_JBD2);
-	return 0;
+	event_scope(&e.scope);
+	return jbd2_output(&e, sizeof(e));
 }
 
 /* ==== TRACE_SYSCALLS: off-CPU intervals of threads inside traced calls =========== */
@@ -753,23 +857,41 @@ int rtp_jbd2_checkpoint_stats(struct bpf_raw_tracepoint_args *ctx)
  *              unsigned int prev_state): fires in prev's context, before the switch. */
 int rtp_sched_switch(struct bpf_raw_tracepoint_args *ctx)
 {
-	__u64 now = bpf_ktime_get_ns();
+	__u32 zero = 0;
+	__u64 *pending = offstart_pending.lookup(&zero);
+	if (!pending)
+		return 0;
+	__u64 now = 0;
 	struct inflight *c = current_call(0);
 	if (c && c->ts_ns) {
+		now = bpf_ktime_get_ns();
 		struct offstart s = {};
 		s.ts_ns = now;
 		/* a preempted task is runnable whatever its __state says */
 		s.state = ctx->args[0] ? 0 : (__u32)ctx->args[3];
+		/* no BPF_F_REUSE_STACKID: the reader symbolizes each stack id once, so an id
+		 * taken over by another stack would lend its frames to later intervals;
+		 * a hash collision (-EEXIST) and a full map (-ENOMEM) are counted apart */
 		s.stack_id = stacks.get_stackid(ctx, 0);
-		if (s.stack_id < 0)
+		if (s.stack_id == -ENOMEM)
+			count(STACKS_FULL);
+		else if (s.stack_id == -EEXIST)
+			count(STACKS_COLLIDED);
+		else if (s.stack_id < 0)
 			count(STACKS_LOST);
 		s.call_ts_ns = c->ts_ns;
 		s.syscall_nr = c->syscall_nr;
 		s.pid = c->pid;
 		s.dev = c->dev;
 		__u32 prev = (__u32)bpf_get_current_pid_tgid();
-		offstart.update(&prev, &s);
+		if (offstart.insert(&prev, &s) == 0)
+			__sync_fetch_and_add(pending, 1);
+		else
+			offstart.update(&prev, &s);
 	}
+	/* no traced thread is off-CPU inside a call: nothing to look up for next */
+	if (!*pending)
+		return 0;
 
 	__u64 next_task = ctx->args[2];
 	__u32 next = READ_FIELD(next_task, TASK_PID);
@@ -778,11 +900,14 @@ int rtp_sched_switch(struct bpf_raw_tracepoint_args *ctx)
 	struct offstart *s = offstart.lookup(&next);
 	if (!s)
 		return 0;
+	if (!now)
+		now = bpf_ktime_get_ns();
 	__u64 delta = now - s->ts_ns;
 	if (delta > OFFCPU_MIN_NS && (!s->dev || dev_allowed(s->dev))) {
 		struct offcpu_event e = {};
 		e.kind = KIND_OFFCPU;
-		e.tid = next;
+		e.task.tid = next;
+		e.task.pid = s->pid;
 		e.ts_ns = s->ts_ns;
 		e.offcpu_ns = delta;
 		e.stack_id = s->stack_id;
@@ -790,12 +915,12 @@ int rtp_sched_switch(struct bpf_raw_tracepoint_args *ctx)
 		e.call_ts_ns = s->call_ts_ns;
 		e.syscall_nr = s->syscall_nr;
 		e.dev = s->dev;
-		e.pid = s->pid;
-		bpf_probe_read_kernel_str(&e.comm, sizeof(e.comm), (void *)next_task + TASK_COMM_OFF);
+		bpf_probe_read_kernel_str(&e.task.comm, sizeof(e.task.comm), (void *)next_task + TASK_COMM_OFF);
 		if (offcpu_rb.ringbuf_output(&e, sizeof(e), 0))
 			count(BUF_OFFCPU);
 	}
-	offstart.delete(&next);
+	if (offstart.delete(&next) == 0)
+		__sync_fetch_and_add(pending, -1);
 	return 0;
 }
 

@@ -395,9 +395,8 @@ class Recorder:
         return {journals.dev_name(int(k.value)) for k in self.bpf[b"used_devs"].keys()}
 
     def _lost(self):
-        counters = [int(v.value) for v in self.bpf[b"counters"].values()]
-        lost = {name: counters[events.BUFFERS[f"BUF_{name.upper()}"]] for name in ("calls", "offcpu", "jbd2")}
-        return lost, counters[events.BUFFERS["STACKS_LOST"]]
+        c = events.lost_counts(self.bpf)
+        return {name: c[name] for name in ("calls", "offcpu", "jbd2")}, c["stacks"]
 
     # ---- tear-down and writing ------------------------------------------------------
 
