@@ -88,8 +88,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--minutes", type=float, default=30)
     ap.add_argument("--rate", type=float, default=20000, help="calls/s in all (default 20,000)")
-    ap.add_argument("--stall-rate", type=float, default=2000,
-                    help="of which on the throttled small-journal filesystem (default 2,000)")
+    ap.add_argument("--stall-rate", type=float, default=4000,
+                    help="of which on the throttled small-journal filesystem (default 4,000)")
     ap.add_argument("--every", type=float, default=10)
     ap.add_argument("--warmup", type=float, default=120)
     ap.add_argument("--write-iops", type=int, default=3000, help="the slow device's write limit (default 3000)")

@@ -18,6 +18,7 @@ import threading
 import time
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from jstall import __version__
@@ -165,6 +166,7 @@ class Captures:
             return
         self.counts["written"] += 1
         self.written.append(final)
+        pa.default_memory_pool().release_unused()   # Arrow's pool keeps freed memory otherwise
         if self.console:
             print(f"jstall monitor: captured {trig['op']} of {trig['latency_s'] * 1e3:.0f} ms on {trig['dev']} "
                   f"({trig['cause']}) -> {final}", file=self.console, flush=True)

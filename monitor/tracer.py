@@ -174,15 +174,18 @@ class Tracer(Recorder):
         for name in ("calls_rb", "offcpu_rb", "jbd2_rb"):
             b[name.encode()].open_ring_buffer(self._on_event)
         self.stats = bpfstats.Sampler(b, self.mopts.bpf_stats_duty)
+        # the kernel symbol table, loaded now rather than at the first stall (bcc reads
+        # /proc/kallsyms once: about 0.4 s and 27 MiB, which would otherwise land mid-run)
+        addr = b.ksymname(b"schedule")
+        if addr and addr != -1:
+            b.ksym(addr)
+        from jstall.analyzer.causes import classify_stack
+
+        classify_stack(["schedule"])   # likewise the pandas paths of the first stall (about 10 MiB)
         if self.mopts.freeze_heap:
-            # what streaming imports later, imported now; then the objects alive after
-            # start-up (modules, the compiled probes) leave the cyclic collector's view:
-            # its full collections over them took 60-140 ms with the GIL held, delaying
-            # scrapes and costing the monitor about 2% of a CPU
-            import pandas  # noqa: F401
-
-            import jstall.analyzer.causes  # noqa: F401
-
+            # the objects alive after start-up (modules, the compiled probes) leave the
+            # cyclic collector's view: its full collections over them took 60-140 ms with
+            # the GIL held, delaying scrapes and costing the monitor about 2% of a CPU
             gc.collect()
             gc.freeze()
         self.start_monotonic_ns = time.monotonic_ns()

@@ -234,3 +234,23 @@ def test_bpf_statistics_windows_scale_to_the_whole_time(monkeypatch, duty):
     else:
         assert secs == pytest.approx(1.0, rel=0.1) and runs == pytest.approx(50_000, rel=0.1)
         assert s.sampled_s == pytest.approx(100 * duty, rel=0.1)
+
+
+def test_flight_buffer_keeps_each_poll_within_its_bound_and_window():
+    """The flight buffer holds one entry per poll ({kind: joined records}); entries over the
+    byte bound are dropped oldest first and their records counted, entries older than a
+    capture can need are dropped without counting; a window returns its polls' records."""
+    from jstall.monitor.tracer import MonitorOptions, Tracer
+
+    t = Tracer(MonitorOptions(flight_bytes=1000, before_s=1, after_s=1))   # keeps 1 + 1 + 2 s
+    s = 1_000_000_000
+    t._keep_flight(10 * s, {1: b"a" * 300, 2: b"b" * 100}, 4, 400)
+    t._keep_flight(11 * s, {1: b"c" * 400}, 2, 400)
+    assert t.flight_bytes == 800 and t.flight_dropped == 0
+    w = t.flight_window(10 * s, 11 * s)
+    assert w[1] == [b"a" * 300, b"c" * 400] and w[2] == [b"b" * 100]
+    t._keep_flight(12 * s, {2: b"d" * 300}, 3, 300)          # over 1000 bytes: the oldest poll goes
+    assert t.flight_bytes == 700 and t.flight_dropped == 4
+    assert t.flight_window(10 * s, 12 * s) == {1: [b"c" * 400], 2: [b"d" * 300]}
+    t._keep_flight(15 * s + 1, {}, 0, 0)                        # 4 s later: the 11 s poll is too old
+    assert t.flight_dropped == 4 and t.flight_bytes == 300 and len(t.flight) == 1
