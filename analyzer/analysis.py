@@ -17,7 +17,6 @@ from .load import Session, load_session
 from .processes import per_process
 from .recommend import recommendations
 from .stalls import DEFAULT_MIN_MS, by_cause, find_stalls
-from .summary import JSON_SCHEMA_VERSION, _clean  # noqa: F401 (their earlier home; fleet reads _clean)
 
 
 def _result(fn, *needs):

@@ -24,6 +24,7 @@ import pandas as pd
 from .causes import CAUSES
 from .fill import RESERVED_BLOCKS
 from .stalls import DEFAULT_MIN_MS
+from .summary import _clean
 
 #: Version of the JSON document ``jstall fleet --json`` prints.
 JSON_SCHEMA_VERSION = 1
@@ -397,8 +398,6 @@ class Fleet:
 
     def to_dict(self):
         """The ``jstall fleet --json`` document (docs/fleet.md)."""
-        from .analysis import _clean
-
         def records(df):
             return [] if df is None or not len(df) else df.astype(object).where(df.notna(), None).to_dict("records")
 

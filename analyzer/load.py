@@ -225,9 +225,6 @@ def empty_table(table):
     return df
 
 
-    return Session(path, meta, {name: read_table(path, name) for name in names})
-
-
 def check_path(path):
     """Refuse, with one line naming the fix, a session path that is missing, not a directory,
     or not readable by this user (the directory or any file in it)."""

@@ -136,8 +136,6 @@ def _models(ctx):
 
 
 def _make_models(ctx):
-    from .journal_model import model
-
     out = {}
     for _, j in ctx.journals.iterrows():  # one row per journal
         m = model(j, ctx.txns, ctx.session.checkpoint_stats, ctx.timeline, ctx.session.meta.get("kernel_release"))

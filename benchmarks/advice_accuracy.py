@@ -10,11 +10,12 @@ Runs on the lab's paced device (every request waits its turn; default 2,000 writ
 run is recorded; every session is analyzed with --min-ms 1.
 """
 
-import argparse
 import os
 import shutil
 import sys
 import tempfile
+
+from benchlib import parser
 
 from jstall.analyzer import analyze
 
@@ -29,7 +30,7 @@ CASES = (
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("--quick", action="store_true", help="the two small workloads only")
     ap.add_argument("--write-iops", type=int, default=2000, help="the paced device's write IOPS (0: none)")
     ap.add_argument("--scratch", help="lab scratch directory (default: the lab's)")

@@ -7,16 +7,15 @@ summary, as `jstall analyze --json` does) runs in a fresh child process so its p
 own.  Usage: python benchmarks/analyze_speed.py [--calls N] [--offcpu N] [--jbd2 N] [--keep DIR]
 """
 
-import argparse
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
 import numpy as np
 import pandas as pd
+
+from benchlib import parser, verdict, workdir
 
 from jstall.analyzer.synthetic import journal_meta, metadata, write_session
 
@@ -123,19 +122,15 @@ print(json.dumps({"seconds": t, "stalls": len(a.stalls), "peak_rss_kib": resourc
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("--calls", type=int, default=1_000_000)
     ap.add_argument("--offcpu", type=int, default=1_000_000)
     ap.add_argument("--jbd2", type=int, default=100_000)
     ap.add_argument("--repeat", type=int, default=3, help="analysis runs (the best and worst are printed)")
     ap.add_argument("--keep", metavar="DIR", help="write the session here and keep it")
     args = ap.parse_args()
-    tmp = None
-    path = args.keep
-    if not path:
-        tmp = tempfile.mkdtemp(prefix="jstall-bench-")
-        path = os.path.join(tmp, "session")
-    try:
+    with workdir("jstall-bench-", keep=args.keep) as tmp:
+        path = args.keep or os.path.join(tmp, "session")
         t = time.perf_counter()
         build(path, args.calls, args.offcpu, args.jbd2)
         size = sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path))
@@ -154,11 +149,7 @@ def main():
         print(f"  peak memory: {peak:.2f} GiB RSS (target <= 2 GiB)")
         print(f"  machine: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}, pandas {pd.__version__}")
         ok = secs[-1] <= 10 and peak <= 2
-        print("PASS" if ok else "FAIL")
-        return 0 if ok else 1
-    finally:
-        if tmp:
-            shutil.rmtree(tmp, ignore_errors=True)
+        return verdict(ok)
 
 
 if __name__ == "__main__":

@@ -15,14 +15,13 @@ Usage: python benchmarks/fleet_speed.py [--sessions N] [--hosts N] [--workers N]
        [--one-process N]
 """
 
-import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
+
+from benchlib import parser, verdict, workdir
 
 CHILD = """
 import json, resource, sys, time
@@ -69,7 +68,7 @@ print(json.dumps({"n": len(urls), "cpu_ms": 1000 * (time.process_time() - c) / l
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("--sessions", type=int, default=1000)
     ap.add_argument("--hosts", type=int, default=100)
     ap.add_argument("--workers", type=int, default=0, help="worker processes (default: one per CPU)")
@@ -78,12 +77,8 @@ def main():
     ap.add_argument("--one-process", type=int, default=200, metavar="N",
                     help="then summarize N sessions one after the other in one process (0: skip)")
     args = ap.parse_args()
-    tmp = None
-    root = args.keep
-    if not root:
-        tmp = tempfile.mkdtemp(prefix="jstall-bench-fleet-")
-        root = os.path.join(tmp, "collection")
-    try:
+    with workdir("jstall-bench-fleet-", keep=args.keep) as tmp:
+        root = args.keep or os.path.join(tmp, "collection")
         t = time.perf_counter()
         if not os.path.isdir(root) or not os.listdir(root):  # in a child: its memory is not ours
             subprocess.run([sys.executable, "-c", "import sys; from jstall.analyzer.synthetic import generate_fleet; "
@@ -121,11 +116,7 @@ def main():
             print(f"  one process, {o['n']} sessions one after the other: {o['cpu_ms']:.1f} ms CPU per session "
                   f"({o['wall_ms']:.1f} ms wall; load average {o['load']:.1f})")
         ok = secs[-1] <= 60 and peak <= 1
-        print("PASS" if ok else "FAIL")
-        return 0 if ok else 1
-    finally:
-        if tmp:
-            shutil.rmtree(tmp, ignore_errors=True)
+        return verdict(ok)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ Prints each pair and the medians. Needs root.
 usage: monitor_overhead.py [--pairs N] [--rate CALLS_PER_S] [--seconds S] [--dd-bytes N]
 """
 
-import argparse
 import json
 import os
 import re
@@ -28,6 +27,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+from benchlib import cpu_seconds, loadavg, options  # cpu_seconds: the tracer's threads
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LOOP = os.path.join(HERE, "metadata_loop.py")
@@ -80,19 +81,6 @@ def dd(nbytes):
     return nbytes / float(m.group(1).replace(",", ".")), nbytes / cpu
 
 
-def cpu_seconds():
-    """CPU seconds of this process: the tracer's threads (the main thread waits for children)."""
-    import resource
-
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
-def loadavg():
-    with open("/proc/loadavg") as f:
-        return " ".join(f.read().split()[:3])
-
-
 def measure(mount, args):
     out = {"paced": paced(mount, args.rate, args.seconds)}
     c0 = cpu_seconds()
@@ -132,12 +120,7 @@ def own_cost_runs(mount, tmp, i):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--pairs", type=int, default=6)
-    ap.add_argument("--rate", type=float, default=10000)
-    ap.add_argument("--seconds", type=float, default=5)
-    ap.add_argument("--dd-bytes", type=int, default=3_000_000)
-    args = ap.parse_args()
+    args = options(__doc__, pairs=6, rate=10000.0, seconds=5.0, dd_bytes=3_000_000)
 
     from jstall.monitor import bpfstats
     from jstall.monitor.tracer import MonitorOptions, Tracer

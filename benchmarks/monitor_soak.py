@@ -17,14 +17,14 @@ usage: monitor_soak.py [--minutes M] [--rate CALLS_PER_S] [--stall-rate CALLS_PE
                        [--every S] [--warmup S] [--write-iops N]
 """
 
-import argparse
 import os
-import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+from benchlib import cpu_seconds, loadavg, parser, rss_kib
 
 # The load: paced at RATE calls/s for SECONDS; its cumulative calls are written to PROGRESS
 # twice a second (the soak reads the achieved rate of each interval from it).
@@ -58,24 +58,6 @@ print(calls, time.perf_counter() - t0)
 """
 
 
-def rss_bytes():
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
-def cpu_seconds():
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
-def loadavg():
-    with open("/proc/loadavg") as f:
-        return " ".join(f.read().split()[:3])
-
-
 def progress(path):
     try:
         with open(path) as f:
@@ -85,7 +67,7 @@ def progress(path):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("--minutes", type=float, default=30)
     ap.add_argument("--rate", type=float, default=20000, help="calls/s in all (default 20,000)")
     ap.add_argument("--stall-rate", type=float, default=4000,
@@ -144,7 +126,7 @@ def main():
             rate, op_rate, cpu_share = (calls - prev[1]) / dt, (ops - prev[2]) / dt, (cpu - prev[3]) / dt
             prev = (now, calls, ops, cpu)
             el = now - t0
-            series.append({"t": el, "rss": rss_bytes(), "scrape": scrape, "lost": lost, "rate": rate})
+            series.append({"t": el, "rss": rss_kib() * 1024, "scrape": scrape, "lost": lost, "rate": rate})
             print(f"{el:>6.0f} {series[-1]['rss'] / 2**20:>8.1f} {scrape * 1e3:>9.1f} {lost:>5} {rate:>8,.0f} "
                   f"{op_rate:>7,.0f} {cpu_share * 100:>6.1f} {sum(t.stalls.values()):>6} {c.counts['written']:>8} "
                   f"{forced:>9}  ({len(text)} bytes)", flush=True)

@@ -7,16 +7,15 @@ and dbench (scripts/setup.sh installs it).
 usage: record_memory.py [--minutes 10] [--clients 4] [--min-ms 1] [--max-size MB]
 """
 
-import argparse
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 
+from benchlib import interrupt, parser, rss_kib
 from jstall.session import session_bytes
 from jstall.workloads.scratch import FsConfig, ScratchFs
 
@@ -24,16 +23,8 @@ JSTALL = os.path.join(os.path.dirname(sys.executable), "jstall")
 LOADFILE = "/usr/share/dbench/client.txt"
 
 
-def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return None
-
-
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("--minutes", type=float, default=10)
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--min-ms", type=float, default=1.0)
@@ -54,20 +45,14 @@ def main():
                                   str(args.clients)], stdout=subprocess.PIPE, text=True)
         t0 = time.monotonic()
         try:
-            while (elapsed := time.monotonic() - t0) < seconds and rec.poll() is None:
+            while time.monotonic() - t0 < seconds and rec.poll() is None:
                 time.sleep(10)
                 samples.append((round(time.monotonic() - t0), rss_kib(rec.pid), session_bytes(out)))
                 print(f"{samples[-1][0]:>5} s  RSS {samples[-1][1] / 1024:8.1f} MiB  session {samples[-1][2] / 1e6:8.1f} MB",
                       flush=True)
         finally:
-            rec.send_signal(signal.SIGINT)
-            _, err = rec.communicate(timeout=300)
-            bench.send_signal(signal.SIGINT)
-            try:
-                bench.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                bench.kill()
-                bench.wait()
+            _, err = interrupt(rec, timeout=300)
+            interrupt(bench)
         meta = json.load(open(os.path.join(out, "metadata.json")))
         size = session_bytes(out)
     at_1min = next(r for t, r, _ in samples if t >= 60)

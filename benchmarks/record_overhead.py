@@ -24,13 +24,11 @@ usage: record_overhead.py [--rounds 8] [--files 5000] [--loops 10] [--mount DIR]
                           [--skip-dbench] [--dbench-seconds 10]
 """
 
-import argparse
 import contextlib
 import json
 import os
 import resource
 import shutil
-import signal
 import socket
 import statistics
 import subprocess
@@ -38,6 +36,7 @@ import sys
 import tempfile
 import time
 
+from benchlib import interrupt, parser
 from jstall.probes.recorder import RecordOptions, Recorder
 
 LOOP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "metadata_loop.py")
@@ -135,12 +134,7 @@ def tool_running(argv, ready):
                 break
         yield p
     finally:
-        p.send_signal(signal.SIGINT)
-        try:
-            p.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+        interrupt(p)
 
 
 class Jstall:
@@ -186,7 +180,7 @@ def main():
     if sys.argv[1:2] == ["--_server"]:  # the bystander server's own process (run_server)
         print(small_read_server(sys.argv[2], int(sys.argv[3]), float(sys.argv[4])))
         return
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--files", type=int, default=5000)
     ap.add_argument("--loops", type=int, default=10)

@@ -11,14 +11,13 @@ SVG) is measured too, unless --no-baseline.
 Usage: python benchmarks/report_speed.py [--minutes M] [--calls N] [--stalls N] [--keep DIR]
 """
 
-import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
+
+from benchlib import options, workdir
 
 GENERATE = """
 import sys
@@ -45,17 +44,10 @@ print(json.dumps({"seconds": t, "bytes": os.path.getsize(sys.argv[2]),
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--minutes", type=float, default=30.0)
-    ap.add_argument("--calls", type=int, default=200_000)
-    ap.add_argument("--stalls", type=int, default=40_000)
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--no-baseline", action="store_true", help="skip the unbudgeted drawing")
-    ap.add_argument("--keep", metavar="DIR", help="write the session here and keep it")
-    args = ap.parse_args()
-    tmp = tempfile.mkdtemp(prefix="jstall-bench-report-")
-    path = args.keep or os.path.join(tmp, "session")
-    try:
+    args = options(__doc__, minutes=30.0, calls=200_000, stalls=40_000, repeat=3,
+                   no_baseline=(False, "skip the unbudgeted drawing"), keep=(None, "write the session here and keep it"))
+    with workdir("jstall-bench-report-") as tmp:
+        path = args.keep or os.path.join(tmp, "session")
         t = time.perf_counter()
         if not os.path.exists(os.path.join(path, "metadata.json")):  # in a child: its memory is not ours
             subprocess.run([sys.executable, "-c", GENERATE, path, str(args.minutes * 60), str(args.calls),
@@ -82,8 +74,6 @@ def main():
         ok = b[0]["bytes"] <= 5e6 and worst <= 10
         print(f"targets: <= 5 MB, <= 10 s -> {'PASS' if ok else 'FAIL'}")
         return 0 if ok else 1
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ examples:
 
 output: one line per stall: TIME OP LAT(ms) DEV CAUSE COMM PID"""
 
-import argparse
 import signal
 import sys
 import threading

@@ -14,7 +14,6 @@ import collections
 import ctypes
 import dataclasses
 import gc
-import os
 import resource
 import tempfile
 import threading

@@ -12,7 +12,7 @@ from jstall.errors import JstallError
 
 from .loopdev import LAB_NEEDS_ROOT
 from .options import (ALL_OPTIONS, FS_OPTIONS, PATTERN_NAMES, PATTERN_OPTIONS, RUN_OPTIONS, SWEEP_KINDS,  # noqa: F401
-                      config_from, default_fs_size, parse_value)
+                      config_from, parse_value)
 from .options import flag as _flag
 
 DESCRIPTION = """\
