@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from jstall.probes import btf, events, host, journals
+from jstall.probes import btf, events, filesystems, host
 from jstall.probes.recorder import (
     EXT4_RAW_TRACEPOINTS, JBD2_RAW_TRACEPOINTS, RecordOptions, Recorder,
 )
@@ -167,8 +167,8 @@ class Tracer(Recorder):
         self.bpf = b = self._compile()
         one = ctypes.c_uint8(1)
         for dev in self.devices:
-            major, minor = journals.parse_dev(dev)
-            b[b"devices"][ctypes.c_uint32(journals.kernel_dev(major, minor))] = one
+            major, minor = filesystems.parse_dev(dev)
+            b[b"devices"][ctypes.c_uint32(filesystems.kernel_dev(major, minor))] = one
         self._attach(b)
         for name in ("calls_rb", "offcpu_rb", "jbd2_rb"):
             b[name.encode()].open_ring_buffer(self._on_event)
@@ -307,7 +307,7 @@ class Tracer(Recorder):
         for kdev in np.unique(known["dev"]):
             rows = known[known["dev"] == kdev]
             last = rows[np.argmax(rows["ts_ns"])]
-            s = self._state(journals.dev_name(int(kdev)))
+            s = self._state(filesystems.dev_name(int(kdev)))
             if int(last["ts_ns"]) >= s.fill_ts_ns:
                 s.fill_ts_ns = int(last["ts_ns"])
                 s.fill = {k: int(last[k]) for k in ("free_blocks", "first_block", "last_block", "journal_blocks",
@@ -317,13 +317,13 @@ class Tracer(Recorder):
         cp = j[j["event"] == events.ENUMS["jstall_jbd2_event"]["JBD2_CHECKPOINT"]]
         for r in cp:
             forced = not bytes(r["comm"]).startswith(b"jbd2/")
-            self._state(journals.dev_name(int(r["dev"]))).checkpoints["forced" if forced else "background"] += 1
+            self._state(filesystems.dev_name(int(r["dev"]))).checkpoints["forced" if forced else "background"] += 1
             if forced:
                 self._own_checkpoints.append((int(r["tid"]), int(r["ts_ns"])))
 
     def _count_commits(self, rs):
         for r in rs:
-            s = self._state(journals.dev_name(int(r["dev"])))
+            s = self._state(filesystems.dev_name(int(r["dev"])))
             s.transactions += 1
             s.blocks += int(r["blocks"])
             s.blocks_logged += int(r["blocks_logged"])
@@ -336,7 +336,7 @@ class Tracer(Recorder):
     def _count_checkpoint_blocks(self, cs):
         for r in cs:
             mode = "background" if bytes(r["comm"]).startswith(b"jbd2/") else "forced"
-            self._state(journals.dev_name(int(r["dev"]))).checkpoint_written[mode] += int(r["written"])
+            self._state(filesystems.dev_name(int(r["dev"]))).checkpoint_written[mode] += int(r["written"])
 
     # ---- stalls: causes with the analyzer's own taxonomy -----------------------------------
 
@@ -385,7 +385,7 @@ class Tracer(Recorder):
             own = any(t == tid and ts <= cts <= ts + lat for t, cts in self._own_checkpoints)
             cause, label, seconds = primary_cause([(off, runnable, None if sid < 0 else self._stack_cause(sid))
                                                    for _ts, off, sid, runnable in rows], own)
-            dev = journals.dev_name(int(c["dev"])) if c["dev"] else "-"
+            dev = filesystems.dev_name(int(c["dev"])) if c["dev"] else "-"
             op = self.op_names.get(int(c["syscall_nr"]), f"nr{int(c['syscall_nr'])}")
             call = {"ts_ns": ts, "latency_s": lat / 1e9, "dev": dev, "op": op,
                     "pid": int(c["pid"]), "tid": tid, "comm": bytes(c["comm"]).decode(errors="replace"),
@@ -413,7 +413,7 @@ class Tracer(Recorder):
         for k, per_cpu in b[b"call_stats"].items():
             buckets = np.sum([np.ctypeslib.as_array(v.buckets) for v in per_cpu], axis=0).astype(np.int64)
             name = self.op_names.get(k.syscall_nr, f"nr{k.syscall_nr}")
-            dev = journals.dev_name(k.dev) if k.dev else "-"
+            dev = filesystems.dev_name(k.dev) if k.dev else "-"
             out[(name, dev)] = (sum(v.count for v in per_cpu), sum(v.errors for v in per_cpu),
                                 sum(v.total_ns for v in per_cpu), max(v.max_ns for v in per_cpu), buckets)
         return out
@@ -459,7 +459,7 @@ class Tracer(Recorder):
                 j.update(s.space() or {})
                 js[dev] = j
             recent = list(self.recent)
-        mounts = journals.ext4_mounts()
+        mounts = filesystems.ext4_mounts()
         for dev, j in js.items():
             j["mountpoint"] = mounts.get(dev, {}).get("mountpoint")
         return {"time": time.time(), "journals": js, "recent": recent, "events_lost": self.events_lost()}

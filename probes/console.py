@@ -4,7 +4,7 @@ slow call (the call's latency in milliseconds, the journal fill the handle saw i
 
 import time
 
-from . import journals
+from . import filesystems
 
 HEADER = f"{'TIME':<8} {'COMM':<16} {'PID':>7} {'TID':>7} {'CALL':<13} {'LAT(ms)':>9} {'DEV':>7} {'FILL%':>6} FILE"
 
@@ -36,7 +36,7 @@ def print_start(out, what):
 def print_call(out, e, syscall_names):
     """One line for call record ``e`` (a call_event); ``syscall_names``: {number: name}."""
     name = syscall_names.get(int(e["syscall_nr"]), str(e["syscall_nr"]))
-    dev = journals.dev_name(int(e["dev"])) if e["dev"] else "-"
+    dev = filesystems.dev_name(int(e["dev"])) if e["dev"] else "-"
     # the fill the handle saw: the committing transaction's credits count as used
     # (jbd2_log_space_left), as they do when jbd2 decides whether a handle must wait
     used_free = int(e["journal_free_blocks"]) - int(e["journal_committing_credits"])

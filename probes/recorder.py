@@ -30,7 +30,7 @@ from jstall.errors import JstallError
 from jstall.schema import SCHEMAS
 from jstall.session import RECORDING, compact_table, table_path, write_chunk, write_metadata, write_table_atomic
 
-from . import btf, console, events, host, journals, syscalls, tables
+from . import btf, console, events, filesystems, host, syscalls, tables
 from .session_metadata import cgroup_paths, clock, session_metadata
 from .tables import CHUNKED, STREAMED
 
@@ -95,17 +95,17 @@ class Recorder:
         check_output_dir(self.output_dir)
         self.syscall_numbers = syscalls.numbers(calls=options.calls)
         self.syscall_names = {nr: name for name, nr in self.syscall_numbers.items()}
-        mounts = journals.ext4_mounts()
-        self.devices = list(dict.fromkeys(journals.resolve_device(d, mounts) for d in options.devices))
+        mounts = filesystems.ext4_mounts()
+        self.devices = list(dict.fromkeys(filesystems.resolve_device(d, mounts) for d in options.devices))
         if options.pid is not None and (options.pid <= 0 or not os.path.exists(f"/proc/{options.pid}")):
             raise JstallError(f"-p {options.pid}: no such process; give the PID of a running process")
         self.journals = {}
         for dev in self.devices:
-            self.journals[dev] = journals.describe(dev, mounts[dev])
+            self.journals[dev] = filesystems.describe(dev, mounts[dev])
         if not self.devices:  # every mounted ext4 with a journal (narrowed to those used with a task filter)
             for dev, m in mounts.items():
                 try:
-                    self.journals[dev] = journals.describe(dev, m)
+                    self.journals[dev] = filesystems.describe(dev, m)
                 except JstallError:
                     continue
         self.cgroup_id = None
@@ -213,8 +213,8 @@ class Recorder:
             os.makedirs(self.output_dir, exist_ok=True)
             one = ctypes.c_uint8(1)
             for dev in self.devices:
-                major, minor = journals.parse_dev(dev)
-                b[b"devices"][ctypes.c_uint32(journals.kernel_dev(major, minor))] = one
+                major, minor = filesystems.parse_dev(dev)
+                b[b"devices"][ctypes.c_uint32(filesystems.kernel_dev(major, minor))] = one
             if self.opts.pid:
                 self._pidfd = os.pidfd_open(self.opts.pid)
                 for tgid in [self.opts.pid] + host.descendants(self.opts.pid):
@@ -231,7 +231,7 @@ class Recorder:
             self.start_clock = clock()
             self._jiffies_start = host.read_jiffies()
             for j in self.journals.values():  # the kernel's own statistics, from now on traced
-                j["proc_info_start"] = journals.read_proc_info(j["proc_info_name"])
+                j["proc_info_start"] = filesystems.read_proc_info(j["proc_info_name"])
             for name in CHUNKED:
                 os.makedirs(table_path(self.output_dir, name), exist_ok=True)
             self._write_snapshots(b)
@@ -325,7 +325,7 @@ class Recorder:
             known = j[j["has_journal"] != 0]
             for dev in np.unique(known["dev"]):
                 mtb = int(known["max_transaction_blocks"][known["dev"] == dev].max())
-                self._max_tx[journals.dev_name(int(dev))] = mtb
+                self._max_tx[filesystems.dev_name(int(dev))] = mtb
         self._write_snapshots(self.bpf)
         self.last_flush = clock()
         if not final:
@@ -343,7 +343,7 @@ class Recorder:
 
     def _used_devs(self):
         """Journals the traced tasks used ('MAJ:MIN'), read from the probes' map."""
-        return {journals.dev_name(int(k.value)) for k in self.bpf[b"used_devs"].keys()}
+        return {filesystems.dev_name(int(k.value)) for k in self.bpf[b"used_devs"].keys()}
 
     def _lost(self):
         c = events.lost_counts(self.bpf)
@@ -360,7 +360,7 @@ class Recorder:
         b.ring_buffer_consume()
         end_clock = clock()
         for j in self.journals.values():
-            j["proc_info_end"] = journals.read_proc_info(j["proc_info_name"])
+            j["proc_info_end"] = filesystems.read_proc_info(j["proc_info_name"])
         self._jiffies_end = host.read_jiffies()
         self._flush(final=True)
         self.command, self.exit_status = command, exit_status
@@ -383,10 +383,10 @@ class Recorder:
         mounts = None
         for dev, mtb in self._max_tx.items():
             if dev not in self.journals:  # mounted while recording
-                mounts = journals.ext4_mounts() if mounts is None else mounts
+                mounts = filesystems.ext4_mounts() if mounts is None else mounts
                 if dev in mounts:
                     try:
-                        self.journals[dev] = journals.describe(dev, mounts[dev])
+                        self.journals[dev] = filesystems.describe(dev, mounts[dev])
                     except JstallError:
                         continue
             if dev in self.journals:

@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 
 from jstall.schema import FILL_COLUMNS, PHASES, SCHEMAS
 
-from . import events, journals
+from . import events, filesystems
 
 #: tables appended to while recording, one closed chunk per flush
 STREAMED = ("calls", "offcpu", "jbd2_events", "run_stats", "checkpoint_stats", "log_tail", "fill")
@@ -47,7 +47,7 @@ def _table(name, columns):
 
 def _devs(values):
     uniq, inv = np.unique(np.asarray(values, dtype=np.uint64), return_inverse=True)
-    names = np.array([journals.dev_name(int(u)) if u else None for u in uniq], dtype=object)
+    names = np.array([filesystems.dev_name(int(u)) if u else None for u in uniq], dtype=object)
     return pa.array(names[inv] if len(values) else [], type=pa.string())
 
 

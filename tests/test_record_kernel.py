@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from jstall import session
-from jstall.probes import journals
+from jstall.probes import filesystems
 
 from jstall.workloads.scratch import FsConfig, ScratchFs
 
@@ -43,7 +43,7 @@ def recorded(tmp_path_factory):
         mnt, loop, dev = fs.mountpoint, fs.device, fs.dev
         name = os.path.basename(loop) + "-8"
         subprocess.run(["sync", "-f", mnt], check=True)
-        sb = journals.dumpe2fs(loop)
+        sb = filesystems.dumpe2fs(loop)
         before = transactions(name)
         proc = subprocess.run(
             [JSTALL, "record", "-q", "-o", out, "-d", mnt, "--min-ms", "1", "--",

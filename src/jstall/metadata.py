@@ -25,7 +25,7 @@ METADATA_FILE = "metadata.json"
 
 @dataclasses.dataclass
 class JournalDoc:
-    """One traced journal in a session's ``journals`` list (written by probes/journals.describe,
+    """One traced journal in a session's ``journals`` list (written by probes/filesystems.describe,
     read back from `dumpe2fs -h` and the mount table). Sizes in filesystem blocks of
     ``block_size`` bytes; ``dev`` and ``journal_device`` are 'MAJ:MIN'."""
 
