@@ -3,7 +3,9 @@ against `jstall record`, in ABBA pairs on a scratch ext4 (unthrottled). Per pair
 
 - paced: the metadata workload (create, 2 x setxattr, unlink per file) paced at --rate
   calls/s; throughput ratio and calls per CPU second of the workload, traced/untraced;
-- full: the same workload unpaced (the recorder benchmark's rate), monitor and record;
+- full: the same workload unpaced (the recorder benchmark's rate, --full-rounds x 20,000
+  calls), monitor and record, their turns alternating between pairs, and monitor against
+  record directly;
 - bystander: `dd if=/dev/zero of=/dev/null bs=1` (cheap untraced syscalls), bytes/s; and the
   monitor's own BPF run time while dd runs (BPF_ENABLE_STATS), as a share of one CPU: an
   upper bound of the bystander's cost that other load on the machine does not blur;
@@ -16,7 +18,7 @@ as `jstall record -q -d` (no statistics) in the throughput runs.
 
 Prints each pair and the medians. Needs root.
 
-usage: monitor_overhead.py [--pairs N] [--rate CALLS_PER_S] [--seconds S] [--dd-bytes N]
+usage: monitor_overhead.py [--pairs N] [--rate CALLS_PER_S] [--seconds S] [--dd-bytes N] [--full-rounds N]
 """
 
 import json
@@ -63,6 +65,7 @@ def paced(mount, rate, seconds):
 
 
 def full(mount, files=5000, rounds=4):
+    """The metadata loop unpaced: files x rounds x 4 calls."""
     out = subprocess.run([sys.executable, LOOP, os.path.join(mount, "bench"), str(files), str(rounds)],
                          check=True, capture_output=True, text=True).stdout
     return json.loads(out)
@@ -84,7 +87,7 @@ def dd(nbytes):
 def measure(mount, args):
     out = {"paced": paced(mount, args.rate, args.seconds)}
     c0 = cpu_seconds()
-    out["full"] = full(mount)
+    out["full"] = full(mount, rounds=args.full_rounds)
     out["full_own_cpu"] = cpu_seconds() - c0
     out["dd"] = dd(args.dd_bytes)
     return out
@@ -94,7 +97,7 @@ def bpf_seconds(totals):
     return sum(v[0] for v in totals.values())
 
 
-def own_cost_runs(mount, tmp, i):
+def own_cost_runs(mount, tmp, i, rounds):
     """(monitor, record) BPF run ns per call at full rate, statistics on for the whole run."""
     from jstall.monitor import bpfstats
     from jstall.monitor.tracer import MonitorOptions, Tracer
@@ -103,7 +106,7 @@ def own_cost_runs(mount, tmp, i):
     t = Tracer(MonitorOptions(devices=[mount], before_s=10, after_s=5, bpf_stats_duty=1)).start()
     time.sleep(0.3)
     b0 = bpfstats.run_totals(t.bpf)
-    r = full(mount)
+    r = full(mount, rounds=rounds)
     mon = (bpf_seconds(bpfstats.run_totals(t.bpf)) - bpf_seconds(b0)) / r["calls"] * 1e9
     t.stop()
     fd = bpfstats.enable()
@@ -111,7 +114,7 @@ def own_cost_runs(mount, tmp, i):
         rec = Recorder(RecordOptions(output_dir=os.path.join(tmp, f"s{i}"), devices=[mount], quiet=True))
         rec.start()
         b0 = bpfstats.run_totals(rec.bpf)
-        r = full(mount)
+        r = full(mount, rounds=rounds)
         recd = (bpf_seconds(bpfstats.run_totals(rec.bpf)) - bpf_seconds(b0)) / r["calls"] * 1e9
         rec.stop()
     finally:
@@ -120,7 +123,8 @@ def own_cost_runs(mount, tmp, i):
 
 
 def main():
-    args = options(__doc__, pairs=6, rate=10000.0, seconds=5.0, dd_bytes=3_000_000)
+    args = options(__doc__, pairs=6, rate=10000.0, seconds=5.0, dd_bytes=3_000_000,
+                   full_rounds=(20, "rounds of 5,000 files in each unpaced run (default 20: 400,000 calls)"))
 
     from jstall.monitor import bpfstats
     from jstall.monitor.tracer import MonitorOptions, Tracer
@@ -141,19 +145,33 @@ def main():
               f"{'dd mon':>7} {'cpu':>5} {'dd rec':>7} {'cpu':>5} {'lost':>5} {'bpf % cpu':>8} | "
               f"{'own cpu s/Mcall':>15} {'bpf ns/call':>11} (monitor/record at full rate)")
         for i in range(args.pairs):
-            def traced():
+            def monitor_part():
                 t = Tracer(MonitorOptions(devices=[mount], before_s=10, after_s=5)).start()
                 time.sleep(0.5)
                 m = measure(mount, args)
-                lost = t.events_lost()
+                m["lost"] = sum(t.events_lost().values())
                 t.stop()
+                return m
+
+            def record_part():
                 rec = Recorder(RecordOptions(output_dir=os.path.join(tmp, f"r{i}"), devices=[mount], quiet=True))
                 rec.start()
+                time.sleep(0.5)
                 c0 = cpu_seconds()
-                r = {"full": full(mount)}
+                r = {"full": full(mount, rounds=args.full_rounds)}
                 r["full_own_cpu"] = cpu_seconds() - c0
                 r["dd"] = dd(args.dd_bytes)
                 rec.stop()
+                return r
+
+            def traced():
+                # monitor and record in turn, the first one alternating between pairs
+                if i % 2 == 0:
+                    m = monitor_part()
+                    r = record_part()
+                else:
+                    r = record_part()
+                    m = monitor_part()
                 # the monitor's BPF time while a bystander runs (every task's context switches
                 # included): an upper bound of what the bystander pays, independent of other load
                 t = Tracer(MonitorOptions(devices=[mount], before_s=10, after_s=5, bpf_stats_duty=1)).start()
@@ -162,8 +180,8 @@ def main():
                 dd(args.dd_bytes)
                 m["bpf_share"] = (bpf_seconds(bpfstats.run_totals(t.bpf)) - b0) / (time.perf_counter() - w0)
                 t.stop()
-                m["bpf_ns"], r["bpf_ns"] = own_cost_runs(mount, tmp, i)
-                return m, r, sum(lost.values())
+                m["bpf_ns"], r["bpf_ns"] = own_cost_runs(mount, tmp, i, args.full_rounds)
+                return m, r, m["lost"]
             if i % 2 == 0:
                 base = measure(mount, args)
                 m, r, lost = traced()
@@ -185,6 +203,9 @@ def main():
                 "mon_cpu": m["full_own_cpu"] / m["full"]["calls"] * 1e6,
                 "rec_cpu": r["full_own_cpu"] / r["full"]["calls"] * 1e6,
                 "mon_bpf": m["bpf_ns"], "rec_bpf": r["bpf_ns"],
+                # monitor against record directly (the same pair, turns alternating)
+                "mon_rec": m["full"]["calls_per_s"] / r["full"]["calls_per_s"],
+                "mon_rec_cpu": m["full"]["calls_per_cpu_s"] / r["full"]["calls_per_cpu_s"],
             }
             rows.append(row)
             print(f"{i + 1:>4} {row['paced']:>9.3f} {row['paced_cpu']:>9.3f} {row['full_mon']:>8.3f} "
@@ -203,6 +224,8 @@ def main():
           f"(per CPU s {med('dd_mon_cpu'):.3f}), record {med('dd_rec'):.3f} (per CPU s {med('dd_rec_cpu'):.3f}); "
           f"events lost {sum(r['lost'] for r in rows)}; the monitor's BPF programs ran {med('bpf_share') * 100:.3f}% "
           f"of one CPU while dd ran (every task's context switches included)")
+    print(f"full rate, monitor/record in the same pair (medians): throughput {med('mon_rec'):.3f}, calls per CPU "
+          f"second {med('mon_rec_cpu'):.3f} (above 1: the monitor costs the workload less)")
     print(f"own cost at full rate (medians): monitor {med('mon_cpu'):.2f} CPU s per million calls in its own "
           f"process, its BPF programs {med('mon_bpf'):.0f} ns per call; record {med('rec_cpu'):.2f} CPU s per "
           f"million calls, BPF {med('rec_bpf'):.0f} ns per call; load average {loadavg()}")
