@@ -25,6 +25,7 @@ from jstall.probes import btf, events, filesystems, host
 from jstall.probes.recorder import (
     EXT4_RAW_TRACEPOINTS, JBD2_RAW_TRACEPOINTS, RecordOptions, Recorder,
 )
+from jstall.schema import PHASES
 
 from . import bpfstats
 
@@ -38,7 +39,6 @@ MONITOR_FIELDS = {"TASK_JOURNAL_INFO": ("task_struct", "journal_info"), "FILE_IN
 #: jbd2_log_space_left(): j_free - JBD2_CONTROL_BLOCKS_RESERVED (32) - committing credits
 RESERVED_BLOCKS = 32
 #: commit phases of jbd2_run_stats, and the upper bounds (seconds) of their histogram buckets
-PHASES = ("wait", "request_delay", "running", "locked", "flushing", "logging")
 PHASE_BUCKETS_S = (0.001, 0.004, 0.016, 0.064, 0.25, 1.0, 4.0, 16.0, float("inf"))
 RECENT_CALLS = 50
 POLL_S = 0.1                          # the ring buffers are read this often
