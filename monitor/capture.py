@@ -186,15 +186,7 @@ class Captures:
         by_kind = p["records"]          # {kind: [joined records, ...]} (Tracer.flight_window)
         a = {s: events.decode(s, by_kind.get(k, [])) for k, s in events.KIND_STRUCTS.items()}
         names = t.op_names
-        tables = {
-            "calls": rec.calls_table(a["call_event"], names),
-            "offcpu": rec.offcpu_table(a["offcpu_event"], names),
-            "jbd2_events": rec.jbd2_table(a["jbd2_event"]),
-            "run_stats": rec.run_stats_table(a["run_stats_event"], t.hz),
-            "checkpoint_stats": rec.checkpoint_stats_table(a["checkpoint_stats_event"], t.hz),
-            "log_tail": rec.log_tail_table(a["log_tail_event"]),
-            "fill": rec.fill_table(a["fill_event"]),
-        }
+        tables = rec.streamed_tables(a, names, t.hz)
         ids = sorted({int(s) for s in a["offcpu_event"]["stack_id"] if s >= 0})
         tables["stacks"] = rec.stacks_table(t.bpf, ids)
         tables["call_histograms"], tables["call_totals"] = _histogram_tables(p["stats_start"], p["stats_end"], names)
@@ -259,16 +251,4 @@ def _histogram_tables(start, end, names):
         nr, dev = key
         tot.append((nr, dev, count, errors, total_ns, max_ns))
         hist += [(nr, dev, i, int(n)) for i, n in enumerate(buckets) if n]
-    h = np.array(hist, dtype=np.int64).reshape(-1, 4)
-    t = np.array(tot, dtype=np.int64).reshape(-1, 6)
-    bucket = h[:, 2]
-    histograms = rec._table("call_histograms", {
-        "syscall": rec._names(h[:, 0], names), "dev": rec._devs(h[:, 1]), "bucket": bucket.astype(np.int32),
-        "low_ns": np.where(bucket == 0, 0, np.left_shift(1, bucket)), "high_ns": np.left_shift(1, bucket + 1),
-        "count": h[:, 3],
-    })
-    totals = rec._table("call_totals", {
-        "syscall": rec._names(t[:, 0], names), "dev": rec._devs(t[:, 1]), "count": t[:, 2], "errors": t[:, 3],
-        "total_latency_ns": t[:, 4], "max_latency_ns": t[:, 5],
-    })
-    return histograms, totals
+    return rec.counter_tables(hist, tot, names)

@@ -196,8 +196,13 @@ def histogram_tables(b, names, devless_apart=False):
                     sum(v.total_ns for v in per_cpu), max(v.max_ns for v in per_cpu)))
         buckets = np.sum([np.ctypeslib.as_array(v.buckets) for v in per_cpu], axis=0)
         hist += [(k.syscall_nr, k.dev, i, int(n)) for i, n in enumerate(buckets) if n]
-    hist.sort()
-    tot.sort()
+    histograms, totals = counter_tables(sorted(hist), sorted(tot), names)
+    return histograms, totals, dict(sorted(devless.items()))
+
+
+def counter_tables(hist, tot, names):
+    """(call_histograms, call_totals) from counter rows: ``hist`` (syscall_nr, dev, log2
+    bucket, count), ``tot`` (syscall_nr, dev, count, errors, total_ns, max_ns), in table order."""
     h = np.array(hist, dtype=np.int64).reshape(-1, 4)
     t = np.array(tot, dtype=np.int64).reshape(-1, 6)
     bucket = h[:, 2]
@@ -210,4 +215,4 @@ def histogram_tables(b, names, devless_apart=False):
         "syscall": _names(t[:, 0], names), "dev": _devs(t[:, 1]), "count": t[:, 2], "errors": t[:, 3],
         "total_latency_ns": t[:, 4], "max_latency_ns": t[:, 5],
     })
-    return histograms, totals, dict(sorted(devless.items()))
+    return histograms, totals
