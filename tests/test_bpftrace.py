@@ -34,8 +34,8 @@ FILES, UPDATES = 3000, 4000
 HZ = config_hz() or 250
 # 09:13:46 python  8453  8453  setxattr  2424.210  0  7,2  1
 CALL = re.compile(r"^\d\d:\d\d:\d\d (.{16}) (\d+)\s+(\d+)\s+(\w+)\s+(\d+\.\d+)\s+(-?\d+)\s+(\d+),(\d+)\s+(\d+)$")
-# (two spaces, then) +  985.833 ms  checkpoint  result 1 (this task writes blocks home)
-EVENT = re.compile(r"^    \+\s*(\d+\.\d+) ms  (\w+)\s+(.*)$")
+#   13923   +  985.833 ms  checkpoint  result 1 (this task writes blocks home)
+EVENT = re.compile(r"^  (\d+)\s+\+\s*(\d+\.\d+) ms  (\w+)\s+(.*)$")
 # 09:13:46   7,2   5   0   2440   0.005   0.012   3.699   1165   1334   1357
 COMMIT = re.compile(r"^\d\d:\d\d:\d\d\s+(\d+),(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+"
                     r"(\d+\.\d+)\s+(\d+\.\d+)\s+(\d+\.\d+)\s+(\d+)\s+(\d+)\s+(\d+)$")
@@ -139,17 +139,19 @@ def traced(tmp_path_factory):
 
 def calls(text):
     """[(call line fields, [(offset ms, event name, rest)])] of jstall-slowcalls' output."""
-    out = []
+    out, last = [], {}   # last: thread id -> its latest call (calls on two CPUs interleave)
     for line in text.splitlines():
         m = CALL.match(line)
         if m:
             comm, pid, tid, call, lat, ret, major, minor, handles = m.groups()
             out.append(({"comm": comm.strip(), "pid": int(pid), "call": call, "lat": float(lat),
                          "ret": int(ret), "dev": (int(major), int(minor)), "handles": int(handles)}, []))
-        elif line.startswith("    +"):
+            last[int(tid)] = out[-1]
+        elif re.match(r"^  \d+\s+\+", line):
             m = EVENT.match(line)
-            assert m and out, line
-            out[-1][1].append((float(m.group(1)), m.group(2), m.group(3)))
+            assert m and int(m.group(1)) in last, line
+            tid, offset, name, rest = m.groups()
+            last[int(tid)][1].append((float(offset), name, rest))
     return out
 
 
