@@ -24,7 +24,7 @@ from jstall.session import is_sweep_dir, read_metadata
 from .analysis import Analysis, analyze
 from .fleet import headroom_low
 from .stalls import DEFAULT_MIN_MS
-from .summary import _clean
+from .summary import json_safe
 from .sweep import _flat, find_runs
 from .text import _table
 
@@ -52,7 +52,7 @@ def _pct_change(a, b):
 def _phases(analysis):
     """{name: phase dict} of a lab session's phases (empty when not from the lab), read from the
     session's metadata through the lab document's definition (jstall.metadata.LabDoc)."""
-    lab = lab_of(_clean(analysis.session.meta.get("lab") or {}))  # the document's figures
+    lab = lab_of(json_safe(analysis.session.meta.get("lab") or {}))  # the document's figures
     return {p.name: p.to_dict() for p in lab.phases} if lab else {}
 
 
@@ -218,7 +218,7 @@ class Comparison:
             return [] if not len(df) else df.astype(object).where(df.notna(), None).to_dict("records")
 
         ha, hb = self.sa.session, self.sb.session
-        return _clean({
+        return json_safe({
             "schema_version": JSON_SCHEMA_VERSION, "kind": "compare", "min_ms": self.sa.min_ms,
             "a": {"path": ha.path, "name": self.names[0], "session": ha.to_dict()},
             "b": {"path": hb.path, "name": self.names[1], "session": hb.to_dict()},

@@ -24,7 +24,7 @@ import pandas as pd
 from .causes import CAUSES
 from .fill import RESERVED_BLOCKS
 from .stalls import DEFAULT_MIN_MS
-from .summary import _clean
+from .summary import json_safe
 
 #: Version of the JSON document ``jstall fleet --json`` prints.
 JSON_SCHEMA_VERSION = 1
@@ -401,7 +401,7 @@ class Fleet:
         def records(df):
             return [] if df is None or not len(df) else df.astype(object).where(df.notna(), None).to_dict("records")
 
-        return _clean({
+        return json_safe({
             "schema_version": JSON_SCHEMA_VERSION, "kind": "fleet", "min_ms": self.min_ms,
             "sessions": len(self.summaries), "analyzed": len(self.ok), "failed": len(self.errors),
             "stalls": int(sum(s["analysis"]["stalls"]["count"] for s in self.ok)),

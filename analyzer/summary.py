@@ -59,12 +59,12 @@ def _num(v, nd=3):
     return v
 
 
-def _clean(obj):
+def json_safe(obj):
     """``obj`` (dicts, lists, tuples, numbers) with every number made JSON-safe by :func:`_num`."""
     if isinstance(obj, dict):
-        return {k: _clean(v) for k, v in obj.items()}
+        return {k: json_safe(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
+        return [json_safe(v) for v in obj]
     return _num(obj)
 
 
@@ -302,7 +302,7 @@ def proc_summary(proc, hz):
     journals.proc_agreement for that journal) as the document gives it, or None."""
     if not len(proc):
         return None
-    return _clean({"agree": bool(proc["agree"].all()), "hz": hz, "jiffy_ms": 1000.0 / hz,
+    return json_safe({"agree": bool(proc["agree"].all()), "hz": hz, "jiffy_ms": 1000.0 / hz,
                    "metrics": [{k: r[k] for k in PROC_FIELDS} for r in proc.to_dict("records")]})
 
 
@@ -338,8 +338,8 @@ def session_header(session):
         path=session.path, schema_version=m.get("schema_version"), status=h["status"],
         tool_version=m.get("tool_version"), kernel_release=m.get("kernel_release"), host=m.get("host"),
         hz=session.hz, start=h["start"], duration_s=_num(session_span_s(session)), command=h["command"],
-        lab=None if not lab else _clean({"config": lab.get("config"), "phases": lab.get("phases")}),
-        exit_status=h["exit_status"], exit_status_text=h["exit_status_text"], filters=_clean(h["filters"]),
+        lab=None if not lab else json_safe({"config": lab.get("config"), "phases": lab.get("phases")}),
+        exit_status=h["exit_status"], exit_status_text=h["exit_status_text"], filters=json_safe(h["filters"]),
         traced_calls=h["traced_calls"], complete=h["complete"], through=h["through"],
         through_s=_num(h["through_s"]), end=h["end"])
 
@@ -355,9 +355,9 @@ def summarize(analysis):
         recorded_min_ms=_num(recording.recorded_min_ms(m)), traced_groups=traced_groups(m),
         events_lost={k: int(v or 0) for k, v in (m.get("events_lost") or {}).items()},
         stacks_lost=int(m.get("stacks_lost") or 0), warnings=tuple(a.warnings), notes=tuple(a.notes),
-        window=_clean(window.describe(s)), losses=tuple(_clean(recording.losses(s))),
+        window=json_safe(window.describe(s)), losses=tuple(json_safe(recording.losses(s))),
         stalls=stall_summary(a.stalls, a.causes), journals=journal_summaries(a.journals, a.proc, s.hz),
-        calls=call_summaries(a.calls), per_process=tuple(_clean(a.processes.to_dict("records"))))
+        calls=call_summaries(a.calls), per_process=tuple(json_safe(a.processes.to_dict("records"))))
 
 
 def top_stalls(analysis, n):
@@ -367,7 +367,7 @@ def top_stalls(analysis, n):
     rows = analysis.stalls.sort_values("latency_ms", ascending=False, kind="stable").head(n)
     out = []
     for r in rows.to_dict("records"):  # n rows
-        out.append(TopStall(**_clean({
+        out.append(TopStall(**json_safe({
             "t_s": (r["ts_ns"] - t0) / 1e9, "ts_ns": int(r["ts_ns"]), "wall": window.wall_iso(s.meta, r["ts_ns"]),
             "latency_ms": r["latency_ms"], "syscall": r["syscall"], "comm": r["comm"], "pid": int(r["pid"]),
             "tid": int(r["tid"]), "dev": r["dev"], "cause": str(r["cause"]), "cause_label": r["cause_label"],
@@ -389,7 +389,7 @@ def document(summary, top, recommendations):
     su = summary
     stalls = su.stalls.to_dict()
     stalls["top"] = [t.to_dict() for t in top]
-    return _clean({
+    return json_safe({
         "schema_version": JSON_SCHEMA_VERSION, "kind": "session", "session": su.session.to_dict(),
         "traced_calls": su.traced_groups, "min_ms": su.min_ms, "events_lost": dict(su.events_lost),
         "stacks_lost": su.stacks_lost, "warnings": list(su.warnings),

@@ -18,7 +18,7 @@ from jstall.session import is_sweep_dir
 
 from . import causes
 from .analysis import analyze
-from .summary import JSON_SCHEMA_VERSION, _clean
+from .summary import JSON_SCHEMA_VERSION, json_safe
 from .text import _table
 
 #: Config keys that differ between repeats of one configuration, never a swept option.
@@ -208,7 +208,7 @@ class Sweep:
     def to_dict(self):
         """JSON document of the sweep (see docs/analysis.md)."""
         t = self.by_config().drop(columns="_order")
-        return _clean({
+        return json_safe({
             "schema_version": JSON_SCHEMA_VERSION, "kind": "sweep", "path": self.path, "min_ms": self.min_ms,
             "options": self.options, "phases": self.phases, "warnings": self.warnings,
             "configurations": t.to_dict(orient="records"),
