@@ -161,6 +161,7 @@ def run(tmp_path_factory):
                 "lost": "sum(jstall_events_lost_total)",
                 "scrape_max_s": f'max_over_time(scrape_duration_seconds{{instance="127.0.0.1:{port_a}"}}[10m])',
                 "scrape_median_s": f'quantile_over_time(0.5, scrape_duration_seconds{{instance="127.0.0.1:{port_a}"}}[10m])',
+                "up_min": f'min_over_time(up{{instance="127.0.0.1:{port_a}"}}[10m])',
             }
             # the values after the workload, once Prometheus has scraped them
             forced_now = sample(out["scrape"], "jstall_journal_checkpoints_total", device=fs.dev, mode="forced")
@@ -224,8 +225,10 @@ def test_metrics_pass_promtool_and_scrape_is_fast(run):
     with open(path) as f:
         r = subprocess.run(["promtool", "check", "metrics"], stdin=f, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
-    # generous on a machine shared with other tests and three tracers; the benchmark measures it
-    assert run["scrape_s"] < 0.5 and run["prom"]["scrape_median_s"] < 0.25, run["prom"]
+    # every scrape of the run succeeded, each well inside Prometheus' 10 s scrape timeout: the
+    # collector reads maps, it does not replay events (monitor_soak.py measures the time itself)
+    assert run["prom"]["up_min"] == 1, run["prom"]
+    assert run["scrape_s"] < 2 and run["prom"]["scrape_max_s"] < 2, run["prom"]
     assert f'jstall_op_latency_seconds_bucket{{device="{run["dev"]}",le="+Inf",op="journal_start"}}' in run["scrape"]
     # bounded labels only
     labels = set(re.findall(r"[{,](\w+)=", run["scrape"]))
