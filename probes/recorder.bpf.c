@@ -9,6 +9,8 @@
  *   SIZEOF_<struct>             record sizes the Python side decodes
  *   SYSCALL_ARGS, ARG0_OFF, ARG1_OFF  where pt_regs holds a syscall's first two arguments
  *   SELF_TGID                   the recorder's own process, never traced
+ *   CALL_SLOTS, STATS_WAYS      rows of the call_slots counters (one per traced syscall), and
+ *                               counters per row (a power of 2)
  *
  * Sections, each behind a compile-time switch so modes can leave them out:
  *   common            maps, field reads, filters, a file descriptor's device and name
@@ -67,7 +69,8 @@ struct inflight {
 	__u32 dev;
 	__u32 handles;
 	__u32 pid;
-	__u32 flags;       /* NR_* of the call */
+	__u16 flags;       /* NR_* of the call */
+	__u16 slot;        /* its call_slots row + 1, 0: counted in call_stats */
 	__u32 dev_checked; /* dev passed the device filter (call_end need not look again) */
 	__u64 arg0;        /* first two arguments (per-syscall tracepoints only) */
 	__u64 arg1;
@@ -128,14 +131,23 @@ BPF_PERCPU_ARRAY(counters, __u64, NR_COUNTERS);  /* summed by the reader */
 BPF_TASK_STORAGE(inflight, struct inflight);   /* ts_ns == 0: no traced call */
 BPF_HASH(offstart, __u32, struct offstart, 65536);
 BPF_STACK_TRACE(stacks, STACK_ENTRIES);
+/* A call_slots counter: a syscall's row holds STATS_WAYS of them, chosen by device; each
+ * CPU's copy belongs to the first device counted in it (owner), others go to call_stats. */
+struct slot_stats {
+	__u64 owner;       /* OWNER_BIT | dev, 0: unused */
+	struct call_stats stats;
+};
+#define OWNER_BIT (1ULL << 32)
+
 BPF_PERCPU_HASH(call_stats, struct call_key, struct call_stats, 4096);  /* summed by the reader */
+BPF_PERCPU_ARRAY(call_slots, struct slot_stats, CALL_SLOTS * STATS_WAYS); /* ... with these */
 BPF_HASH(journals, __u32, __u64, 256);          /* dev -> journal_t * */
 BPF_ARRAY(fill_clock, struct dev_clock, FILL_SLOTS);  /* fill_slot(dev) -> clock */
 BPF_ARRAY(offstart_pending, __u64, 1);          /* entries in offstart: 0 = nothing to look up */
 BPF_HASH(devices, __u32, __u8, 64);             /* device filter */
 BPF_HASH(tgids, __u32, __u8, 65536);            /* traced process tree */
 BPF_HASH(used_devs, __u32, __u8, 256);          /* journals the traced tasks used (task filters) */
-BPF_ARRAY(traced_nr, __u8, 1024);               /* syscall number -> NR_* flags, 0 = untraced */
+BPF_ARRAY(traced_nr, __u16, 1024);              /* syscall number -> NR_* flags | call_slots row + 1 << 8; 0 = untraced */
 
 /* Read a scalar or pointer member; the array type fails to compile for a wider one. */
 #define READ_FIELD(base, NAME) \
@@ -380,7 +392,8 @@ static __always_inline struct inflight *call_begin(__u32 nr, __u32 flags, __u64 
 		return NULL;
 	c->ts_ns = bpf_ktime_get_ns();
 	c->syscall_nr = nr;
-	c->flags = flags;
+	c->flags = flags & 0xff;
+	c->slot = flags >> 8;
 	c->pid = id >> 32;
 	c->dev = dev;
 	c->dev_checked = dev != 0;  /* an fd's device passed the filter above */
@@ -395,6 +408,27 @@ static __always_inline int call_enter(__u32 nr, __u32 flags, __u64 arg0, __u64 a
 {
 	call_begin(nr, flags, arg0, arg1, regs);
 	return 0;
+}
+
+/* The counters of c's syscall on dev: this CPU's call_slots counter when the syscall has a
+ * row and one of the device's ways is free or the device's (an array slot: no hash on the
+ * exit path), else its call_stats entry. The reader sums both per (syscall, device). */
+static __always_inline struct call_stats *call_counters(struct inflight *c, __u32 dev)
+{
+	__u32 slot = c->slot;
+	if (slot) {
+		__u32 idx = (slot - 1) * STATS_WAYS + ((dev ^ (dev >> 20) * 37) & (STATS_WAYS - 1));
+		struct slot_stats *s = call_slots.lookup(&idx);
+		if (s) {
+			__u64 owner = OWNER_BIT | dev;
+			/* claimed atomically: a preempted program on this CPU may claim it too */
+			if (s->owner == owner || (!s->owner && __sync_val_compare_and_swap(&s->owner, 0, owner) == 0))
+				return &s->stats;
+		}
+	}
+	struct call_key ck = {.syscall_nr = c->syscall_nr, .dev = dev};
+	struct call_stats zero = {};
+	return call_stats.lookup_or_try_init(&ck, &zero);
 }
 
 /* The call c (in flight) ends with ret; regs: the saved user registers (raw_syscalls),
@@ -414,9 +448,7 @@ static __always_inline int call_end(struct inflight *c, __s64 ret, __u64 regs)
 	 * still counted, under device 0, so the session can say how many there were. */
 	int allowed = checked || dev_allowed(dev);
 	if (allowed || !dev) {
-		struct call_key ck = {.syscall_nr = c->syscall_nr, .dev = dev};
-		struct call_stats zero = {};
-		struct call_stats *t = call_stats.lookup_or_try_init(&ck, &zero);
+		struct call_stats *t = call_counters(c, dev);
 		if (t) {
 			__u32 bucket = bpf_log2l(lat) - 1;  /* bcc's bpf_log2l is floor(log2)+1, 1 for 0 */
 			if (bucket >= HIST_BUCKETS)
@@ -490,7 +522,7 @@ struct sc_exit_args {
 int sc_enter(struct sc_enter_args *ctx)
 {
 	__u32 nr = ctx->nr;
-	__u8 *traced = traced_nr.lookup(&nr);
+	__u16 *traced = traced_nr.lookup(&nr);
 	if (!traced || !*traced)
 		return 0;
 	return call_enter(nr, *traced, ctx->args[0], 0, 0);
@@ -499,7 +531,7 @@ int sc_enter(struct sc_enter_args *ctx)
 int sc_enter_at(struct sc_enter_args *ctx)
 {
 	__u32 nr = ctx->nr;
-	__u8 *traced = traced_nr.lookup(&nr);
+	__u16 *traced = traced_nr.lookup(&nr);
 	if (!traced || !*traced)
 		return 0;
 	return call_enter(nr, *traced, ctx->args[0], ctx->args[1], 0);
@@ -516,7 +548,7 @@ int sc_exit(struct sc_exit_args *ctx)
 int on_sys_enter(struct bpf_raw_tracepoint_args *ctx)
 {
 	__u32 nr = ctx->args[1];
-	__u8 *traced = traced_nr.lookup(&nr);
+	__u16 *traced = traced_nr.lookup(&nr);
 	if (!traced || !*traced)
 		return 0;
 	return call_enter(nr, *traced, 0, 0, ctx->args[0]);

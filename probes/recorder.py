@@ -134,6 +134,7 @@ class Recorder:
         self._pidfd = None
         self.last_flush = None
         self.cgroups = {}                                 # str(cgroup id) -> path, of the calls' cgroups
+        self.call_slots = {}                              # syscall nr -> its call_slots row (set by start)
 
     # ---- set-up -------------------------------------------------------------------
 
@@ -156,6 +157,8 @@ class Recorder:
             FILTER_CGROUP=self.cgroup_id or 0,
             PER_SYSCALL_TRACEPOINTS=int(self.opts.attach == "syscalls"),
             SELF_TGID=os.getpid(),
+            CALL_SLOTS=max(len(self.syscall_numbers), 1),
+            STATS_WAYS=tables.CALL_SLOT_WAYS,
         )
         return [f"-D{k}={v}" for k, v in defines.items()] + [f"-I{os.path.dirname(BPF_SOURCE)}"]
 
@@ -174,7 +177,8 @@ class Recorder:
     def _attach(self, b):
         traced = b[b"traced_nr"]
         for name, nr in self.syscall_numbers.items():
-            traced[ctypes.c_uint32(nr)] = ctypes.c_uint8(syscalls.probe_flags(name))
+            row = self.call_slots.get(nr)
+            traced[ctypes.c_uint32(nr)] = traced.Leaf(syscalls.probe_flags(name) | (row + 1 if row is not None else 0) << 8)
         if self.opts.attach == "syscalls":
             for name in self.syscall_numbers:
                 for kind in ("enter", "exit"):
@@ -219,6 +223,9 @@ class Recorder:
                 self._pidfd = os.pidfd_open(self.opts.pid)
                 for tgid in [self.opts.pid] + host.descendants(self.opts.pid):
                     self.trace_tgid(tgid)
+            # each traced syscall counts its calls in a call_slots row (per-CPU array slots)
+            # rather than the call_stats hash; tables.histogram_tables reads both
+            self.call_slots = {nr: row for row, nr in enumerate(self.syscall_numbers.values())}
             self._attach(b)
             for name in ("calls_rb", "offcpu_rb", "jbd2_rb"):
                 b[name.encode()].open_ring_buffer(self._on_event)
@@ -336,7 +343,8 @@ class Recorder:
 
     def _write_snapshots(self, b):
         """The in-kernel call counters so far, as whole tables (rewritten atomically)."""
-        hist, totals, self.calls_without_device = tables.histogram_tables(b, self.syscall_names, bool(self.devices))
+        hist, totals, self.calls_without_device = tables.histogram_tables(b, self.syscall_names, bool(self.devices),
+                                                                          self.call_slots)
         self.tables = {"call_histograms": hist, "call_totals": totals}
         for name, table in self.tables.items():
             write_table_atomic(self.output_dir, name, table)
