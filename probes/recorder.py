@@ -152,6 +152,8 @@ class Recorder:
             MIN_NS=int(self.opts.min_ms * 1e6),
             OFFCPU_MIN_NS=int(self.opts.offcpu_min_us * 1000),
             FILL_SAMPLE_NS=FILL_SAMPLE_NS,
+            FILL_SAMPLE_SURE_TICKS=FILL_SAMPLE_NS * hz // 1_000_000_000 if (hz := host.config_hz()) else 0,
+            COMMIT_EVENTS=int(all(host.tracepoint_exists("jbd2", f"jbd2_{e}_commit") for e in ("start", "end"))),
             RB_PAGES=RING_PAGES,
             STACK_ENTRIES=STACK_ENTRIES,
             HIST_BUCKETS=HIST_BUCKETS,
