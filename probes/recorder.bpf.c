@@ -172,6 +172,10 @@ BPF_ARRAY(traced_nr, __u16, 1024);              /* syscall number -> NR_* flags 
 		asm volatile("%0 = *(u32 *)(%1 + %2)" : "=r"(__v) : "r"(base), "i"(NAME##_OFF));    \
 	__v; })
 
+/* A member read one way or the other: typed (a constant once inlined) when base is a
+ * BTF-typed pointer (tp_btf programs) */
+#define FIELD(typed, base, NAME) ((typed) ? LOAD_FIELD(base, NAME) : READ_FIELD(base, NAME))
+
 static __always_inline __u64 read_sized(const void *addr, int size)
 {
 	__u64 v = 0;
@@ -286,15 +290,15 @@ static __always_inline __u64 syscall_arg(__u64 regs, int off)
 	return read_sized((const void *)regs + off, 8);
 }
 
-static __always_inline __u32 journal_dev(__u64 journal)
+static __always_inline __u32 journal_dev(__u64 journal, int typed)
 {
-	__u64 bdev = READ_FIELD(journal, J_FS_DEV);
-	return bdev ? (__u32)READ_FIELD(bdev, BDEV_DEV) : 0;
+	__u64 bdev = FIELD(typed, journal, J_FS_DEV);
+	return bdev ? (__u32)FIELD(typed, bdev, BDEV_DEV) : 0;
 }
 
-static __always_inline __s32 transaction_tid(__u64 transaction)
+static __always_inline __s32 transaction_tid(__u64 transaction, int typed)
 {
-	return transaction ? (__s32)READ_FIELD(transaction, T_TID) : -1;
+	return transaction ? (__s32)FIELD(typed, transaction, T_TID) : -1;
 }
 
 /* journal_t's log window: j_head, j_tail, j_free, j_first, j_last, adjacent unsigned
@@ -311,8 +315,16 @@ struct log_window {
 			     J_HEAD_SIZE == 8 && J_TAIL_SIZE == 8 && J_FREE_SIZE == 8 && \
 			     J_FIRST_SIZE == 8 && J_LAST_SIZE == 8)
 
-static __always_inline void read_log_window(__u64 journal, struct log_window *w)
+static __always_inline void read_log_window(__u64 journal, struct log_window *w, int typed)
 {
+	if (typed) {
+		w->head = LOAD_FIELD(journal, J_HEAD);
+		w->tail = LOAD_FIELD(journal, J_TAIL);
+		w->free = LOAD_FIELD(journal, J_FREE);
+		w->first = LOAD_FIELD(journal, J_FIRST);
+		w->last = LOAD_FIELD(journal, J_LAST);
+		return;
+	}
 #if LOG_WINDOW_ADJACENT
 	bpf_probe_read_kernel(w, sizeof(*w), (const void *)journal + J_HEAD_OFF);
 #else
@@ -324,26 +336,35 @@ static __always_inline void read_log_window(__u64 journal, struct log_window *w)
 #endif
 }
 
-static __always_inline void read_fill(__u64 journal, struct jstall_fill *f)
+static __always_inline void read_fill(__u64 journal, struct jstall_fill *f, int typed)
 {
 	if (!journal)
 		return;
 	struct log_window w = {};
-	read_log_window(journal, &w);
+	read_log_window(journal, &w, typed);
 	f->free_blocks = w.free;
 	f->head_block = w.head;
 	f->tail_block = w.tail;
 	f->first_block = w.first;
 	f->last_block = w.last;
-	f->journal_blocks = READ_FIELD(journal, J_TOTAL_LEN);
-	f->max_transaction_blocks = READ_FIELD(journal, J_MAX_TX);
-	f->running_transaction = transaction_tid(READ_FIELD(journal, J_RUNNING));
-	__u64 committing = READ_FIELD(journal, J_COMMITTING);
-	f->committing_transaction = transaction_tid(committing);
+	f->journal_blocks = FIELD(typed, journal, J_TOTAL_LEN);
+	f->max_transaction_blocks = FIELD(typed, journal, J_MAX_TX);
+	f->running_transaction = transaction_tid(FIELD(typed, journal, J_RUNNING), typed);
+	__u64 committing = FIELD(typed, journal, J_COMMITTING);
+	f->committing_transaction = transaction_tid(committing, typed);
 	/* jbd2_log_space_left() counts the committing transaction's outstanding
 	 * credits as used: they decide, with j_free, whether a handle must wait. */
-	f->committing_credits = committing ? (__s32)READ_FIELD(committing, T_OUTSTANDING_CREDITS) : 0;
+	f->committing_credits = committing ? (__s32)FIELD(typed, committing, T_OUTSTANDING_CREDITS) : 0;
 	f->has_journal = 1;
+}
+
+/* dev -> journal for events that give only the device; updated only when it changed (an
+ * update of a hash entry takes its bucket lock and replaces the element) */
+static __always_inline void remember_journal(__u32 dev, __u64 journal)
+{
+	__u64 *j = journals.lookup(&dev);
+	if (!j || *j != journal)
+		journals.update(&dev, &journal);
 }
 
 static __always_inline __u64 journal_of_dev(__u32 dev)
@@ -701,9 +722,9 @@ static __always_inline int fill_sample(struct dev_clock *k, __u32 dev, __u64 jou
 {
 	k->last_ns = now;  /* a race between CPUs costs at most one extra sample */
 	k->last_jiffies = jiffies;
-	journals.update(&dev, &journal);
+	remember_journal(dev, journal);
 	struct fill_event e = {};
-	read_fill(journal, &e.fill);
+	read_fill(journal, &e.fill, 0);
 	e.kind = KIND_FILL;
 	e.dev = dev;
 	e.ts_ns = now;
@@ -772,7 +793,7 @@ static __always_inline int handle_start(__u64 sb, int typed)
 			c->journal = journal;
 			c->jdev = dev;
 			struct log_window w = {};
-			read_log_window(journal, &w);
+			read_log_window(journal, &w, 0);
 			c->free_first = w.free;
 			c->free_min = w.free;
 			c->log_blocks = w.last - w.first;
@@ -830,17 +851,18 @@ static __always_inline void event_scope(struct jstall_scope *scope)
 	scope->traced_task = scope->in_traced_call || task_allowed(bpf_get_current_pid_tgid() >> 32);
 }
 
-static __always_inline int emit_jbd2(__u64 journal, __u32 dev, __u32 event, __s32 transaction, __s64 arg)
+static __always_inline int emit_jbd2(__u64 journal, __u32 dev, __u32 event, __s32 transaction, __s64 arg,
+				     int typed)
 {
 	if (journal)
-		dev = journal_dev(journal);
+		dev = journal_dev(journal, typed);
 	else
 		journal = journal_of_dev(dev);
 	note_commit(dev, event);
 	if (!journal_traced(dev))
 		return 0;
 	if (journal)
-		journals.update(&dev, &journal);
+		remember_journal(dev, journal);
 	struct jbd2_event e = {};
 	e.kind = KIND_JBD2;
 	e.event = event;
@@ -850,16 +872,31 @@ static __always_inline int emit_jbd2(__u64 journal, __u32 dev, __u32 event, __s3
 	e.arg = arg;
 	current_task(&e.task);
 	event_scope(&e.scope);
-	read_fill(journal, &e.fill);
+	read_fill(journal, &e.fill, typed);
 	return jbd2_output(&e, sizeof(e));
 }
 
-/* (journal_t *journal, transaction_t *commit_transaction) */
-#define TRANSACTION_EVENT(name, EVENT)                                                   \
+/* Each jbd2 event whose arguments hold a pointer has two programs: rtp_<name>, a raw
+ * tracepoint reading with bpf_probe_read_kernel, and btf_<name>, the same as a BTF-typed
+ * raw tracepoint reading members directly (the recorder loads it where the kernel takes
+ * it; see btf_ext4_journal_start_sb). BOTH_PROGRAMS(name) defines them from name##_body. */
+#define BOTH_PROGRAMS(name)                                                              \
 	int rtp_##name(struct bpf_raw_tracepoint_args *ctx)                              \
 	{                                                                                \
-		return emit_jbd2(ctx->args[0], 0, EVENT, transaction_tid(ctx->args[1]), 0); \
+		return name##_body(ctx, 0);                                              \
+	}                                                                                \
+	int btf_##name(struct bpf_raw_tracepoint_args *ctx)                              \
+	{                                                                                \
+		return name##_body(ctx, 1);                                              \
 	}
+
+/* (journal_t *journal, transaction_t *commit_transaction) */
+#define TRANSACTION_EVENT(name, EVENT)                                                   \
+	static __always_inline int name##_body(struct bpf_raw_tracepoint_args *ctx, int typed) \
+	{                                                                                \
+		return emit_jbd2(ctx->args[0], 0, EVENT, transaction_tid(ctx->args[1], typed), 0, typed); \
+	}                                                                                \
+	BOTH_PROGRAMS(name)
 
 TRANSACTION_EVENT(jbd2_start_commit, JBD2_START_COMMIT)
 TRANSACTION_EVENT(jbd2_commit_locking, JBD2_COMMIT_LOCKING)
@@ -870,44 +907,47 @@ TRANSACTION_EVENT(jbd2_drop_transaction, JBD2_DROP_TRANSACTION)
 
 /* (journal_t *journal, int result): fires in the task that checkpoints, which is a
  * user task when start_this_handle -> __jbd2_log_wait_for_space forced it. */
-int rtp_jbd2_checkpoint(struct bpf_raw_tracepoint_args *ctx)
+static __always_inline int jbd2_checkpoint_body(struct bpf_raw_tracepoint_args *ctx, int typed)
 {
-	return emit_jbd2(ctx->args[0], 0, JBD2_CHECKPOINT, -1, (__s32)ctx->args[1]);
+	return emit_jbd2(ctx->args[0], 0, JBD2_CHECKPOINT, -1, (__s32)ctx->args[1], typed);
 }
+BOTH_PROGRAMS(jbd2_checkpoint)
 
 /* (journal_t *journal, blk_opf_t write_flags) */
-int rtp_jbd2_write_superblock(struct bpf_raw_tracepoint_args *ctx)
+static __always_inline int jbd2_write_superblock_body(struct bpf_raw_tracepoint_args *ctx, int typed)
 {
-	return emit_jbd2(ctx->args[0], 0, JBD2_WRITE_SUPERBLOCK, -1, (__u32)ctx->args[1]);
+	return emit_jbd2(ctx->args[0], 0, JBD2_WRITE_SUPERBLOCK, -1, (__u32)ctx->args[1], typed);
 }
+BOTH_PROGRAMS(jbd2_write_superblock)
 
 /* (dev_t dev, unsigned long stall_ms) */
 int rtp_jbd2_lock_buffer_stall(struct bpf_raw_tracepoint_args *ctx)
 {
-	return emit_jbd2(0, (__u32)ctx->args[0], JBD2_LOCK_BUFFER_STALL, -1, ctx->args[1]);
+	return emit_jbd2(0, (__u32)ctx->args[0], JBD2_LOCK_BUFFER_STALL, -1, ctx->args[1], 0);
 }
 
 /* (journal_t *journal, tid_t first_tid, unsigned long block_nr, unsigned long freed) */
-int rtp_jbd2_update_log_tail(struct bpf_raw_tracepoint_args *ctx)
+static __always_inline int jbd2_update_log_tail_body(struct bpf_raw_tracepoint_args *ctx, int typed)
 {
 	__u64 journal = ctx->args[0];
-	__u32 dev = journal_dev(journal);
+	__u32 dev = journal_dev(journal, typed);
 	if (!journal_traced(dev))
 		return 0;
-	journals.update(&dev, &journal);
+	remember_journal(dev, journal);
 	struct log_tail_event e = {};
 	e.kind = KIND_LOG_TAIL;
 	e.dev = dev;
 	e.ts_ns = bpf_ktime_get_ns();
-	e.tail_sequence = READ_FIELD(journal, J_TAIL_SEQ);
+	e.tail_sequence = FIELD(typed, journal, J_TAIL_SEQ);
 	e.first_tid = ctx->args[1];
 	e.block_nr = ctx->args[2];
 	e.freed_blocks = ctx->args[3];
 	current_task(&e.task);
 	event_scope(&e.scope);
-	read_fill(journal, &e.fill);
+	read_fill(journal, &e.fill, typed);
 	return jbd2_output(&e, sizeof(e));
 }
+BOTH_PROGRAMS(jbd2_update_log_tail)
 
 /* The per-transaction statistics jbd2 reports when a commit or a checkpoint ends:
  * jbd2_run_stats / jbd2_checkpoint_stats(dev_t dev, tid_t tid, struct ... *stats).
@@ -925,32 +965,34 @@ int rtp_jbd2_update_log_tail(struct bpf_raw_tracepoint_args *ctx)
 	current_task(&e.task)
 
 /* transaction_run_stats_s, filled by jbd2_journal_commit_transaction */
-int rtp_jbd2_run_stats(struct bpf_raw_tracepoint_args *ctx)
+static __always_inline int jbd2_run_stats_body(struct bpf_raw_tracepoint_args *ctx, int typed)
 {
 	STATS_EVENT_BEGIN(run_stats_event, KIND_RUN_STATS);
-	e.wait_jiffies = READ_FIELD(s, RS_WAIT);
-	e.request_delay_jiffies = READ_FIELD(s, RS_REQUEST_DELAY);
-	e.running_jiffies = READ_FIELD(s, RS_RUNNING);
-	e.locked_jiffies = READ_FIELD(s, RS_LOCKED);
-	e.flushing_jiffies = READ_FIELD(s, RS_FLUSHING);
-	e.logging_jiffies = READ_FIELD(s, RS_LOGGING);
-	e.handle_count = READ_FIELD(s, RS_HANDLE_COUNT);
-	e.blocks = READ_FIELD(s, RS_BLOCKS);
-	e.blocks_logged = READ_FIELD(s, RS_BLOCKS_LOGGED);
+	e.wait_jiffies = FIELD(typed, s, RS_WAIT);
+	e.request_delay_jiffies = FIELD(typed, s, RS_REQUEST_DELAY);
+	e.running_jiffies = FIELD(typed, s, RS_RUNNING);
+	e.locked_jiffies = FIELD(typed, s, RS_LOCKED);
+	e.flushing_jiffies = FIELD(typed, s, RS_FLUSHING);
+	e.logging_jiffies = FIELD(typed, s, RS_LOGGING);
+	e.handle_count = FIELD(typed, s, RS_HANDLE_COUNT);
+	e.blocks = FIELD(typed, s, RS_BLOCKS);
+	e.blocks_logged = FIELD(typed, s, RS_BLOCKS_LOGGED);
 	return jbd2_output(&e, sizeof(e));
 }
+BOTH_PROGRAMS(jbd2_run_stats)
 
 /* transaction_chp_stats_s, filled by __jbd2_journal_remove_checkpoint */
-int rtp_jbd2_checkpoint_stats(struct bpf_raw_tracepoint_args *ctx)
+static __always_inline int jbd2_checkpoint_stats_body(struct bpf_raw_tracepoint_args *ctx, int typed)
 {
 	STATS_EVENT_BEGIN(checkpoint_stats_event, KIND_CHECKPOINT_STATS);
-	e.chp_time_jiffies = READ_FIELD(s, CS_CHP_TIME);
-	e.forced_to_close = READ_FIELD(s, CS_FORCED_TO_CLOSE);
-	e.written = READ_FIELD(s, CS_WRITTEN);
-	e.dropped = READ_FIELD(s, CS_DROPPED);
+	e.chp_time_jiffies = FIELD(typed, s, CS_CHP_TIME);
+	e.forced_to_close = FIELD(typed, s, CS_FORCED_TO_CLOSE);
+	e.written = FIELD(typed, s, CS_WRITTEN);
+	e.dropped = FIELD(typed, s, CS_DROPPED);
 	event_scope(&e.scope);
 	return jbd2_output(&e, sizeof(e));
 }
+BOTH_PROGRAMS(jbd2_checkpoint_stats)
 
 /* ==== TRACE_SYSCALLS: off-CPU intervals of threads inside traced calls =========== */
 #if TRACE_SYSCALLS || MONITOR_OPS

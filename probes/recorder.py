@@ -44,8 +44,9 @@ JBD2_RAW_TRACEPOINTS = (
 )
 EXT4_RAW_TRACEPOINTS = ("ext4_journal_start_sb", "ext4_journal_start_inode")
 #: loaded as BTF-typed raw tracepoints (tp_btf) where the kernel takes them: their programs
-#: (btf_<name> in recorder.bpf.c) read the superblock without bpf_probe_read_kernel
-BTF_TRACEPOINTS = EXT4_RAW_TRACEPOINTS
+#: (btf_<name> in recorder.bpf.c) read the superblock, journal and statistics they are
+#: given without bpf_probe_read_kernel
+BTF_TRACEPOINTS = EXT4_RAW_TRACEPOINTS + tuple(n for n in JBD2_RAW_TRACEPOINTS if n != "jbd2_lock_buffer_stall")
 RING_PAGES = 1024          # 4 MiB per ring buffer
 STACK_ENTRIES = 16384
 HIST_BUCKETS = 40          # log2(latency_ns) buckets: the last holds everything from 2^39 ns (9 min)
@@ -204,7 +205,7 @@ class Recorder:
         for cat, names in (("ext4", EXT4_RAW_TRACEPOINTS), ("jbd2", JBD2_RAW_TRACEPOINTS)):
             for name in names:
                 if name in BTF_TRACEPOINTS and host.tracepoint_exists(cat, name) and self._attach_btf(b, name):
-                    self.attached.append(f"btf:{cat}:{name}")
+                    self.attached.append(f"raw:{cat}:{name}")   # a BTF-typed raw tracepoint
                 elif host.tracepoint_exists(cat, name):
                     b.attach_raw_tracepoint(tp=name.encode(), fn_name=f"rtp_{name}".encode())
                     self.attached.append(f"raw:{cat}:{name}")
