@@ -16,17 +16,23 @@
 3. dbench (Debian's, its client.txt load) on the traced scratch ext4: MB/s while jstall
    records `-d` it, against untraced, ABBA.
 4. Each jstall BPF program's run time per event (kernel.bpf_stats_enabled, on for that
-   run only), per attach mode.
+   run only), per attach mode, in one loop run, and in one dbench run (which programs run
+   how often there).
+
+--floor adds, to 1 and 3, jstall's attach floor: the same probes attached at the same
+points with every program returning at once (what attaching alone costs).
 
 The machine may be shared: ABBA order, medians and ranges; the load average is printed.
 
-usage: record_overhead.py [--rounds 8] [--files 5000] [--loops 10] [--mount DIR] [--skip-bystanders]
-                          [--skip-dbench] [--dbench-seconds 10]
+usage: record_overhead.py [--rounds 8] [--files 5000] [--loops 10] [--mount DIR] [--floor]
+                          [--skip-loop] [--skip-bystanders] [--skip-dbench] [--skip-stats]
+                          [--dbench-seconds 10]
 """
 
 import contextlib
 import json
 import os
+import re
 import resource
 import shutil
 import socket
@@ -37,6 +43,7 @@ import tempfile
 import time
 
 from benchlib import interrupt, parser
+from jstall.probes import recorder as recorder_module
 from jstall.probes.recorder import RecordOptions, Recorder
 
 LOOP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "metadata_loop.py")
@@ -137,17 +144,44 @@ def tool_running(argv, ready):
         interrupt(p)
 
 
-class Jstall:
-    """`jstall record -d MOUNT` in this process, for one run."""
+#: the start of each program's body in recorder.bpf.c (plain and in a macro), and the
+#: opening brace's line continuation if any
+PROGRAM_START = re.compile(r"(^\s*int [\w#]+\(struct \w+ \*ctx\)[ \t\\]*\n\s*\{)([ \t]*\\?)\n", re.M)
 
-    def __init__(self, mount, tmp, attach):
-        self.mount, self.tmp, self.attach, self.n = mount, tmp, attach, 0
+
+def floor_source(text):
+    """recorder.bpf.c with every program returning at once (maps, sections and attach
+    points unchanged): what attaching alone costs."""
+    out, n = PROGRAM_START.subn(lambda m: f"{m.group(1)} return 0;{m.group(2)}\n", text)
+    if n < 10:
+        raise RuntimeError(f"floor: found only {n} programs in recorder.bpf.c")
+    return out
+
+
+class FloorRecorder(Recorder):
+    """The recorder compiled from floor_source(): same maps, same attach points."""
+
+    def _compile(self):
+        from bcc import BPF
+
+        os.environ.update(recorder_module.host.kernel_headers_env())
+        with open(recorder_module.BPF_SOURCE) as f:
+            text = floor_source(f.read())
+        return BPF(text=text.encode(), cflags=self._cflags())
+
+
+class Jstall:
+    """`jstall record -d MOUNT` in this process, for one run (floor: FloorRecorder)."""
+
+    def __init__(self, mount, tmp, attach, floor=False):
+        self.mount, self.tmp, self.attach, self.floor, self.n = mount, tmp, attach, floor, 0
 
     @contextlib.contextmanager
     def running(self):
         self.n += 1
-        rec = Recorder(RecordOptions(output_dir=os.path.join(self.tmp, f"{self.attach}{self.n}"), devices=[self.mount],
-                                     quiet=True, attach=self.attach))
+        cls = FloorRecorder if self.floor else Recorder
+        rec = cls(RecordOptions(output_dir=os.path.join(self.tmp, f"{'floor-' * self.floor}{self.attach}{self.n}"),
+                                devices=[self.mount], quiet=True, attach=self.attach))
         rec.start()
         try:
             yield rec
@@ -176,6 +210,24 @@ def summary(label, values, unit=""):
             f"(range {min(values):.3f}-{max(values):.3f}, n={len(values)})")
 
 
+def stats_run(mount, tmp, attach, workload):
+    """{program: (events, ns per event)} of one jstall run (bpf_stats on) around workload()."""
+    rec = Recorder(RecordOptions(output_dir=os.path.join(tmp, f"stats-{attach}-{time.monotonic_ns()}"), devices=[mount],
+                                 quiet=True, attach=attach))
+    rec.start()
+    try:
+        workload()
+        return bpf_prog_stats(rec)
+    finally:
+        rec.stop()
+
+
+def print_stats(title, stats):
+    print(f"   {title}")
+    for name, (cnt, ns) in sorted(stats.items(), key=lambda kv: -kv[1][0] * kv[1][1]):
+        print(f"      {name:<32} {cnt:>10,} events  {ns:>7.0f} ns/event  {cnt * ns / 1e6:>8.1f} ms")
+
+
 def main():
     if sys.argv[1:2] == ["--_server"]:  # the bystander server's own process (run_server)
         print(small_read_server(sys.argv[2], int(sys.argv[3]), float(sys.argv[4])))
@@ -186,15 +238,19 @@ def main():
     ap.add_argument("--loops", type=int, default=10)
     ap.add_argument("--dd-count", type=int, default=5_000_000, help="blocks per dd run at bs=1 (half at bs=4096)")
     ap.add_argument("--mount", help="an existing ext4 mount to use instead of a scratch loop device")
+    ap.add_argument("--floor", action="store_true", help="add jstall's attach floor to the loop and dbench")
+    ap.add_argument("--skip-loop", action="store_true")
     ap.add_argument("--skip-bystanders", action="store_true")
     ap.add_argument("--server-rate", type=float, default=100_000, help="the small-read server's syscalls/s")
     ap.add_argument("--server-requests", type=int, default=100_000)
     ap.add_argument("--skip-dbench", action="store_true")
     ap.add_argument("--dbench-seconds", type=int, default=10)
+    ap.add_argument("--skip-stats", action="store_true")
     args = ap.parse_args()
     print(f"load average at start: {os.getloadavg()}; CPUs: {os.cpu_count()}; kernel {os.uname().release}")
     with scratch_mount(args.mount) as mount, tempfile.TemporaryDirectory(dir="/var/tmp") as tmp:
         jstall = {a: Jstall(mount, tmp, a) for a in ("syscalls", "raw")}
+        floor = {a: Jstall(mount, tmp, a, floor=True) for a in ("syscalls", "raw")}
         conditions = {
             "untraced": contextlib.nullcontext,
             "jstall (syscalls)": jstall["syscalls"].running,
@@ -202,35 +258,39 @@ def main():
             "syscount -L": lambda: tool_running([SYSCOUNT, "-L"], "Tracing"),
             "bpftrace hist": lambda: tool_running(["bpftrace", "-e", BPFTRACE_HIST], "Attaching"),
         }
+        if args.floor:
+            conditions["floor (syscalls)"] = floor["syscalls"].running
+            conditions["floor (raw)"] = floor["raw"].running
         names = list(conditions)
         run_loop(mount, args.files, 1)  # warm the caches
-        rates = {n: [] for n in names}
-        counted_ok = True
-        print("\n1. tight metadata loop: calls/s per condition, then ratio to the round's untraced run")
-        print(f"{'round':>5} " + " ".join(f"{n:>18}" for n in names))
-        for r in range(args.rounds):
-            order = names if r % 2 == 0 else names[::-1]
-            got = {}
-            for n in order:
-                with conditions[n]():
-                    res = run_loop(mount, args.files, args.loops)
-                got[n] = res["calls_per_s"]
-                if n.startswith("jstall"):
-                    rec = jstall[n.split("(")[1].rstrip(")")].last
-                    t = rec.tables["call_totals"]
-                    counted = sum(t["count"].to_pylist())
-                    lost = sum(rec.metadata["events_lost"].values())
-                    if counted != res["calls"] or lost:
-                        counted_ok = False
-                        print(f"      {n}: counted {counted} of {res['calls']} calls, {lost} events lost", file=sys.stderr)
-            for n in names:
-                rates[n].append(got[n])
-            print(f"{r + 1:>5} " + " ".join(f"{got[n]:>18,.0f}" for n in names))
-        print(f"      every call counted by jstall, 0 events lost: {counted_ok}")
-        base = rates["untraced"]
-        print(summary("untraced calls/s (thousands)", [v / 1000 for v in base]))
-        for n in names[1:]:
-            print(summary(f"ratio {n}", [t / u for t, u in zip(rates[n], base)]))
+        if not args.skip_loop:
+            rates = {n: [] for n in names}
+            counted_ok = True
+            print("\n1. tight metadata loop: calls/s per condition, then ratio to the round's untraced run")
+            print(f"{'round':>5} " + " ".join(f"{n:>18}" for n in names))
+            for r in range(args.rounds):
+                order = names if r % 2 == 0 else names[::-1]
+                got = {}
+                for n in order:
+                    with conditions[n]():
+                        res = run_loop(mount, args.files, args.loops)
+                    got[n] = res["calls_per_s"]
+                    if n.startswith("jstall"):
+                        rec = jstall[n.split("(")[1].rstrip(")")].last
+                        t = rec.tables["call_totals"]
+                        counted = sum(t["count"].to_pylist())
+                        lost = sum(rec.metadata["events_lost"].values())
+                        if counted != res["calls"] or lost:
+                            counted_ok = False
+                            print(f"      {n}: counted {counted} of {res['calls']} calls, {lost} events lost", file=sys.stderr)
+                for n in names:
+                    rates[n].append(got[n])
+                print(f"{r + 1:>5} " + " ".join(f"{got[n]:>18,.0f}" for n in names))
+            print(f"      every call counted by jstall, 0 events lost: {counted_ok}")
+            base = rates["untraced"]
+            print(summary("untraced calls/s (thousands)", [v / 1000 for v in base]))
+            for n in names[1:]:
+                print(summary(f"ratio {n}", [t / u for t, u in zip(rates[n], base)]))
 
         if not args.skip_bystanders:
             for bs, count in ((1, args.dd_count), (4096, args.dd_count // 2)):
@@ -259,40 +319,41 @@ def main():
             for n in bnames[1:]:
                 print(summary(f"ratio {n}", [t / u for t, u in zip(by[n], by["untraced"])]))
 
+        dbench_dir = os.path.join(mount, "dbench")
         if not args.skip_dbench:
             print(f"\n3. dbench ({DBENCH_LOAD}, 2 clients, {args.dbench_seconds} s) on the traced scratch ext4: MB/s")
-            os.makedirs(os.path.join(mount, "dbench"), exist_ok=True)
+            os.makedirs(dbench_dir, exist_ok=True)
             db = {"untraced": [], "jstall (syscalls)": []}
+            if args.floor:
+                db["floor (syscalls)"] = []
             dnames = list(db)
             for r in range(args.rounds):
                 for n in (dnames if r % 2 == 0 else dnames[::-1]):
                     with conditions[n]():
-                        db[n].append(run_dbench(os.path.join(mount, "dbench"), args.dbench_seconds))
+                        db[n].append(run_dbench(dbench_dir, args.dbench_seconds))
                     if n.startswith("jstall"):
                         lost = sum(jstall["syscalls"].last.metadata["events_lost"].values())
                         if lost:
                             print(f"      {n}: {lost} events lost", file=sys.stderr)
             print(summary("untraced MB/s", db["untraced"]))
-            print(summary("ratio jstall (syscalls)", [t / u for t, u in zip(db["jstall (syscalls)"], db["untraced"])]))
+            for n in dnames[1:]:
+                print(summary(f"ratio {n}", [t / u for t, u in zip(db[n], db["untraced"])]))
 
-        print("\n4. BPF program run time per event (kernel.bpf_stats_enabled), one loop run per attach mode")
-        old = open("/proc/sys/kernel/bpf_stats_enabled").read().strip()
-        try:
-            with open("/proc/sys/kernel/bpf_stats_enabled", "w") as f:
-                f.write("1")
-            for a in ("syscalls", "raw"):
-                rec = Recorder(RecordOptions(output_dir=os.path.join(tmp, f"stats-{a}"), devices=[mount], quiet=True,
-                                             attach=a))
-                rec.start()
-                run_loop(mount, args.files, args.loops)
-                stats = bpf_prog_stats(rec)
-                rec.stop()
-                print(f"   attach={a}")
-                for name, (cnt, ns) in sorted(stats.items(), key=lambda kv: -kv[1][0] * kv[1][1]):
-                    print(f"      {name:<32} {cnt:>10,} events  {ns:>7.0f} ns/event  {cnt * ns / 1e6:>8.1f} ms")
-        finally:
-            with open("/proc/sys/kernel/bpf_stats_enabled", "w") as f:
-                f.write(old)
+        if not args.skip_stats:
+            print("\n4. BPF program run time per event (kernel.bpf_stats_enabled): one loop run per attach mode, "
+                  "one dbench run")
+            old = open("/proc/sys/kernel/bpf_stats_enabled").read().strip()
+            try:
+                with open("/proc/sys/kernel/bpf_stats_enabled", "w") as f:
+                    f.write("1")
+                for a in ("syscalls", "raw"):
+                    print_stats(f"attach={a}, tight loop", stats_run(mount, tmp, a, lambda: run_loop(mount, args.files, args.loops)))
+                if not args.skip_dbench:
+                    print_stats(f"attach=syscalls, dbench {args.dbench_seconds} s",
+                                stats_run(mount, tmp, "syscalls", lambda: run_dbench(dbench_dir, args.dbench_seconds)))
+            finally:
+                with open("/proc/sys/kernel/bpf_stats_enabled", "w") as f:
+                    f.write(old)
     print(f"\nload average at end: {os.getloadavg()}")
 
 

@@ -138,6 +138,10 @@ class BtfTypes:
             raise KeyError(f"{struct_name}.{member} is a bit-field")
         return bits // 8, size
 
+    def type_id(self, kind, name):
+        """The id of the type of this kind ('TYPEDEF', 'FUNC', ...) and name, or None."""
+        return next((i for i, t in self._by_id.items() if t.get("kind") == kind and t.get("name") == name), None)
+
 
 def probe_defines(types, fields=FIELDS):
     """C macros <NAME>_OFF and <NAME>_SIZE for every field the probes read."""

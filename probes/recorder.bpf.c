@@ -5,10 +5,15 @@
  *   MIN_NS                      calls at or above this latency are emitted one by one
  *   OFFCPU_MIN_NS               off-CPU intervals above this are emitted
  *   FILL_SAMPLE_NS              at most one fill sample per journal per this interval
+ *   FILL_SAMPLE_SURE_TICKS      fewer jiffies than this since a sample: less than FILL_SAMPLE_NS
+ *                               for sure (0: unknown HZ, always ask the clock)
+ *   COMMIT_EVENTS               jbd2_start_commit and jbd2_end_commit are both attached
  *   FILTER_PID, FILTER_TREE, FILTER_DEV, FILTER_CGROUP   filters (0 = off)
  *   SIZEOF_<struct>             record sizes the Python side decodes
  *   SYSCALL_ARGS, ARG0_OFF, ARG1_OFF  where pt_regs holds a syscall's first two arguments
  *   SELF_TGID                   the recorder's own process, never traced
+ *   CALL_SLOTS, STATS_WAYS      rows of the call_slots counters (one per traced syscall), and
+ *                               counters per row (a power of 2)
  *
  * Sections, each behind a compile-time switch so modes can leave them out:
  *   common            maps, field reads, filters, a file descriptor's device and name
@@ -67,7 +72,8 @@ struct inflight {
 	__u32 dev;
 	__u32 handles;
 	__u32 pid;
-	__u32 flags;       /* NR_* of the call */
+	__u16 flags;       /* NR_* of the call */
+	__u16 slot;        /* its call_slots row + 1, 0: counted in call_stats */
 	__u32 dev_checked; /* dev passed the device filter (call_end need not look again) */
 	__u64 arg0;        /* first two arguments (per-syscall tracepoints only) */
 	__u64 arg1;
@@ -90,6 +96,9 @@ struct dev_clock {
 	__u32 dev;
 	__u32 traced;      /* CLOCK_TRACED or CLOCK_UNTRACED, fixed for the session's filters */
 	__u64 last_ns;     /* last fill sample */
+	__u64 last_jiffies; /* jiffies read just before last_ns */
+	__u32 idle_dev;    /* == dev: dev's journal has no committing transaction (see note_commit) */
+	__u32 pad;
 };
 #define CLOCK_TRACED 1
 #define CLOCK_UNTRACED 2
@@ -128,18 +137,44 @@ BPF_PERCPU_ARRAY(counters, __u64, NR_COUNTERS);  /* summed by the reader */
 BPF_TASK_STORAGE(inflight, struct inflight);   /* ts_ns == 0: no traced call */
 BPF_HASH(offstart, __u32, struct offstart, 65536);
 BPF_STACK_TRACE(stacks, STACK_ENTRIES);
+/* A call_slots counter: a syscall's row holds STATS_WAYS of them, chosen by device; each
+ * CPU's copy belongs to the first device counted in it (owner), others go to call_stats. */
+struct slot_stats {
+	__u64 owner;       /* OWNER_BIT | dev, 0: unused */
+	struct call_stats stats;
+};
+#define OWNER_BIT (1ULL << 32)
+
 BPF_PERCPU_HASH(call_stats, struct call_key, struct call_stats, 4096);  /* summed by the reader */
+BPF_PERCPU_ARRAY(call_slots, struct slot_stats, CALL_SLOTS * STATS_WAYS); /* ... with these */
 BPF_HASH(journals, __u32, __u64, 256);          /* dev -> journal_t * */
 BPF_ARRAY(fill_clock, struct dev_clock, FILL_SLOTS);  /* fill_slot(dev) -> clock */
 BPF_ARRAY(offstart_pending, __u64, 1);          /* entries in offstart: 0 = nothing to look up */
 BPF_HASH(devices, __u32, __u8, 64);             /* device filter */
 BPF_HASH(tgids, __u32, __u8, 65536);            /* traced process tree */
 BPF_HASH(used_devs, __u32, __u8, 256);          /* journals the traced tasks used (task filters) */
-BPF_ARRAY(traced_nr, __u8, 1024);               /* syscall number -> NR_* flags, 0 = untraced */
+BPF_ARRAY(traced_nr, __u16, 1024);              /* syscall number -> NR_* flags | call_slots row + 1 << 8; 0 = untraced */
 
 /* Read a scalar or pointer member; the array type fails to compile for a wider one. */
 #define READ_FIELD(base, NAME) \
 	read_sized((const void *)(base) + NAME##_OFF, NAME##_SIZE + 0 * sizeof(char[NAME##_SIZE <= 8 ? 1 : -1]))
+
+/* A direct load of a member from a BTF-typed kernel pointer (programs loaded as BTF-typed
+ * raw tracepoints, tp_btf: the verifier knows the pointer's type from the tracepoint's
+ * arguments and checks the member; a faulting load gives 0). No helper call: each
+ * bpf_probe_read_kernel costs ~35 ns here. A pointer member loaded so is typed in turn. */
+#define LOAD_FIELD(base, NAME) ({                                                                  \
+	__u64 __v = 0;                                                                              \
+	_Static_assert(NAME##_SIZE == 8 || NAME##_SIZE == 4, #NAME ": 4 or 8 bytes");              \
+	if (NAME##_SIZE == 8)                                                                       \
+		asm volatile("%0 = *(u64 *)(%1 + %2)" : "=r"(__v) : "r"(base), "i"(NAME##_OFF));    \
+	else                                                                                        \
+		asm volatile("%0 = *(u32 *)(%1 + %2)" : "=r"(__v) : "r"(base), "i"(NAME##_OFF));    \
+	__v; })
+
+/* A member read one way or the other: typed (a constant once inlined) when base is a
+ * BTF-typed pointer (tp_btf programs) */
+#define FIELD(typed, base, NAME) ((typed) ? LOAD_FIELD(base, NAME) : READ_FIELD(base, NAME))
 
 static __always_inline __u64 read_sized(const void *addr, int size)
 {
@@ -255,15 +290,15 @@ static __always_inline __u64 syscall_arg(__u64 regs, int off)
 	return read_sized((const void *)regs + off, 8);
 }
 
-static __always_inline __u32 journal_dev(__u64 journal)
+static __always_inline __u32 journal_dev(__u64 journal, int typed)
 {
-	__u64 bdev = READ_FIELD(journal, J_FS_DEV);
-	return bdev ? (__u32)READ_FIELD(bdev, BDEV_DEV) : 0;
+	__u64 bdev = FIELD(typed, journal, J_FS_DEV);
+	return bdev ? (__u32)FIELD(typed, bdev, BDEV_DEV) : 0;
 }
 
-static __always_inline __s32 transaction_tid(__u64 transaction)
+static __always_inline __s32 transaction_tid(__u64 transaction, int typed)
 {
-	return transaction ? (__s32)READ_FIELD(transaction, T_TID) : -1;
+	return transaction ? (__s32)FIELD(typed, transaction, T_TID) : -1;
 }
 
 /* journal_t's log window: j_head, j_tail, j_free, j_first, j_last, adjacent unsigned
@@ -280,8 +315,16 @@ struct log_window {
 			     J_HEAD_SIZE == 8 && J_TAIL_SIZE == 8 && J_FREE_SIZE == 8 && \
 			     J_FIRST_SIZE == 8 && J_LAST_SIZE == 8)
 
-static __always_inline void read_log_window(__u64 journal, struct log_window *w)
+static __always_inline void read_log_window(__u64 journal, struct log_window *w, int typed)
 {
+	if (typed) {
+		w->head = LOAD_FIELD(journal, J_HEAD);
+		w->tail = LOAD_FIELD(journal, J_TAIL);
+		w->free = LOAD_FIELD(journal, J_FREE);
+		w->first = LOAD_FIELD(journal, J_FIRST);
+		w->last = LOAD_FIELD(journal, J_LAST);
+		return;
+	}
 #if LOG_WINDOW_ADJACENT
 	bpf_probe_read_kernel(w, sizeof(*w), (const void *)journal + J_HEAD_OFF);
 #else
@@ -293,26 +336,35 @@ static __always_inline void read_log_window(__u64 journal, struct log_window *w)
 #endif
 }
 
-static __always_inline void read_fill(__u64 journal, struct jstall_fill *f)
+static __always_inline void read_fill(__u64 journal, struct jstall_fill *f, int typed)
 {
 	if (!journal)
 		return;
 	struct log_window w = {};
-	read_log_window(journal, &w);
+	read_log_window(journal, &w, typed);
 	f->free_blocks = w.free;
 	f->head_block = w.head;
 	f->tail_block = w.tail;
 	f->first_block = w.first;
 	f->last_block = w.last;
-	f->journal_blocks = READ_FIELD(journal, J_TOTAL_LEN);
-	f->max_transaction_blocks = READ_FIELD(journal, J_MAX_TX);
-	f->running_transaction = transaction_tid(READ_FIELD(journal, J_RUNNING));
-	__u64 committing = READ_FIELD(journal, J_COMMITTING);
-	f->committing_transaction = transaction_tid(committing);
+	f->journal_blocks = FIELD(typed, journal, J_TOTAL_LEN);
+	f->max_transaction_blocks = FIELD(typed, journal, J_MAX_TX);
+	f->running_transaction = transaction_tid(FIELD(typed, journal, J_RUNNING), typed);
+	__u64 committing = FIELD(typed, journal, J_COMMITTING);
+	f->committing_transaction = transaction_tid(committing, typed);
 	/* jbd2_log_space_left() counts the committing transaction's outstanding
 	 * credits as used: they decide, with j_free, whether a handle must wait. */
-	f->committing_credits = committing ? (__s32)READ_FIELD(committing, T_OUTSTANDING_CREDITS) : 0;
+	f->committing_credits = committing ? (__s32)FIELD(typed, committing, T_OUTSTANDING_CREDITS) : 0;
 	f->has_journal = 1;
+}
+
+/* dev -> journal for events that give only the device; updated only when it changed (an
+ * update of a hash entry takes its bucket lock and replaces the element) */
+static __always_inline void remember_journal(__u32 dev, __u64 journal)
+{
+	__u64 *j = journals.lookup(&dev);
+	if (!j || *j != journal)
+		journals.update(&dev, &journal);
 }
 
 static __always_inline __u64 journal_of_dev(__u32 dev)
@@ -336,8 +388,31 @@ static __always_inline struct dev_clock *clock_of(__u32 dev)
 		k->dev = dev;
 		k->traced = journal_traced(dev) ? CLOCK_TRACED : CLOCK_UNTRACED;
 		k->last_ns = 0;
+		k->last_jiffies = 0;
+		k->idle_dev = 0;
 	}
 	return k;
+}
+
+/* jbd2_journal_commit_transaction() sets j_committing_transaction after jbd2_start_commit
+ * and clears it before jbd2_end_commit, in the journal's one commit thread: between an
+ * end_commit and the next start_commit the journal has none, and a handle need not read
+ * it. idle_dev holds the device so idle only at the last end_commit (a slot taken over by
+ * another device starts at 0: unknown, read). */
+static __always_inline void note_commit(__u32 dev, __u32 event)
+{
+#if COMMIT_EVENTS
+	if (event != JBD2_START_COMMIT && event != JBD2_END_COMMIT)
+		return;
+	struct dev_clock *k = clock_of(dev);
+	if (k)
+		k->idle_dev = event == JBD2_END_COMMIT ? dev : 0;
+#endif
+}
+
+static __always_inline int journal_idle(struct dev_clock *k, __u32 dev)
+{
+	return COMMIT_EVENTS && dev && k->idle_dev == dev;
 }
 
 /* Is the clock's journal traced? With a task filter alone the answer grows while
@@ -380,7 +455,8 @@ static __always_inline struct inflight *call_begin(__u32 nr, __u32 flags, __u64 
 		return NULL;
 	c->ts_ns = bpf_ktime_get_ns();
 	c->syscall_nr = nr;
-	c->flags = flags;
+	c->flags = flags & 0xff;
+	c->slot = flags >> 8;
 	c->pid = id >> 32;
 	c->dev = dev;
 	c->dev_checked = dev != 0;  /* an fd's device passed the filter above */
@@ -395,6 +471,27 @@ static __always_inline int call_enter(__u32 nr, __u32 flags, __u64 arg0, __u64 a
 {
 	call_begin(nr, flags, arg0, arg1, regs);
 	return 0;
+}
+
+/* The counters of c's syscall on dev: this CPU's call_slots counter when the syscall has a
+ * row and one of the device's ways is free or the device's (an array slot: no hash on the
+ * exit path), else its call_stats entry. The reader sums both per (syscall, device). */
+static __always_inline struct call_stats *call_counters(struct inflight *c, __u32 dev)
+{
+	__u32 slot = c->slot;
+	if (slot) {
+		__u32 idx = (slot - 1) * STATS_WAYS + ((dev ^ (dev >> 20) * 37) & (STATS_WAYS - 1));
+		struct slot_stats *s = call_slots.lookup(&idx);
+		if (s) {
+			__u64 owner = OWNER_BIT | dev;
+			/* claimed atomically: a preempted program on this CPU may claim it too */
+			if (s->owner == owner || (!s->owner && __sync_val_compare_and_swap(&s->owner, 0, owner) == 0))
+				return &s->stats;
+		}
+	}
+	struct call_key ck = {.syscall_nr = c->syscall_nr, .dev = dev};
+	struct call_stats zero = {};
+	return call_stats.lookup_or_try_init(&ck, &zero);
 }
 
 /* The call c (in flight) ends with ret; regs: the saved user registers (raw_syscalls),
@@ -414,9 +511,7 @@ static __always_inline int call_end(struct inflight *c, __s64 ret, __u64 regs)
 	 * still counted, under device 0, so the session can say how many there were. */
 	int allowed = checked || dev_allowed(dev);
 	if (allowed || !dev) {
-		struct call_key ck = {.syscall_nr = c->syscall_nr, .dev = dev};
-		struct call_stats zero = {};
-		struct call_stats *t = call_stats.lookup_or_try_init(&ck, &zero);
+		struct call_stats *t = call_counters(c, dev);
 		if (t) {
 			__u32 bucket = bpf_log2l(lat) - 1;  /* bcc's bpf_log2l is floor(log2)+1, 1 for 0 */
 			if (bucket >= HIST_BUCKETS)
@@ -490,7 +585,7 @@ struct sc_exit_args {
 int sc_enter(struct sc_enter_args *ctx)
 {
 	__u32 nr = ctx->nr;
-	__u8 *traced = traced_nr.lookup(&nr);
+	__u16 *traced = traced_nr.lookup(&nr);
 	if (!traced || !*traced)
 		return 0;
 	return call_enter(nr, *traced, ctx->args[0], 0, 0);
@@ -499,7 +594,7 @@ int sc_enter(struct sc_enter_args *ctx)
 int sc_enter_at(struct sc_enter_args *ctx)
 {
 	__u32 nr = ctx->nr;
-	__u8 *traced = traced_nr.lookup(&nr);
+	__u16 *traced = traced_nr.lookup(&nr);
 	if (!traced || !*traced)
 		return 0;
 	return call_enter(nr, *traced, ctx->args[0], ctx->args[1], 0);
@@ -516,7 +611,7 @@ int sc_exit(struct sc_exit_args *ctx)
 int on_sys_enter(struct bpf_raw_tracepoint_args *ctx)
 {
 	__u32 nr = ctx->args[1];
-	__u8 *traced = traced_nr.lookup(&nr);
+	__u16 *traced = traced_nr.lookup(&nr);
 	if (!traced || !*traced)
 		return 0;
 	return call_enter(nr, *traced, 0, 0, ctx->args[0]);
@@ -606,12 +701,30 @@ static __always_inline int jbd2_output(void *e, int size)
 	return 0;
 }
 
-static __always_inline int fill_sample(struct dev_clock *k, __u32 dev, __u64 journal, __u64 now)
+/* Is a fill sample due on clock k (FILL_SAMPLE_NS since its last)? *now: the time, read
+ * here unless given and only when a sample may be due; *jiffies: read just before it.
+ * jiffies first, a plain load where bpf_ktime_get_ns costs ~40 ns here: fewer than
+ * FILL_SAMPLE_SURE_TICKS ticks since the sample's jiffies mean less than FILL_SAMPLE_NS
+ * for sure (the clock is at most one tick past a jiffy's start; late ticks only delay
+ * a sample). */
+static __always_inline int sample_due(struct dev_clock *k, __u64 *now, __u64 *jiffies)
+{
+	*jiffies = bpf_jiffies64();
+	if (!*now) {
+		if (FILL_SAMPLE_SURE_TICKS > 0 && *jiffies - k->last_jiffies < FILL_SAMPLE_SURE_TICKS)
+			return 0;
+		*now = bpf_ktime_get_ns();
+	}
+	return *now - k->last_ns >= FILL_SAMPLE_NS;
+}
+
+static __always_inline int fill_sample(struct dev_clock *k, __u32 dev, __u64 journal, __u64 now, __u64 jiffies)
 {
 	k->last_ns = now;  /* a race between CPUs costs at most one extra sample */
-	journals.update(&dev, &journal);
+	k->last_jiffies = jiffies;
+	remember_journal(dev, journal);
 	struct fill_event e = {};
-	read_fill(journal, &e.fill);
+	read_fill(journal, &e.fill, 0);
 	e.kind = KIND_FILL;
 	e.dev = dev;
 	e.ts_ns = now;
@@ -623,7 +736,7 @@ static __always_inline int fill_sample(struct dev_clock *k, __u32 dev, __u64 jou
  * add_transaction_credits -> __jbd2_log_wait_for_space). Inside a traced call the
  * call gets the journal's device and fill at its first handle, and the lowest j_free
  * any of its handles saw; at most one fill sample per journal per FILL_SAMPLE_NS. */
-static __always_inline int handle_start(__u64 sb)
+static __always_inline int handle_start(__u64 sb, int typed)
 {
 	struct inflight *c = current_call(0);
 	if (c && !c->ts_ns)
@@ -638,15 +751,13 @@ static __always_inline int handle_start(__u64 sb)
 		c->handles++;
 		dev = c->jdev;
 		struct dev_clock *k = clock_of(dev);
-		if (!k)
+		__u64 now = 0, jiffies;
+		if (!k || !sample_due(k, &now, &jiffies))
 			return 0;
-		__u64 now = bpf_ktime_get_ns();
-		if (now - k->last_ns < FILL_SAMPLE_NS)
-			return 0;
-		return fill_sample(k, dev, c->journal, now);
+		return fill_sample(k, dev, c->journal, now, jiffies);
 	}
 
-	dev = READ_FIELD(sb, SB_DEV);
+	dev = typed ? LOAD_FIELD(sb, SB_DEV) : READ_FIELD(sb, SB_DEV);
 #if FILTER_TASKS && !FILTER_DEV
 	/* a journal the traced tasks use, inside a traced call or not */
 	if (c || task_allowed(bpf_get_current_pid_tgid() >> 32))
@@ -663,13 +774,12 @@ static __always_inline int handle_start(__u64 sb)
 		now = wait->ts_ns;  /* the wait began just now */
 	}
 #endif
-	if (!now)
-		now = bpf_ktime_get_ns();
-	int sample = now - k->last_ns >= FILL_SAMPLE_NS;
+	__u64 jiffies;
+	int sample = sample_due(k, &now, &jiffies);
 	if (!c && !sample)
 		return 0;
 
-	__u64 sbi = READ_FIELD(sb, SB_FS_INFO);
+	__u64 sbi = typed ? LOAD_FIELD(sb, SB_FS_INFO) : READ_FIELD(sb, SB_FS_INFO);
 	__u64 journal = sbi ? READ_FIELD(sbi, EXT4_SB_JOURNAL) : 0;
 	if (!journal)
 		return 0;
@@ -683,13 +793,13 @@ static __always_inline int handle_start(__u64 sb)
 			c->journal = journal;
 			c->jdev = dev;
 			struct log_window w = {};
-			read_log_window(journal, &w);
+			read_log_window(journal, &w, 0);
 			c->free_first = w.free;
 			c->free_min = w.free;
 			c->log_blocks = w.last - w.first;
 			/* jbd2_log_space_left() counts the committing transaction's outstanding
 			 * credits as used: with j_free they decide whether the handle waits */
-			__u64 committing = READ_FIELD(journal, J_COMMITTING);
+			__u64 committing = journal_idle(k, dev) ? 0 : READ_FIELD(journal, J_COMMITTING);
 			c->credits_first = committing ? (__s32)READ_FIELD(committing, T_OUTSTANDING_CREDITS) : 0;
 		} else {
 			/* a handle on another journal than the call's first */
@@ -701,20 +811,33 @@ static __always_inline int handle_start(__u64 sb)
 	}
 	if (!sample)
 		return 0;
-	return fill_sample(k, dev, journal, now);
+	return fill_sample(k, dev, journal, now, jiffies);
 }
 
 /* trace_ext4_journal_start_sb(sb, blocks, rsv_blocks, revoke_creds, type, ip) */
 int rtp_ext4_journal_start_sb(struct bpf_raw_tracepoint_args *ctx)
 {
-	return handle_start(ctx->args[0]);
+	return handle_start(ctx->args[0], 0);
 }
 
 /* trace_ext4_journal_start_inode(inode, blocks, rsv_blocks, revoke_creds, type, ip) */
 int rtp_ext4_journal_start_inode(struct bpf_raw_tracepoint_args *ctx)
 {
 	__u64 inode = ctx->args[0];
-	return handle_start(READ_FIELD(inode, INODE_SB));
+	return handle_start(READ_FIELD(inode, INODE_SB), 0);
+}
+
+/* The same two as BTF-typed raw tracepoints (the recorder loads them so where the kernel
+ * takes them, else the two above): inode->i_sb, sb->s_dev and sb->s_fs_info are direct
+ * loads. (ctx is then the tracepoint's arguments array, laid out as args[] here.) */
+int btf_ext4_journal_start_sb(struct bpf_raw_tracepoint_args *ctx)
+{
+	return handle_start(ctx->args[0], 1);
+}
+
+int btf_ext4_journal_start_inode(struct bpf_raw_tracepoint_args *ctx)
+{
+	return handle_start(LOAD_FIELD(ctx->args[0], INODE_SB), 1);
 }
 
 /* ==== jbd2 lifecycle of the traced journals ======================================= */
@@ -728,16 +851,18 @@ static __always_inline void event_scope(struct jstall_scope *scope)
 	scope->traced_task = scope->in_traced_call || task_allowed(bpf_get_current_pid_tgid() >> 32);
 }
 
-static __always_inline int emit_jbd2(__u64 journal, __u32 dev, __u32 event, __s32 transaction, __s64 arg)
+static __always_inline int emit_jbd2(__u64 journal, __u32 dev, __u32 event, __s32 transaction, __s64 arg,
+				     int typed)
 {
 	if (journal)
-		dev = journal_dev(journal);
+		dev = journal_dev(journal, typed);
 	else
 		journal = journal_of_dev(dev);
+	note_commit(dev, event);
 	if (!journal_traced(dev))
 		return 0;
 	if (journal)
-		journals.update(&dev, &journal);
+		remember_journal(dev, journal);
 	struct jbd2_event e = {};
 	e.kind = KIND_JBD2;
 	e.event = event;
@@ -747,16 +872,31 @@ static __always_inline int emit_jbd2(__u64 journal, __u32 dev, __u32 event, __s3
 	e.arg = arg;
 	current_task(&e.task);
 	event_scope(&e.scope);
-	read_fill(journal, &e.fill);
+	read_fill(journal, &e.fill, typed);
 	return jbd2_output(&e, sizeof(e));
 }
 
-/* (journal_t *journal, transaction_t *commit_transaction) */
-#define TRANSACTION_EVENT(name, EVENT)                                                   \
+/* Each jbd2 event whose arguments hold a pointer has two programs: rtp_<name>, a raw
+ * tracepoint reading with bpf_probe_read_kernel, and btf_<name>, the same as a BTF-typed
+ * raw tracepoint reading members directly (the recorder loads it where the kernel takes
+ * it; see btf_ext4_journal_start_sb). BOTH_PROGRAMS(name) defines them from name##_body. */
+#define BOTH_PROGRAMS(name)                                                              \
 	int rtp_##name(struct bpf_raw_tracepoint_args *ctx)                              \
 	{                                                                                \
-		return emit_jbd2(ctx->args[0], 0, EVENT, transaction_tid(ctx->args[1]), 0); \
+		return name##_body(ctx, 0);                                              \
+	}                                                                                \
+	int btf_##name(struct bpf_raw_tracepoint_args *ctx)                              \
+	{                                                                                \
+		return name##_body(ctx, 1);                                              \
 	}
+
+/* (journal_t *journal, transaction_t *commit_transaction) */
+#define TRANSACTION_EVENT(name, EVENT)                                                   \
+	static __always_inline int name##_body(struct bpf_raw_tracepoint_args *ctx, int typed) \
+	{                                                                                \
+		return emit_jbd2(ctx->args[0], 0, EVENT, transaction_tid(ctx->args[1], typed), 0, typed); \
+	}                                                                                \
+	BOTH_PROGRAMS(name)
 
 TRANSACTION_EVENT(jbd2_start_commit, JBD2_START_COMMIT)
 TRANSACTION_EVENT(jbd2_commit_locking, JBD2_COMMIT_LOCKING)
@@ -767,44 +907,47 @@ TRANSACTION_EVENT(jbd2_drop_transaction, JBD2_DROP_TRANSACTION)
 
 /* (journal_t *journal, int result): fires in the task that checkpoints, which is a
  * user task when start_this_handle -> __jbd2_log_wait_for_space forced it. */
-int rtp_jbd2_checkpoint(struct bpf_raw_tracepoint_args *ctx)
+static __always_inline int jbd2_checkpoint_body(struct bpf_raw_tracepoint_args *ctx, int typed)
 {
-	return emit_jbd2(ctx->args[0], 0, JBD2_CHECKPOINT, -1, (__s32)ctx->args[1]);
+	return emit_jbd2(ctx->args[0], 0, JBD2_CHECKPOINT, -1, (__s32)ctx->args[1], typed);
 }
+BOTH_PROGRAMS(jbd2_checkpoint)
 
 /* (journal_t *journal, blk_opf_t write_flags) */
-int rtp_jbd2_write_superblock(struct bpf_raw_tracepoint_args *ctx)
+static __always_inline int jbd2_write_superblock_body(struct bpf_raw_tracepoint_args *ctx, int typed)
 {
-	return emit_jbd2(ctx->args[0], 0, JBD2_WRITE_SUPERBLOCK, -1, (__u32)ctx->args[1]);
+	return emit_jbd2(ctx->args[0], 0, JBD2_WRITE_SUPERBLOCK, -1, (__u32)ctx->args[1], typed);
 }
+BOTH_PROGRAMS(jbd2_write_superblock)
 
 /* (dev_t dev, unsigned long stall_ms) */
 int rtp_jbd2_lock_buffer_stall(struct bpf_raw_tracepoint_args *ctx)
 {
-	return emit_jbd2(0, (__u32)ctx->args[0], JBD2_LOCK_BUFFER_STALL, -1, ctx->args[1]);
+	return emit_jbd2(0, (__u32)ctx->args[0], JBD2_LOCK_BUFFER_STALL, -1, ctx->args[1], 0);
 }
 
 /* (journal_t *journal, tid_t first_tid, unsigned long block_nr, unsigned long freed) */
-int rtp_jbd2_update_log_tail(struct bpf_raw_tracepoint_args *ctx)
+static __always_inline int jbd2_update_log_tail_body(struct bpf_raw_tracepoint_args *ctx, int typed)
 {
 	__u64 journal = ctx->args[0];
-	__u32 dev = journal_dev(journal);
+	__u32 dev = journal_dev(journal, typed);
 	if (!journal_traced(dev))
 		return 0;
-	journals.update(&dev, &journal);
+	remember_journal(dev, journal);
 	struct log_tail_event e = {};
 	e.kind = KIND_LOG_TAIL;
 	e.dev = dev;
 	e.ts_ns = bpf_ktime_get_ns();
-	e.tail_sequence = READ_FIELD(journal, J_TAIL_SEQ);
+	e.tail_sequence = FIELD(typed, journal, J_TAIL_SEQ);
 	e.first_tid = ctx->args[1];
 	e.block_nr = ctx->args[2];
 	e.freed_blocks = ctx->args[3];
 	current_task(&e.task);
 	event_scope(&e.scope);
-	read_fill(journal, &e.fill);
+	read_fill(journal, &e.fill, typed);
 	return jbd2_output(&e, sizeof(e));
 }
+BOTH_PROGRAMS(jbd2_update_log_tail)
 
 /* The per-transaction statistics jbd2 reports when a commit or a checkpoint ends:
  * jbd2_run_stats / jbd2_checkpoint_stats(dev_t dev, tid_t tid, struct ... *stats).
@@ -822,32 +965,34 @@ int rtp_jbd2_update_log_tail(struct bpf_raw_tracepoint_args *ctx)
 	current_task(&e.task)
 
 /* transaction_run_stats_s, filled by jbd2_journal_commit_transaction */
-int rtp_jbd2_run_stats(struct bpf_raw_tracepoint_args *ctx)
+static __always_inline int jbd2_run_stats_body(struct bpf_raw_tracepoint_args *ctx, int typed)
 {
 	STATS_EVENT_BEGIN(run_stats_event, KIND_RUN_STATS);
-	e.wait_jiffies = READ_FIELD(s, RS_WAIT);
-	e.request_delay_jiffies = READ_FIELD(s, RS_REQUEST_DELAY);
-	e.running_jiffies = READ_FIELD(s, RS_RUNNING);
-	e.locked_jiffies = READ_FIELD(s, RS_LOCKED);
-	e.flushing_jiffies = READ_FIELD(s, RS_FLUSHING);
-	e.logging_jiffies = READ_FIELD(s, RS_LOGGING);
-	e.handle_count = READ_FIELD(s, RS_HANDLE_COUNT);
-	e.blocks = READ_FIELD(s, RS_BLOCKS);
-	e.blocks_logged = READ_FIELD(s, RS_BLOCKS_LOGGED);
+	e.wait_jiffies = FIELD(typed, s, RS_WAIT);
+	e.request_delay_jiffies = FIELD(typed, s, RS_REQUEST_DELAY);
+	e.running_jiffies = FIELD(typed, s, RS_RUNNING);
+	e.locked_jiffies = FIELD(typed, s, RS_LOCKED);
+	e.flushing_jiffies = FIELD(typed, s, RS_FLUSHING);
+	e.logging_jiffies = FIELD(typed, s, RS_LOGGING);
+	e.handle_count = FIELD(typed, s, RS_HANDLE_COUNT);
+	e.blocks = FIELD(typed, s, RS_BLOCKS);
+	e.blocks_logged = FIELD(typed, s, RS_BLOCKS_LOGGED);
 	return jbd2_output(&e, sizeof(e));
 }
+BOTH_PROGRAMS(jbd2_run_stats)
 
 /* transaction_chp_stats_s, filled by __jbd2_journal_remove_checkpoint */
-int rtp_jbd2_checkpoint_stats(struct bpf_raw_tracepoint_args *ctx)
+static __always_inline int jbd2_checkpoint_stats_body(struct bpf_raw_tracepoint_args *ctx, int typed)
 {
 	STATS_EVENT_BEGIN(checkpoint_stats_event, KIND_CHECKPOINT_STATS);
-	e.chp_time_jiffies = READ_FIELD(s, CS_CHP_TIME);
-	e.forced_to_close = READ_FIELD(s, CS_FORCED_TO_CLOSE);
-	e.written = READ_FIELD(s, CS_WRITTEN);
-	e.dropped = READ_FIELD(s, CS_DROPPED);
+	e.chp_time_jiffies = FIELD(typed, s, CS_CHP_TIME);
+	e.forced_to_close = FIELD(typed, s, CS_FORCED_TO_CLOSE);
+	e.written = FIELD(typed, s, CS_WRITTEN);
+	e.dropped = FIELD(typed, s, CS_DROPPED);
 	event_scope(&e.scope);
 	return jbd2_output(&e, sizeof(e));
 }
+BOTH_PROGRAMS(jbd2_checkpoint_stats)
 
 /* ==== TRACE_SYSCALLS: off-CPU intervals of threads inside traced calls =========== */
 #if TRACE_SYSCALLS || MONITOR_OPS

@@ -20,6 +20,7 @@ import logging
 import os
 import select
 import shutil
+import struct
 import sys
 import threading
 import time
@@ -42,6 +43,10 @@ JBD2_RAW_TRACEPOINTS = (
     "jbd2_lock_buffer_stall", "jbd2_update_log_tail", "jbd2_run_stats", "jbd2_checkpoint_stats",
 )
 EXT4_RAW_TRACEPOINTS = ("ext4_journal_start_sb", "ext4_journal_start_inode")
+#: loaded as BTF-typed raw tracepoints (tp_btf) where the kernel takes them: their programs
+#: (btf_<name> in recorder.bpf.c) read the superblock, journal and statistics they are
+#: given without bpf_probe_read_kernel
+BTF_TRACEPOINTS = EXT4_RAW_TRACEPOINTS + tuple(n for n in JBD2_RAW_TRACEPOINTS if n != "jbd2_lock_buffer_stall")
 RING_PAGES = 1024          # 4 MiB per ring buffer
 STACK_ENTRIES = 16384
 HIST_BUCKETS = 40          # log2(latency_ns) buckets: the last holds everything from 2^39 ns (9 min)
@@ -134,11 +139,12 @@ class Recorder:
         self._pidfd = None
         self.last_flush = None
         self.cgroups = {}                                 # str(cgroup id) -> path, of the calls' cgroups
+        self.call_slots = {}                              # syscall nr -> its call_slots row (set by start)
 
     # ---- set-up -------------------------------------------------------------------
 
     def _cflags(self):
-        types = btf.BtfTypes.load()
+        types = self._btf_types = btf.BtfTypes.load()
         defines = btf.probe_defines(types)
         defines.update(btf.syscall_arg_defines(types))
         for struct, dt in events.DTYPES.items():
@@ -147,6 +153,8 @@ class Recorder:
             MIN_NS=int(self.opts.min_ms * 1e6),
             OFFCPU_MIN_NS=int(self.opts.offcpu_min_us * 1000),
             FILL_SAMPLE_NS=FILL_SAMPLE_NS,
+            FILL_SAMPLE_SURE_TICKS=FILL_SAMPLE_NS * hz // 1_000_000_000 if (hz := host.config_hz()) else 0,
+            COMMIT_EVENTS=int(all(host.tracepoint_exists("jbd2", f"jbd2_{e}_commit") for e in ("start", "end"))),
             RB_PAGES=RING_PAGES,
             STACK_ENTRIES=STACK_ENTRIES,
             HIST_BUCKETS=HIST_BUCKETS,
@@ -156,6 +164,8 @@ class Recorder:
             FILTER_CGROUP=self.cgroup_id or 0,
             PER_SYSCALL_TRACEPOINTS=int(self.opts.attach == "syscalls"),
             SELF_TGID=os.getpid(),
+            CALL_SLOTS=max(len(self.syscall_numbers), 1),
+            STATS_WAYS=tables.CALL_SLOT_WAYS,
         )
         return [f"-D{k}={v}" for k, v in defines.items()] + [f"-I{os.path.dirname(BPF_SOURCE)}"]
 
@@ -174,7 +184,8 @@ class Recorder:
     def _attach(self, b):
         traced = b[b"traced_nr"]
         for name, nr in self.syscall_numbers.items():
-            traced[ctypes.c_uint32(nr)] = ctypes.c_uint8(syscalls.probe_flags(name))
+            row = self.call_slots.get(nr)
+            traced[ctypes.c_uint32(nr)] = traced.Leaf(syscalls.probe_flags(name) | (row + 1 if row is not None else 0) << 8)
         if self.opts.attach == "syscalls":
             for name in self.syscall_numbers:
                 for kind in ("enter", "exit"):
@@ -193,7 +204,9 @@ class Recorder:
                 self.attached.append(f"raw:raw_syscalls:{name}")
         for cat, names in (("ext4", EXT4_RAW_TRACEPOINTS), ("jbd2", JBD2_RAW_TRACEPOINTS)):
             for name in names:
-                if host.tracepoint_exists(cat, name):
+                if name in BTF_TRACEPOINTS and host.tracepoint_exists(cat, name) and self._attach_btf(b, name):
+                    self.attached.append(f"raw:{cat}:{name}")   # a BTF-typed raw tracepoint
+                elif host.tracepoint_exists(cat, name):
                     b.attach_raw_tracepoint(tp=name.encode(), fn_name=f"rtp_{name}".encode())
                     self.attached.append(f"raw:{cat}:{name}")
                 else:
@@ -204,6 +217,27 @@ class Recorder:
             self.attached.append(f"raw:sched:{name}")
         if self.missing and not self.opts.quiet:
             log.warning("tracepoints missing on this kernel, not recorded: %s", " ".join(self.missing))
+
+    def _attach_btf(self, b, name):
+        """Load btf_<name> as a BTF-typed raw tracepoint program on tracepoint name and
+        attach it (bcc loads only untyped raw tracepoints); False where the kernel refuses."""
+        type_id = getattr(self, "_btf_types", None) and self._btf_types.type_id("TYPEDEF", f"btf_trace_{name}")
+        fn_name = f"btf_{name}".encode()
+        if not type_id or fn_name in b.funcs:
+            return False
+        try:
+            insns = b.dump_func(fn_name)
+        except Exception:  # not in this build of the probes
+            return False
+        prog_fd, link_fd = load_btf_tracepoint(insns, type_id, fn_name)
+        if link_fd is None:
+            log.debug("tracepoint %s: no BTF-typed program (%s); a raw one instead", name, prog_fd)
+            return False
+        from bcc import BPF
+
+        b.funcs[fn_name] = BPF.Function(b, fn_name, prog_fd)   # closed by b.cleanup()
+        b.raw_tracepoint_fds[name.encode()] = link_fd          # detached by b.cleanup()
+        return True
 
     def start(self):
         """Compile and attach the probes, then stream events in a background thread."""
@@ -219,6 +253,9 @@ class Recorder:
                 self._pidfd = os.pidfd_open(self.opts.pid)
                 for tgid in [self.opts.pid] + host.descendants(self.opts.pid):
                     self.trace_tgid(tgid)
+            # each traced syscall counts its calls in a call_slots row (per-CPU array slots)
+            # rather than the call_stats hash; tables.histogram_tables reads both
+            self.call_slots = {nr: row for row, nr in enumerate(self.syscall_numbers.values())}
             self._attach(b)
             for name in ("calls_rb", "offcpu_rb", "jbd2_rb"):
                 b[name.encode()].open_ring_buffer(self._on_event)
@@ -336,7 +373,8 @@ class Recorder:
 
     def _write_snapshots(self, b):
         """The in-kernel call counters so far, as whole tables (rewritten atomically)."""
-        hist, totals, self.calls_without_device = tables.histogram_tables(b, self.syscall_names, bool(self.devices))
+        hist, totals, self.calls_without_device = tables.histogram_tables(b, self.syscall_names, bool(self.devices),
+                                                                          self.call_slots)
         self.tables = {"call_histograms": hist, "call_totals": totals}
         for name, table in self.tables.items():
             write_table_atomic(self.output_dir, name, table)
@@ -399,6 +437,40 @@ class Recorder:
         measured = host.measured_hz(self._jiffies_start, jiffies_end) if jiffies_end else None
         lost, stacks_lost = self._lost()
         return session_metadata(self, status, end_clock, traced, measured, lost, stacks_lost)
+
+
+BPF_SYSCALL = {"x86_64": 321, "aarch64": 280}.get(os.uname().machine)
+BPF_PROG_LOAD, BPF_RAW_TRACEPOINT_OPEN = 5, 17
+BPF_PROG_TYPE_TRACING, BPF_TRACE_RAW_TP = 26, 23
+
+
+def load_btf_tracepoint(insns, type_id, name):
+    """Load bcc-compiled instructions (their map fds already in place) as a BTF-typed raw
+    tracepoint program attached to the tracepoint whose btf_trace_<name> typedef is type_id
+    (bpf(2) BPF_PROG_LOAD, then BPF_RAW_TRACEPOINT_OPEN with no name). Returns (program fd,
+    link fd), or (reason, None) when the kernel refuses."""
+    if BPF_SYSCALL is None:
+        return "unknown bpf syscall number", None
+    libc = ctypes.CDLL(None, use_errno=True)
+    code = ctypes.create_string_buffer(insns, len(insns))
+    license = ctypes.create_string_buffer(b"GPL")
+    attr = ctypes.create_string_buffer(144)   # union bpf_attr, BPF_PROG_LOAD's fields
+    struct.pack_into("IIQQ", attr, 0, BPF_PROG_TYPE_TRACING, len(insns) // 8, ctypes.addressof(code),
+                     ctypes.addressof(license))
+    attr[48:48 + min(len(name), 15)] = name[:15]           # prog_name
+    struct.pack_into("I", attr, 68, BPF_TRACE_RAW_TP)      # expected_attach_type
+    struct.pack_into("I", attr, 108, type_id)              # attach_btf_id
+    prog_fd = libc.syscall(BPF_SYSCALL, BPF_PROG_LOAD, attr, len(attr))
+    if prog_fd < 0:
+        return os.strerror(ctypes.get_errno()), None
+    open_attr = ctypes.create_string_buffer(16)
+    struct.pack_into("QI", open_attr, 0, 0, prog_fd)      # name NULL: the program's attach_btf_id
+    link_fd = libc.syscall(BPF_SYSCALL, BPF_RAW_TRACEPOINT_OPEN, open_attr, len(open_attr))
+    if link_fd < 0:
+        err = os.strerror(ctypes.get_errno())
+        os.close(prog_fd)
+        return err, None
+    return prog_fd, link_fd
 
 
 def check_output_dir(path):

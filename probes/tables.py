@@ -19,6 +19,8 @@ from . import events, filesystems
 STREAMED = ("calls", "offcpu", "jbd2_events", "run_stats", "checkpoint_stats", "log_tail", "fill")
 CHUNKED = STREAMED + ("stacks",)
 #: the in-kernel counters, rewritten whole at every flush: call_histograms, call_totals
+#: counters per syscall row in the probes' call_slots array (their STATS_WAYS; a power of 2)
+CALL_SLOT_WAYS = 4
 
 
 def streamed_tables(a, names, hz):
@@ -181,21 +183,39 @@ def fill_table(a):
     })
 
 
-def histogram_tables(b, names, devless_apart=False):
-    """(call_histograms, call_totals, calls_without_device) from the in-kernel counters.
-    calls_without_device: {syscall: {"count", "errors"}} of calls that resolved to no
-    filesystem; with devless_apart (-d) they stay out of the tables."""
-    hist, tot, devless = [], [], {}
+def histogram_tables(b, names, devless_apart=False, slots=None):
+    """(call_histograms, call_totals, calls_without_device) from the in-kernel counters:
+    the ``call_stats`` hash and, when ``slots`` ({syscall nr: row}) is given, the
+    ``call_slots`` rows. calls_without_device: {syscall: {"count", "errors"}} of calls that
+    resolved to no filesystem; with devless_apart (-d) they stay out of the tables."""
+    counters = {}   # (syscall_nr, dev) -> [count, errors, total_ns, max_ns, buckets]
+
+    def add(nr, dev, per_cpu):
+        row = counters.setdefault((int(nr), int(dev)), [0, 0, 0, 0, 0])
+        row[0] += sum(v.count for v in per_cpu)
+        row[1] += sum(v.errors for v in per_cpu)
+        row[2] += sum(v.total_ns for v in per_cpu)
+        row[3] = max([row[3]] + [v.max_ns for v in per_cpu])
+        row[4] = row[4] + np.sum([np.ctypeslib.as_array(v.buckets) for v in per_cpu], axis=0)
+
     for k, per_cpu in b[b"call_stats"].items():
-        if not k.dev:
-            name = names.get(int(k.syscall_nr), f"nr{k.syscall_nr}")
-            devless[name] = {"count": sum(v.count for v in per_cpu), "errors": sum(v.errors for v in per_cpu)}
+        add(k.syscall_nr, k.dev, per_cpu)
+    if slots:
+        rows = {row: nr for nr, row in slots.items()}
+        for k, per_cpu in b[b"call_slots"].items():
+            nr = rows.get(k.value // CALL_SLOT_WAYS)
+            for v in per_cpu:
+                if v.owner and v.stats.count and nr is not None:
+                    add(nr, v.owner & 0xFFFFFFFF, [v.stats])
+    hist, tot, devless = [], [], {}
+    for (nr, dev), (count, errors, total_ns, max_ns, buckets) in counters.items():
+        if not dev:
+            name = names.get(nr, f"nr{nr}")
+            devless[name] = {"count": count, "errors": errors}
             if devless_apart:
                 continue
-        tot.append((k.syscall_nr, k.dev, sum(v.count for v in per_cpu), sum(v.errors for v in per_cpu),
-                    sum(v.total_ns for v in per_cpu), max(v.max_ns for v in per_cpu)))
-        buckets = np.sum([np.ctypeslib.as_array(v.buckets) for v in per_cpu], axis=0)
-        hist += [(k.syscall_nr, k.dev, i, int(n)) for i, n in enumerate(buckets) if n]
+        tot.append((nr, dev, count, errors, total_ns, max_ns))
+        hist += [(nr, dev, i, int(n)) for i, n in enumerate(buckets) if n]
     histograms, totals = counter_tables(sorted(hist), sorted(tot), names)
     return histograms, totals, dict(sorted(devless.items()))
 
