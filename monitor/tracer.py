@@ -155,7 +155,9 @@ class Tracer(Recorder):
         names = [("ext4", n) for n in EXT4_RAW_TRACEPOINTS] + [("jbd2", n) for n in JBD2_RAW_TRACEPOINTS]
         for cat, name in names + list(MONITOR_RAW_TRACEPOINTS) + [("sched", "sched_switch")]:
             if cat == "sched" or host.tracepoint_exists(cat, name):
-                b.attach_raw_tracepoint(tp=name.encode(), fn_name=f"rtp_{name}".encode())
+                # a handle start begins the monitor's handle wait in a program of its own
+                fn = f"mon_{name}" if name in EXT4_RAW_TRACEPOINTS else f"rtp_{name}"
+                b.attach_raw_tracepoint(tp=name.encode(), fn_name=fn.encode())
                 self.attached.append(f"raw:{cat}:{name}")
             else:
                 self.missing.append(f"raw:{cat}:{name}")
