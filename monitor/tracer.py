@@ -147,6 +147,8 @@ class Tracer(Recorder):
         extra = btf.probe_defines(btf.BtfTypes.load(),
                                   {k: v for k, v in MONITOR_FIELDS.items() if k not in btf.FIELDS})
         extra.update(MONITOR_OPS=1, TRACE_SYSCALLS=0, TRACE_FORKS=0)
+        import os
+        if os.environ.get('EXP'): extra[os.environ['EXP']] = 1
         return flags + [f"-D{k}={v}" for k, v in extra.items()]
 
     def _attach(self, b):

@@ -554,15 +554,18 @@ static __always_inline struct inflight *op_begin(__u32 op, __u32 dev)
 static __always_inline int handle_start(__u64 sb);   /* the journal handles section */
 static __always_inline int fill_sample(struct dev_clock *k, __u32 dev, __u64 journal, __u64 now);
 
-/* The journal_t of a super_block, cached in a slot chosen by the super_block's address,
- * so that a handle wait reads sb->s_fs_info->s_journal only when a fill sample is due
- * (at most every FILL_SAMPLE_NS per journal) or its slot held another super_block. An
- * entry is thus at most FILL_SAMPLE_NS older than a read from its live super_block: a
- * super_block freed and reallocated at the same address (umount, mount) within that
- * time is the only way to a stale entry. */
+/* The device and journal_t of a super_block, cached in a slot chosen by the
+ * super_block's address, so that a handle wait reads sb->s_dev and
+ * sb->s_fs_info->s_journal only when a fill sample is due (at most every FILL_SAMPLE_NS
+ * per journal) or its slot held another super_block. An entry is thus at most
+ * FILL_SAMPLE_NS older than a read from its live super_block: a super_block freed and
+ * reallocated at the same address (umount, mount) within that time is the only way to
+ * a stale entry. */
 struct mon_journal {
 	__u64 sb;
 	__u64 journal;
+	__u32 dev;
+	__u32 pad;
 };
 BPF_ARRAY(mon_journals, struct mon_journal, FILL_SLOTS);
 
@@ -585,24 +588,41 @@ static __always_inline int mon_handle_start(__u64 sb)
 	struct inflight *c = inflight.task_storage_get(task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!c || (c->ts_ns && c->syscall_nr == OP_SYNC_FILE))
 		return handle_start(sb);   /* a handle inside fsync: counted in the fsync */
-	__u32 dev = READ_FIELD(sb, SB_DEV);
+	__u32 slot = (__u32)((sb >> 11) ^ (sb >> 19)) & (FILL_SLOTS - 1);
+	struct mon_journal *mj = mon_journals.lookup(&slot);
+	if (!mj)
+		return 0;
+	__u64 journal = 0;
+	__u32 dev;
+	if (mj->sb == sb) {
+		dev = mj->dev;
+		journal = mj->journal;
+	} else {
+		dev = READ_FIELD(sb, SB_DEV);
+	}
 	struct dev_clock *k = clock_of(dev);
 	if (!k || !clock_traced(k, dev))
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
 	int sample = now - k->last_ns >= FILL_SAMPLE_NS;
-	__u32 slot = (__u32)((sb >> 11) ^ (sb >> 19)) & (FILL_SLOTS - 1);
-	struct mon_journal *mj = mon_journals.lookup(&slot);
-	__u64 journal;
-	if (mj && mj->sb == sb && !sample) {
-		journal = mj->journal;
-	} else {
+	if (journal && sample) {
+		/* a fill sample is due: the entry is checked against its super_block */
+		__u32 d = READ_FIELD(sb, SB_DEV);
+		if (d != dev) {
+			dev = d;
+			k = clock_of(dev);
+			if (!k || !clock_traced(k, dev))
+				return 0;
+			sample = now - k->last_ns >= FILL_SAMPLE_NS;
+		}
+		journal = 0;
+	}
+	if (!journal) {
 		__u64 sbi = READ_FIELD(sb, SB_FS_INFO);
 		journal = sbi ? READ_FIELD(sbi, EXT4_SB_JOURNAL) : 0;
-		if (mj) {
-			mj->sb = sb;
-			mj->journal = journal;
-		}
+		mj->sb = sb;
+		mj->dev = dev;
+		mj->journal = journal;
 	}
 	if (!journal)
 		return 0;   /* ext4 without a journal: no handle waits */
