@@ -147,8 +147,6 @@ class Tracer(Recorder):
         extra = btf.probe_defines(btf.BtfTypes.load(),
                                   {k: v for k, v in MONITOR_FIELDS.items() if k not in btf.FIELDS})
         extra.update(MONITOR_OPS=1, TRACE_SYSCALLS=0, TRACE_FORKS=0)
-        import os
-        if os.environ.get('EXP'): extra[os.environ['EXP']] = 1
         return flags + [f"-D{k}={v}" for k, v in extra.items()]
 
     def _attach(self, b):
@@ -410,28 +408,26 @@ class Tracer(Recorder):
     def call_stats(self):
         """{(op name, dev): (count, errors, total_ns, max_ns, buckets int64[HIST_BUCKETS])},
         summed over CPUs; bucket i counts latencies in [2^i, 2^(i+1)) ns."""
-        b = self.bpf
-        out = {}
-        if b is None:
-            return out
-        for k, per_cpu in b[b"call_stats"].items():
-            buckets = np.sum([np.ctypeslib.as_array(v.buckets) for v in per_cpu], axis=0).astype(np.int64)
-            name = self.op_names.get(k.syscall_nr, f"nr{k.syscall_nr}")
-            dev = filesystems.dev_name(k.dev) if k.dev else "-"
-            out[(name, dev)] = (sum(v.count for v in per_cpu), sum(v.errors for v in per_cpu),
-                                sum(v.total_ns for v in per_cpu), max(v.max_ns for v in per_cpu), buckets)
-        return out
+        return {(self.op_names.get(nr, f"nr{nr}"), filesystems.dev_name(dev) if dev else "-"): v
+                for (nr, dev), v in self.raw_call_stats().items()}
 
     def raw_call_stats(self):
-        """{(syscall_nr, kernel dev): (count, errors, total_ns, max_ns, buckets)} for captures."""
+        """{(syscall_nr or op, kernel dev): (count, errors, total_ns, max_ns, buckets)}, summed
+        over CPUs: the call_stats map, and the handle waits the probes count in wait_stats
+        (monitor mode: per CPU and device, without a hash; see recorder.bpf.c)."""
         out = {}
         if self.bpf is None:
             return out
-        for k, per_cpu in self.bpf[b"call_stats"].items():
-            buckets = np.sum([np.ctypeslib.as_array(v.buckets) for v in per_cpu], axis=0).astype(np.int64)
-            out[(int(k.syscall_nr), int(k.dev))] = (sum(v.count for v in per_cpu), sum(v.errors for v in per_cpu),
-                                                    sum(v.total_ns for v in per_cpu), max(v.max_ns for v in per_cpu),
-                                                    buckets)
+        parts = [((int(k.syscall_nr), int(k.dev)), v) for k, per_cpu in self.bpf[b"call_stats"].items()
+                 for v in per_cpu]
+        if not self.mopts.syscalls:
+            wait = OPS["OP_JOURNAL_START"]
+            parts += [((wait, int(v.dev)), v.s) for _k, per_cpu in self.bpf[b"wait_stats"].items()
+                      for v in per_cpu if v.dev]
+        for key, v in parts:
+            count, errors, total_ns, max_ns, buckets = out.get(key) or (0, 0, 0, 0, np.zeros(len(v.buckets), np.int64))
+            out[key] = (count + v.count, errors + v.errors, total_ns + v.total_ns, max(max_ns, v.max_ns),
+                        buckets + np.ctypeslib.as_array(v.buckets))
         return out
 
     def events_lost(self):

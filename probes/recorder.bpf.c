@@ -663,13 +663,41 @@ int mon_ext4_journal_start_inode(struct bpf_raw_tracepoint_args *ctx)
 	return mon_handle_start(READ_FIELD(ctx->args[0], INODE_SB));
 }
 
+/* Handle waits of one device counted on one CPU, in an array slot chosen by the device:
+ * no hash on the handle path. The reader adds them to call_stats' (OP_JOURNAL_START, dev)
+ * counts, where a wait goes that is slow enough to be emitted (call_end) or whose slot
+ * holds another device on this CPU. */
+struct wait_stats {
+	__u32 dev;         /* 0: slot free */
+	__u32 pad;
+	struct call_stats s;
+};
+#define WAIT_SLOTS 32
+BPF_PERCPU_ARRAY(wait_stats, struct wait_stats, WAIT_SLOTS);
+
 /* jbd2_handle_start(dev_t dev, tid_t tid, unsigned int type, unsigned int line_no,
  *                   int requested_blocks): start_this_handle() returned with credits */
 int rtp_jbd2_handle_start(struct bpf_raw_tracepoint_args *ctx)
 {
 	struct inflight *c = current_call(0);
-	if (c && c->ts_ns && c->syscall_nr == OP_JOURNAL_START)
-		call_end(c, 0, 0);
+	if (!c || !c->ts_ns || c->syscall_nr != OP_JOURNAL_START)
+		return 0;
+	__u64 lat = bpf_ktime_get_ns() - c->ts_ns;
+	__u32 dev = c->dev;
+	__u32 idx = (dev ^ (dev >> 20) * 37) & (WAIT_SLOTS - 1);   /* minor ^ major * 37 */
+	struct wait_stats *t = wait_stats.lookup(&idx);
+	if (lat >= MIN_NS || !t || (t->dev && t->dev != dev))
+		return call_end(c, 0, 0);   /* emitted, or counted in call_stats */
+	t->dev = dev;
+	__u32 bucket = bpf_log2l(lat) - 1;  /* bcc's bpf_log2l is floor(log2)+1, 1 for 0 */
+	if (bucket >= HIST_BUCKETS)
+		bucket = HIST_BUCKETS - 1;
+	t->s.buckets[bucket]++;
+	t->s.count++;
+	t->s.total_ns += lat;
+	if (lat > t->s.max_ns)
+		t->s.max_ns = lat;
+	c->ts_ns = 0;
 	return 0;
 }
 
