@@ -11,7 +11,14 @@ against `jstall record`, in ABBA pairs on a scratch ext4 (unthrottled). Per pair
   upper bound of the bystander's cost that other load on the machine does not blur;
 - own cost at full rate, monitor beside record: the tracer's own CPU seconds (its process,
   i.e. its reading threads) per million calls, and its BPF programs' run time per call
-  (statistics on for the whole run, in a run of its own, since they slow every program).
+  (statistics on for the whole run, in a run of its own, since they slow every program);
+- interleaved at full rate: the monitor's and record's probes both loaded, attached in turn
+  (--interleave rounds of untraced, monitor, record, the order reversed every other round;
+  runs of 100,000 calls a second or so apart). The spaced runs above are tens of seconds
+  apart, and this shared VM's speed drifts over such times by up to ±15% for the whole
+  kernel (a profile of a slow run has the same shape as a fast one's); runs a second apart
+  see the same machine. The monitor runs without BPF statistics here (they are global and
+  would slow record's programs too).
 
 The monitor runs as shipped (BPF statistics on 10% of the time, --bpf-stats 0.1) and `record`
 as `jstall record -q -d` (no statistics) in the throughput runs.
@@ -19,6 +26,7 @@ as `jstall record -q -d` (no statistics) in the throughput runs.
 Prints each pair and the medians. Needs root.
 
 usage: monitor_overhead.py [--pairs N] [--rate CALLS_PER_S] [--seconds S] [--dd-bytes N] [--full-rounds N]
+                           [--interleave N]
 """
 
 import json
@@ -122,9 +130,52 @@ def own_cost_runs(mount, tmp, i, rounds):
     return mon, recd
 
 
+def detach(bpf):
+    """Detach every program of a bcc BPF object, keeping it loaded."""
+    for tp in list(bpf.raw_tracepoint_fds):
+        bpf.detach_raw_tracepoint(tp=tp)
+    for tp in list(bpf.tracepoint_fds):
+        bpf.detach_tracepoint(tp=tp)
+
+
+def attach(tracer):
+    """Attach a started (then detached) Tracer's or Recorder's programs again."""
+    tracer.attached, tracer.missing = [], []
+    tracer._attach(tracer.bpf)
+
+
+def interleaved(mount, tmp, i, rounds, files=5000):
+    """{mode: [runs]} of the unpaced loop (files x 5 rounds x 4 calls) untraced, under the
+    monitor and under record, both loaded and attached in turn, ABBA by round."""
+    from jstall.monitor.tracer import MonitorOptions, Tracer
+    from jstall.probes.recorder import RecordOptions, Recorder
+
+    mon = Tracer(MonitorOptions(devices=[mount], before_s=10, after_s=5, bpf_stats_duty=0)).start()
+    detach(mon.bpf)
+    rec = Recorder(RecordOptions(output_dir=os.path.join(tmp, f"i{i}"), devices=[mount], quiet=True)).start()
+    detach(rec.bpf)
+    runs = {"none": [], "mon": [], "rec": []}
+    try:
+        for j in range(rounds):
+            for mode in (("none", "mon", "rec") if j % 2 == 0 else ("rec", "mon", "none")):
+                t = {"mon": mon, "rec": rec}.get(mode)
+                if t:
+                    attach(t)
+                    time.sleep(0.1)
+                runs[mode].append(full(mount, files, 5))
+                if t:
+                    detach(t.bpf)
+        runs["lost"] = sum(mon.events_lost().values())
+    finally:
+        mon.stop()
+        rec.stop()
+    return runs
+
+
 def main():
     args = options(__doc__, pairs=6, rate=10000.0, seconds=5.0, dd_bytes=3_000_000,
-                   full_rounds=(20, "rounds of 5,000 files in each unpaced run (default 20: 400,000 calls)"))
+                   full_rounds=(20, "rounds of 5,000 files in each unpaced run (default 20: 400,000 calls)"),
+                   interleave=(6, "rounds of the interleaved full-rate part per pair (0: none)"))
 
     from jstall.monitor import bpfstats
     from jstall.monitor.tracer import MonitorOptions, Tracer
@@ -207,12 +258,27 @@ def main():
                 "mon_rec": m["full"]["calls_per_s"] / r["full"]["calls_per_s"],
                 "mon_rec_cpu": m["full"]["calls_per_cpu_s"] / r["full"]["calls_per_cpu_s"],
             }
+            if args.interleave:
+                runs = interleaved(mount, tmp, i, args.interleave)
+                lost += runs["lost"]
+                row["lost"] = lost
+                for mode in ("mon", "rec"):
+                    row[f"il_{mode}"] = [a["calls_per_s"] / b["calls_per_s"] for a, b in zip(runs[mode], runs["none"])]
+                row["il_mon_rec"] = [a["calls_per_s"] / b["calls_per_s"] for a, b in zip(runs["mon"], runs["rec"])]
+                row["il_mon_rec_cpu"] = [a["calls_per_cpu_s"] / b["calls_per_cpu_s"]
+                                         for a, b in zip(runs["mon"], runs["rec"])]
+                row["il_rate"] = statistics.median(r["calls_per_s"] for r in runs["none"])
             rows.append(row)
             print(f"{i + 1:>4} {row['paced']:>9.3f} {row['paced_cpu']:>9.3f} {row['full_mon']:>8.3f} "
                   f"{row['full_mon_cpu']:>5.3f} {row['full_rec']:>8.3f} {row['full_rec_cpu']:>5.3f} "
                   f"{row['dd_mon']:>7.3f} {row['dd_mon_cpu']:>5.3f} {row['dd_rec']:>7.3f} {row['dd_rec_cpu']:>5.3f} "
                   f"{lost:>5} {row['bpf_share'] * 100:>8.3f} | {row['mon_cpu']:>7.2f}/{row['rec_cpu']:<7.2f} "
                   f"{row['mon_bpf']:>5.0f}/{row['rec_bpf']:<5.0f}", flush=True)
+            if args.interleave:
+                print(f"     interleaved, {args.interleave} rounds: monitor {statistics.median(row['il_mon']):.3f}, "
+                      f"record {statistics.median(row['il_rec']):.3f} of untraced; monitor/record "
+                      f"{statistics.median(row['il_mon_rec']):.3f} (per CPU s "
+                      f"{statistics.median(row['il_mon_rec_cpu']):.3f})", flush=True)
 
     def med(k):
         return statistics.median(r[k] for r in rows)
@@ -226,6 +292,17 @@ def main():
           f"of one CPU while dd ran (every task's context switches included)")
     print(f"full rate, monitor/record in the same pair (medians): throughput {med('mon_rec'):.3f}, calls per CPU "
           f"second {med('mon_rec_cpu'):.3f} (above 1: the monitor costs the workload less)")
+    if args.interleave:
+        def allmed(k):
+            return statistics.median(x for r in rows for x in r[k])
+
+        mr = sorted(x for r in rows for x in r["il_mon_rec"])
+        per_load = " ".join(f"{statistics.median(r['il_mon_rec']):.3f}" for r in rows)
+        print(f"interleaved at full rate ({len(mr)} rounds of 100,000 calls in {len(rows)} loads of both; untraced "
+              f"{statistics.median(r['il_rate'] for r in rows):,.0f} calls/s; medians of the rounds): monitor "
+              f"{allmed('il_mon'):.3f}, record {allmed('il_rec'):.3f} of untraced; monitor/record throughput "
+              f"{allmed('il_mon_rec'):.3f} (rounds {mr[0]:.3f}-{mr[-1]:.3f}; {sum(x >= 1 for x in mr)} of {len(mr)} "
+              f"at or above 1), per CPU second {allmed('il_mon_rec_cpu'):.3f}; monitor/record per load: {per_load}")
     print(f"own cost at full rate (medians): monitor {med('mon_cpu'):.2f} CPU s per million calls in its own "
           f"process, its BPF programs {med('mon_bpf'):.0f} ns per call; record {med('rec_cpu'):.2f} CPU s per "
           f"million calls, BPF {med('rec_bpf'):.0f} ns per call; load average {loadavg()}")

@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from jstall.probes import btf, events, filesystems, host
+from jstall.probes import btf, events, filesystems, host, tables
 from jstall.probes.recorder import (
     EXT4_RAW_TRACEPOINTS, JBD2_RAW_TRACEPOINTS, RecordOptions, Recorder,
 )
@@ -140,6 +140,12 @@ class Tracer(Recorder):
 
     # ---- set-up: the recorder's compile and attach, in monitor mode ----------------------
 
+    def _call_slot_rows(self):
+        """The operations' call_slots rows (recorder.bpf.c: OP_ROW), or the syscalls'."""
+        if self.mopts.syscalls:
+            return super()._call_slot_rows()
+        return {OPS["OP_JOURNAL_START"]: 0, OPS["OP_SYNC_FILE"]: 1}
+
     def _cflags(self):
         flags = super()._cflags()
         if self.mopts.syscalls:
@@ -155,7 +161,9 @@ class Tracer(Recorder):
         names = [("ext4", n) for n in EXT4_RAW_TRACEPOINTS] + [("jbd2", n) for n in JBD2_RAW_TRACEPOINTS]
         for cat, name in names + list(MONITOR_RAW_TRACEPOINTS) + [("sched", "sched_switch")]:
             if cat == "sched" or host.tracepoint_exists(cat, name):
-                b.attach_raw_tracepoint(tp=name.encode(), fn_name=f"rtp_{name}".encode())
+                # a handle start begins the monitor's handle wait in a program of its own
+                fn = f"mon_{name}" if name in EXT4_RAW_TRACEPOINTS else f"rtp_{name}"
+                b.attach_raw_tracepoint(tp=name.encode(), fn_name=fn.encode())
                 self.attached.append(f"raw:{cat}:{name}")
             else:
                 self.missing.append(f"raw:{cat}:{name}")
@@ -406,29 +414,13 @@ class Tracer(Recorder):
     def call_stats(self):
         """{(op name, dev): (count, errors, total_ns, max_ns, buckets int64[HIST_BUCKETS])},
         summed over CPUs; bucket i counts latencies in [2^i, 2^(i+1)) ns."""
-        b = self.bpf
-        out = {}
-        if b is None:
-            return out
-        for k, per_cpu in b[b"call_stats"].items():
-            buckets = np.sum([np.ctypeslib.as_array(v.buckets) for v in per_cpu], axis=0).astype(np.int64)
-            name = self.op_names.get(k.syscall_nr, f"nr{k.syscall_nr}")
-            dev = filesystems.dev_name(k.dev) if k.dev else "-"
-            out[(name, dev)] = (sum(v.count for v in per_cpu), sum(v.errors for v in per_cpu),
-                                sum(v.total_ns for v in per_cpu), max(v.max_ns for v in per_cpu), buckets)
-        return out
+        return {(self.op_names.get(nr, f"nr{nr}"), filesystems.dev_name(dev) if dev else "-"): v
+                for (nr, dev), v in self.raw_call_stats().items()}
 
     def raw_call_stats(self):
-        """{(syscall_nr, kernel dev): (count, errors, total_ns, max_ns, buckets)} for captures."""
-        out = {}
-        if self.bpf is None:
-            return out
-        for k, per_cpu in self.bpf[b"call_stats"].items():
-            buckets = np.sum([np.ctypeslib.as_array(v.buckets) for v in per_cpu], axis=0).astype(np.int64)
-            out[(int(k.syscall_nr), int(k.dev))] = (sum(v.count for v in per_cpu), sum(v.errors for v in per_cpu),
-                                                    sum(v.total_ns for v in per_cpu), max(v.max_ns for v in per_cpu),
-                                                    buckets)
-        return out
+        """{(syscall_nr or op, kernel dev): (count, errors, total_ns, max_ns, buckets)} for
+        captures, summed over CPUs (tables.call_counters)."""
+        return {} if self.bpf is None else tables.call_counters(self.bpf, self.call_slots)
 
     def events_lost(self):
         """{'calls', 'offcpu', 'jbd2', 'stacks'}: records the kernel could not hand over."""

@@ -139,9 +139,14 @@ class Recorder:
         self._pidfd = None
         self.last_flush = None
         self.cgroups = {}                                 # str(cgroup id) -> path, of the calls' cgroups
-        self.call_slots = {}                              # syscall nr -> its call_slots row (set by start)
+        self.call_slots = self._call_slot_rows()          # syscall nr -> its call_slots row
 
     # ---- set-up -------------------------------------------------------------------
+
+    def _call_slot_rows(self):
+        """{syscall nr: row}: each traced syscall counts its calls in a row of per-CPU array
+        slots (call_slots) rather than the call_stats hash; tables.call_counters reads both."""
+        return {nr: row for row, nr in enumerate(self.syscall_numbers.values())}
 
     def _cflags(self):
         types = self._btf_types = btf.BtfTypes.load()
@@ -164,7 +169,7 @@ class Recorder:
             FILTER_CGROUP=self.cgroup_id or 0,
             PER_SYSCALL_TRACEPOINTS=int(self.opts.attach == "syscalls"),
             SELF_TGID=os.getpid(),
-            CALL_SLOTS=max(len(self.syscall_numbers), 1),
+            CALL_SLOTS=max(len(self.call_slots), 1),
             STATS_WAYS=tables.CALL_SLOT_WAYS,
         )
         return [f"-D{k}={v}" for k, v in defines.items()] + [f"-I{os.path.dirname(BPF_SOURCE)}"]
@@ -253,9 +258,6 @@ class Recorder:
                 self._pidfd = os.pidfd_open(self.opts.pid)
                 for tgid in [self.opts.pid] + host.descendants(self.opts.pid):
                     self.trace_tgid(tgid)
-            # each traced syscall counts its calls in a call_slots row (per-CPU array slots)
-            # rather than the call_stats hash; tables.histogram_tables reads both
-            self.call_slots = {nr: row for row, nr in enumerate(self.syscall_numbers.values())}
             self._attach(b)
             for name in ("calls_rb", "offcpu_rb", "jbd2_rb"):
                 b[name.encode()].open_ring_buffer(self._on_event)

@@ -183,30 +183,36 @@ def fill_table(a):
     })
 
 
-def histogram_tables(b, names, devless_apart=False, slots=None):
-    """(call_histograms, call_totals, calls_without_device) from the in-kernel counters:
-    the ``call_stats`` hash and, when ``slots`` ({syscall nr: row}) is given, the
-    ``call_slots`` rows. calls_without_device: {syscall: {"count", "errors"}} of calls that
-    resolved to no filesystem; with devless_apart (-d) they stay out of the tables."""
-    counters = {}   # (syscall_nr, dev) -> [count, errors, total_ns, max_ns, buckets]
+def call_counters(b, slots=None):
+    """{(syscall_nr or op, kernel dev): (count, errors, total_ns, max_ns, buckets int64[])}, the
+    in-kernel call counters summed over CPUs: the ``call_stats`` hash and, when ``slots``
+    ({syscall nr or op: row}) is given, the ``call_slots`` rows, whose counters name their
+    device (owner)."""
+    out = {}
 
-    def add(nr, dev, per_cpu):
-        row = counters.setdefault((int(nr), int(dev)), [0, 0, 0, 0, 0])
-        row[0] += sum(v.count for v in per_cpu)
-        row[1] += sum(v.errors for v in per_cpu)
-        row[2] += sum(v.total_ns for v in per_cpu)
-        row[3] = max([row[3]] + [v.max_ns for v in per_cpu])
-        row[4] = row[4] + np.sum([np.ctypeslib.as_array(v.buckets) for v in per_cpu], axis=0)
+    def add(key, v):
+        count, errors, total_ns, max_ns, buckets = out.get(key) or (0, 0, 0, 0, 0)
+        out[key] = (count + v.count, errors + v.errors, total_ns + v.total_ns, max(max_ns, v.max_ns),
+                    buckets + np.ctypeslib.as_array(v.buckets).astype(np.int64))
 
     for k, per_cpu in b[b"call_stats"].items():
-        add(k.syscall_nr, k.dev, per_cpu)
+        for v in per_cpu:
+            add((int(k.syscall_nr), int(k.dev)), v)
     if slots:
         rows = {row: nr for nr, row in slots.items()}
         for k, per_cpu in b[b"call_slots"].items():
             nr = rows.get(k.value // CALL_SLOT_WAYS)
             for v in per_cpu:
                 if v.owner and v.stats.count and nr is not None:
-                    add(nr, v.owner & 0xFFFFFFFF, [v.stats])
+                    add((nr, int(v.owner & 0xFFFFFFFF)), v.stats)
+    return out
+
+
+def histogram_tables(b, names, devless_apart=False, slots=None):
+    """(call_histograms, call_totals, calls_without_device) from the in-kernel counters
+    (:func:`call_counters`). calls_without_device: {syscall: {"count", "errors"}} of calls
+    that resolved to no filesystem; with devless_apart (-d) they stay out of the tables."""
+    counters = call_counters(b, slots)
     hist, tot, devless = [], [], {}
     for (nr, dev), (count, errors, total_ns, max_ns, buckets) in counters.items():
         if not dev:

@@ -137,6 +137,7 @@ def run(tmp_path_factory):
                 wait_for(lambda: "jstall_events_lost_total" in get(f"http://127.0.0.1:{port}/metrics"), 120, name)
             procs["rec"].stdout.readline()  # its header: the probes are attached
             wait_for(lambda: one(port_p, f'up{{instance="127.0.0.1:{port_a}"}}') == 1, 60, "the first scrape")
+            t_up = time.monotonic()
             a_progs = prog_ids(procs["a"].pid)
             subprocess.run(tmux + ["new-session", "-d", "-s", "top", "-x", "170", "-y", "40",
                                    f"{JSTALL} top --url http://127.0.0.1:{port_a}"], check=True)
@@ -161,7 +162,8 @@ def run(tmp_path_factory):
                 "lost": "sum(jstall_events_lost_total)",
                 "scrape_max_s": f'max_over_time(scrape_duration_seconds{{instance="127.0.0.1:{port_a}"}}[10m])',
                 "scrape_median_s": f'quantile_over_time(0.5, scrape_duration_seconds{{instance="127.0.0.1:{port_a}"}}[10m])',
-                "up_min": f'min_over_time(up{{instance="127.0.0.1:{port_a}"}}[10m])',
+                # the scrapes since the first that succeeded (before it, the monitor was starting)
+                "up_min": f'min_over_time(up{{instance="127.0.0.1:{port_a}"}}[{max(int(time.monotonic() - t_up), 1)}s])',
             }
             # the values after the workload, once Prometheus has scraped them
             forced_now = sample(out["scrape"], "jstall_journal_checkpoints_total", device=fs.dev, mode="forced")
