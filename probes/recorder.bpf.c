@@ -415,6 +415,25 @@ static __always_inline int journal_idle(struct dev_clock *k, __u32 dev)
 	return COMMIT_EVENTS && dev && k->idle_dev == dev;
 }
 
+/* The first handle of call c (a syscall, or the monitor's handle wait) on journal (of
+ * super_block sb, device dev, fill clock k): the journal it uses and the fill it starts
+ * from; later handles on it read only j_free. */
+static __always_inline void first_handle(struct inflight *c, struct dev_clock *k, __u64 sb, __u64 journal, __u32 dev)
+{
+	c->jsb = sb;
+	c->journal = journal;
+	c->jdev = dev;
+	struct log_window w = {};
+	read_log_window(journal, &w, 0);
+	c->free_first = w.free;
+	c->free_min = w.free;
+	c->log_blocks = w.last - w.first;
+	/* jbd2_log_space_left() counts the committing transaction's outstanding credits
+	 * as used: with j_free they decide whether the handle waits */
+	__u64 committing = journal_idle(k, dev) ? 0 : READ_FIELD(journal, J_COMMITTING);
+	c->credits_first = committing ? (__s32)READ_FIELD(committing, T_OUTSTANDING_CREDITS) : 0;
+}
+
 /* Is the clock's journal traced? With a task filter alone the answer grows while
  * recording (used_devs), so it is asked each time; otherwise it is fixed. */
 static __always_inline int clock_traced(struct dev_clock *k, __u32 dev)
@@ -736,18 +755,7 @@ static __always_inline int mon_handle_start(__u64 sb)
 	c->handles = 1;
 	c->slot = OP_ROW(OP_JOURNAL_START) + 1;
 	c->arg0 = c->arg1 = 0;
-	c->jsb = sb;
-	c->journal = journal;
-	c->jdev = dev;
-	struct log_window w = {};
-	read_log_window(journal, &w, 0);
-	c->free_first = w.free;
-	c->free_min = w.free;
-	c->log_blocks = w.last - w.first;
-	/* jbd2_log_space_left() counts the committing transaction's outstanding credits
-	 * as used: with j_free they decide whether the handle waits */
-	__u64 committing = journal_idle(k, dev) ? 0 : READ_FIELD(journal, J_COMMITTING);
-	c->credits_first = committing ? (__s32)READ_FIELD(committing, T_OUTSTANDING_CREDITS) : 0;
+	first_handle(c, k, sb, journal, dev);
 	if (sample)
 		fill_sample(k, dev, journal, now, jiffies);
 	return 0;
@@ -886,18 +894,7 @@ static __always_inline int handle_start(__u64 sb, int typed)
 				c->dev = dev;
 				c->dev_checked = 1;  /* a traced journal's device passes the device filter */
 			}
-			c->jsb = sb;
-			c->journal = journal;
-			c->jdev = dev;
-			struct log_window w = {};
-			read_log_window(journal, &w, 0);
-			c->free_first = w.free;
-			c->free_min = w.free;
-			c->log_blocks = w.last - w.first;
-			/* jbd2_log_space_left() counts the committing transaction's outstanding
-			 * credits as used: with j_free they decide whether the handle waits */
-			__u64 committing = journal_idle(k, dev) ? 0 : READ_FIELD(journal, J_COMMITTING);
-			c->credits_first = committing ? (__s32)READ_FIELD(committing, T_OUTSTANDING_CREDITS) : 0;
+			first_handle(c, k, sb, journal, dev);
 		} else {
 			/* a handle on another journal than the call's first */
 			__u64 free = READ_FIELD(journal, J_FREE);
