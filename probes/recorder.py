@@ -152,8 +152,8 @@ class Recorder:
         types = self._btf_types = btf.BtfTypes.load()
         defines = btf.probe_defines(types)
         defines.update(btf.syscall_arg_defines(types))
-        for struct, dt in events.DTYPES.items():
-            defines[f"SIZEOF_{struct}"] = dt.itemsize
+        for struct_name, dt in events.DTYPES.items():
+            defines[f"SIZEOF_{struct_name}"] = dt.itemsize
         defines.update(
             MIN_NS=int(self.opts.min_ms * 1e6),
             OFFCPU_MIN_NS=int(self.opts.offcpu_min_us * 1000),
