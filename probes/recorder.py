@@ -149,8 +149,9 @@ class Recorder:
         return {nr: row for row, nr in enumerate(self.syscall_numbers.values())}
 
     def _cflags(self):
-        types = self._btf_types = btf.BtfTypes.load()
+        types = btf.BtfTypes.load()   # about 140 MiB parsed: kept only while compiling
         defines = btf.probe_defines(types)
+        self._btf_trace_ids = {n: types.type_id("TYPEDEF", f"btf_trace_{n}") for n in BTF_TRACEPOINTS}
         defines.update(btf.syscall_arg_defines(types))
         for struct_name, dt in events.DTYPES.items():
             defines[f"SIZEOF_{struct_name}"] = dt.itemsize
@@ -224,24 +225,29 @@ class Recorder:
             log.warning("tracepoints missing on this kernel, not recorded: %s", " ".join(self.missing))
 
     def _attach_btf(self, b, name):
-        """Load btf_<name> as a BTF-typed raw tracepoint program on tracepoint name and
+        """Load btf_<name> as a BTF-typed raw tracepoint program on tracepoint name (once) and
         attach it (bcc loads only untyped raw tracepoints); False where the kernel refuses."""
-        type_id = getattr(self, "_btf_types", None) and self._btf_types.type_id("TYPEDEF", f"btf_trace_{name}")
+        type_id = getattr(self, "_btf_trace_ids", {}).get(name)
         fn_name = f"btf_{name}".encode()
-        if not type_id or fn_name in b.funcs:
+        if not type_id:
             return False
-        try:
-            insns = b.dump_func(fn_name)
-        except Exception:  # not in this build of the probes
-            return False
-        prog_fd, link_fd = load_btf_tracepoint(insns, type_id, fn_name)
-        if link_fd is None:
-            log.debug("tracepoint %s: no BTF-typed program (%s); a raw one instead", name, prog_fd)
-            return False
-        from bcc import BPF
+        if fn_name in b.funcs:   # loaded before, detached since: attach it again
+            link_fd = open_btf_link(b.funcs[fn_name].fd)
+            if link_fd is None:
+                return False
+        else:
+            try:
+                insns = b.dump_func(fn_name)
+            except Exception:  # not in this build of the probes
+                return False
+            prog_fd, link_fd = load_btf_tracepoint(insns, type_id, fn_name)
+            if link_fd is None:
+                log.debug("tracepoint %s: no BTF-typed program (%s); a raw one instead", name, prog_fd)
+                return False
+            from bcc import BPF
 
-        b.funcs[fn_name] = BPF.Function(b, fn_name, prog_fd)   # closed by b.cleanup()
-        b.raw_tracepoint_fds[name.encode()] = link_fd          # detached by b.cleanup()
+            b.funcs[fn_name] = BPF.Function(b, fn_name, prog_fd)   # closed by b.cleanup()
+        b.raw_tracepoint_fds[name.encode()] = link_fd              # detached by b.cleanup()
         return True
 
     def start(self):
@@ -465,14 +471,23 @@ def load_btf_tracepoint(insns, type_id, name):
     prog_fd = libc.syscall(BPF_SYSCALL, BPF_PROG_LOAD, attr, len(attr))
     if prog_fd < 0:
         return os.strerror(ctypes.get_errno()), None
-    open_attr = ctypes.create_string_buffer(16)
-    struct.pack_into("QI", open_attr, 0, 0, prog_fd)      # name NULL: the program's attach_btf_id
-    link_fd = libc.syscall(BPF_SYSCALL, BPF_RAW_TRACEPOINT_OPEN, open_attr, len(open_attr))
-    if link_fd < 0:
+    link_fd = open_btf_link(prog_fd)
+    if link_fd is None:
         err = os.strerror(ctypes.get_errno())
         os.close(prog_fd)
         return err, None
     return prog_fd, link_fd
+
+
+def open_btf_link(prog_fd):
+    """Attach a loaded BTF-typed raw tracepoint program (bpf(2) BPF_RAW_TRACEPOINT_OPEN with
+    no name: the program's attach_btf_id names the tracepoint). Returns the link fd (closing
+    it detaches), or None (errno set) when the kernel refuses."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    open_attr = ctypes.create_string_buffer(16)
+    struct.pack_into("QI", open_attr, 0, 0, prog_fd)
+    link_fd = libc.syscall(BPF_SYSCALL, BPF_RAW_TRACEPOINT_OPEN, open_attr, len(open_attr))
+    return None if link_fd < 0 else link_fd
 
 
 def check_output_dir(path):
