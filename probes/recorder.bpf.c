@@ -12,8 +12,8 @@
  *   SIZEOF_<struct>             record sizes the Python side decodes
  *   SYSCALL_ARGS, ARG0_OFF, ARG1_OFF  where pt_regs holds a syscall's first two arguments
  *   SELF_TGID                   the recorder's own process, never traced
- *   CALL_SLOTS, STATS_WAYS      rows of the call_slots counters (one per traced syscall), and
- *                               counters per row (a power of 2)
+ *   CALL_SLOTS, STATS_WAYS      rows of the call_slots counters (one per traced syscall, or per
+ *                               monitor operation), and counters per row (a power of 2)
  *
  * Sections, each behind a compile-time switch so modes can leave them out:
  *   common            maps, field reads, filters, a file descriptor's device and name
