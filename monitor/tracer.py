@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from jstall.probes import btf, events, filesystems, host, tables
+from jstall.probes import events, filesystems, host, tables
 from jstall.probes.recorder import (
     EXT4_RAW_TRACEPOINTS, JBD2_RAW_TRACEPOINTS, RecordOptions, Recorder,
 )
@@ -146,14 +146,16 @@ class Tracer(Recorder):
             return super()._call_slot_rows()
         return {OPS["OP_JOURNAL_START"]: 0, OPS["OP_SYNC_FILE"]: 1}
 
+    def _probe_fields(self):
+        """The recorder's struct members, and those the monitor's operations read."""
+        fields = super()._probe_fields()
+        return fields if self.mopts.syscalls else {**fields, **MONITOR_FIELDS}
+
     def _cflags(self):
         flags = super()._cflags()
         if self.mopts.syscalls:
             return flags
-        extra = btf.probe_defines(btf.BtfTypes.load(),
-                                  {k: v for k, v in MONITOR_FIELDS.items() if k not in btf.FIELDS})
-        extra.update(MONITOR_OPS=1, TRACE_SYSCALLS=0, TRACE_FORKS=0)
-        return flags + [f"-D{k}={v}" for k, v in extra.items()]
+        return flags + ["-DMONITOR_OPS=1", "-DTRACE_SYSCALLS=0", "-DTRACE_FORKS=0"]
 
     def _attach(self, b):
         if self.mopts.syscalls:

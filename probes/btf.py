@@ -138,9 +138,11 @@ class BtfTypes:
             raise KeyError(f"{struct_name}.{member} is a bit-field")
         return bits // 8, size
 
-    def type_id(self, kind, name):
-        """The id of the type of this kind ('TYPEDEF', 'FUNC', ...) and name, or None."""
-        return next((i for i, t in self._by_id.items() if t.get("kind") == kind and t.get("name") == name), None)
+    def type_ids(self, kind, names):
+        """{name: id} of the types of this kind ('TYPEDEF', 'FUNC', ...) with these names
+        (one pass over the types); a name the kernel lacks is left out."""
+        wanted = set(names)
+        return {t["name"]: i for i, t in self._by_id.items() if t.get("kind") == kind and t.get("name") in wanted}
 
 
 def probe_defines(types, fields=FIELDS):

@@ -952,9 +952,9 @@ static __always_inline int emit_jbd2(__u64 journal, __u32 dev, __u32 event, __s3
 		dev = journal_dev(journal, typed);
 	else
 		journal = journal_of_dev(dev);
-	note_commit(dev, event);
 	if (!journal_traced(dev))
 		return 0;
+	note_commit(dev, event);   /* only traced journals' handles ask (handle_start) */
 	if (journal)
 		remember_journal(dev, journal);
 	struct jbd2_event e = {};

@@ -140,6 +140,7 @@ class Recorder:
         self.last_flush = None
         self.cgroups = {}                                 # str(cgroup id) -> path, of the calls' cgroups
         self.call_slots = self._call_slot_rows()          # syscall nr -> its call_slots row
+        self._btf_trace_ids = {}                          # tracepoint -> btf_trace_<name> type id (_cflags)
 
     # ---- set-up -------------------------------------------------------------------
 
@@ -148,10 +149,15 @@ class Recorder:
         slots (call_slots) rather than the call_stats hash; tables.call_counters reads both."""
         return {nr: row for row, nr in enumerate(self.syscall_numbers.values())}
 
+    def _probe_fields(self):
+        """{MACRO: (struct, member)}: the kernel struct members the probes read."""
+        return btf.FIELDS
+
     def _cflags(self):
         types = btf.BtfTypes.load()   # about 140 MiB parsed: kept only while compiling
-        defines = btf.probe_defines(types)
-        self._btf_trace_ids = {n: types.type_id("TYPEDEF", f"btf_trace_{n}") for n in BTF_TRACEPOINTS}
+        defines = btf.probe_defines(types, self._probe_fields())
+        ids = types.type_ids("TYPEDEF", [f"btf_trace_{n}" for n in BTF_TRACEPOINTS])
+        self._btf_trace_ids = {n: ids[f"btf_trace_{n}"] for n in BTF_TRACEPOINTS if f"btf_trace_{n}" in ids}
         defines.update(btf.syscall_arg_defines(types))
         for struct_name, dt in events.DTYPES.items():
             defines[f"SIZEOF_{struct_name}"] = dt.itemsize
@@ -210,13 +216,13 @@ class Recorder:
                 self.attached.append(f"raw:raw_syscalls:{name}")
         for cat, names in (("ext4", EXT4_RAW_TRACEPOINTS), ("jbd2", JBD2_RAW_TRACEPOINTS)):
             for name in names:
-                if name in BTF_TRACEPOINTS and host.tracepoint_exists(cat, name) and self._attach_btf(b, name):
-                    self.attached.append(f"raw:{cat}:{name}")   # a BTF-typed raw tracepoint
-                elif host.tracepoint_exists(cat, name):
-                    b.attach_raw_tracepoint(tp=name.encode(), fn_name=f"rtp_{name}".encode())
-                    self.attached.append(f"raw:{cat}:{name}")
-                else:
+                if not host.tracepoint_exists(cat, name):
                     self.missing.append(f"raw:{cat}:{name}")
+                    continue
+                # a BTF-typed raw tracepoint where the kernel takes it, else its untyped twin
+                if not (name in BTF_TRACEPOINTS and self._attach_btf(b, name)):
+                    b.attach_raw_tracepoint(tp=name.encode(), fn_name=f"rtp_{name}".encode())
+                self.attached.append(f"raw:{cat}:{name}")
         sched = ["sched_switch"] + (["sched_process_fork"] if self.opts.command_tree or self.opts.pid else [])
         for name in sched:
             b.attach_raw_tracepoint(tp=name.encode(), fn_name=f"rtp_{name}".encode())
@@ -227,7 +233,7 @@ class Recorder:
     def _attach_btf(self, b, name):
         """Load btf_<name> as a BTF-typed raw tracepoint program on tracepoint name (once) and
         attach it (bcc loads only untyped raw tracepoints); False where the kernel refuses."""
-        type_id = getattr(self, "_btf_trace_ids", {}).get(name)
+        type_id = self._btf_trace_ids.get(name)
         fn_name = f"btf_{name}".encode()
         if not type_id:
             return False
