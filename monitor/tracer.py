@@ -23,7 +23,7 @@ import numpy as np
 
 from jstall.probes import events, filesystems, host, tables
 from jstall.probes.recorder import (
-    EXT4_RAW_TRACEPOINTS, JBD2_RAW_TRACEPOINTS, RecordOptions, Recorder,
+    BTF_TRACEPOINTS, EXT4_RAW_TRACEPOINTS, JBD2_RAW_TRACEPOINTS, RecordOptions, Recorder,
 )
 from jstall.schema import PHASES
 
@@ -164,8 +164,10 @@ class Tracer(Recorder):
         for cat, name in names + list(MONITOR_RAW_TRACEPOINTS) + [("sched", "sched_switch")]:
             if cat == "sched" or host.tracepoint_exists(cat, name):
                 # a handle start begins the monitor's handle wait in a program of its own
-                fn = f"mon_{name}" if name in EXT4_RAW_TRACEPOINTS else f"rtp_{name}"
-                b.attach_raw_tracepoint(tp=name.encode(), fn_name=fn.encode())
+                if name in EXT4_RAW_TRACEPOINTS:
+                    b.attach_raw_tracepoint(tp=name.encode(), fn_name=f"mon_{name}".encode())
+                elif not (name in BTF_TRACEPOINTS and self._attach_btf(b, name)):
+                    b.attach_raw_tracepoint(tp=name.encode(), fn_name=f"rtp_{name}".encode())
                 self.attached.append(f"raw:{cat}:{name}")
             else:
                 self.missing.append(f"raw:{cat}:{name}")

@@ -86,7 +86,10 @@ struct inflight {
 	__u64 jsb;
 	__u64 journal;
 	__u32 jdev;
-	__u32 pad;
+	/* an off-CPU interval inside the call, from the switch-out (tp_btf sched_switch) */
+	__s32 off_stack_id;
+	__u64 off_ts_ns;   /* 0: the thread is on a CPU */
+	__s64 off_state;
 };
 
 /* Fill-sample clock of a traced journal, in an array slot chosen by its device:
@@ -104,8 +107,8 @@ struct dev_clock {
 #define CLOCK_UNTRACED 2
 #define FILL_SLOTS 256
 
-/* A traced thread switched out; the call's fields are copied because only the
- * current task's storage can be read at sched_switch. */
+/* A traced thread switched out (untyped sched_switch); the call's fields are copied
+ * because only the current task's storage can be read there. */
 struct offstart {
 	__u64 ts_ns;
 	__s64 state;
@@ -134,6 +137,7 @@ BPF_RINGBUF_OUTPUT(calls_rb, RB_PAGES);
 BPF_RINGBUF_OUTPUT(offcpu_rb, RB_PAGES);
 BPF_RINGBUF_OUTPUT(jbd2_rb, RB_PAGES);
 BPF_PERCPU_ARRAY(counters, __u64, NR_COUNTERS);  /* summed by the reader */
+BPF_PERCPU_ARRAY(rb_unannounced, __u64, 1);      /* records since this CPU last woke the reader */
 BPF_TASK_STORAGE(inflight, struct inflight);   /* ts_ns == 0: no traced call */
 BPF_HASH(offstart, __u32, struct offstart, 65536);
 BPF_STACK_TRACE(stacks, STACK_ENTRIES);
@@ -189,6 +193,23 @@ static __always_inline void count(__u32 idx)
 	__u64 *c = counters.lookup(&idx);   /* this CPU's slot: no atomic needed */
 	if (c)
 		(*c)++;
+}
+
+/* The flags a record goes into its ring buffer with. bpf_ringbuf_commit() queues an
+ * irq_work to wake the reader (a self-IPI: a VM exit on a virtual machine, several
+ * microseconds) for each record that lands in a ring the reader has emptied, unless
+ * BPF_RB_NO_WAKEUP. The reader reads every ring at least every RB_POLL_MS anyway, so a
+ * record wakes it only once RB_WAKE_EVERY records came from this CPU since the last
+ * wakeup (BPF_RB_FORCE_WAKEUP): at most NR_CPUS x RB_WAKE_EVERY records, far less than a
+ * ring holds, wait for a reader that is not polling yet. */
+static __always_inline __u64 rb_flags(void)
+{
+	__u32 zero = 0;
+	__u64 *n = rb_unannounced.lookup(&zero);
+	if (!n || ++*n < RB_WAKE_EVERY)
+		return BPF_RB_NO_WAKEUP;
+	*n = 0;
+	return BPF_RB_FORCE_WAKEUP;
 }
 
 static __always_inline void current_task(struct jstall_task *t)
@@ -571,7 +592,7 @@ static __always_inline int call_end(struct inflight *c, __s64 ret, __u64 regs)
 			else
 				bpf_probe_read_user_str(e.file, sizeof(e.file), (const void *)arg0);
 #endif
-			if (calls_rb.ringbuf_output(&e, sizeof(e), 0))
+			if (calls_rb.ringbuf_output(&e, sizeof(e), rb_flags()))
 				count(BUF_CALLS);
 		}
 	}
@@ -809,7 +830,7 @@ int rtp_ext4_sync_file_exit(struct bpf_raw_tracepoint_args *ctx)
 /* a record for jbd2_rb; a full buffer is counted */
 static __always_inline int jbd2_output(void *e, int size)
 {
-	if (jbd2_rb.ringbuf_output(e, size, 0))
+	if (jbd2_rb.ringbuf_output(e, size, rb_flags()))
 		count(BUF_JBD2);
 	return 0;
 }
@@ -1092,47 +1113,98 @@ BOTH_PROGRAMS(jbd2_checkpoint_stats)
 #if TRACE_SYSCALLS || MONITOR_OPS
 
 
+/* An off-CPU interval of a thread inside a traced call ends (it is switched back in,
+ * at now); s_ts_ns, s_state, s_stack: its start, task state and stack at switch-out; c:
+ * the thread's call (or the fields copied from it at switch-out); next: its task_struct. */
+static __always_inline void offcpu_end(__u64 now, __u32 tid, __u64 next, __u64 s_ts_ns, __s64 s_state,
+				       __s32 s_stack, __u64 call_ts_ns, __u32 syscall_nr, __u32 pid, __u32 dev)
+{
+	__u64 delta = now - s_ts_ns;
+	if (delta <= OFFCPU_MIN_NS || (dev && !dev_allowed(dev)))
+		return;
+	struct offcpu_event e = {};
+	e.kind = KIND_OFFCPU;
+	e.task.tid = tid;
+	e.task.pid = pid;
+	e.ts_ns = s_ts_ns;
+	e.offcpu_ns = delta;
+	e.stack_id = s_stack;
+	e.state = s_state;
+	e.call_ts_ns = call_ts_ns;
+	e.syscall_nr = syscall_nr;
+	e.dev = dev;
+	bpf_probe_read_kernel_str(&e.task.comm, sizeof(e.task.comm), (void *)next + TASK_COMM_OFF);
+	if (offcpu_rb.ringbuf_output(&e, sizeof(e), rb_flags()))
+		count(BUF_OFFCPU);
+}
+
 /* sched_switch(bool preempt, struct task_struct *prev, struct task_struct *next,
- *              unsigned int prev_state): fires in prev's context, before the switch. */
-int rtp_sched_switch(struct bpf_raw_tracepoint_args *ctx)
+ *              unsigned int prev_state): fires in prev's context, before the switch
+ * (__schedule). A thread switched out inside a traced call keeps the time, its task state
+ * and its kernel stack; switched back in, the interval is recorded if over OFFCPU_MIN_NS.
+ * typed (tp_btf): next is a BTF-typed task_struct, whose own task storage holds the
+ * start; untyped: only the current task's storage can be read, so the start and the
+ * call's fields go to the offstart hash by thread id. */
+static __always_inline int sched_switch_body(struct bpf_raw_tracepoint_args *ctx, int typed)
 {
 	__u32 zero = 0;
-	__u64 *pending = offstart_pending.lookup(&zero);
-	if (!pending)
-		return 0;
+	__u64 *pending = 0;
+	if (!typed) {
+		pending = offstart_pending.lookup(&zero);
+		if (!pending)
+			return 0;
+	}
 	__u64 now = 0;
 	struct inflight *c = current_call(0);
 	if (c && c->ts_ns) {
 		now = bpf_ktime_get_ns();
-		struct offstart s = {};
-		s.ts_ns = now;
 		/* a preempted task is runnable whatever its __state says */
-		s.state = ctx->args[0] ? 0 : (__u32)ctx->args[3];
+		__s64 state = ctx->args[0] ? 0 : (__u32)ctx->args[3];
 		/* no BPF_F_REUSE_STACKID: the reader symbolizes each stack id once, so an id
 		 * taken over by another stack would lend its frames to later intervals;
 		 * a hash collision (-EEXIST) and a full map (-ENOMEM) are counted apart */
-		s.stack_id = stacks.get_stackid(ctx, 0);
-		if (s.stack_id == -ENOMEM)
+		__s32 stack_id = stacks.get_stackid(ctx, 0);
+		if (stack_id == -ENOMEM)
 			count(STACKS_FULL);
-		else if (s.stack_id == -EEXIST)
+		else if (stack_id == -EEXIST)
 			count(STACKS_COLLIDED);
-		else if (s.stack_id < 0)
+		else if (stack_id < 0)
 			count(STACKS_LOST);
-		s.call_ts_ns = c->ts_ns;
-		s.syscall_nr = c->syscall_nr;
-		s.pid = c->pid;
-		s.dev = c->dev;
-		__u32 prev = (__u32)bpf_get_current_pid_tgid();
-		if (offstart.insert(&prev, &s) == 0)
-			__sync_fetch_and_add(pending, 1);
-		else
-			offstart.update(&prev, &s);
+		if (typed) {
+			c->off_ts_ns = now;
+			c->off_state = state;
+			c->off_stack_id = stack_id;
+		} else {
+			struct offstart s = {};
+			s.ts_ns = now;
+			s.state = state;
+			s.stack_id = stack_id;
+			s.call_ts_ns = c->ts_ns;
+			s.syscall_nr = c->syscall_nr;
+			s.pid = c->pid;
+			s.dev = c->dev;
+			__u32 prev = (__u32)bpf_get_current_pid_tgid();
+			if (offstart.insert(&prev, &s) == 0)
+				__sync_fetch_and_add(pending, 1);
+			else
+				offstart.update(&prev, &s);
+		}
+	}
+	__u64 next_task = ctx->args[2];
+	if (typed) {
+		struct inflight *n = inflight.task_storage_get((struct task_struct *)next_task, 0, 0);
+		if (!n || !n->off_ts_ns)
+			return 0;
+		if (!now)
+			now = bpf_ktime_get_ns();
+		offcpu_end(now, LOAD_FIELD(next_task, TASK_PID), next_task, n->off_ts_ns, n->off_state,
+			   n->off_stack_id, n->ts_ns, n->syscall_nr, n->pid, n->dev);
+		n->off_ts_ns = 0;
+		return 0;
 	}
 	/* no traced thread is off-CPU inside a call: nothing to look up for next */
 	if (!*pending)
 		return 0;
-
-	__u64 next_task = ctx->args[2];
 	__u32 next = READ_FIELD(next_task, TASK_PID);
 	if (!next)
 		return 0;
@@ -1141,27 +1213,12 @@ int rtp_sched_switch(struct bpf_raw_tracepoint_args *ctx)
 		return 0;
 	if (!now)
 		now = bpf_ktime_get_ns();
-	__u64 delta = now - s->ts_ns;
-	if (delta > OFFCPU_MIN_NS && (!s->dev || dev_allowed(s->dev))) {
-		struct offcpu_event e = {};
-		e.kind = KIND_OFFCPU;
-		e.task.tid = next;
-		e.task.pid = s->pid;
-		e.ts_ns = s->ts_ns;
-		e.offcpu_ns = delta;
-		e.stack_id = s->stack_id;
-		e.state = s->state;
-		e.call_ts_ns = s->call_ts_ns;
-		e.syscall_nr = s->syscall_nr;
-		e.dev = s->dev;
-		bpf_probe_read_kernel_str(&e.task.comm, sizeof(e.task.comm), (void *)next_task + TASK_COMM_OFF);
-		if (offcpu_rb.ringbuf_output(&e, sizeof(e), 0))
-			count(BUF_OFFCPU);
-	}
+	offcpu_end(now, next, next_task, s->ts_ns, s->state, s->stack_id, s->call_ts_ns, s->syscall_nr, s->pid, s->dev);
 	if (offstart.delete(&next) == 0)
 		__sync_fetch_and_add(pending, -1);
 	return 0;
 }
+BOTH_PROGRAMS(sched_switch)
 
 #endif /* TRACE_SYSCALLS || MONITOR_OPS (off-CPU) */
 

@@ -45,9 +45,15 @@ JBD2_RAW_TRACEPOINTS = (
 EXT4_RAW_TRACEPOINTS = ("ext4_journal_start_sb", "ext4_journal_start_inode")
 #: loaded as BTF-typed raw tracepoints (tp_btf) where the kernel takes them: their programs
 #: (btf_<name> in recorder.bpf.c) read the superblock, journal and statistics they are
-#: given without bpf_probe_read_kernel
-BTF_TRACEPOINTS = EXT4_RAW_TRACEPOINTS + tuple(n for n in JBD2_RAW_TRACEPOINTS if n != "jbd2_lock_buffer_stall")
+#: given without bpf_probe_read_kernel, and sched_switch finds the thread switched in by
+#: its task storage
+BTF_TRACEPOINTS = EXT4_RAW_TRACEPOINTS + tuple(n for n in JBD2_RAW_TRACEPOINTS if n != "jbd2_lock_buffer_stall") + (
+    "sched_switch",)
 RING_PAGES = 1024          # 4 MiB per ring buffer
+POLL_MS = 100              # the ring buffers are read at least this often
+#: a record wakes the reader once this many came from its CPU since the last wakeup
+#: (rb_flags in recorder.bpf.c): 512 of the largest (168 bytes) are 84 KiB a CPU
+RB_WAKE_EVERY = 512
 STACK_ENTRIES = 16384
 HIST_BUCKETS = 40          # log2(latency_ns) buckets: the last holds everything from 2^39 ns (9 min)
 FILL_SAMPLE_NS = 10_000_000
@@ -168,6 +174,8 @@ class Recorder:
             FILL_SAMPLE_SURE_TICKS=FILL_SAMPLE_NS * hz // 1_000_000_000 if (hz := host.config_hz()) else 0,
             COMMIT_EVENTS=int(all(host.tracepoint_exists("jbd2", f"jbd2_{e}_commit") for e in ("start", "end"))),
             RB_PAGES=RING_PAGES,
+            RB_POLL_MS=POLL_MS,
+            RB_WAKE_EVERY=RB_WAKE_EVERY,
             STACK_ENTRIES=STACK_ENTRIES,
             HIST_BUCKETS=HIST_BUCKETS,
             FILTER_PID=0,  # -p traces the process's tree (FILTER_TREE), seeded with the pid
@@ -225,7 +233,8 @@ class Recorder:
                 self.attached.append(f"raw:{cat}:{name}")
         sched = ["sched_switch"] + (["sched_process_fork"] if self.opts.command_tree or self.opts.pid else [])
         for name in sched:
-            b.attach_raw_tracepoint(tp=name.encode(), fn_name=f"rtp_{name}".encode())
+            if not (name in BTF_TRACEPOINTS and self._attach_btf(b, name)):
+                b.attach_raw_tracepoint(tp=name.encode(), fn_name=f"rtp_{name}".encode())
             self.attached.append(f"raw:sched:{name}")
         if self.missing and not self.opts.quiet:
             log.warning("tracepoints missing on this kernel, not recorded: %s", " ".join(self.missing))
@@ -335,7 +344,10 @@ class Recorder:
     def _poll_loop(self):
         last_flush = time.monotonic()
         while not self._stop.is_set():
-            self.bpf.ring_buffer_poll(100)
+            # woken early only by a CPU's RB_WAKE_EVERY-th record (rb_flags); then every
+            # ring is read, whichever woke it
+            self.bpf.ring_buffer_poll(POLL_MS)
+            self.bpf.ring_buffer_consume()
             if self._pidfd is not None and not self.done.is_set() and _readable(self._pidfd):
                 self.stop_reason = "process exited"
                 self.done.set()
