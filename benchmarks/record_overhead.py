@@ -20,7 +20,10 @@
    how often there).
 
 --floor adds, to 1 and 3, jstall's attach floor: the same probes attached at the same
-points with every program returning at once (what attaching alone costs).
+points with every program returning at once (what attaching alone costs); and, to 1 and
+2, the kernel's slow syscall path alone: one empty bpftrace program on the tracepoint of
+a syscall nothing here makes (syscalls:sys_enter_acct). Enabling any syscall tracepoint
+switches every task onto that path (syscall_regfunc(): SYSCALL_WORK_SYSCALL_TRACEPOINT).
 
 The machine may be shared: ABBA order, medians and ranges; the load average is printed.
 
@@ -48,6 +51,7 @@ from jstall.probes.recorder import RecordOptions, Recorder
 
 LOOP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "metadata_loop.py")
 SYSCOUNT = shutil.which("syscount-bpfcc") or "/usr/sbin/syscount-bpfcc"
+SLOW_PATH_ONLY = "tracepoint:syscalls:sys_enter_acct { }"
 BPFTRACE_HIST = ("tracepoint:raw_syscalls:sys_enter { @start[tid] = nsecs; } "
                  "tracepoint:raw_syscalls:sys_exit /@start[tid]/ { @ns = hist(nsecs - @start[tid]); delete(@start[tid]); }")
 
@@ -261,6 +265,7 @@ def main():
         if args.floor:
             conditions["floor (syscalls)"] = floor["syscalls"].running
             conditions["floor (raw)"] = floor["raw"].running
+            conditions["slow path only"] = lambda: tool_running(["bpftrace", "-e", SLOW_PATH_ONLY], "Attaching")
         names = list(conditions)
         run_loop(mount, args.files, 1)  # warm the caches
         if not args.skip_loop:
@@ -296,6 +301,8 @@ def main():
             for bs, count in ((1, args.dd_count), (4096, args.dd_count // 2)):
                 print(f"\n2. bystander dd bs={bs} count={count} while jstall records -d the idle scratch ext4")
                 by = {"untraced": [], "jstall (syscalls)": [], "jstall (raw)": []}
+                if args.floor:
+                    by["slow path only"] = []
                 bnames = list(by)
                 for r in range(args.rounds):
                     for n in (bnames if r % 2 == 0 else bnames[::-1]):

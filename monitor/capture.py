@@ -48,7 +48,13 @@ def list_captures(root):
                 if os.path.exists(os.path.join(p, "metadata.json")):
                     out.append(p)
                 dirnames.remove(d)
-    return sorted(out, key=lambda p: (os.path.basename(p).rsplit("-", 1)[-1], p))
+    return sorted(out, key=_capture_order)
+
+
+def _capture_order(path):
+    """A capture's place in time: its trigger second, then its ``.N`` within that second."""
+    stamp, _, n = os.path.basename(path).rsplit("-", 1)[-1].partition(".")
+    return stamp, int(n) if n.isdigit() else 0, path
 
 
 def dir_bytes(path):
@@ -78,6 +84,7 @@ class Captures:
         self.pending = None               # the capture being gathered: dict
         self.last_trigger = None
         self.writing = None               # the writer thread
+        self._last_name = (None, 0)       # the last capture's (path without .N, next N)
         self.written = []                 # paths written by this monitor
         self.host = socket.gethostname()
         os.makedirs(directory, exist_ok=True)
@@ -148,11 +155,15 @@ class Captures:
         trig = p["trigger"]
         sub, name = capture_name(self.host, trig["dev"], p["wall"])
         parent = os.path.join(self.dir, sub)
-        final = os.path.join(parent, name)
-        n = 1
-        while os.path.exists(final) or os.path.exists(final + PARTIAL):   # a second capture in the same second
-            final = os.path.join(parent, f"{name}.{n}")
+        base = os.path.join(parent, name)
+        # a further capture in the same second is base.1, base.2, ...: never a name already
+        # rotated away, which would sort before the captures it follows
+        n = self._last_name[1] if self._last_name[0] == base else 0
+        final = f"{base}.{n}" if n else base
+        while os.path.exists(final) or os.path.exists(final + PARTIAL):
             n += 1
+            final = f"{base}.{n}"
+        self._last_name = (base, n + 1)
         tmp = final + PARTIAL
         try:
             os.makedirs(tmp, exist_ok=True)

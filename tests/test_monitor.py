@@ -206,6 +206,28 @@ def test_two_captures_in_the_same_second_are_both_written(tmp_path, monkeypatch)
     assert names == ["capture-7-0-20260102T030405Z", "capture-7-0-20260102T030405Z.1", "capture-7-0-20260102T030405Z.2"]
 
 
+def test_rotation_keeps_the_newest_of_captures_in_the_same_second(tmp_path, monkeypatch):
+    """With max_captures=1, a third capture in one second, after the first was rotated away,
+    does not take the first's free name (which sorts oldest, so rotation would remove the
+    newest): the one kept is always the last written; past .9 the order stays numeric."""
+    import datetime
+
+    wall = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
+    c = capture.Captures(_Tracer(), str(tmp_path), max_captures=1)
+
+    def fake_session(path, p):
+        with open(os.path.join(path, "metadata.json"), "w") as f:
+            f.write("{}")
+
+    monkeypatch.setattr(c, "_write_session", fake_session)
+    trig = {"dev": "7:0", "op": "journal_start", "latency_s": 0.2, "cause": "checkpoint"}
+    for i in range(12):
+        c._write({"trigger": trig, "wall": wall})
+        assert capture.list_captures(str(tmp_path)) == [c.written[-1]], i
+    assert os.path.basename(c.written[-1]) == "capture-7-0-20260102T030405Z.11"
+    assert c.counts["written"] == 12 and c.counts["rotated"] == 11
+
+
 @pytest.mark.parametrize("duty", [0.1, 0.25, 1.0, 0.0])
 def test_bpf_statistics_windows_scale_to_the_whole_time(monkeypatch, duty):
     """BPF run time sampled with statistics on for a share of each 10 s is scaled to the
