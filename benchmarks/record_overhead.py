@@ -21,9 +21,12 @@
 
 --floor adds, to 1 and 3, jstall's attach floor: the same probes attached at the same
 points with every program returning at once (what attaching alone costs); and, to 1 and
-2, the kernel's slow syscall path alone: one empty bpftrace program on the tracepoint of
-a syscall nothing here makes (syscalls:sys_enter_acct). Enabling any syscall tracepoint
-switches every task onto that path (syscall_regfunc(): SYSCALL_WORK_SYSCALL_TRACEPOINT).
+2, the kernel's slow syscall path alone: empty bpftrace programs on the entry and exit
+tracepoints of a syscall nothing here makes (syscalls:sys_enter_acct/sys_exit_acct).
+Enabling any syscall tracepoint switches every task onto that path (syscall_regfunc():
+SYSCALL_WORK_SYSCALL_TRACEPOINT), where every syscall calls the tracepoints' probes
+(perf_syscall_enter/exit), which return for the syscalls not traced: what a bystander of
+jstall's default attach pays.
 
 The machine may be shared: ABBA order, medians and ranges; the load average is printed.
 
@@ -51,7 +54,7 @@ from jstall.probes.recorder import RecordOptions, Recorder
 
 LOOP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "metadata_loop.py")
 SYSCOUNT = shutil.which("syscount-bpfcc") or "/usr/sbin/syscount-bpfcc"
-SLOW_PATH_ONLY = "tracepoint:syscalls:sys_enter_acct { }"
+SLOW_PATH_ONLY = "tracepoint:syscalls:sys_enter_acct, tracepoint:syscalls:sys_exit_acct { }"
 BPFTRACE_HIST = ("tracepoint:raw_syscalls:sys_enter { @start[tid] = nsecs; } "
                  "tracepoint:raw_syscalls:sys_exit /@start[tid]/ { @ns = hist(nsecs - @start[tid]); delete(@start[tid]); }")
 

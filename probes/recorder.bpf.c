@@ -1113,9 +1113,9 @@ BOTH_PROGRAMS(jbd2_checkpoint_stats)
 #if TRACE_SYSCALLS || MONITOR_OPS
 
 
-/* An off-CPU interval of a thread inside a traced call ends (it is switched back in,
- * at now); s_ts_ns, s_state, s_stack: its start, task state and stack at switch-out; c:
- * the thread's call (or the fields copied from it at switch-out); next: its task_struct. */
+/* An off-CPU interval of thread tid inside a traced call ends (it is switched back in,
+ * at now); s_ts_ns, s_state, s_stack: its start, task state and stack at switch-out;
+ * call_ts_ns, syscall_nr, pid, dev: its call's; next: its task_struct. */
 static __always_inline void offcpu_end(__u64 now, __u32 tid, __u64 next, __u64 s_ts_ns, __s64 s_state,
 				       __s32 s_stack, __u64 call_ts_ns, __u32 syscall_nr, __u32 pid, __u32 dev)
 {
