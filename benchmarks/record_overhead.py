@@ -28,6 +28,9 @@ SYSCALL_WORK_SYSCALL_TRACEPOINT), where every syscall calls the tracepoints' pro
 (perf_syscall_enter/exit), which return for the syscalls not traced: what a bystander of
 jstall's default attach pays.
 
+It prints first whether this kernel takes kprobes and fentry programs, the attach points
+that would spare the traced calls the syscall tracepoints (other_attach_points).
+
 The machine may be shared: ABBA order, medians and ranges; the load average is printed.
 
 usage: record_overhead.py [--rounds 8] [--files 5000] [--loops 10] [--mount DIR] [--floor]
@@ -54,9 +57,39 @@ from jstall.probes.recorder import RecordOptions, Recorder
 
 LOOP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "metadata_loop.py")
 SYSCOUNT = shutil.which("syscount-bpfcc") or "/usr/sbin/syscount-bpfcc"
+BPF_TRACE_FENTRY = 24
 SLOW_PATH_ONLY = "tracepoint:syscalls:sys_enter_acct, tracepoint:syscalls:sys_exit_acct { }"
 BPFTRACE_HIST = ("tracepoint:raw_syscalls:sys_enter { @start[tid] = nsecs; } "
                  "tracepoint:raw_syscalls:sys_exit /@start[tid]/ { @ns = hist(nsecs - @start[tid]); delete(@start[tid]); }")
+
+
+def other_attach_points():
+    """Whether this kernel takes the attach points that would spare the syscall tracepoints'
+    cost, in words: kprobes (the kprobe_events file exists with CONFIG_KPROBES) and fentry
+    (bpf(2) BPF_PROG_LOAD of an empty fentry program on the unlinkat syscall's function)."""
+    import ctypes
+    import struct
+
+    from jstall.probes import btf
+
+    kprobes = "available" if os.path.exists("/sys/kernel/tracing/kprobe_events") else "not built in"
+    func = {"x86_64": "__x64_sys_unlinkat", "aarch64": "__arm64_sys_unlinkat"}.get(os.uname().machine)
+    func_id = btf.BtfTypes.load().type_ids("FUNC", [func]).get(func) if func else None
+    if not func_id or recorder_module.BPF_SYSCALL is None:
+        return f"kprobes {kprobes}; fentry not tried (no {func} in the kernel BTF)"
+    libc = ctypes.CDLL(None, use_errno=True)
+    insns = bytes([0xB7, 0, 0, 0, 0, 0, 0, 0, 0x95, 0, 0, 0, 0, 0, 0, 0])   # r0 = 0; exit
+    code, license = ctypes.create_string_buffer(insns, len(insns)), ctypes.create_string_buffer(b"GPL")
+    attr = ctypes.create_string_buffer(144)
+    struct.pack_into("IIQQ", attr, 0, recorder_module.BPF_PROG_TYPE_TRACING, 2, ctypes.addressof(code),
+                     ctypes.addressof(license))
+    struct.pack_into("I", attr, 68, BPF_TRACE_FENTRY)
+    struct.pack_into("I", attr, 108, func_id)
+    fd = libc.syscall(recorder_module.BPF_SYSCALL, recorder_module.BPF_PROG_LOAD, attr, len(attr))
+    if fd < 0:
+        return f"kprobes {kprobes}; fentry on {func} refused at load ({os.strerror(ctypes.get_errno())})"
+    os.close(fd)
+    return f"kprobes {kprobes}; fentry on {func} loads"
 
 
 def run_loop(mount, files, loops):
@@ -255,6 +288,7 @@ def main():
     ap.add_argument("--skip-stats", action="store_true")
     args = ap.parse_args()
     print(f"load average at start: {os.getloadavg()}; CPUs: {os.cpu_count()}; kernel {os.uname().release}")
+    print(f"besides tracepoints: {other_attach_points()}")
     with scratch_mount(args.mount) as mount, tempfile.TemporaryDirectory(dir="/var/tmp") as tmp:
         jstall = {a: Jstall(mount, tmp, a) for a in ("syscalls", "raw")}
         floor = {a: Jstall(mount, tmp, a, floor=True) for a in ("syscalls", "raw")}

@@ -154,7 +154,8 @@ def test_recommended_journal_is_within_1x_2x_of_the_measured_threshold(args, sta
     # the threshold T (smallest clean size) satisfies T <= size <= 2 T
     assert forced(lab_run(args, size, str(tmp_path / "rec"), scratch_dir)) == 0, size
     # whether a size near the threshold stalls varies from run to run (commit timing): a size
-    # stalls when any of two runs has a forced checkpoint
+    # stalls when any of four runs has a forced checkpoint (fdtree just under half its
+    # recommended 42 MiB had 0-2 forced checkpoints a run, none in about one run of three)
     below_half = math.ceil(size / 2) - 1
-    assert any(forced(lab_run(args, below_half, str(tmp_path / f"half{i}"), scratch_dir)) > 0 for i in range(2)), \
+    assert any(forced(lab_run(args, below_half, str(tmp_path / f"half{i}"), scratch_dir)) > 0 for i in range(4)), \
         below_half
