@@ -185,13 +185,12 @@ def test_primary_cause_agrees_with_the_analyzer():
     assert primary_cause([], False) == ("other", "on CPU (no off-CPU interval)", {})
 
 
-def test_two_captures_in_the_same_second_are_both_written(tmp_path, monkeypatch):
-    """A capture whose name (to the second) is taken gets the next free suffix instead of
-    failing, and listing orders it after the first."""
+def _same_second_captures(tmp_path, monkeypatch, max_captures):
+    """Captures writing a stub session (its metadata.json only), and a capture's gathered
+    state that names it for the same second each time it is written."""
     import datetime
 
-    wall = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
-    c = capture.Captures(_Tracer(), str(tmp_path), max_captures=10)
+    c = capture.Captures(_Tracer(), str(tmp_path), max_captures=max_captures)
 
     def fake_session(path, p):
         with open(os.path.join(path, "metadata.json"), "w") as f:
@@ -199,8 +198,15 @@ def test_two_captures_in_the_same_second_are_both_written(tmp_path, monkeypatch)
 
     monkeypatch.setattr(c, "_write_session", fake_session)
     trig = {"dev": "7:0", "op": "journal_start", "latency_s": 0.2, "cause": "checkpoint"}
+    return c, {"trigger": trig, "wall": datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)}
+
+
+def test_two_captures_in_the_same_second_are_both_written(tmp_path, monkeypatch):
+    """A capture whose name (to the second) is taken gets the next free suffix instead of
+    failing, and listing orders it after the first."""
+    c, pending = _same_second_captures(tmp_path, monkeypatch, max_captures=10)
     for _ in range(3):
-        c._write({"trigger": trig, "wall": wall})
+        c._write(pending)
     assert c.counts["written"] == 3 and c.counts["failed"] == 0
     names = [os.path.basename(p) for p in capture.list_captures(str(tmp_path))]
     assert names == ["capture-7-0-20260102T030405Z", "capture-7-0-20260102T030405Z.1", "capture-7-0-20260102T030405Z.2"]
@@ -210,19 +216,9 @@ def test_rotation_keeps_the_newest_of_captures_in_the_same_second(tmp_path, monk
     """With max_captures=1, a third capture in one second, after the first was rotated away,
     does not take the first's free name (which sorts oldest, so rotation would remove the
     newest): the one kept is always the last written; past .9 the order stays numeric."""
-    import datetime
-
-    wall = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
-    c = capture.Captures(_Tracer(), str(tmp_path), max_captures=1)
-
-    def fake_session(path, p):
-        with open(os.path.join(path, "metadata.json"), "w") as f:
-            f.write("{}")
-
-    monkeypatch.setattr(c, "_write_session", fake_session)
-    trig = {"dev": "7:0", "op": "journal_start", "latency_s": 0.2, "cause": "checkpoint"}
+    c, pending = _same_second_captures(tmp_path, monkeypatch, max_captures=1)
     for i in range(12):
-        c._write({"trigger": trig, "wall": wall})
+        c._write(pending)
         assert capture.list_captures(str(tmp_path)) == [c.written[-1]], i
     assert os.path.basename(c.written[-1]) == "capture-7-0-20260102T030405Z.11"
     assert c.counts["written"] == 12 and c.counts["rotated"] == 11
