@@ -23,7 +23,7 @@ import numpy as np
 
 from jstall.probes import events, filesystems, host, tables
 from jstall.probes.recorder import (
-    BTF_TRACEPOINTS, EXT4_RAW_TRACEPOINTS, JBD2_RAW_TRACEPOINTS, RecordOptions, Recorder,
+    BTF_TRACEPOINTS, EXT4_RAW_TRACEPOINTS, JBD2_RAW_TRACEPOINTS, POLL_MS, RecordOptions, Recorder,
 )
 from jstall.schema import PHASES
 
@@ -41,7 +41,7 @@ RESERVED_BLOCKS = 32
 #: commit phases of jbd2_run_stats, and the upper bounds (seconds) of their histogram buckets
 PHASE_BUCKETS_S = (0.001, 0.004, 0.016, 0.064, 0.25, 1.0, 4.0, 16.0, float("inf"))
 RECENT_CALLS = 50
-POLL_S = 0.1                          # the ring buffers are read this often
+POLL_S = POLL_MS / 1000               # the ring buffers are read this often
 OFFCPU_KEEP_NS = 30_000_000_000      # off-CPU rows wait this long for their operation to end
 
 
@@ -224,8 +224,8 @@ class Tracer(Recorder):
         self._batch.append(ctypes.string_at(data, size))
 
     def _poll(self):
-        """Read the ring buffers every POLL_S (not woken per record: a record arriving in a
-        non-empty ring buffer wakes nobody, bpf_ringbuf_commit) and process what came."""
+        """Read the ring buffers every POLL_S and process what came (records wake nobody:
+        rb_flags in recorder.bpf.c; a forced wake-up finds no one waiting here)."""
         next_ns = time.monotonic_ns()
         while not self._stop.is_set():
             next_ns += int(POLL_S * 1e9)

@@ -198,7 +198,7 @@ static __always_inline void count(__u32 idx)
 /* The flags a record goes into its ring buffer with. bpf_ringbuf_commit() queues an
  * irq_work to wake the reader (a self-IPI: a VM exit on a virtual machine, several
  * microseconds) for each record that lands in a ring the reader has emptied, unless
- * BPF_RB_NO_WAKEUP. The reader reads every ring at least every RB_POLL_MS anyway, so a
+ * BPF_RB_NO_WAKEUP. The reader reads every ring every POLL_MS (recorder.py) anyway, so a
  * record wakes it only once RB_WAKE_EVERY records came from this CPU since the last
  * wakeup (BPF_RB_FORCE_WAKEUP): at most NR_CPUS x RB_WAKE_EVERY records, far less than a
  * ring holds, wait for a reader that is not polling yet. */

@@ -174,7 +174,6 @@ class Recorder:
             FILL_SAMPLE_SURE_TICKS=FILL_SAMPLE_NS * hz // 1_000_000_000 if (hz := host.config_hz()) else 0,
             COMMIT_EVENTS=int(all(host.tracepoint_exists("jbd2", f"jbd2_{e}_commit") for e in ("start", "end"))),
             RB_PAGES=RING_PAGES,
-            RB_POLL_MS=POLL_MS,
             RB_WAKE_EVERY=RB_WAKE_EVERY,
             STACK_ENTRIES=STACK_ENTRIES,
             HIST_BUCKETS=HIST_BUCKETS,
