@@ -57,7 +57,6 @@ from jstall.probes.recorder import RecordOptions, Recorder
 
 LOOP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "metadata_loop.py")
 SYSCOUNT = shutil.which("syscount-bpfcc") or "/usr/sbin/syscount-bpfcc"
-BPF_TRACE_FENTRY = 24
 SLOW_PATH_ONLY = "tracepoint:syscalls:sys_enter_acct, tracepoint:syscalls:sys_exit_acct { }"
 BPFTRACE_HIST = ("tracepoint:raw_syscalls:sys_enter { @start[tid] = nsecs; } "
                  "tracepoint:raw_syscalls:sys_exit /@start[tid]/ { @ns = hist(nsecs - @start[tid]); delete(@start[tid]); }")
@@ -67,27 +66,17 @@ def other_attach_points():
     """Whether this kernel takes the attach points that would spare the syscall tracepoints'
     cost, in words: kprobes (the kprobe_events file exists with CONFIG_KPROBES) and fentry
     (bpf(2) BPF_PROG_LOAD of an empty fentry program on the unlinkat syscall's function)."""
-    import ctypes
-    import struct
-
     from jstall.probes import btf
 
     kprobes = "available" if os.path.exists("/sys/kernel/tracing/kprobe_events") else "not built in"
     func = {"x86_64": "__x64_sys_unlinkat", "aarch64": "__arm64_sys_unlinkat"}.get(os.uname().machine)
     func_id = btf.BtfTypes.load().type_ids("FUNC", [func]).get(func) if func else None
-    if not func_id or recorder_module.BPF_SYSCALL is None:
+    if not func_id:
         return f"kprobes {kprobes}; fentry not tried (no {func} in the kernel BTF)"
-    libc = ctypes.CDLL(None, use_errno=True)
     insns = bytes([0xB7, 0, 0, 0, 0, 0, 0, 0, 0x95, 0, 0, 0, 0, 0, 0, 0])   # r0 = 0; exit
-    code, license = ctypes.create_string_buffer(insns, len(insns)), ctypes.create_string_buffer(b"GPL")
-    attr = ctypes.create_string_buffer(144)
-    struct.pack_into("IIQQ", attr, 0, recorder_module.BPF_PROG_TYPE_TRACING, 2, ctypes.addressof(code),
-                     ctypes.addressof(license))
-    struct.pack_into("I", attr, 68, BPF_TRACE_FENTRY)
-    struct.pack_into("I", attr, 108, func_id)
-    fd = libc.syscall(recorder_module.BPF_SYSCALL, recorder_module.BPF_PROG_LOAD, attr, len(attr))
-    if fd < 0:
-        return f"kprobes {kprobes}; fentry on {func} refused at load ({os.strerror(ctypes.get_errno())})"
+    fd = recorder_module.load_tracing_program(insns, recorder_module.BPF_TRACE_FENTRY, func_id, b"fentry_probe")
+    if isinstance(fd, str):
+        return f"kprobes {kprobes}; fentry on {func} refused at load ({fd})"
     os.close(fd)
     return f"kprobes {kprobes}; fentry on {func} loads"
 

@@ -57,6 +57,20 @@ def _capture_order(path):
     return stamp, int(n) if n.isdigit() else 0, path
 
 
+def _free_name(parent, name):
+    """``name``, or for a further capture in the same second ``name.N`` past every N in use
+    under ``parent`` (finished or partial): never a lower N freed by rotation, which would
+    sort before the captures it follows."""
+    used = []
+    for d in os.listdir(parent) if os.path.isdir(parent) else ():
+        d = d.removesuffix(PARTIAL)
+        if d == name:
+            used.append(0)
+        elif d.startswith(name + ".") and d[len(name) + 1:].isdigit():
+            used.append(int(d[len(name) + 1:]))
+    return f"{name}.{max(used) + 1}" if used else name
+
+
 def dir_bytes(path):
     total = 0
     for dirpath, _dirs, files in os.walk(path):
@@ -84,7 +98,6 @@ class Captures:
         self.pending = None               # the capture being gathered: dict
         self.last_trigger = None
         self.writing = None               # the writer thread
-        self._last_name = (None, 0)       # the last capture's (path without .N, next N)
         self.written = []                 # paths written by this monitor
         self.host = socket.gethostname()
         os.makedirs(directory, exist_ok=True)
@@ -155,15 +168,7 @@ class Captures:
         trig = p["trigger"]
         sub, name = capture_name(self.host, trig["dev"], p["wall"])
         parent = os.path.join(self.dir, sub)
-        base = os.path.join(parent, name)
-        # a further capture in the same second is base.1, base.2, ...: never a name already
-        # rotated away, which would sort before the captures it follows
-        n = self._last_name[1] if self._last_name[0] == base else 0
-        final = f"{base}.{n}" if n else base
-        while os.path.exists(final) or os.path.exists(final + PARTIAL):
-            n += 1
-            final = f"{base}.{n}"
-        self._last_name = (base, n + 1)
+        final = os.path.join(parent, _free_name(parent, name))
         tmp = final + PARTIAL
         try:
             os.makedirs(tmp, exist_ok=True)

@@ -466,16 +466,15 @@ class Recorder:
 
 BPF_SYSCALL = {"x86_64": 321, "aarch64": 280}.get(os.uname().machine)
 BPF_PROG_LOAD, BPF_RAW_TRACEPOINT_OPEN = 5, 17
-BPF_PROG_TYPE_TRACING, BPF_TRACE_RAW_TP = 26, 23
+BPF_PROG_TYPE_TRACING, BPF_TRACE_RAW_TP, BPF_TRACE_FENTRY = 26, 23, 24
 
 
-def load_btf_tracepoint(insns, type_id, name):
-    """Load bcc-compiled instructions (their map fds already in place) as a BTF-typed raw
-    tracepoint program attached to the tracepoint whose btf_trace_<name> typedef is type_id
-    (bpf(2) BPF_PROG_LOAD, then BPF_RAW_TRACEPOINT_OPEN with no name). Returns (program fd,
-    link fd), or (reason, None) when the kernel refuses."""
+def load_tracing_program(insns, attach_type, btf_id, name):
+    """Load instructions as a BTF-typed tracing program (bpf(2) BPF_PROG_LOAD,
+    BPF_PROG_TYPE_TRACING) of attach_type on the kernel BTF type btf_id. Returns the program
+    fd, or the reason (a string) when the kernel refuses."""
     if BPF_SYSCALL is None:
-        return "unknown bpf syscall number", None
+        return "unknown bpf syscall number"
     libc = ctypes.CDLL(None, use_errno=True)
     code = ctypes.create_string_buffer(insns, len(insns))
     license = ctypes.create_string_buffer(b"GPL")
@@ -483,11 +482,20 @@ def load_btf_tracepoint(insns, type_id, name):
     struct.pack_into("IIQQ", attr, 0, BPF_PROG_TYPE_TRACING, len(insns) // 8, ctypes.addressof(code),
                      ctypes.addressof(license))
     attr[48:48 + min(len(name), 15)] = name[:15]           # prog_name
-    struct.pack_into("I", attr, 68, BPF_TRACE_RAW_TP)      # expected_attach_type
-    struct.pack_into("I", attr, 108, type_id)              # attach_btf_id
+    struct.pack_into("I", attr, 68, attach_type)           # expected_attach_type
+    struct.pack_into("I", attr, 108, btf_id)               # attach_btf_id
     prog_fd = libc.syscall(BPF_SYSCALL, BPF_PROG_LOAD, attr, len(attr))
-    if prog_fd < 0:
-        return os.strerror(ctypes.get_errno()), None
+    return os.strerror(ctypes.get_errno()) if prog_fd < 0 else prog_fd
+
+
+def load_btf_tracepoint(insns, type_id, name):
+    """Load bcc-compiled instructions (their map fds already in place) as a BTF-typed raw
+    tracepoint program attached to the tracepoint whose btf_trace_<name> typedef is type_id
+    (load_tracing_program, then BPF_RAW_TRACEPOINT_OPEN with no name). Returns (program fd,
+    link fd), or (reason, None) when the kernel refuses."""
+    prog_fd = load_tracing_program(insns, BPF_TRACE_RAW_TP, type_id, name)
+    if isinstance(prog_fd, str):
+        return prog_fd, None
     link_fd = open_btf_link(prog_fd)
     if link_fd is None:
         err = os.strerror(ctypes.get_errno())
