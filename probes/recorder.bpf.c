@@ -469,6 +469,25 @@ static __always_inline int clock_traced(struct dev_clock *k, __u32 dev)
 /* ==== TRACE_SYSCALLS: metadata syscalls ========================================= */
 #if TRACE_SYSCALLS || MONITOR_OPS   /* call_begin and call_end serve monitor operations too */
 
+/* Call c (a syscall, or a monitor operation) of process pid begins at now: flags are
+ * its NR_* bits | its call_slots row + 1 << 8; dev its device when known (then it passed
+ * the device filter), else 0; arg0/arg1 its first two arguments (or 0). */
+static __always_inline void call_init(struct inflight *c, __u64 now, __u32 nr, __u32 flags, __u32 pid, __u32 dev,
+				      __u64 arg0, __u64 arg1)
+{
+	c->ts_ns = now;
+	c->syscall_nr = nr;
+	c->flags = flags & 0xff;
+	c->slot = flags >> 8;
+	c->pid = pid;
+	c->dev = dev;
+	c->dev_checked = dev != 0;
+	c->handles = 0;
+	c->arg0 = arg0;
+	c->arg1 = arg1;
+	c->free_first = c->free_min = c->log_blocks = c->credits_first = 0;
+}
+
 /* A traced call begins: flags are its NR_* bits, arg0/arg1 its first two arguments
  * (0 when they are read later from the saved registers). Returns the call, or NULL
  * when it is not traced. */
@@ -491,19 +510,8 @@ static __always_inline struct inflight *call_begin(__u32 nr, __u32 flags, __u64 
 	}
 #endif
 	struct inflight *c = current_call(BPF_LOCAL_STORAGE_GET_F_CREATE);
-	if (!c)
-		return NULL;
-	c->ts_ns = bpf_ktime_get_ns();
-	c->syscall_nr = nr;
-	c->flags = flags & 0xff;
-	c->slot = flags >> 8;
-	c->pid = id >> 32;
-	c->dev = dev;
-	c->dev_checked = dev != 0;  /* an fd's device passed the filter above */
-	c->handles = 0;
-	c->arg0 = arg0;
-	c->arg1 = arg1;
-	c->free_first = c->free_min = c->log_blocks = c->credits_first = 0;
+	if (c)
+		call_init(c, bpf_ktime_get_ns(), nr, flags, id >> 32, dev, arg0, arg1);
 	return c;
 }
 
@@ -682,11 +690,10 @@ _Static_assert(CALL_SLOTS >= 2, "a call_slots row for each operation");
 /* an operation on a traced journal's device begins (dev passes the device filter) */
 static __always_inline struct inflight *op_begin(__u32 op, __u32 dev)
 {
-	struct inflight *c = call_begin(op, 0, 0, 0, 0);
+	struct inflight *c = call_begin(op, (OP_ROW(op) + 1) << 8, 0, 0, 0);
 	if (c) {
 		c->dev = dev;
 		c->dev_checked = 1;
-		c->slot = OP_ROW(op) + 1;
 	}
 	return c;
 }
@@ -767,15 +774,9 @@ static __always_inline int mon_handle_start(__u64 sb)
 	}
 	if (!journal)
 		return 0;   /* ext4 without a journal: no handle waits */
-	c->ts_ns = now;
-	c->syscall_nr = OP_JOURNAL_START;
-	c->flags = 0;
-	c->pid = id >> 32;
-	c->dev = dev;
-	c->dev_checked = 1;   /* a traced journal's device passes the device filter */
+	/* a traced journal's device passes the device filter */
+	call_init(c, now, OP_JOURNAL_START, (OP_ROW(OP_JOURNAL_START) + 1) << 8, id >> 32, dev, 0, 0);
 	c->handles = 1;
-	c->slot = OP_ROW(OP_JOURNAL_START) + 1;
-	c->arg0 = c->arg1 = 0;
 	first_handle(c, k, sb, journal, dev);
 	if (sample)
 		fill_sample(k, dev, journal, now, jiffies);
