@@ -23,7 +23,7 @@ import numpy as np
 
 from jstall.probes import events, filesystems, host, tables
 from jstall.probes.recorder import (
-    BTF_TRACEPOINTS, EXT4_RAW_TRACEPOINTS, JBD2_RAW_TRACEPOINTS, POLL_MS, RecordOptions, Recorder,
+    BTF_TRACEPOINTS, EXT4_RAW_TRACEPOINTS, POLL_MS, RecordOptions, Recorder,
 )
 from jstall.schema import PHASES
 
@@ -160,17 +160,17 @@ class Tracer(Recorder):
     def _attach(self, b):
         if self.mopts.syscalls:
             return super()._attach(b)
-        names = [("ext4", n) for n in EXT4_RAW_TRACEPOINTS] + [("jbd2", n) for n in JBD2_RAW_TRACEPOINTS]
-        for cat, name in names + list(MONITOR_RAW_TRACEPOINTS) + [("sched", "sched_switch")]:
-            if cat == "sched" or host.tracepoint_exists(cat, name):
+        extra = [(cat, n, n) for cat, n in list(MONITOR_RAW_TRACEPOINTS) + [("sched", "sched_switch")]]
+        for cat, tp, prog in self._tracepoints() + extra:
+            if cat == "sched" or host.tracepoint_exists(cat, tp):
                 # a handle start begins the monitor's handle wait in a program of its own
-                if name in EXT4_RAW_TRACEPOINTS:
-                    b.attach_raw_tracepoint(tp=name.encode(), fn_name=f"mon_{name}".encode())
-                elif not (name in BTF_TRACEPOINTS and self._attach_btf(b, name)):
-                    b.attach_raw_tracepoint(tp=name.encode(), fn_name=f"rtp_{name}".encode())
-                self.attached.append(f"raw:{cat}:{name}")
+                if prog in EXT4_RAW_TRACEPOINTS:
+                    b.attach_raw_tracepoint(tp=tp.encode(), fn_name=f"mon_{prog}".encode())
+                elif not (prog in BTF_TRACEPOINTS and self._attach_btf(b, prog, tp)):
+                    b.attach_raw_tracepoint(tp=tp.encode(), fn_name=f"rtp_{prog}".encode())
+                self.attached.append(f"raw:{cat}:{tp}")
             else:
-                self.missing.append(f"raw:{cat}:{name}")
+                self.missing.append(f"raw:{cat}:{tp}")
 
     def start(self):
         """Compile and attach; stream in a background thread. Returns self."""

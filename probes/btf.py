@@ -1,9 +1,13 @@
-"""Struct member offsets from the running kernel's BTF.
+"""Struct member offsets and tracepoint types from the running kernel's BTF.
 
 The headers bcc compiles against may belong to another kernel version, so every
-offset the probes use comes from /sys/kernel/btf/vmlinux (read with bpftool).
+offset the probes use comes from the kernel's BTF (read with bpftool): vmlinux's
+(/sys/kernel/btf/vmlinux) and, where ext4, jbd2 or xfs are modules (as in every
+distribution's stock kernel), each loaded module's split BTF on top of it
+(/sys/kernel/btf/<module>, whose type ids continue vmlinux's).
 """
 
+import collections
 import json
 import os
 import shutil
@@ -11,7 +15,10 @@ import subprocess
 
 from jstall.errors import JstallError
 
-VMLINUX_BTF = "/sys/kernel/btf/vmlinux"
+BTF_DIR = "/sys/kernel/btf"
+VMLINUX_BTF = f"{BTF_DIR}/vmlinux"
+#: modules whose types and tracepoints the probes use, when they are not built in
+MODULES = ("ext4", "jbd2", "xfs")
 
 #: (struct, member) pairs the probes read, by the macro name they get in the BPF C.
 FIELDS = {
@@ -68,69 +75,82 @@ FIELDS = {
 SYSCALL_ARGS = {
     "x86_64": (("pt_regs", "di"), ("pt_regs", "si")),
 }
+#: Where struct pt_regs keeps the number a syscall was entered with (fentry mode).
+SYSCALL_NR = {"x86_64": ("pt_regs", "orig_ax"), "aarch64": ("pt_regs", "syscallno")}
+#: The prefix of a syscall's function name (the fentry mode attaches to <prefix><call>).
+SYSCALL_PREFIX = {"x86_64": "__x64_sys_", "aarch64": "__arm64_sys_"}
 
 _QUALIFIERS = ("TYPEDEF", "VOLATILE", "CONST", "RESTRICT", "TYPE_TAG")
 
 
 class BtfTypes:
-    """The kernel's BTF types, as bpftool's JSON dump gives them."""
+    """The kernel's BTF types, as bpftool's JSON dump gives them: vmlinux's, and each
+    module's split BTF (``modules``: {module: its types}), whose ids continue vmlinux's
+    (two modules' ids overlap; each resolves in its own types, then vmlinux's)."""
 
-    def __init__(self, types):
-        self._by_id = {t["id"]: t for t in types}
-        self._structs = {}
-        for t in types:
-            if t.get("kind") in ("STRUCT", "UNION") and t.get("name"):
-                self._structs.setdefault(t["name"], t)
+    def __init__(self, types, modules=None):
+        base = {t["id"]: t for t in types}
+        #: (module or None, {id: type} it resolves ids in), vmlinux first
+        self._layers = [(None, base)] + [(m, collections.ChainMap({t["id"]: t for t in mt}, base))
+                                         for m, mt in (modules or {}).items()]
+        self._structs = {}   # name -> (type, the layer's ids)
+        for module, by_id in self._layers:
+            own = by_id.maps[0] if module else by_id
+            for t in own.values():
+                if t.get("kind") in ("STRUCT", "UNION") and t.get("name"):
+                    self._structs.setdefault(t["name"], (t, by_id))
+
+    @property
+    def modules(self):
+        """The modules whose split BTF was read."""
+        return [m for m, _ in self._layers if m]
 
     @classmethod
-    def load(cls, path=VMLINUX_BTF):
+    def load(cls, path=VMLINUX_BTF, modules=MODULES, btf_dir=None):
+        """vmlinux's BTF at path and the split BTF of those of ``modules`` that are
+        loaded (``btf_dir``/<module>, by default next to path)."""
         if not os.path.exists(path):
             raise JstallError(f"{path} is missing: this kernel has no BTF; use a kernel built with CONFIG_DEBUG_INFO_BTF=y")
-        bpftool = shutil.which("bpftool") or "/usr/sbin/bpftool"
-        if not os.path.exists(bpftool):
-            raise JstallError("bpftool not found; install it (apt install bpftool) or run 'make demo' to set up")
-        try:
-            out = subprocess.run(
-                [bpftool, "-j", "btf", "dump", "file", path], check=True, capture_output=True
-            ).stdout
-        except subprocess.CalledProcessError as e:
-            msg = e.stderr.decode(errors="replace").strip().splitlines()
-            raise JstallError(f"bpftool cannot read {path}: {msg[-1] if msg else e}") from None
-        return cls(json.loads(out)["types"])
+        btf_dir = btf_dir or os.path.dirname(path)
+        split = {m: os.path.join(btf_dir, m) for m in modules if os.path.exists(os.path.join(btf_dir, m))}
+        return cls(_dump(path), {m: _dump(p, base=path) for m, p in split.items()})
 
-    def _size(self, type_id):
-        t = self._by_id.get(type_id)
+    def _size(self, type_id, by_id):
+        t = by_id.get(type_id)
         while t is not None and t["kind"] in _QUALIFIERS:
-            t = self._by_id.get(t["type_id"])
+            t = by_id.get(t["type_id"])
         if t is None:
             return 0
         if t["kind"] == "PTR":
             return 8
         if t["kind"] == "ARRAY":
-            return self._size(t["type_id"]) * t["nr_elems"]
+            return self._size(t["type_id"], by_id) * t["nr_elems"]
         return t.get("size", 0)
 
-    def _find(self, struct, member, base_bits=0):
+    def _find(self, struct, member, by_id, base_bits=0):
         for m in struct.get("members", ()):
             bits = base_bits + m["bits_offset"]
             if m["name"] == member:
-                return bits, self._size(m["type_id"])
+                return bits, self._size(m["type_id"], by_id)
             if not m["name"] or m["name"] == "(anon)":  # anonymous struct or union (bpftool: "(anon)")
-                inner = self._by_id.get(m["type_id"])
+                inner = by_id.get(m["type_id"])
                 while inner is not None and inner["kind"] in _QUALIFIERS:
-                    inner = self._by_id.get(inner["type_id"])
+                    inner = by_id.get(inner["type_id"])
                 if inner is not None and inner["kind"] in ("STRUCT", "UNION"):
-                    found = self._find(inner, member, bits)
+                    found = self._find(inner, member, by_id, bits)
                     if found:
                         return found
         return None
 
+    def has_struct(self, struct_name):
+        return struct_name in self._structs
+
     def member(self, struct_name, member):
         """(byte offset, size in bytes) of struct_name.member; KeyError if absent."""
-        struct = self._structs.get(struct_name)
+        struct, by_id = self._structs.get(struct_name, (None, None))
         if struct is None:
             raise KeyError(f"struct {struct_name} is not in the kernel's BTF")
-        found = self._find(struct, member)
+        found = self._find(struct, member, by_id)
         if found is None:
             raise KeyError(f"struct {struct_name} has no member {member} in the kernel's BTF")
         bits, size = found
@@ -139,10 +159,35 @@ class BtfTypes:
         return bits // 8, size
 
     def type_ids(self, kind, names):
-        """{name: id} of the types of this kind ('TYPEDEF', 'FUNC', ...) with these names
-        (one pass over the types); a name the kernel lacks is left out."""
-        wanted = set(names)
-        return {t["name"]: i for i, t in self._by_id.items() if t.get("kind") == kind and t.get("name") in wanted}
+        """{name: id} of the vmlinux types of this kind ('TYPEDEF', 'FUNC', ...) with these
+        names (one pass over the types); a name the kernel lacks is left out."""
+        return {n: i for n, (i, m) in self.located_type_ids(kind, names).items() if m is None}
+
+    def located_type_ids(self, kind, names):
+        """{name: (id, module or None)}: like type_ids, in vmlinux or a module's split BTF
+        (a program attached to a module's tracepoint or function names the module's BTF
+        object and the id in it)."""
+        wanted, out = set(names), {}
+        for module, by_id in self._layers:
+            own = by_id.maps[0] if module else by_id
+            for i, t in own.items():
+                if t.get("kind") == kind and t.get("name") in wanted:
+                    out.setdefault(t["name"], (i, module))
+        return out
+
+
+def _dump(path, base=None):
+    """bpftool's JSON dump of the BTF at path (split BTF on top of base)."""
+    bpftool = shutil.which("bpftool") or "/usr/sbin/bpftool"
+    if not os.path.exists(bpftool):
+        raise JstallError("bpftool not found; install it (apt install bpftool) or run 'make demo' to set up")
+    cmd = [bpftool, "-j", "btf", "dump", "file", path] + (["-B", base] if base else [])
+    try:
+        out = subprocess.run(cmd, check=True, capture_output=True).stdout
+    except subprocess.CalledProcessError as e:
+        msg = e.stderr.decode(errors="replace").strip().splitlines()
+        raise JstallError(f"bpftool cannot read {path}: {msg[-1] if msg else e}") from None
+    return json.loads(out)["types"]
 
 
 def probe_defines(types, fields=FIELDS):
@@ -152,19 +197,40 @@ def probe_defines(types, fields=FIELDS):
         try:
             off, size = types.member(struct, member)
         except KeyError as e:
-            raise JstallError(f"{e.args[0]}: this kernel's jbd2/ext4 layout is not supported") from None
+            raise JstallError(f"{e.args[0]}{_missing_hint(types, struct)}") from None
         defines[f"{name}_OFF"] = off
         defines[f"{name}_SIZE"] = size
     return defines
 
 
+#: the module that defines a struct the probes read, when it is not built in
+STRUCT_MODULES = {"ext4_sb_info": "ext4", "journal_s": "jbd2", "transaction_s": "jbd2",
+                  "transaction_run_stats_s": "jbd2", "transaction_chp_stats_s": "jbd2", "xlog": "xfs",
+                  "xfs_mount": "xfs"}
+
+
+def _missing_hint(types, struct):
+    """Why a struct member may be missing, and the fix, in a few words."""
+    module = STRUCT_MODULES.get(struct)
+    if module and not types.has_struct(struct) and module not in types.modules:
+        return (f" (module {module} is not loaded or has no BTF in {BTF_DIR}/{module}); "
+                f"load it (modprobe {module}) or mount a filesystem of that kind first")
+    return ": this kernel's jbd2/ext4 layout is not supported"
+
+
 def syscall_arg_defines(types, machine=None):
     """SYSCALL_ARGS (1 when known) and ARG0_OFF/ARG1_OFF: where struct pt_regs keeps a
     syscall's first two arguments on this architecture."""
-    args = SYSCALL_ARGS.get(machine or os.uname().machine)
+    machine_name = machine or os.uname().machine
+    args = SYSCALL_ARGS.get(machine_name)
     try:
         offs = [types.member(*a)[0] for a in args] if args else None
     except KeyError:
         offs = None
     a0, a1 = offs or (0, 0)
-    return {"SYSCALL_ARGS": int(bool(offs)), "ARG0_OFF": a0, "ARG1_OFF": a1}
+    nr = SYSCALL_NR.get(machine_name)
+    try:
+        nr_off = types.member(*nr)[0] if nr else 0
+    except KeyError:
+        nr_off = 0
+    return {"SYSCALL_ARGS": int(bool(offs)), "ARG0_OFF": a0, "ARG1_OFF": a1, "SYSCALL_NR_OFF": nr_off}

@@ -36,11 +36,46 @@ def tracepoint_exists(category, event):
     return os.path.isdir(os.path.join(TRACEFS, "events", category, event))
 
 
+#: The oldest kernel the probes run on: BPF task storage for tracing programs and
+#: bpf_get_current_task_btf (5.11), ring buffers (5.8), BTF-typed raw tracepoints (5.5).
+OLDEST_KERNEL = (5, 11)
+
+
+def kernel_version(release=None):
+    """(major, minor) of a kernel release string such as '6.1.0-56-amd64'."""
+    release = release or os.uname().release
+    parts = release.split("-", 1)[0].split(".")
+    try:
+        return int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
+    except ValueError:
+        return None
+
+
+def require_kernel(release=None):
+    """Refuse, in one line, a kernel older than OLDEST_KERNEL or one without BTF."""
+    release = release or os.uname().release
+    version = kernel_version(release)
+    if version is not None and version < OLDEST_KERNEL:
+        raise JstallError(f"kernel {release} is older than {OLDEST_KERNEL[0]}.{OLDEST_KERNEL[1]}, the oldest jstall "
+                          "supports (BPF task storage, ring buffers); run it on a newer kernel")
+    if not btf_path_ok():
+        raise JstallError("/sys/kernel/btf/vmlinux is missing: this kernel has no BTF; use a kernel built with "
+                          "CONFIG_DEBUG_INFO_BTF=y")
+
+
+def syscall_exists(name):
+    """Does this kernel have the syscall (its syscalls:sys_enter_<name> tracepoint)? True
+    when the kernel has no syscall tracepoints at all (nothing to tell by)."""
+    if not os.path.isdir(os.path.join(TRACEFS, "events", "syscalls")):
+        return True
+    return tracepoint_exists("syscalls", f"sys_enter_{name}")
+
+
 def kernel_headers_env():
     """Environment for bcc: BCC_KERNEL_SOURCE pointing at the project's generic-header
     tree when the running kernel has no headers of its own (scripts/kernel-headers.sh)."""
     release = os.uname().release
-    if os.path.exists(f"/lib/modules/{release}/build/include/linux/kconfig.h"):
+    if own_headers(release):
         return {}
     if os.environ.get("BCC_KERNEL_SOURCE"):
         return {}
@@ -55,6 +90,14 @@ def kernel_headers_env():
         f"no kernel headers for {release}: install linux-headers-{release}, or run "
         "'sh scripts/setup.sh' (make demo does) to build the generic-header fallback"
     )
+
+
+def own_headers(release=None, root="/lib/modules"):
+    """Are the kernel's own headers installed? bcc takes them from /lib/modules/<release>/build
+    and, where a distribution splits them (Debian: build/ the generated files, source/ the
+    -common package with include/linux/kconfig.h), from source/ too."""
+    release = release or os.uname().release
+    return any(os.path.exists(f"{root}/{release}/{d}/include/linux/kconfig.h") for d in ("build", "source"))
 
 
 def config_hz():

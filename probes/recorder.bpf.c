@@ -11,6 +11,7 @@
  *   FILTER_PID, FILTER_TREE, FILTER_DEV, FILTER_CGROUP   filters (0 = off)
  *   SIZEOF_<struct>             record sizes the Python side decodes
  *   SYSCALL_ARGS, ARG0_OFF, ARG1_OFF  where pt_regs holds a syscall's first two arguments
+ *   SYSCALL_NR_OFF              where pt_regs holds the syscall's number (fentry mode)
  *   SELF_TGID                   the recorder's own process, never traced
  *   CALL_SLOTS, STATS_WAYS      rows of the call_slots counters (one per traced syscall, or per
  *                               monitor operation), and counters per row (a power of 2)
@@ -27,9 +28,13 @@
 #ifndef TRACE_SYSCALLS
 #define TRACE_SYSCALLS 1
 #endif
-/* 1: per-syscall tracepoints (syscalls:sys_enter_<name>); 0: raw_syscalls */
+/* 1: per-syscall tracepoints (syscalls:sys_enter_<name>); 0: raw_syscalls, or with
+ * FENTRY_SYSCALLS fentry/fexit on the syscalls' functions */
 #ifndef PER_SYSCALL_TRACEPOINTS
 #define PER_SYSCALL_TRACEPOINTS 0
+#endif
+#ifndef FENTRY_SYSCALLS
+#define FENTRY_SYSCALLS 0
 #endif
 #ifndef TRACE_FORKS
 #define TRACE_FORKS 1
@@ -561,10 +566,12 @@ static __always_inline int call_end(struct inflight *c, __s64 ret, __u64 regs)
 	if (allowed || !dev) {
 		struct call_stats *t = call_counters(c, dev);
 		if (t) {
-			__u32 bucket = bpf_log2l(lat) - 1;  /* bcc's bpf_log2l is floor(log2)+1, 1 for 0 */
+			/* bcc's bpf_log2l is floor(log2)+1, 1 for 0. A 64-bit index, bounded and
+			 * masked: 6.1's verifier loses the bound of a 32-bit one widened at the access. */
+			__u64 bucket = (__u64)(bpf_log2l(lat) - 1);
 			if (bucket >= HIST_BUCKETS)
 				bucket = HIST_BUCKETS - 1;
-			t->buckets[bucket]++;
+			t->buckets[bucket & 63]++;
 			t->count++;
 			t->total_ns += lat;
 			if (ret < 0)
@@ -652,6 +659,28 @@ int sc_exit(struct sc_exit_args *ctx)
 {
 	struct inflight *c = current_call(0);
 	return c && c->ts_ns ? call_end(c, ctx->ret, 0) : 0;
+}
+#elif FENTRY_SYSCALLS
+/* fentry/fexit on each traced call's syscall function (__x64_sys_<name>(const struct
+ * pt_regs *regs)), loaded once per call by the recorder: only traced calls run a program,
+ * and other syscalls stay off the slow syscall path that any syscall tracepoint turns on.
+ * ctx: the function's arguments (regs, the saved user registers), then for fexit its
+ * return value. The call's number is the one the registers were entered with. */
+int fentry_call(struct bpf_raw_tracepoint_args *ctx)
+{
+	__u32 nr = read_sized((const void *)ctx->args[0] + SYSCALL_NR_OFF, 4);
+	if (nr >= 1024)
+		return 0;
+	__u16 *traced = traced_nr.lookup(&nr);
+	if (!traced || !*traced)
+		return 0;
+	return call_enter(nr, *traced, 0, 0, ctx->args[0]);
+}
+
+int fexit_call(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct inflight *c = current_call(0);
+	return c && c->ts_ns ? call_end(c, ctx->args[1], ctx->args[0]) : 0;
 }
 #else
 /* raw_syscalls:sys_enter(struct pt_regs *regs, long id): one program for every syscall

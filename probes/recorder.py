@@ -20,7 +20,6 @@ import logging
 import os
 import select
 import shutil
-import struct
 import sys
 import threading
 import time
@@ -31,7 +30,7 @@ from jstall.errors import JstallError
 from jstall.schema import SCHEMAS
 from jstall.session import RECORDING, compact_table, table_path, write_chunk, write_metadata, write_table_atomic
 
-from . import btf, console, events, filesystems, host, syscalls, tables
+from . import bpfsys, btf, console, events, filesystems, host, syscalls, tables
 from .session_metadata import cgroup_paths, clock, session_metadata
 from .tables import CHUNKED, STREAMED
 
@@ -43,6 +42,14 @@ JBD2_RAW_TRACEPOINTS = (
     "jbd2_lock_buffer_stall", "jbd2_update_log_tail", "jbd2_run_stats", "jbd2_checkpoint_stats",
 )
 EXT4_RAW_TRACEPOINTS = ("ext4_journal_start_sb", "ext4_journal_start_inode")
+#: Where a journal handle starts, per kernel (the attach plan): (tracepoint, the program
+#: suffix that serves it), newest kernels first. Since 6.2 ext4 has ext4_journal_start_sb(sb,
+#: ...) and ext4_journal_start_inode(inode, ...); before, one ext4_journal_start(sb, ...),
+#: which the _sb programs serve (the same first argument).
+HANDLE_START_PLANS = (
+    (("ext4_journal_start_sb", "ext4_journal_start_sb"), ("ext4_journal_start_inode", "ext4_journal_start_inode")),
+    (("ext4_journal_start", "ext4_journal_start_sb"),),
+)
 #: loaded as BTF-typed raw tracepoints (tp_btf) where the kernel takes them: their programs
 #: (btf_<name> in recorder.bpf.c) read the superblock, journal and statistics they are
 #: given without bpf_probe_read_kernel, and sched_switch finds the thread switched in by
@@ -59,11 +66,25 @@ HIST_BUCKETS = 40          # log2(latency_ns) buckets: the last holds everything
 FILL_SAMPLE_NS = 10_000_000
 FLUSH_SECONDS = 2.0        # a closed chunk per table, counters and metadata.json this often
 
-#: How the metadata syscalls are traced: "syscalls", a program pair on each traced call's
-#: own tracepoints (syscalls:sys_enter_<name>/sys_exit_<name>), so that other syscalls run
-#: no program; or "raw", one program pair on raw_syscalls that every syscall of every task
-#: runs (benchmarks/record_overhead.py measures both).
-ATTACH = os.environ.get("JSTALL_ATTACH", "syscalls")
+#: How the traced syscalls are entered and left (the JSTALL_ATTACH override):
+#: "fentry", fentry/fexit programs on each traced call's syscall function
+#: (__x64_sys_<name>), so that no other syscall runs a program or takes the slow syscall
+#: path; "syscalls", a program pair on each traced call's own tracepoints
+#: (syscalls:sys_enter_<name>/sys_exit_<name>): other syscalls run no program but take the
+#: slow syscall path; "raw", one program pair on raw_syscalls that every syscall of every
+#: task runs; "auto" (default), fentry where the kernel takes it (stock distribution
+#: kernels do), else syscalls (benchmarks/record_overhead.py measures them).
+ATTACH_MODES = ("auto", "fentry", "syscalls", "raw")
+ATTACH = os.environ.get("JSTALL_ATTACH", "auto")
+
+
+def handle_start_plan():
+    """The (tracepoint, program suffix) pairs of HANDLE_START_PLANS this kernel has: the
+    first plan any of whose tracepoints exists (none: the newest, then reported missing)."""
+    for plan in HANDLE_START_PLANS:
+        if any(host.tracepoint_exists("ext4", tp) for tp, _ in plan):
+            return plan
+    return HANDLE_START_PLANS[0]
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +103,7 @@ class RecordOptions:
     quiet: bool = False
     console: object = None                                    # stream for live lines (default stdout)
     max_size_bytes: int = None                                # end the recording at this session size
-    attach: str = ATTACH                                      # "syscalls" or "raw" (see ATTACH)
+    attach: str = ATTACH                                      # one of ATTACH_MODES
     calls: tuple = None                                       # call names (syscalls.parse_calls); None: default
 
 
@@ -99,12 +120,22 @@ class Recorder:
         self.opts = options
         self.console = options.console or sys.stdout
         host.require_root()
-        if not host.btf_path_ok():
-            raise JstallError("/sys/kernel/btf/vmlinux is missing: this kernel has no BTF; use a kernel built with CONFIG_DEBUG_INFO_BTF=y")
+        host.require_kernel()
+        if options.attach not in ATTACH_MODES:
+            raise JstallError(f"JSTALL_ATTACH={options.attach}: unknown attach mode; use one of {', '.join(ATTACH_MODES)}")
         host.ensure_tracefs()
         self.output_dir = options.output_dir or default_output_dir()
         check_output_dir(self.output_dir)
         self.syscall_numbers = syscalls.numbers(calls=options.calls)
+        # calls this kernel does not have (setxattrat before 6.13, ...): skipped, listed once
+        self.calls_unavailable = [n for n in self.syscall_numbers if not host.syscall_exists(n)]
+        for name in self.calls_unavailable:
+            del self.syscall_numbers[name]
+        if not self.syscall_numbers:
+            raise JstallError(f"--calls {options.calls}: none of these calls exist on this kernel "
+                              f"({', '.join(self.calls_unavailable)}); choose others")
+        self.attach_mode = options.attach    # resolved in _cflags when "auto"
+        self.attach_note = None              # why fentry was not used, when it was not
         self.syscall_names = {nr: name for name, nr in self.syscall_numbers.items()}
         mounts = filesystems.ext4_mounts()
         self.devices = list(dict.fromkeys(filesystems.resolve_device(d, mounts) for d in options.devices))
@@ -162,9 +193,11 @@ class Recorder:
     def _cflags(self):
         types = btf.BtfTypes.load()   # about 140 MiB parsed: kept only while compiling
         defines = btf.probe_defines(types, self._probe_fields())
-        ids = types.type_ids("TYPEDEF", [f"btf_trace_{n}" for n in BTF_TRACEPOINTS])
-        self._btf_trace_ids = {n: ids[f"btf_trace_{n}"] for n in BTF_TRACEPOINTS if f"btf_trace_{n}" in ids}
+        names = set(BTF_TRACEPOINTS) | {tp for plan in HANDLE_START_PLANS for tp, _ in plan}
+        ids = types.located_type_ids("TYPEDEF", [f"btf_trace_{n}" for n in names])
+        self._btf_trace_ids = {n: ids[f"btf_trace_{n}"] for n in names if f"btf_trace_{n}" in ids}
         defines.update(btf.syscall_arg_defines(types))
+        self._fentry_ids = self._resolve_attach(types)
         for struct_name, dt in events.DTYPES.items():
             defines[f"SIZEOF_{struct_name}"] = dt.itemsize
         defines.update(
@@ -181,19 +214,52 @@ class Recorder:
             FILTER_TREE=int(bool(self.opts.command_tree or self.opts.pid)),
             FILTER_DEV=int(bool(self.devices)),
             FILTER_CGROUP=self.cgroup_id or 0,
-            PER_SYSCALL_TRACEPOINTS=int(self.opts.attach == "syscalls"),
+            PER_SYSCALL_TRACEPOINTS=int(self.attach_mode == "syscalls"),
+            FENTRY_SYSCALLS=int(self.attach_mode == "fentry"),
             SELF_TGID=os.getpid(),
             CALL_SLOTS=max(len(self.call_slots), 1),
             STATS_WAYS=tables.CALL_SLOT_WAYS,
         )
         return [f"-D{k}={v}" for k, v in defines.items()] + [f"-I{os.path.dirname(BPF_SOURCE)}"]
 
+    def _resolve_attach(self, types):
+        """Settle the attach mode ("auto": fentry where the kernel takes it, else syscalls)
+        and return {call: its syscall function's BTF id} for the fentry mode ({} otherwise).
+        An empty fentry program is loaded on the first call's function to ask the kernel."""
+        if self.attach_mode not in ("auto", "fentry"):
+            return {}
+        prefix = btf.SYSCALL_PREFIX.get(os.uname().machine)
+        funcs = {n: prefix + n for n in self.syscall_numbers} if prefix else {}
+        found = types.type_ids("FUNC", funcs.values()) if funcs else {}
+        ids = {n: found[f] for n, f in funcs.items() if f in found}
+        reason = None
+        if not prefix:
+            reason = f"no syscall functions known on {os.uname().machine}"
+        elif len(ids) < len(funcs):
+            reason = "no BTF for " + ", ".join(sorted(set(funcs.values()) - set(found)))
+        else:
+            name = next(iter(ids))
+            fd = bpfsys.load_tracing_program(bpfsys.EMPTY_PROGRAM, bpfsys.BPF_TRACE_FENTRY, ids[name], b"jstall_probe")
+            if isinstance(fd, str):
+                reason = f"the kernel refuses fentry on {funcs[name]}: {fd}"
+            else:
+                os.close(fd)
+        if reason is None:
+            self.attach_mode = "fentry"
+            return ids
+        if self.attach_mode == "fentry":
+            raise JstallError(f"JSTALL_ATTACH=fentry: {reason}; use JSTALL_ATTACH=syscalls (or auto)")
+        self.attach_mode, self.attach_note = "syscalls", f"fentry not used: {reason}"
+        log.debug("%s", self.attach_note)
+        return {}
+
     def _compile(self):
         os.environ.update(host.kernel_headers_env())
         from bcc import BPF  # Debian's python3-bpfcc
 
+        cflags = self._cflags()
         try:
-            return BPF(src_file=BPF_SOURCE.encode(), cflags=self._cflags())
+            return BPF(src_file=BPF_SOURCE.encode(), cflags=cflags)
         except Exception as e:
             raise JstallError(
                 f"bcc could not compile the probes ({e}); if it says headers are missing, run "
@@ -205,7 +271,21 @@ class Recorder:
         for name, nr in self.syscall_numbers.items():
             row = self.call_slots.get(nr)
             traced[ctypes.c_uint32(nr)] = traced.Leaf(syscalls.probe_flags(name) | (row + 1 if row is not None else 0) << 8)
-        if self.opts.attach == "syscalls":
+        if self.attach_mode == "fentry":
+            insns = {kind: b.dump_func(f"{kind}_call".encode()) for kind in ("fentry", "fexit")}
+            for name in self.syscall_numbers:
+                for kind, attach_type in (("fentry", bpfsys.BPF_TRACE_FENTRY), ("fexit", bpfsys.BPF_TRACE_FEXIT)):
+                    point = f"{kind}:{btf.SYSCALL_PREFIX[os.uname().machine]}{name}"
+                    prog_fd, link_fd = bpfsys.load_and_attach(insns[kind], attach_type, self._fentry_ids[name],
+                                                              f"{kind}_{name}".encode())
+                    if link_fd is None:
+                        raise JstallError(f"cannot attach {point} ({prog_fd}); use JSTALL_ATTACH=syscalls")
+                    from bcc import BPF
+
+                    b.funcs[point.encode()] = BPF.Function(b, point.encode(), prog_fd)  # closed by b.cleanup()
+                    b.raw_tracepoint_fds[point.encode()] = link_fd                      # detached by b.cleanup()
+                    self.attached.append(point)
+        elif self.attach_mode == "syscalls":
             for name in self.syscall_numbers:
                 for kind in ("enter", "exit"):
                     tp = f"sys_{kind}_{name}"
@@ -221,15 +301,14 @@ class Recorder:
                     raise JstallError(f"tracepoint raw_syscalls:{name} is missing; jstall needs a kernel with CONFIG_FTRACE_SYSCALLS")
                 b.attach_raw_tracepoint(tp=name.encode(), fn_name=f"on_{name}".encode())
                 self.attached.append(f"raw:raw_syscalls:{name}")
-        for cat, names in (("ext4", EXT4_RAW_TRACEPOINTS), ("jbd2", JBD2_RAW_TRACEPOINTS)):
-            for name in names:
-                if not host.tracepoint_exists(cat, name):
-                    self.missing.append(f"raw:{cat}:{name}")
-                    continue
-                # a BTF-typed raw tracepoint where the kernel takes it, else its untyped twin
-                if not (name in BTF_TRACEPOINTS and self._attach_btf(b, name)):
-                    b.attach_raw_tracepoint(tp=name.encode(), fn_name=f"rtp_{name}".encode())
-                self.attached.append(f"raw:{cat}:{name}")
+        for cat, tp, prog in self._tracepoints():
+            if not host.tracepoint_exists(cat, tp):
+                self.missing.append(f"raw:{cat}:{tp}")
+                continue
+            # a BTF-typed raw tracepoint where the kernel takes it, else its untyped twin
+            if not (prog in BTF_TRACEPOINTS and self._attach_btf(b, prog, tp)):
+                b.attach_raw_tracepoint(tp=tp.encode(), fn_name=f"rtp_{prog}".encode())
+            self.attached.append(f"raw:{cat}:{tp}")
         sched = ["sched_switch"] + (["sched_process_fork"] if self.opts.command_tree or self.opts.pid else [])
         for name in sched:
             if not (name in BTF_TRACEPOINTS and self._attach_btf(b, name)):
@@ -238,15 +317,24 @@ class Recorder:
         if self.missing and not self.opts.quiet:
             log.warning("tracepoints missing on this kernel, not recorded: %s", " ".join(self.missing))
 
-    def _attach_btf(self, b, name):
-        """Load btf_<name> as a BTF-typed raw tracepoint program on tracepoint name (once) and
-        attach it (bcc loads only untyped raw tracepoints); False where the kernel refuses."""
-        type_id = self._btf_trace_ids.get(name)
+    def _tracepoints(self):
+        """(category, tracepoint, program suffix) of the ext4 and jbd2 tracepoints to
+        attach, by this kernel's attach plan (handle_start_plan)."""
+        return ([("ext4", tp, prog) for tp, prog in handle_start_plan()]
+                + [("jbd2", n, n) for n in JBD2_RAW_TRACEPOINTS])
+
+    def _attach_btf(self, b, name, tracepoint=None):
+        """Load btf_<name> as a BTF-typed raw tracepoint program on tracepoint (default:
+        name; once) and attach it (bcc loads only untyped raw tracepoints); False where the
+        kernel refuses. A module's tracepoint (ext4, jbd2 as modules) is named by the
+        module's BTF object and its type id there."""
+        tracepoint = tracepoint or name
+        type_id, module = self._btf_trace_ids.get(tracepoint, (None, None))
         fn_name = f"btf_{name}".encode()
         if not type_id:
             return False
         if fn_name in b.funcs:   # loaded before, detached since: attach it again
-            link_fd = open_btf_link(b.funcs[fn_name].fd)
+            link_fd = bpfsys.open_btf_link(b.funcs[fn_name].fd)
             if link_fd is None:
                 return False
         else:
@@ -254,14 +342,14 @@ class Recorder:
                 insns = b.dump_func(fn_name)
             except Exception:  # not in this build of the probes
                 return False
-            prog_fd, link_fd = load_btf_tracepoint(insns, type_id, fn_name)
+            prog_fd, link_fd = bpfsys.load_and_attach(insns, bpfsys.BPF_TRACE_RAW_TP, type_id, fn_name, module)
             if link_fd is None:
-                log.debug("tracepoint %s: no BTF-typed program (%s); a raw one instead", name, prog_fd)
+                log.debug("tracepoint %s: no BTF-typed program (%s); a raw one instead", tracepoint, prog_fd)
                 return False
             from bcc import BPF
 
             b.funcs[fn_name] = BPF.Function(b, fn_name, prog_fd)   # closed by b.cleanup()
-        b.raw_tracepoint_fds[name.encode()] = link_fd              # detached by b.cleanup()
+        b.raw_tracepoint_fds[tracepoint.encode()] = link_fd        # detached by b.cleanup()
         return True
 
     def start(self):
@@ -462,57 +550,6 @@ class Recorder:
         measured = host.measured_hz(self._jiffies_start, jiffies_end) if jiffies_end else None
         lost, stacks_lost = self._lost()
         return session_metadata(self, status, end_clock, traced, measured, lost, stacks_lost)
-
-
-BPF_SYSCALL = {"x86_64": 321, "aarch64": 280}.get(os.uname().machine)
-BPF_PROG_LOAD, BPF_RAW_TRACEPOINT_OPEN = 5, 17
-BPF_PROG_TYPE_TRACING, BPF_TRACE_RAW_TP, BPF_TRACE_FENTRY = 26, 23, 24
-
-
-def load_tracing_program(insns, attach_type, btf_id, name):
-    """Load instructions as a BTF-typed tracing program (bpf(2) BPF_PROG_LOAD,
-    BPF_PROG_TYPE_TRACING) of attach_type on the kernel BTF type btf_id. Returns the program
-    fd, or the reason (a string) when the kernel refuses."""
-    if BPF_SYSCALL is None:
-        return "unknown bpf syscall number"
-    libc = ctypes.CDLL(None, use_errno=True)
-    code = ctypes.create_string_buffer(insns, len(insns))
-    license = ctypes.create_string_buffer(b"GPL")
-    attr = ctypes.create_string_buffer(144)   # union bpf_attr, BPF_PROG_LOAD's fields
-    struct.pack_into("IIQQ", attr, 0, BPF_PROG_TYPE_TRACING, len(insns) // 8, ctypes.addressof(code),
-                     ctypes.addressof(license))
-    attr[48:48 + min(len(name), 15)] = name[:15]           # prog_name
-    struct.pack_into("I", attr, 68, attach_type)           # expected_attach_type
-    struct.pack_into("I", attr, 108, btf_id)               # attach_btf_id
-    prog_fd = libc.syscall(BPF_SYSCALL, BPF_PROG_LOAD, attr, len(attr))
-    return os.strerror(ctypes.get_errno()) if prog_fd < 0 else prog_fd
-
-
-def load_btf_tracepoint(insns, type_id, name):
-    """Load bcc-compiled instructions (their map fds already in place) as a BTF-typed raw
-    tracepoint program attached to the tracepoint whose btf_trace_<name> typedef is type_id
-    (load_tracing_program, then BPF_RAW_TRACEPOINT_OPEN with no name). Returns (program fd,
-    link fd), or (reason, None) when the kernel refuses."""
-    prog_fd = load_tracing_program(insns, BPF_TRACE_RAW_TP, type_id, name)
-    if isinstance(prog_fd, str):
-        return prog_fd, None
-    link_fd = open_btf_link(prog_fd)
-    if link_fd is None:
-        err = os.strerror(ctypes.get_errno())
-        os.close(prog_fd)
-        return err, None
-    return prog_fd, link_fd
-
-
-def open_btf_link(prog_fd):
-    """Attach a loaded BTF-typed raw tracepoint program (bpf(2) BPF_RAW_TRACEPOINT_OPEN with
-    no name: the program's attach_btf_id names the tracepoint). Returns the link fd (closing
-    it detaches), or None (errno set) when the kernel refuses."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    open_attr = ctypes.create_string_buffer(16)
-    struct.pack_into("QI", open_attr, 0, 0, prog_fd)
-    link_fd = libc.syscall(BPF_SYSCALL, BPF_RAW_TRACEPOINT_OPEN, open_attr, len(open_attr))
-    return None if link_fd < 0 else link_fd
 
 
 def check_output_dir(path):

@@ -10,7 +10,8 @@ set -eu
 cd "$(dirname "$0")/.."
 release=$(uname -r)
 dest=.venv/share/jstall/kernel-headers
-if [ -e "/lib/modules/$release/build/include/linux/kconfig.h" ]; then
+# The kernel's own headers: build/ alone, or Debian's split build/ (generated) + source/ (-common).
+if [ -e "/lib/modules/$release/build/include/linux/kconfig.h" ] || [ -e "/lib/modules/$release/source/include/linux/kconfig.h" ]; then
     rm -rf "$dest"
     exit 0
 fi

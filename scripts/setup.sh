@@ -44,3 +44,8 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
 fi
 
 sh scripts/kernel-headers.sh
+
+# The guest tests boot stock distribution kernels (tests/guest-kernels.txt) in QEMU.
+if [ "${1:-}" = "test" ]; then
+    bash scripts/guest.sh setup
+fi

@@ -1,0 +1,101 @@
+"""The few bpf(2) commands bcc 0.26 does not wrap, through ctypes: loading bcc-compiled
+instructions as BTF-typed tracing programs (tp_btf, fentry, fexit) on a vmlinux or a
+module's BTF type, attaching them, and finding a module's BTF object."""
+
+import ctypes
+import os
+import struct
+
+BPF_SYSCALL = {"x86_64": 321, "aarch64": 280}.get(os.uname().machine)
+BPF_PROG_LOAD, BPF_OBJ_GET_INFO_BY_FD, BPF_BTF_GET_FD_BY_ID = 5, 15, 19
+BPF_RAW_TRACEPOINT_OPEN, BPF_BTF_GET_NEXT_ID = 17, 23
+BPF_PROG_TYPE_TRACING = 26
+BPF_TRACE_RAW_TP, BPF_TRACE_FENTRY, BPF_TRACE_FEXIT = 23, 24, 25
+
+#: r0 = 0; exit: a program that does nothing, to ask the kernel whether it takes a kind
+EMPTY_PROGRAM = bytes([0xB7, 0, 0, 0, 0, 0, 0, 0, 0x95, 0, 0, 0, 0, 0, 0, 0])
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _bpf(cmd, attr):
+    """bpf(cmd, attr): the result, or -1 with errno set."""
+    return _libc.syscall(BPF_SYSCALL, cmd, attr, len(attr))
+
+
+def load_tracing_program(insns, attach_type, btf_id, name, btf_obj_fd=0):
+    """Load instructions as a BTF-typed tracing program (BPF_PROG_LOAD,
+    BPF_PROG_TYPE_TRACING) of attach_type on the kernel BTF type btf_id (of the module BTF
+    object btf_obj_fd, or vmlinux's when 0). Returns the program fd, or the reason (a
+    string) when the kernel refuses."""
+    if BPF_SYSCALL is None:
+        return "unknown bpf syscall number"
+    code = ctypes.create_string_buffer(insns, len(insns))
+    license = ctypes.create_string_buffer(b"GPL")
+    attr = ctypes.create_string_buffer(144)   # union bpf_attr, BPF_PROG_LOAD's fields
+    struct.pack_into("IIQQ", attr, 0, BPF_PROG_TYPE_TRACING, len(insns) // 8, ctypes.addressof(code),
+                     ctypes.addressof(license))
+    attr[48:48 + min(len(name), 15)] = name[:15]           # prog_name
+    struct.pack_into("I", attr, 68, attach_type)           # expected_attach_type
+    struct.pack_into("I", attr, 108, btf_id)               # attach_btf_id
+    struct.pack_into("I", attr, 112, btf_obj_fd)           # attach_btf_obj_fd
+    prog_fd = _bpf(BPF_PROG_LOAD, attr)
+    return os.strerror(ctypes.get_errno()) if prog_fd < 0 else prog_fd
+
+
+def open_btf_link(prog_fd):
+    """Attach a loaded BTF-typed program (BPF_RAW_TRACEPOINT_OPEN with no name: the
+    program's attach_btf_id names the tracepoint or function). Returns the link fd (closing
+    it detaches), or None (errno set) when the kernel refuses."""
+    open_attr = ctypes.create_string_buffer(16)
+    struct.pack_into("QI", open_attr, 0, 0, prog_fd)
+    link_fd = _bpf(BPF_RAW_TRACEPOINT_OPEN, open_attr)
+    return None if link_fd < 0 else link_fd
+
+
+def load_and_attach(insns, attach_type, btf_id, name, module=None):
+    """Load (load_tracing_program) and attach (open_btf_link) a BTF-typed program on type
+    btf_id of vmlinux, or of ``module``'s split BTF. Returns (program fd, link fd), or
+    (reason, None) when the kernel refuses."""
+    obj_fd = 0
+    if module:
+        obj_fd = module_btf_fd(module)
+        if obj_fd is None:
+            return f"no BTF object for module {module}", None
+    try:
+        prog_fd = load_tracing_program(insns, attach_type, btf_id, name, obj_fd)
+    finally:
+        if obj_fd:
+            os.close(obj_fd)
+    if isinstance(prog_fd, str):
+        return prog_fd, None
+    link_fd = open_btf_link(prog_fd)
+    if link_fd is None:
+        err = os.strerror(ctypes.get_errno())
+        os.close(prog_fd)
+        return err, None
+    return prog_fd, link_fd
+
+
+def module_btf_fd(module):
+    """An fd of the kernel BTF object named module (BPF_BTF_GET_NEXT_ID over the kernel's
+    BTF objects, each asked its name), or None."""
+    attr = ctypes.create_string_buffer(16)
+    next_id = 0
+    while True:
+        struct.pack_into("II", attr, 0, next_id, 0)
+        if _bpf(BPF_BTF_GET_NEXT_ID, attr) < 0:
+            return None
+        next_id = struct.unpack_from("I", attr, 4)[0]
+        struct.pack_into("III", attr, 0, next_id, 0, 0)
+        fd = _bpf(BPF_BTF_GET_FD_BY_ID, attr)
+        if fd < 0:
+            continue
+        name = ctypes.create_string_buffer(64)
+        info = ctypes.create_string_buffer(40)   # struct bpf_btf_info
+        struct.pack_into("QIIQII", info, 0, 0, 0, 0, ctypes.addressof(name), len(name), 0)
+        info_attr = ctypes.create_string_buffer(16)
+        struct.pack_into("IIQ", info_attr, 0, fd, len(info), ctypes.addressof(info))
+        if _bpf(BPF_OBJ_GET_INFO_BY_FD, info_attr) == 0 and name.value.decode() == module:
+            return fd
+        os.close(fd)

@@ -1,0 +1,140 @@
+#!/bin/bash
+# guest.sh — boot a distribution's stock kernel in a throwaway QEMU guest and run a command
+# in it, with this machine's / (and so the checkout and its .venv) shared read-only and a
+# tmpfs for writes: jstall's guest tests run its probes on the kernels production hosts run.
+#
+#   guest.sh setup                     install qemu, busybox and virtme-ng, and fetch every
+#                                      kernel in tests/guest-kernels.txt (image + headers)
+#   guest.sh run KVER [-t SECS] [-c CPUS] [-w DIR] -- COMMAND
+#                                      boot KVER, run COMMAND (bash -c, as root, in the
+#                                      checkout); -w DIR: a host directory the guest may write
+#                                      (shared at the same path). Exit status: COMMAND's.
+#   guest.sh kernels                   the kernels listed in tests/guest-kernels.txt
+#
+# Kernels are Debian's linux-image-KVER packages, unpacked (not installed) under
+# $JSTALL_GUEST_BASE/kernels/KVER with their headers (Debian splits them into the
+# -amd64 package, build/, and -common, source/; bcc takes both). The guest runs under TCG:
+# /dev/kvm here is an emulating module that cannot run stock kernels. Expect ~20x slower
+# than native: correctness, not timing. Every console line goes to $JSTALL_GUEST_BASE/logs.
+set -u
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+BASE=${JSTALL_GUEST_BASE:-/var/cache/jstall-guests}
+LIST=$ROOT/tests/guest-kernels.txt
+VNG_VERSION=1.42
+die() { echo "guest: $*" >&2; exit 125; }
+
+kernels() { sed -e 's/#.*//' -e '/^[[:space:]]*$/d' "$LIST"; }
+
+setup() {
+    [ "$(id -u)" -eq 0 ] || die "run as root"
+    mkdir -p "$BASE"
+    local pkgs="" p
+    for p in qemu-system-x86 kmod; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || pkgs="$pkgs $p"
+    done
+    if [ -n "$pkgs" ]; then
+        echo "guest: installing$pkgs"
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $pkgs >/dev/null || die "cannot install$pkgs"
+    fi
+    if [ ! -x "$BASE/venv/bin/vng" ]; then
+        /usr/bin/python3 -m venv "$BASE/venv" && "$BASE/venv/bin/pip" install -q "virtme-ng==$VNG_VERSION" \
+            || die "cannot install virtme-ng $VNG_VERSION"
+    fi
+    if [ ! -x "$BASE/busybox/bin/busybox" ]; then
+        local tmp; tmp=$(mktemp -d "$BASE/dl.XXXX")
+        (cd "$tmp" && apt-get download -q busybox-static >/dev/null 2>&1 && dpkg-deb -x busybox-static_*.deb "$BASE/busybox") \
+            || { rm -rf "$tmp"; die "cannot fetch busybox-static"; }
+        rm -rf "$tmp"
+    fi
+    local k
+    for k in $(kernels); do fetch "$k" || exit $?; done
+}
+
+# linux-image-KVER and its headers (-amd64: build/, -common: source/), unpacked under kernels/KVER
+fetch() {
+    local kv=$1 d=$BASE/kernels/$1 tmp common
+    [ -e "$d/.complete" ] && return 0
+    echo "guest: fetching kernel $kv"
+    rm -rf "$d"
+    tmp=$(mktemp -d "$BASE/dl.XXXX")
+    common=$(apt-cache depends "linux-headers-$kv" 2>/dev/null | awk '/Depends: linux-headers-.*-common/{print $2; exit}')
+    # apt-get download as root writes where _apt cannot: it warns and downloads unsandboxed
+    (cd "$tmp" && apt-get download -q "linux-image-$kv" "linux-headers-$kv" ${common:+"$common"} >/dev/null 2>&1) \
+        || { rm -rf "$tmp"; echo "guest: apt-get download linux-image-$kv linux-headers-$kv failed" >&2; return 125; }
+    mkdir -p "$d"
+    for f in "$tmp"/*.deb; do dpkg-deb -x "$f" "$d" || { rm -rf "$tmp"; return 125; }; done
+    rm -rf "$tmp"
+    local m=$d/lib/modules/$kv
+    depmod -b "$d" "$kv" || return 125
+    ln -sfn "$d/usr/src/linux-headers-$kv" "$m/build"
+    [ -n "$common" ] && ln -sfn "$d/usr/src/$common" "$m/source"
+    touch "$d/.complete"
+}
+
+run() {
+    local kv=$1; shift
+    local tmo=1800 cpus=2 mem=4G rw=()
+    while [ $# -gt 0 ]; do
+        case $1 in
+            -t) tmo=$2; shift 2 ;;
+            -c) cpus=$2; shift 2 ;;
+            -m) mem=$2; shift 2 ;;
+            -w) rw+=("--rwdir=$2"); shift 2 ;;
+            --) shift; break ;;
+            *) die "run: unknown option $1" ;;
+        esac
+    done
+    [ $# -gt 0 ] || die "run: no command"
+    local d=$BASE/kernels/$kv
+    [ -e "$d/.complete" ] || die "kernel $kv is not fetched (run: sh scripts/guest.sh setup)"
+    mkdir -p "$BASE/logs"
+    local log script
+    log=$BASE/logs/$kv-$(date +%Y%m%d-%H%M%S)-$$.log
+    script=$(mktemp "$BASE/logs/cmd.XXXXXX.sh")
+    # The guest mounts a tmpfs over /var/tmp and sees /lib/modules from the kernel's tree;
+    # this script makes it look like a host jstall runs on: ext4, jbd2 and loop loaded,
+    # cgroup v1 controllers at /sys/fs/cgroup/<ctrl> (the lab's blkio throttle) and cgroup2
+    # at /sys/fs/cgroup/unified.
+    cat > "$script" <<EOF
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root TERM=dumb
+export PYTHONDONTWRITEBYTECODE=1
+modprobe -a ext4 jbd2 loop 2>&1
+if mountpoint -q /sys/fs/cgroup && [ "\$(stat -f -c %T /sys/fs/cgroup)" = cgroup2fs ]; then
+    umount /sys/fs/cgroup && mount -t tmpfs -o mode=755 tmpfs /sys/fs/cgroup
+    for c in cpu cpuacct cpuset memory devices freezer blkio pids; do
+        mkdir -p /sys/fs/cgroup/\$c
+        mount -t cgroup -o \$c cgroup /sys/fs/cgroup/\$c 2>/dev/null || rmdir /sys/fs/cgroup/\$c
+    done
+    mkdir -p /sys/fs/cgroup/unified && mount -t cgroup2 cgroup2 /sys/fs/cgroup/unified
+fi
+cd "$ROOT"
+echo "__GUEST_UP \$(cut -d' ' -f1 /proc/uptime)s \$(uname -r)"
+bash -c $(printf %q "$*") < /dev/null 2>&1
+echo "__GUEST_RC=\$?"
+EOF
+    chmod 644 "$script"
+    local start=$SECONDS
+    export PATH=$BASE/venv/bin:$PATH   # vng runs virtme-run
+    # --force-9p: Debian's qemu 7.2 virtiofsd is not the one virtme-ng expects; --rodir:
+    # the guest's tmpfs over /var/tmp hides the kernel tree otherwise. With no udev here
+    # virtme-ng runs the command on the serial console: hence the markers and the filter.
+    timeout -k 10 "$tmo" "$BASE/venv/bin/vng" --run "$d/boot/vmlinuz-$kv" --disable-kvm --force-9p \
+        --busybox "$BASE/busybox/bin/busybox" --cpus "$cpus" --memory "$mem" --rodir="$BASE" "${rw[@]}" \
+        --verbose --append "loglevel=1" --exec "bash $script" < /dev/null 2>&1 \
+      | tee "$log" \
+      | grep --line-buffered -avE '^Probing EDD|^\[ *[0-9]+\.[0-9]+\] |^(Memory|Poking) KASLR|^__GUEST_RC=|^qemu-system-x86_64: terminating'
+    rm -f "$script"
+    local rc
+    rc=$(grep -a -m1 -o '__GUEST_RC=[0-9]*' "$log" | cut -d= -f2)
+    echo "guest: kernel $kv, $((SECONDS - start)) s, status ${rc:-none (timed out or crashed)}, log $log" >&2
+    exit "${rc:-125}"
+}
+
+case ${1:-} in
+    setup) setup ;;
+    run) shift; [ $# -gt 0 ] || die "run: no kernel"; run "$@" ;;
+    kernels) kernels ;;
+    *) sed -n '2,/^set -u/p' "$0" | sed -e '/^set -u/d' -e 's/^# \{0,1\}//'; exit 2 ;;
+esac

@@ -1,0 +1,44 @@
+#!/bin/bash
+# The guest smoke run (tests/test_guest_kernels.py; runs inside a guest, in the checkout):
+# on a stock kernel, at once and over the same lab run,
+#   - `jstall monitor` system-wide (fs-level probes), scraped after the run;
+#   - `jstall record` system-wide with JSTALL_ATTACH=syscalls (syscall tracepoints);
+#   - `jstall lab run xattr` (its recording in the kernel's default attach mode: fentry on a
+#     stock kernel) of the seed stall: 128-byte inodes, a 4 MiB journal, a paced device.
+# Everything lands in OUT (a host directory the guest may write); the host test analyzes
+# and checks it there. Every wait has a bound.
+set -u
+OUT=$1
+J=$PWD/.venv/bin/jstall
+PORT=9853
+cd "$OUT" || exit 1
+uname -r > kernel.txt
+"$J" monitor -q --listen 127.0.0.1:$PORT > monitor.log 2>&1 &
+MON=$!
+JSTALL_ATTACH=syscalls "$J" record -q -o syscalls-session > record.log 2>&1 &
+REC=$!
+ready=0
+for _ in $(seq 600); do   # both compile their probes: minutes under emulation
+    if [ -e syscalls-session/metadata.json ] && curl -sf "http://127.0.0.1:$PORT/metrics" -o /dev/null; then
+        ready=1; break
+    fi
+    kill -0 $MON 2>/dev/null && kill -0 $REC 2>/dev/null || break
+    sleep 1
+done
+echo "ready=$ready" > status.txt
+if [ $ready = 1 ]; then
+    "$J" lab run xattr --fs-size 64M --journal-size 4M --inode-size 128 --files 1500 --updates 6000 \
+        --write-iops 2000 --scratch /var/tmp/jstall-smoke -o lab > lab.log 2>&1
+    echo "lab=$?" >> status.txt
+    sleep 2   # the monitor reads its ring buffers every 100 ms
+    curl -sf "http://127.0.0.1:$PORT/metrics" > metrics.txt
+    echo "scrape=$?" >> status.txt
+fi
+kill -INT $REC 2>/dev/null
+kill -TERM $MON 2>/dev/null
+for pid in $REC $MON; do
+    for _ in $(seq 120); do kill -0 $pid 2>/dev/null || break; sleep 1; done
+    kill -KILL $pid 2>/dev/null
+done
+wait $REC; echo "record=$?" >> status.txt
+wait $MON; echo "monitor=$?" >> status.txt
