@@ -75,3 +75,46 @@ def test_running_kernel_has_every_field_the_probes_read():
     # Members of one struct have distinct offsets inside it.
     journal = [d[f"{n}_OFF"] for n, (s, _) in btf.FIELDS.items() if s == "journal_s"]
     assert len(set(journal)) == len(journal)
+
+
+# A module's split BTF: ids continue vmlinux's (here after 9); two modules' ids overlap.
+EXT4 = [
+    {"id": 10, "kind": "STRUCT", "name": "ext4_sb_info", "size": 16, "members": [
+        {"name": "s_journal", "type_id": 11, "bits_offset": 64},
+    ]},
+    {"id": 11, "kind": "PTR", "name": "", "type_id": 6},       # a pointer to vmlinux's struct outer
+    {"id": 12, "kind": "TYPEDEF", "name": "btf_trace_ext4_journal_start", "type_id": 11},
+]
+JBD2 = [
+    {"id": 10, "kind": "STRUCT", "name": "journal_s", "size": 32, "members": [
+        {"name": "j_free", "type_id": 2, "bits_offset": 192},   # vmlinux's long
+    ]},
+    {"id": 11, "kind": "TYPEDEF", "name": "btf_trace_jbd2_checkpoint", "type_id": 1},
+]
+
+
+def test_module_split_btf_resolves_in_its_own_types_then_vmlinux():
+    types = btf.BtfTypes(TYPES, {"ext4": EXT4, "jbd2": JBD2})
+    assert types.modules == ["ext4", "jbd2"]
+    assert types.member("ext4_sb_info", "s_journal") == (8, 8)
+    assert types.member("journal_s", "j_free") == (24, 8)   # id 2 is vmlinux's long, not a module's
+    assert types.member("outer", "d") == (12, 4)
+    ids = types.located_type_ids("TYPEDEF", ["btf_trace_ext4_journal_start", "btf_trace_jbd2_checkpoint", "s32"])
+    assert ids == {"btf_trace_ext4_journal_start": (12, "ext4"), "btf_trace_jbd2_checkpoint": (11, "jbd2"),
+                   "s32": (7, None)}
+    assert types.type_ids("TYPEDEF", ["btf_trace_jbd2_checkpoint", "s32"]) == {"s32": 7}
+
+
+def test_a_module_not_loaded_is_named_with_the_fix():
+    types = btf.BtfTypes(TYPES)
+    with pytest.raises(JstallError, match=r"module ext4 is not loaded .*modprobe ext4"):
+        btf.probe_defines(types, {"X": ("ext4_sb_info", "s_journal")})
+
+
+@pytest.mark.skipif(not os.path.exists(btf.VMLINUX_BTF), reason="no kernel BTF")
+def test_load_reads_the_split_btf_of_the_modules_present(tmp_path):
+    """A directory laid out as /sys/kernel/btf with vmlinux only: no module is read (this
+    kernel has ext4 and jbd2 built in; the guest tests read real module BTF)."""
+    os.symlink(btf.VMLINUX_BTF, tmp_path / "vmlinux")
+    types = btf.BtfTypes.load(str(tmp_path / "vmlinux"))
+    assert types.modules == [] and types.member("journal_s", "j_free")[1] == 8

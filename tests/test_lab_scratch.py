@@ -15,6 +15,7 @@ from jstall.workloads import scratch
 from jstall.workloads.scratch import FsConfig, ScratchFs, format_size, parse_size
 
 from conftest import leftovers, throttle_rules
+from child_output import read_line
 
 pytestmark = [pytest.mark.kernel, pytest.mark.skipif(os.geteuid() != 0, reason="needs root")]
 
@@ -170,7 +171,7 @@ HOLDER = textwrap.dedent("""
 
 def _holder(scratch_dir):
     proc = subprocess.Popen([sys.executable, "-c", HOLDER, scratch_dir], stdout=subprocess.PIPE, text=True)
-    dev, run_dir = proc.stdout.readline().split()
+    dev, run_dir = read_line(proc.stdout).split()
     assert throttle_rules()[("write_iops", dev)] == 123
     return proc, dev, run_dir
 

@@ -27,6 +27,7 @@ from jstall.analyzer.analysis import analyze
 from jstall.analyzer.load import load_session
 from jstall.monitor.capture import list_captures
 from jstall.workloads.scratch import FsConfig, ScratchFs
+from child_output import read_line
 
 pytestmark = [pytest.mark.kernel, pytest.mark.skipif(os.geteuid() != 0, reason="needs root")]
 
@@ -135,7 +136,7 @@ def run(tmp_path_factory):
                                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             for name, port in (("a", port_a), ("b", port_b)):
                 wait_for(lambda: "jstall_events_lost_total" in get(f"http://127.0.0.1:{port}/metrics"), 120, name)
-            procs["rec"].stdout.readline()  # its header: the probes are attached
+            read_line(procs["rec"].stdout)  # its header: the probes are attached
             wait_for(lambda: one(port_p, f'up{{instance="127.0.0.1:{port_a}"}}') == 1, 60, "the first scrape")
             t_up = time.monotonic()
             a_progs = prog_ids(procs["a"].pid)

@@ -17,6 +17,8 @@ from jstall.probes import filesystems
 
 from jstall.workloads.scratch import FsConfig, ScratchFs
 
+from child_output import read_line
+
 pytestmark = [pytest.mark.kernel, pytest.mark.skipif(os.geteuid() != 0, reason="needs root")]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -207,12 +209,12 @@ def test_sigint_system_wide_leaves_a_complete_session(tmp_path):
         proc = subprocess.Popen([JSTALL, "record", "-o", str(out), "-d", dev, "--min-ms", "0"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
-            tracing = proc.stdout.readline()  # printed once the probes are attached
+            tracing = read_line(proc.stdout)  # printed once the probes are attached
             assert tracing.startswith("Tracing ") and tracing.rstrip().endswith("Hit Ctrl-C to end.")
-            header = proc.stdout.readline()
+            header = read_line(proc.stdout)
             assert header.split()[:5] == ["TIME", "COMM", "PID", "TID", "CALL"]
             os.mkdir(os.path.join(mnt, "during"))
-            line = proc.stdout.readline()
+            line = read_line(proc.stdout, 120)
             proc.send_signal(signal.SIGINT)
             rest, err = proc.communicate(timeout=60)
         finally:
@@ -305,3 +307,61 @@ def test_a_tracepoint_the_kernel_lacks_is_named_on_stderr_and_in_the_metadata(tm
     probes = session.read_metadata(out)["probes"]
     assert probes["missing"] == ["raw:jbd2:jbd2_lock_buffer_stall"]
     assert "raw:jbd2:jbd2_checkpoint" in probes["attached"]
+
+
+def test_fentry_where_the_kernel_takes_it_else_the_syscall_tracepoints(tmp_path):
+    """JSTALL_ATTACH unset (auto): fentry on the traced calls' functions where the kernel
+    takes it, else the syscall tracepoints with the reason in the session. JSTALL_ATTACH=fentry
+    on a kernel that refuses it (this machine's: EPERM) is refused in one line naming the fix,
+    with nothing written; where the kernel takes it, it counts the same calls."""
+    env = {k: v for k, v in os.environ.items() if k != "JSTALL_ATTACH"}
+    with ScratchFs(SMALL) as fs:
+        mnt, dev = fs.mountpoint, fs.dev
+        auto = subprocess.run([JSTALL, "record", "-q", "-o", str(tmp_path / "auto"), "-d", dev, "--",
+                               "mkdir", f"{mnt}/a"], capture_output=True, text=True, timeout=600, env=env)
+        forced = subprocess.run([JSTALL, "record", "-q", "-o", str(tmp_path / "fentry"), "-d", dev, "--",
+                                 "mkdir", f"{mnt}/f"], capture_output=True, text=True, timeout=600,
+                                env={**env, "JSTALL_ATTACH": "fentry"})
+    assert auto.returncode == 0, auto.stderr
+    probes = session.read_metadata(str(tmp_path / "auto"))["probes"]
+    totals = table(str(tmp_path / "auto"), "call_totals")
+    assert int(totals[(totals.syscall == "mkdir") & (totals.dev == dev)]["count"].sum()) == 1
+    if probes["attach"] == "syscalls":   # the kernel refuses fentry
+        assert probes["attach_note"].startswith("fentry not used: the kernel refuses fentry on __x64_sys_")
+        assert "syscalls:sys_enter_mkdir" in probes["attached"]
+        assert forced.returncode == 2 and forced.stderr.count("\n") == 1, forced.stderr
+        assert "JSTALL_ATTACH=fentry: the kernel refuses fentry" in forced.stderr
+        assert "use JSTALL_ATTACH=syscalls" in forced.stderr
+        assert not (tmp_path / "fentry").exists()
+    else:
+        assert probes["attach"] == "fentry" and probes["attach_note"] is None
+        assert "fentry:__x64_sys_mkdir" in probes["attached"]
+        assert not any(p.startswith("syscalls:") for p in probes["attached"])
+        assert forced.returncode == 0, forced.stderr
+        totals = table(str(tmp_path / "fentry"), "call_totals")
+        assert int(totals[(totals.syscall == "mkdir") & (totals.dev == dev)]["count"].sum()) == 1
+
+
+def test_calls_the_kernel_lacks_are_skipped_and_listed_once(tmp_path, monkeypatch, capsys):
+    """A call the kernel does not have (here: reported absent; setxattrat before 6.13) is not
+    attached, is listed in the session's probes.calls_unavailable, and says nothing on the
+    console; asking for nothing but such calls is refused in one line."""
+    from jstall import cli
+    from jstall.probes import host
+
+    real = host.syscall_exists
+    monkeypatch.setattr(host, "syscall_exists", lambda name: name not in ("setxattrat", "removexattrat") and real(name))
+    out = str(tmp_path / "s")
+    with ScratchFs(SMALL) as fs:
+        status = cli.main(["record", "-q", "-o", out, "-d", fs.dev, "--", "mkdir", os.path.join(fs.mountpoint, "d")])
+        err = capsys.readouterr().err
+        assert status == 0, err
+        assert "setxattrat" not in err
+        refused = cli.main(["record", "-q", "-o", str(tmp_path / "t"), "-d", fs.dev, "--calls", "setxattrat",
+                            "--", "true"])
+    probes = session.read_metadata(out)["probes"]
+    assert probes["calls_unavailable"] == ["setxattrat", "removexattrat"]
+    assert "setxattrat" not in probes["syscalls"] and "setxattr" in probes["syscalls"]
+    assert not [p for p in probes["attached"] if "setxattrat" in p] and probes["missing"] == []
+    err = capsys.readouterr().err
+    assert refused == 2 and err.count("\n") == 1 and "none of these calls exist on this kernel (setxattrat)" in err

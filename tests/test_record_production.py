@@ -15,6 +15,7 @@ import pytest
 from jstall import session
 from jstall.analyzer.load import load_session
 from jstall.workloads.scratch import FsConfig, ScratchFs
+from child_output import read_line
 
 pytestmark = [pytest.mark.kernel, pytest.mark.skipif(os.geteuid() != 0, reason="needs root")]
 
@@ -86,7 +87,7 @@ def test_a_busy_ext4_beside_appears_nowhere(tmp_path, mode):
                                      stdout=subprocess.DEVNULL, text=True)
             proc = subprocess.Popen([JSTALL, "record", "-o", out, "-p", str(child.pid)], stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, text=True)
-            assert proc.stdout.readline().startswith("Tracing ")
+            assert read_line(proc.stdout).startswith("Tracing ")
             child.stdin.write("go\n")
             child.stdin.close()
             child.wait(timeout=60)
@@ -112,7 +113,7 @@ def test_pid_follows_forked_children_and_ends_when_the_process_exits(tmp_path):
         try:
             rec = subprocess.Popen([JSTALL, "record", "-o", out, "-d", fs.dev, "-p", str(parent.pid)],
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            assert rec.stdout.readline().startswith("Tracing ")
+            assert read_line(rec.stdout).startswith("Tracing ")
             os.mkdir(os.path.join(fs.mountpoint, "not-traced"))
             parent.stdin.write("go\n")
             parent.stdin.close()

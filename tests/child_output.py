@@ -1,0 +1,16 @@
+"""Reading a child process's output in tests with a bound on the wait: no test hangs on a
+child that never writes (a recorder compiles its probes before its first line, which takes
+minutes in an emulated guest, hence the generous default)."""
+
+import queue
+import threading
+
+
+def read_line(stream, timeout=600):
+    """The next line of a child's output stream, or AssertionError after timeout seconds."""
+    q = queue.Queue()
+    threading.Thread(target=lambda: q.put(stream.readline()), daemon=True).start()
+    try:
+        return q.get(timeout=timeout)
+    except queue.Empty:
+        raise AssertionError(f"no line from the child in {timeout} s") from None

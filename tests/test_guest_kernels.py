@@ -1,0 +1,150 @@
+"""jstall on the distributions' stock kernels (tests/guest-kernels.txt), each booted in a QEMU
+guest by scripts/guest.sh with this checkout visible: the smoke run (tests/guest/smoke.sh)
+records the seed stall with a lab run while a system-wide recorder on the syscall
+tracepoints and the monitor trace the same run; here the sessions it wrote are analyzed and
+checked like ones recorded on this machine. The kernels boot at once; each guest has a
+bound on its time (emulated: minutes, and no timing is asserted)."""
+
+import os
+import re
+import subprocess
+import urllib.parse
+
+import pyarrow.parquet as pq
+import pytest
+
+from jstall import session
+
+pytestmark = [pytest.mark.kernel, pytest.mark.guest,
+              pytest.mark.skipif(os.geteuid() != 0, reason="needs root")]
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GUEST = os.path.join(ROOT, "scripts", "guest.sh")
+GUEST_SECONDS = 900
+
+
+def listed_kernels():
+    with open(os.path.join(ROOT, "tests", "guest-kernels.txt")) as f:
+        return [line.split("#")[0].strip() for line in f if line.split("#")[0].strip()]
+
+
+KERNELS = listed_kernels()
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    """{kernel: (output directory, guest exit status, console output)}, every guest run at once."""
+    runs = {}
+    for kernel in KERNELS:
+        out = tmp_path_factory.mktemp("guest-" + re.sub(r"[^\w.-]", "_", kernel))
+        console = open(out / "console.txt", "w")
+        proc = subprocess.Popen(["bash", GUEST, "run", kernel, "-t", str(GUEST_SECONDS), "-w", str(out), "--",
+                                 f"bash tests/guest/smoke.sh {out}"], cwd=ROOT, stdout=console,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        runs[kernel] = (out, proc, console)
+    done = {}
+    for kernel, (out, proc, console) in runs.items():
+        try:
+            rc = proc.wait(timeout=GUEST_SECONDS + 60)
+        except subprocess.TimeoutExpired:   # guest.sh's own timeout failed: end it
+            proc.kill()
+            rc = proc.wait()
+        console.close()
+        done[kernel] = (str(out), rc, (out / "console.txt").read_text(errors="replace"))
+    return done
+
+
+def status(out):
+    """{step: exit status} the smoke script wrote."""
+    try:
+        with open(os.path.join(out, "status.txt")) as f:
+            return dict(line.strip().split("=", 1) for line in f if "=" in line)
+    except OSError:
+        return {}
+
+
+def call_count(path, call, dev):
+    t = pq.read_table(session.table_path(path, "call_totals")).to_pandas()
+    return int(t[(t["syscall"] == call) & (t["dev"] == dev)]["count"].sum())
+
+
+def metric(text, name, **labels):
+    """The sum of a Prometheus metric's samples whose labels include these."""
+    total, found = 0.0, False
+    for line in text.splitlines():
+        m = re.match(r"^(\w+)(?:\{(.*)\})? (\S+)$", line)
+        if not m or m.group(1) != name:
+            continue
+        have = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
+        if all(have.get(k) == v for k, v in labels.items()):
+            total += float(m.group(3))
+            found = True
+    return total if found else None
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_stock_kernel_records_the_seed_stall(smoke, kernel):
+    from jstall.analyzer import analyze
+
+    out, rc, console = smoke[kernel]
+    st = status(out)
+    assert rc == 0 and st.get("ready") == "1" and st.get("lab") == "0", (rc, st, console[-3000:])
+    lab = os.path.join(out, "lab")
+    meta = session.read_metadata(lab)
+    assert meta["kernel_release"] == kernel
+    probes = meta["probes"]
+    # stock kernels take fentry: the traced calls' own functions, not syscall tracepoints
+    assert probes["attach"] == "fentry", probes
+    assert "fentry:__x64_sys_setxattr" in probes["attached"]
+    assert probes["missing"] == [], probes["missing"]
+    if kernel.startswith("6.1."):
+        assert probes["calls_unavailable"] == ["setxattrat", "removexattrat"]
+    d = analyze(lab).to_dict()
+    st = d["stalls"]
+    assert d["events_lost"] == {"calls": 0, "offcpu": 0, "jbd2": 0}
+    assert st["count"] >= 1, d
+    # the same cause and advice as on this machine's kernel (tests/test_analyzer_kernel.py)
+    by_cause = st["by_cause"]
+    assert max(by_cause, key=lambda c: by_cause[c]["total_ms"]) == "checkpoint", by_cause
+    kinds = [r["kind"] for r in d["recommendations"]]
+    assert "journal_size" in kinds and "inode_size" in kinds, kinds
+    (j,) = d["journals"]
+    assert j["forced_checkpoints"] >= 1 and j["inode_size"] == 128
+    # the kernel's own transaction count agrees (/proc/fs/jbd2 read in the guest)
+    assert not [p for p in d.get("proc", []) if p.get("status") == "disagree"], d.get("proc")
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_fentry_counts_equal_the_syscall_tracepoints(smoke, kernel):
+    """The lab's recording (fentry) and a system-wide one on the syscall tracepoints, over
+    the same run: the same setxattr count on the lab's filesystem, the workload's own."""
+    out, rc, console = smoke[kernel]
+    st = status(out)
+    assert st.get("record") == "0", (st, console[-3000:])
+    lab, other = os.path.join(out, "lab"), os.path.join(out, "syscalls-session")
+    meta = session.read_metadata(lab)
+    assert session.read_metadata(other)["probes"]["attach"] == "syscalls"
+    (dev,) = meta["filters"]["devices"]
+    phases = meta["lab"]["phases"]
+    # the pattern's own count: an attribute set per attribute created, and each update
+    workload = sum(p.get("attrs", 0) for p in phases if p["name"] == "create") + sum(
+        p["ops"] for p in phases if p["name"] == "update")
+    fentry = call_count(lab, "setxattr", dev)
+    assert fentry == call_count(other, "setxattr", dev) == workload > 0
+    # each file is created by one openat; the system-wide recording also saw the lab's
+    # own opens on the filesystem before and after the lab's recording
+    files = sum(p.get("files", 0) for p in phases if p["name"] == "create")
+    assert call_count(lab, "openat", dev) == files <= call_count(other, "openat", dev) <= files + 20
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_stock_kernel_monitor_serves_the_stalls(smoke, kernel):
+    out, rc, console = smoke[kernel]
+    st = status(out)
+    assert st.get("scrape") == "0" and st.get("monitor") == "0", (st, console[-3000:])
+    with open(os.path.join(out, "metrics.txt")) as f:
+        text = f.read()
+    dev = session.read_metadata(os.path.join(out, "lab"))["filters"]["devices"][0]
+    assert metric(text, "jstall_stalls_total", device=dev, cause="checkpoint") >= 1, text[-2000:]
+    assert metric(text, "jstall_journal_checkpoints_total", device=dev, mode="forced") >= 1
+    assert metric(text, "jstall_journal_size_blocks", device=dev) > 0
