@@ -2,7 +2,7 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup setup-test demo test bench bench-long clean
+.PHONY: setup setup-test demo test test-kernels bench bench-long clean
 
 setup:
 	sh scripts/setup.sh
@@ -15,6 +15,11 @@ demo: setup
 
 test: setup-test
 	$(PY) -m pytest -ra tests
+
+# The kernel tests on each stock kernel of tests/guest-kernels.txt, in QEMU guests (emulated:
+# hours, not minutes; make test runs a smoke run on each of them).
+test-kernels: setup-test
+	bash scripts/guest.sh test
 
 bench: setup
 	$(PY) benchmarks/record_overhead.py

@@ -3,7 +3,8 @@
 1. Tight metadata loop (benchmarks/metadata_loop.py: per file create, 2 x setxattr, unlink;
    unthrottled 256-byte-inode ext4 with a 64 MiB journal on a loop device), in rounds
    whose order alternates (ABBA: forward, then reversed): untraced; `jstall record -d`
-   with per-syscall tracepoints ("syscalls", the default) and with raw_syscalls ("raw");
+   with per-syscall tracepoints ("syscalls", the default where fentry is refused), with
+   raw_syscalls ("raw") and, where the kernel takes it, fentry/fexit ("fentry");
    bcc's `syscount -L` (Debian: syscount-bpfcc); a bpftrace raw_syscalls latency
    histogram. Each traced rate is divided by the same round's untraced rate. Prints every
    round, then the median and range of each ratio, and checks that jstall counted every call.
@@ -66,15 +67,14 @@ def other_attach_points():
     """Whether this kernel takes the attach points that would spare the syscall tracepoints'
     cost, in words: kprobes (the kprobe_events file exists with CONFIG_KPROBES) and fentry
     (bpf(2) BPF_PROG_LOAD of an empty fentry program on the unlinkat syscall's function)."""
-    from jstall.probes import btf
+    from jstall.probes import bpfsys, btf
 
     kprobes = "available" if os.path.exists("/sys/kernel/tracing/kprobe_events") else "not built in"
     func = {"x86_64": "__x64_sys_unlinkat", "aarch64": "__arm64_sys_unlinkat"}.get(os.uname().machine)
     func_id = btf.BtfTypes.load().type_ids("FUNC", [func]).get(func) if func else None
     if not func_id:
         return f"kprobes {kprobes}; fentry not tried (no {func} in the kernel BTF)"
-    insns = bytes([0xB7, 0, 0, 0, 0, 0, 0, 0, 0x95, 0, 0, 0, 0, 0, 0, 0])   # r0 = 0; exit
-    fd = recorder_module.load_tracing_program(insns, recorder_module.BPF_TRACE_FENTRY, func_id, b"fentry_probe")
+    fd = bpfsys.load_tracing_program(bpfsys.EMPTY_PROGRAM, bpfsys.BPF_TRACE_FENTRY, func_id, b"fentry_probe")
     if isinstance(fd, str):
         return f"kprobes {kprobes}; fentry on {func} refused at load ({fd})"
     os.close(fd)
@@ -277,14 +277,16 @@ def main():
     ap.add_argument("--skip-stats", action="store_true")
     args = ap.parse_args()
     print(f"load average at start: {os.getloadavg()}; CPUs: {os.cpu_count()}; kernel {os.uname().release}")
-    print(f"besides tracepoints: {other_attach_points()}")
+    others = other_attach_points()
+    print(f"besides tracepoints: {others}")
+    # jstall's fentry mode where the kernel takes it (its default there)
+    modes = ("fentry",) * others.endswith("loads") + ("syscalls", "raw")
     with scratch_mount(args.mount) as mount, tempfile.TemporaryDirectory(dir="/var/tmp") as tmp:
-        jstall = {a: Jstall(mount, tmp, a) for a in ("syscalls", "raw")}
+        jstall = {a: Jstall(mount, tmp, a) for a in modes}
         floor = {a: Jstall(mount, tmp, a, floor=True) for a in ("syscalls", "raw")}
         conditions = {
             "untraced": contextlib.nullcontext,
-            "jstall (syscalls)": jstall["syscalls"].running,
-            "jstall (raw)": jstall["raw"].running,
+            **{f"jstall ({a})": jstall[a].running for a in modes},
             "syscount -L": lambda: tool_running([SYSCOUNT, "-L"], "Tracing"),
             "bpftrace hist": lambda: tool_running(["bpftrace", "-e", BPFTRACE_HIST], "Attaching"),
         }
@@ -379,7 +381,7 @@ def main():
             try:
                 with open("/proc/sys/kernel/bpf_stats_enabled", "w") as f:
                     f.write("1")
-                for a in ("syscalls", "raw"):
+                for a in modes:
                     print_stats(f"attach={a}, tight loop", stats_run(mount, tmp, a, lambda: run_loop(mount, args.files, args.loops)))
                 if not args.skip_dbench:
                     print_stats(f"attach=syscalls, dbench {args.dbench_seconds} s",

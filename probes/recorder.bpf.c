@@ -660,7 +660,24 @@ int sc_exit(struct sc_exit_args *ctx)
 	struct inflight *c = current_call(0);
 	return c && c->ts_ns ? call_end(c, ctx->ret, 0) : 0;
 }
-#elif FENTRY_SYSCALLS
+#else
+/* A traced call enters and leaves where the attach point hands over the saved user
+ * registers: raw_syscalls, or fentry/fexit on the syscall's function. */
+static __always_inline int regs_enter(__u32 nr, __u64 regs)
+{
+	__u16 *traced = traced_nr.lookup(&nr);
+	if (!traced || !*traced)
+		return 0;
+	return call_enter(nr, *traced, 0, 0, regs);
+}
+
+static __always_inline int regs_exit(__s64 ret, __u64 regs)
+{
+	struct inflight *c = current_call(0);
+	return c && c->ts_ns ? call_end(c, ret, regs) : 0;
+}
+
+#if FENTRY_SYSCALLS
 /* fentry/fexit on each traced call's syscall function (__x64_sys_<name>(const struct
  * pt_regs *regs)), loaded once per call by the recorder: only traced calls run a program,
  * and other syscalls stay off the slow syscall path that any syscall tracepoint turns on.
@@ -668,38 +685,27 @@ int sc_exit(struct sc_exit_args *ctx)
  * return value. The call's number is the one the registers were entered with. */
 int fentry_call(struct bpf_raw_tracepoint_args *ctx)
 {
-	__u32 nr = read_sized((const void *)ctx->args[0] + SYSCALL_NR_OFF, 4);
-	if (nr >= 1024)
-		return 0;
-	__u16 *traced = traced_nr.lookup(&nr);
-	if (!traced || !*traced)
-		return 0;
-	return call_enter(nr, *traced, 0, 0, ctx->args[0]);
+	return regs_enter(read_sized((const void *)ctx->args[0] + SYSCALL_NR_OFF, 4), ctx->args[0]);
 }
 
 int fexit_call(struct bpf_raw_tracepoint_args *ctx)
 {
-	struct inflight *c = current_call(0);
-	return c && c->ts_ns ? call_end(c, ctx->args[1], ctx->args[0]) : 0;
+	return regs_exit(ctx->args[1], ctx->args[0]);
 }
 #else
 /* raw_syscalls:sys_enter(struct pt_regs *regs, long id): one program for every syscall
  * of every task; untraced numbers return at once. */
 int on_sys_enter(struct bpf_raw_tracepoint_args *ctx)
 {
-	__u32 nr = ctx->args[1];
-	__u16 *traced = traced_nr.lookup(&nr);
-	if (!traced || !*traced)
-		return 0;
-	return call_enter(nr, *traced, 0, 0, ctx->args[0]);
+	return regs_enter(ctx->args[1], ctx->args[0]);
 }
 
 /* raw_syscalls:sys_exit(struct pt_regs *regs, long ret) */
 int on_sys_exit(struct bpf_raw_tracepoint_args *ctx)
 {
-	struct inflight *c = current_call(0);
-	return c && c->ts_ns ? call_end(c, ctx->args[1], ctx->args[0]) : 0;
+	return regs_exit(ctx->args[1], ctx->args[0]);
 }
+#endif
 #endif
 #endif /* TRACE_SYSCALLS: entry points */
 

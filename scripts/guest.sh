@@ -9,6 +9,10 @@
 #                                      boot KVER, run COMMAND (bash -c, as root, in the
 #                                      checkout); -w DIR: a host directory the guest may write
 #                                      (shared at the same path). Exit status: COMMAND's.
+#   guest.sh test [KVER ...] [-- PYTEST ARGS]
+#                                      the kernel tests (pytest -m 'kernel and not guest') in a
+#                                      guest of each listed kernel (or of those given), one
+#                                      after another; exit status 1 if any failed
 #   guest.sh kernels                   the kernels listed in tests/guest-kernels.txt
 #
 # Kernels are Debian's linux-image-KVER packages, unpacked (not installed) under
@@ -132,8 +136,25 @@ EOF
     exit "${rc:-125}"
 }
 
+# The kernel tests in a guest of each kernel; the guests' pytest writes no cache or bytecode
+# (the checkout is read-only there).
+test_kernels() {
+    local ks=() args=() k failed=0
+    while [ $# -gt 0 ]; do
+        case $1 in --) shift; args=("$@"); break ;; *) ks+=("$1"); shift ;; esac
+    done
+    [ ${#ks[@]} -gt 0 ] || ks=($(kernels))
+    [ ${#args[@]} -gt 0 ] || args=(-m "kernel and not guest" tests)
+    for k in "${ks[@]}"; do
+        echo "guest: kernel tests on $k"
+        (run "$k" -t 14400 -- "$(printf '%q ' .venv/bin/python -m pytest -p no:cacheprovider -ra "${args[@]}")") || failed=1
+    done
+    return $failed
+}
+
 case ${1:-} in
     setup) setup ;;
+    test) shift; test_kernels "$@" ;;
     run) shift; [ $# -gt 0 ] || die "run: no kernel"; run "$@" ;;
     kernels) kernels ;;
     *) sed -n '2,/^set -u/p' "$0" | sed -e '/^set -u/d' -e 's/^# \{0,1\}//'; exit 2 ;;
