@@ -60,7 +60,7 @@ def add_arguments(p):
     p.add_argument("-q", "--quiet", action="store_true", help="no per-call lines")
     p.add_argument("--calls", metavar="GROUP,...",
                    help="calls to trace: comma-separated groups (metadata, fsync, sync, write, truncate, time, "
-                        "attr, link), single calls, or all (default: metadata,fsync)")
+                        "attr, link, copy, ioctl, close), single calls, or all (default: metadata,fsync)")
     p.add_argument("--collect-dir", metavar="ROOT",
                    help="write the session to ROOT/host=HOST/date=YYYY-MM-DD/NAME (docs/fleet.md), not -o")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARG ...]",

@@ -21,7 +21,7 @@ GROUPS = {
     "metadata": ("setxattr", "lsetxattr", "fsetxattr", "setxattrat",
                  "removexattr", "lremovexattr", "fremovexattr", "removexattrat",
                  "unlink", "unlinkat", "rmdir", "mkdir", "mkdirat",
-                 "creat", "open", "openat", "openat2",
+                 "creat", "open", "openat", "openat2", "mknod", "mknodat",
                  "rename", "renameat", "renameat2"),
     "fsync": ("fsync", "fdatasync"),
     "sync": ("sync_file_range", "syncfs", "msync"),
@@ -30,6 +30,11 @@ GROUPS = {
     "time": ("utimensat", "futimesat", "utime", "utimes"),
     "attr": ("chmod", "fchmod", "fchmodat", "fchmodat2", "chown", "fchown", "lchown", "fchownat"),
     "link": ("link", "linkat", "symlink", "symlinkat"),
+    # copies and clones (copy_file_range; FICLONE and FS_IOC_SETFLAGS are ioctls) and the
+    # last close of an unlinked file (the inode's eviction frees its blocks in a handle)
+    "copy": ("copy_file_range",),
+    "ioctl": ("ioctl",),
+    "close": ("close",),
 }
 #: Traced when --calls is not given.
 DEFAULT_GROUPS = ("metadata", "fsync")
@@ -38,7 +43,7 @@ TRACED = tuple(c for g in DEFAULT_GROUPS for c in GROUPS[g])
 
 _NUMBERS = {
     "x86_64": {
-        "write": 1, "open": 2, "pwrite64": 18, "writev": 20, "msync": 26, "fsync": 74, "fdatasync": 75,
+        "write": 1, "open": 2, "close": 3, "ioctl": 16, "mknod": 133, "mknodat": 259, "copy_file_range": 326, "pwrite64": 18, "writev": 20, "msync": 26, "fsync": 74, "fdatasync": 75,
         "truncate": 76, "ftruncate": 77, "rename": 82, "mkdir": 83, "rmdir": 84, "creat": 85, "link": 86,
         "unlink": 87, "symlink": 88, "chmod": 90, "fchmod": 91, "chown": 92, "fchown": 93, "lchown": 94,
         "utime": 132, "setxattr": 188, "lsetxattr": 189, "fsetxattr": 190, "removexattr": 197,
@@ -50,7 +55,7 @@ _NUMBERS = {
     },
     "aarch64": {
         "setxattr": 5, "lsetxattr": 6, "fsetxattr": 7, "removexattr": 14, "lremovexattr": 15,
-        "fremovexattr": 16, "mkdirat": 34, "unlinkat": 35, "symlinkat": 36, "linkat": 37, "truncate": 45,
+        "fremovexattr": 16, "ioctl": 29, "mknodat": 33, "close": 57, "copy_file_range": 285, "mkdirat": 34, "unlinkat": 35, "symlinkat": 36, "linkat": 37, "truncate": 45,
         "ftruncate": 46, "fallocate": 47, "fchmod": 52, "fchmodat": 53, "fchownat": 54, "fchown": 55,
         "openat": 56, "write": 64, "writev": 66, "pwrite64": 68, "pwritev": 70, "fsync": 82, "fdatasync": 83,
         "sync_file_range": 84, "utimensat": 88, "msync": 227, "syncfs": 267, "renameat2": 276,
@@ -98,12 +103,12 @@ def numbers(machine=None, calls=None):
 #: superblock (task->files->fdt->fd[fd]->f_inode->i_sb), whether or not they journal.
 FD_ARG0 = ("fsync", "fdatasync", "fsetxattr", "fremovexattr", "sync_file_range", "syncfs",
            "write", "pwrite64", "writev", "pwritev", "pwritev2", "ftruncate", "fallocate",
-           "fchmod", "fchown")
+           "fchmod", "fchown", "copy_file_range", "ioctl", "close")
 #: Calls that return a new descriptor: their filesystem is the returned file's.
 RETURNS_FD = ("creat", "open", "openat", "openat2")
 #: Path-based calls with the path in their second argument (after a directory fd, or a
 #: symlink's target); the other path-based calls have it in their first.
-PATH_ARG1 = ("unlinkat", "mkdirat", "openat", "openat2", "renameat", "renameat2", "setxattrat",
+PATH_ARG1 = ("unlinkat", "mkdirat", "mknodat", "openat", "openat2", "renameat", "renameat2", "setxattrat",
              "removexattrat", "futimesat", "utimensat", "fchmodat", "fchmodat2", "fchownat",
              "symlink")
 #: Calls with no path or descriptor argument to name a file by (msync takes an address;
