@@ -2,7 +2,8 @@
 # The guest smoke run (tests/test_guest_kernels.py; runs inside a guest, in the checkout):
 # on a stock kernel, at once and over the same lab run,
 #   - `jstall monitor` system-wide (fs-level probes), scraped after the run;
-#   - `jstall record` system-wide with JSTALL_ATTACH=syscalls (syscall tracepoints);
+#   - `jstall record` system-wide with JSTALL_ATTACH=syscalls (syscall tracepoints), of
+#     setxattr alone (the count the host test compares);
 #   - `jstall lab run xattr` (its recording in the kernel's default attach mode: fentry on a
 #     stock kernel) of the seed stall: 128-byte inodes, a 4 MiB journal, a paced device.
 # Everything lands in OUT (a host directory the guest may write); the host test analyzes
@@ -15,7 +16,7 @@ cd "$OUT" || exit 1
 uname -r > kernel.txt
 "$J" monitor -q --listen 127.0.0.1:$PORT > monitor.log 2>&1 &
 MON=$!
-JSTALL_ATTACH=syscalls "$J" record -q -o syscalls-session > record.log 2>&1 &
+JSTALL_ATTACH=syscalls "$J" record -q --calls setxattr --min-ms 1000 -o syscalls-session > record.log 2>&1 &
 REC=$!
 ready=0
 for _ in $(seq 600); do   # both compile their probes: minutes under emulation
