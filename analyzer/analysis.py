@@ -11,7 +11,7 @@ from functools import cached_property
 from . import recording, summary
 from .calls import call_stats
 from .fill import timeline
-from .journals import checkpoints, commit_phases, proc_agreement, transactions
+from .journals import checkpoints, commit_phases, proc_agreement, transactions, untraced_checkpoints, untraced_text
 from .journals import summary as journal_summary
 from .load import Session, load_session
 from .processes import per_process
@@ -59,6 +59,7 @@ class Analysis:
     transactions = _result(transactions)
     phases = _result(commit_phases)
     checkpoints = _result(checkpoints)
+    untraced_checkpoints = _result(untraced_checkpoints)
     journals = _result(journal_summary, "timeline", "transactions", "stalls")
     proc = _result(proc_agreement, "transactions")
     calls = _result(call_stats)
@@ -104,6 +105,11 @@ class Analysis:
         missing = (m.get("probes") or {}).get("missing") or []
         if missing:
             w.append("probes missing while recording: " + ", ".join(missing))
+        untraced = self.untraced_checkpoints
+        if len(untraced):
+            n = int(untraced["checkpoints"].sum())
+            w.append(f"{n} forced checkpoint{'s' * (n != 1)} ran outside the traced calls: "
+                     f"{untraced_text(untraced)}; their waits are in no stall below")
         if not len(self.session.jbd2_events) and not len(self.session.run_stats):
             w.append("no jbd2 events in this session: no commit or checkpoint happened while recording, or the journal's device was not traced")
         if len(self.proc):

@@ -125,6 +125,38 @@ def checkpoints(session, timeline=None):
     return out.drop(columns=["first_block", "last_block"]).reset_index(drop=True)
 
 
+def untraced_checkpoints(session):
+    """Forced checkpoints (run in a task, not a jbd2 thread) that fired outside every traced
+    call: one row per (``dev``, ``pid``, ``comm``) with ``checkpoints``, ``traced_task`` (the
+    task was in the session's scope: it was in a call jstall did not trace; else a task
+    outside the scope) and ``first_ns``. Empty for sessions recorded before jbd2 events said
+    where they ran."""
+    ev = session.jbd2_events
+    cols = ["dev", "pid", "comm", "traced_task", "checkpoints", "first_ns"]
+    if "in_traced_call" not in ev.columns or not len(ev):
+        return pd.DataFrame(columns=cols)
+    cp = ev[(ev["event"] == "checkpoint") & ~ev["jbd2_thread"].astype(bool)]
+    cp = cp[cp["in_traced_call"].notna() & ~cp["in_traced_call"].fillna(True).astype(bool)]
+    if not len(cp):
+        return pd.DataFrame(columns=cols)
+    cp = cp.assign(dev=cp["dev"].astype("str"), comm=cp["comm"].astype("str"),
+                   traced_task=cp["traced_task"].fillna(False).astype(bool))
+    out = (cp.groupby(["dev", "pid", "comm", "traced_task"], observed=True, sort=False)
+           .agg(checkpoints=("ts_ns", "size"), first_ns=("ts_ns", "min")).reset_index())
+    return out.sort_values(["checkpoints", "first_ns"], ascending=[False, True], kind="stable")[cols].reset_index(drop=True)
+
+
+def untraced_text(untraced, most=3):
+    """'72 in tar 4121 on 7:1, in a call not traced; ...': where forced checkpoints ran outside
+    the traced calls, the largest first."""
+    parts = [f"{int(r['checkpoints'])} in {r['comm']} {int(r['pid'])} on {r['dev']}, "
+             f"{'in a call not traced' if r['traced_task'] else 'a task outside the recording'}"
+             for r in untraced.head(most).to_dict("records")]
+    if len(untraced) > most:
+        parts.append(f"{len(untraced) - most} more tasks")
+    return "; ".join(parts)
+
+
 def checkpoint_writes(session):
     """jbd2_checkpoint_stats rows with ``forced`` (fired in a task other than a jbd2 thread)
     and ``chp_time_ms`` (from jiffies at hz); ``written`` counts blocks written home."""

@@ -20,6 +20,7 @@ import numpy as np
 from . import causes
 from .fill import timeline as fill_timeline
 from .journal_model import journal_blocks_needed, model
+from .journals import untraced_checkpoints, untraced_text
 from .recording import NOTE_SHARE, losses
 
 XATTR_SYSCALLS = ("setxattr", "lsetxattr", "fsetxattr", "setxattrat", "removexattr", "lremovexattr",
@@ -125,8 +126,20 @@ def lost_events(ctx):
 
 
 def no_stalls(ctx):
+    """No stall in the traced calls: said so only when the kernel forced no checkpoint
+    outside them either (else where they ran, and how to trace them)."""
     if len(ctx.stalls):
         return []
+    untraced = ctx._memo("untraced", lambda: untraced_checkpoints(ctx.session))
+    if len(untraced):
+        n = int(untraced["checkpoints"].sum())
+        return [Recommendation(
+            "untraced_checkpoints",
+            f"No traced call took {ctx.min_ms:g} ms or more, but the kernel forced {n} checkpoint"
+            f"{'s' * (n != 1)} outside the traced calls ({untraced_text(untraced)}): a task waited for log "
+            "space there. Record again with --calls all, and with those tasks in the recording's scope, "
+            "to see the calls that waited.",
+            inputs={"checkpoints": n, "tasks": len(untraced)})]
     return [Recommendation("no_stalls", f"No traced call took {ctx.min_ms:g} ms or more: no journal stall to remove.",
                            inputs={"min_ms": ctx.min_ms})]
 
@@ -337,7 +350,7 @@ def __getattr__(name):
 #: Every rule, in no particular order (the result is ranked).
 RULES = (lost_events, no_stalls, journal_size, inode_size, external_journal, fast_commit, per_cause)
 #: Kinds ranked before all others whatever their stall time.
-FINDINGS = ("lost_events", "no_stalls")
+FINDINGS = ("lost_events", "no_stalls", "untraced_checkpoints")
 
 
 def rank(recs):

@@ -248,7 +248,9 @@ class Summary:
     stall threshold used; ``requested_min_ms``; ``recorded_min_ms``, the recorder's),
     ``traced_groups`` ({"groups", "calls"} or None), ``events_lost``/``stacks_lost``,
     ``losses`` (recording.losses), ``warnings``/``notes`` (lines), ``window`` (window.describe,
-    None for the whole session) and ``per_process`` (processes.per_process as records)."""
+    None for the whole session), ``per_process`` (processes.per_process as records) and
+    ``untraced_checkpoints`` (journals.untraced_checkpoints as records: forced checkpoints that
+    ran outside the traced calls)."""
 
     session: SessionHeader
     min_ms: float
@@ -265,6 +267,7 @@ class Summary:
     journals: tuple
     calls: tuple
     per_process: tuple
+    untraced_checkpoints: tuple
 
 
 def traced_groups(meta):
@@ -357,7 +360,8 @@ def summarize(analysis):
         stacks_lost=int(m.get("stacks_lost") or 0), warnings=tuple(a.warnings), notes=tuple(a.notes),
         window=json_safe(window.describe(s)), losses=tuple(json_safe(recording.losses(s))),
         stalls=stall_summary(a.stalls, a.causes), journals=journal_summaries(a.journals, a.proc, s.hz),
-        calls=call_summaries(a.calls), per_process=tuple(json_safe(a.processes.to_dict("records"))))
+        calls=call_summaries(a.calls), per_process=tuple(json_safe(a.processes.to_dict("records"))),
+        untraced_checkpoints=tuple(json_safe(a.untraced_checkpoints.to_dict("records"))))
 
 
 def top_stalls(analysis, n):
@@ -398,5 +402,5 @@ def document(summary, top, recommendations):
         "recommendations": [r.to_dict() for r in recommendations],
         "window": su.window, "notes": list(su.notes), "losses": list(su.losses),
         "recorded_min_ms": su.recorded_min_ms, "requested_min_ms": su.requested_min_ms,
-        "per_process": list(su.per_process),
+        "per_process": list(su.per_process), "untraced_checkpoints": list(su.untraced_checkpoints),
     })

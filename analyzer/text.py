@@ -38,7 +38,10 @@ def session_summary(analysis, top=10):
     out += warning_lines(su)
     st = su.stalls
     out.append("")
-    if not st.count:
+    if not st.count and su.untraced_checkpoints:
+        out.append(f"No stalls in the traced calls (none took {su.min_ms:g} ms or more); but the kernel forced "
+                   "checkpoints outside them (see the warning above).")
+    elif not st.count:
         out.append(f"No stalls: no call took {su.min_ms:g} ms or more.")
     else:
         out.append(f"{st.count} stalls (calls >= {su.min_ms:g} ms): {st.total_ms:.0f} ms in all, "
