@@ -16,7 +16,7 @@ DEFAULT_MIN_MS = 10.0
 def stall_columns():
     """Columns of the stall table, in order (``<cause>_ms`` for every registered cause follows
     ``oncpu_ms``)."""
-    return (["ts_ns", "end_ns", "latency_ms", "tid", "pid", "comm", "syscall", "ret", "dev", "handles",
+    return (["ts_ns", "end_ns", "latency_ms", "tid", "pid", "comm", "syscall", "ret", "dev", "handles", "context",
              "cause", "cause_label", "offcpu_ms", "oncpu_ms"]
             + [f"{c}_ms" for c in CAUSES]
             + ["free_start_blocks", "fill_start_pct", "min_free_blocks", "fill_max_pct", "log_blocks",
@@ -236,6 +236,8 @@ def find_stalls(session, timeline, min_ms=DEFAULT_MIN_MS):
     cols = {c: st[c] for c in ["ts_ns", "end_ns"]}
     cols["latency_ms"] = lat_ns / 1e6
     cols.update({c: st[c] for c in ["tid", "pid", "comm", "syscall", "ret", "dev", "handles"]})
+    # a handle wait outside traced calls (syscall journal_start): what its task was doing
+    cols["context"] = st["context"] if "context" in st else pd.Series([None] * n, index=st.index, dtype="object")
     cols["cause"] = pd.Categorical(primary, categories=CAUSES)
     cols["cause_label"] = pd.array(label, dtype="str") if n else label  # an empty table: object, as ever
     cols["offcpu_ms"] = off_ns / 1e6

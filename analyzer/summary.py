@@ -179,7 +179,8 @@ class CallSummary(_Doc):
 
 @dataclass(frozen=True)
 class TopStall(_Doc):
-    """One stalled call (a row of stalls.find_stalls): when (``t_s`` since the session start,
+    """One stalled call (a row of stalls.find_stalls; ``syscall`` journal_start: a journal handle
+    wait outside the traced calls, ``context`` what its task was doing): when (``t_s`` since the session start,
     ``ts_ns``, ``wall`` ISO 8601), how long, who, its cause and ``by_cause_ms`` (off-CPU ms per
     cause, non-zero only), the journal's fill and headroom around it."""
 
@@ -188,6 +189,7 @@ class TopStall(_Doc):
     wall: str
     latency_ms: float
     syscall: str
+    context: str
     comm: str
     pid: int
     tid: int
@@ -373,7 +375,8 @@ def top_stalls(analysis, n):
     for r in rows.to_dict("records"):  # n rows
         out.append(TopStall(**json_safe({
             "t_s": (r["ts_ns"] - t0) / 1e9, "ts_ns": int(r["ts_ns"]), "wall": window.wall_iso(s.meta, r["ts_ns"]),
-            "latency_ms": r["latency_ms"], "syscall": r["syscall"], "comm": r["comm"], "pid": int(r["pid"]),
+            "latency_ms": r["latency_ms"], "syscall": r["syscall"], "context": r.get("context"),
+            "comm": r["comm"], "pid": int(r["pid"]),
             "tid": int(r["tid"]), "dev": r["dev"], "cause": str(r["cause"]), "cause_label": r["cause_label"],
             "by_cause_ms": {c: r[f"{c}_ms"] for c in causes.CAUSES if r[f"{c}_ms"] > 0},
             **{k: r[k] for k in ("oncpu_ms", "fill_start_pct", "fill_max_pct", "min_free_blocks",

@@ -25,6 +25,14 @@ def _f(v, fmt="{:.1f}", none="-"):
     return fmt.format(v)
 
 
+def call_label(syscall, context=None):
+    """A stall's call as the tables print it: a journal handle wait outside the traced calls
+    (syscall journal_start) by what its task was doing, 'mknodat (wait)'."""
+    if syscall == "journal_start" and isinstance(context, str) and context:
+        return f"{context} (wait)"
+    return syscall
+
+
 def session_summary(analysis, top=10):
     """The text summary: header, warnings, stall totals by cause, top stalls, journals,
     slowest calls, recommendations (read from ``analysis.summary``)."""
@@ -61,7 +69,7 @@ def session_summary(analysis, top=10):
         out.append("")
         out.append(f"top {min(top, st.count)} stalls")
         tops = analysis.top_stalls(top)
-        rows = [[_clock(r), r.comm, r.pid, r.syscall, f"{r.latency_ms:.1f}", r.dev or "-", r.cause,
+        rows = [[_clock(r), r.comm, r.pid, call_label(r.syscall, r.context), f"{r.latency_ms:.1f}", r.dev or "-", r.cause,
                  _f(r.headroom_start_pct), _f(r.min_headroom_pct), "yes" if r.forced else "", r.cause_label[:48]]
                 for r in tops]
         out.append(_table([_clock_heading(tops), "comm", "pid", "call", "ms", "dev", "cause", "headroom%", "low%",

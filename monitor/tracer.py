@@ -29,13 +29,9 @@ from jstall.schema import PHASES
 
 from . import bpfstats
 
-OPS = events.ENUMS["jstall_op"]
-#: operation code -> the name stored in a capture's ``syscall`` column and the ``op`` label
-OP_NAMES = {OPS["OP_JOURNAL_START"]: "journal_start", OPS["OP_SYNC_FILE"]: "sync_file"}
+OPS, OP_NAMES = events.OPS, events.OP_NAMES
 MONITOR_RAW_TRACEPOINTS = (("jbd2", "jbd2_handle_start"), ("ext4", "ext4_sync_file_enter"),
                            ("ext4", "ext4_sync_file_exit"))
-#: extra struct members the monitor-mode probes read (see recorder.bpf.c's monitor section)
-MONITOR_FIELDS = {"TASK_JOURNAL_INFO": ("task_struct", "journal_info"), "FILE_INODE": ("file", "f_inode")}
 #: jbd2_log_space_left(): j_free - JBD2_CONTROL_BLOCKS_RESERVED (32) - committing credits
 RESERVED_BLOCKS = 32
 #: commit phases of jbd2_run_stats, and the upper bounds (seconds) of their histogram buckets
@@ -140,16 +136,17 @@ class Tracer(Recorder):
 
     # ---- set-up: the recorder's compile and attach, in monitor mode ----------------------
 
+    @property
+    def handle_waits(self):
+        """Handle waits as the recorder records them: with --syscalls (else the monitor's own
+        operations time every handle wait)."""
+        return self.mopts.syscalls
+
     def _call_slot_rows(self):
         """The operations' call_slots rows (recorder.bpf.c: OP_ROW), or the syscalls'."""
         if self.mopts.syscalls:
             return super()._call_slot_rows()
         return {OPS["OP_JOURNAL_START"]: 0, OPS["OP_SYNC_FILE"]: 1}
-
-    def _probe_fields(self):
-        """The recorder's struct members, and those the monitor's operations read."""
-        fields = super()._probe_fields()
-        return fields if self.mopts.syscalls else {**fields, **MONITOR_FIELDS}
 
     def _cflags(self):
         flags = super()._cflags()

@@ -23,6 +23,9 @@ MODULES = ("ext4", "jbd2", "xfs")
 #: (struct, member) pairs the probes read, by the macro name they get in the BPF C.
 FIELDS = {
     "TASK_PID": ("task_struct", "pid"),
+    "TASK_FLAGS": ("task_struct", "flags"),
+    # set while the task holds a journal handle: a nested handle never waits
+    "TASK_JOURNAL_INFO": ("task_struct", "journal_info"),
     "TASK_COMM": ("task_struct", "comm"),
     "SB_DEV": ("super_block", "s_dev"),
     "SB_FS_INFO": ("super_block", "s_fs_info"),
@@ -77,6 +80,9 @@ SYSCALL_ARGS = {
 }
 #: Where struct pt_regs keeps the number a syscall was entered with (fentry mode).
 SYSCALL_NR = {"x86_64": ("pt_regs", "orig_ax"), "aarch64": ("pt_regs", "syscallno")}
+#: Where struct pt_regs keeps a syscall's return value, -ENOSYS while the syscall runs (x86_64's
+#: entry code sets it so; an exception leaves the user's value): tells a syscall from a fault.
+SYSCALL_RET = {"x86_64": ("pt_regs", "ax")}
 #: The prefix of a syscall's function name (the fentry mode attaches to <prefix><call>).
 SYSCALL_PREFIX = {"x86_64": "__x64_sys_", "aarch64": "__arm64_sys_"}
 
@@ -228,9 +234,11 @@ def syscall_arg_defines(types, machine=None):
     except KeyError:
         offs = None
     a0, a1 = offs or (0, 0)
-    nr = SYSCALL_NR.get(machine_name)
+    nr, ret = SYSCALL_NR.get(machine_name), SYSCALL_RET.get(machine_name)
     try:
         nr_off = types.member(*nr)[0] if nr else 0
+        ret_off = types.member(*ret)[0] if ret else -1
     except KeyError:
-        nr_off = 0
-    return {"SYSCALL_ARGS": int(bool(offs)), "ARG0_OFF": a0, "ARG1_OFF": a1, "SYSCALL_NR_OFF": nr_off}
+        nr_off, ret_off = 0, -1
+    return {"SYSCALL_ARGS": int(bool(offs)), "ARG0_OFF": a0, "ARG1_OFF": a1, "SYSCALL_NR_OFF": nr_off,
+            "SYSCALL_CONTEXT": int(ret_off >= 0), "SYSCALL_RET_OFF": max(ret_off, 0)}

@@ -4,7 +4,7 @@ slow call (the call's latency in milliseconds, the journal fill the handle saw i
 
 import time
 
-from . import filesystems
+from . import events, filesystems, tables
 
 HEADER = f"{'TIME':<8} {'COMM':<16} {'PID':>7} {'TID':>7} {'CALL':<13} {'LAT(ms)':>9} {'DEV':>7} {'FILL%':>6} FILE"
 
@@ -44,5 +44,7 @@ def print_call(out, e, syscall_names):
     t = time.strftime("%H:%M:%S")
     comm = e["comm"].decode(errors="replace")
     file = e["file"].decode(errors="replace") or "-"
+    if int(e["syscall_nr"]) == events.OPS["OP_JOURNAL_START"]:   # a handle wait outside traced calls
+        file = f"(in {tables.context_name(int(e['context_nr']), int(e['task_flags'])) or 'an untraced call'})"
     print(f"{t:<8} {comm:<16} {e['pid']:>7} {e['tid']:>7} {name:<13} {e['latency_ns'] / 1e6:>9.2f} {dev:>7} {fill} {file}",
           file=out, flush=True)

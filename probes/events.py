@@ -66,6 +66,12 @@ DTYPES, ENUMS, DEFINES = parse_header()
 KINDS = ENUMS["jstall_kind"]
 JBD2_EVENT_NAMES = {v: k[len("JBD2_"):].lower() for k, v in ENUMS["jstall_jbd2_event"].items()}
 BUFFERS = ENUMS["jstall_buffer"]
+OPS = ENUMS["jstall_op"]
+#: operation code -> the name a session's ``syscall`` column stores (and the monitor's ``op`` label)
+OP_NAMES = {OPS["OP_JOURNAL_START"]: "journal_start", OPS["OP_SYNC_FILE"]: "sync_file"}
+CONTEXTS = ENUMS["jstall_context"]
+#: task_struct.flags bits that say what a task is (include/linux/sched.h)
+PF_IO_WORKER, PF_KTHREAD = 0x00000010, 0x00200000
 
 #: kind value -> struct name
 KIND_STRUCTS = {

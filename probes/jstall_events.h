@@ -34,10 +34,17 @@ enum jstall_jbd2_event {
 	JBD2_WRITE_SUPERBLOCK,
 };
 
-/* The monitor's fs-level operations, in call_event.syscall_nr (above every syscall number) */
+/* fs-level operations, in call_event.syscall_nr (above every syscall number): the monitor's,
+ * and the recorder's handle waits outside traced calls */
 enum jstall_op {
 	OP_JOURNAL_START = 4096,
 	OP_SYNC_FILE,
+};
+
+/* call_event.context_nr of a handle wait that is not a syscall number */
+enum jstall_context {
+	CONTEXT_UNKNOWN = -1,      /* not read (a syscall itself, or no bpf_task_pt_regs) */
+	CONTEXT_NOT_SYSCALL = -2,  /* the task entered the kernel other than by a syscall: a fault */
 };
 
 /* ring buffers, and the index of each one's lost-event counter */
@@ -95,6 +102,11 @@ struct call_event {
 	__u64 journal_log_blocks;
 	__u64 journal_committing_credits;
 	__u64 cgroup_id;
+	/* a handle wait (OP_JOURNAL_START) outside a traced call: what its task was doing,
+	 * the syscall number it was in (>= 0), CONTEXT_NOT_SYSCALL, or CONTEXT_UNKNOWN; and the
+	 * task's PF_* flags (kernel thread, io_uring worker) */
+	__s32 context_nr;
+	__u32 task_flags;
 	char file[JSTALL_FILE_LEN];
 };
 

@@ -170,10 +170,13 @@ def _share(part, whole):
 
 def _summary(rec, path):
     m = rec.metadata
-    calls = sum(rec.tables["call_totals"]["count"].to_pylist())
+    totals = rec.tables["call_totals"].to_pydict()
+    waits = sum(n for c, n in zip(totals["syscall"], totals["count"]) if c == "journal_start")
+    calls = sum(totals["count"]) - waits
     secs = (m["end"]["monotonic_ns"] - m["start"]["monotonic_ns"]) / 1e9
     lost = m["events_lost"]
-    print(f"\njstall: {secs:.1f} s, {calls} traced calls, {rec.rows['calls']} at or above {m['min_ms']:g} ms; "
+    print(f"\njstall: {secs:.1f} s, {calls} traced calls and {waits} journal handle waits outside them, "
+          f"{rec.rows['calls']} at or above {m['min_ms']:g} ms; "
           f"{rec.rows['run_stats']} transactions committed; checkpoints: {rec.checkpoints['forced']} forced in a "
           f"user task, {rec.checkpoints['background']} by jbd2", file=sys.stderr)
     devless = m.get("calls_without_device") or {}

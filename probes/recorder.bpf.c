@@ -12,6 +12,8 @@
  *   SIZEOF_<struct>             record sizes the Python side decodes
  *   SYSCALL_ARGS, ARG0_OFF, ARG1_OFF  where pt_regs holds a syscall's first two arguments
  *   SYSCALL_NR_OFF              where pt_regs holds the syscall's number (fentry mode)
+ *   SYSCALL_CONTEXT, SYSCALL_RET_OFF  where pt_regs holds the return value, -ENOSYS inside a
+ *                               syscall (x86_64): what a handle wait's task was doing
  *   SELF_TGID                   the recorder's own process, never traced
  *   CALL_SLOTS, STATS_WAYS      rows of the call_slots counters (one per traced syscall, or per
  *                               monitor operation), and counters per row (a power of 2)
@@ -42,6 +44,19 @@
 #ifndef MONITOR_OPS
 #define MONITOR_OPS 0
 #endif
+/* 1: a traced task's journal handle wait outside every traced call is an operation of its
+ * own (OP_JOURNAL_START, from ext4_journal_start* to jbd2_handle_start), whatever the task
+ * was doing: a call not traced, a page fault, a kernel thread */
+#ifndef HANDLE_WAITS
+#define HANDLE_WAITS 0
+#endif
+#if HANDLE_WAITS && !TRACE_SYSCALLS
+#error "HANDLE_WAITS needs TRACE_SYSCALLS"
+#endif
+/* 1: bpf_task_pt_regs() (5.15) and SYSCALL_CONTEXT: a handle wait names its syscall */
+#ifndef TASK_PT_REGS
+#define TASK_PT_REGS 0
+#endif
 /* any task filter: jbd2 events are kept only for journals the traced tasks used */
 #define FILTER_TASKS (FILTER_PID || FILTER_TREE || FILTER_CGROUP)
 
@@ -61,6 +76,8 @@
 #ifndef EEXIST
 #define EEXIST 17
 #endif
+#define ENOSYS_VALUE 38
+#define PF_KTHREAD_FLAG 0x00200000   /* include/linux/sched.h PF_KTHREAD */
 
 _Static_assert(sizeof(struct call_event) == SIZEOF_call_event, "call_event layout");
 _Static_assert(sizeof(struct offcpu_event) == SIZEOF_offcpu_event, "offcpu_event layout");
@@ -95,6 +112,8 @@ struct inflight {
 	__s32 off_stack_id;
 	__u64 off_ts_ns;   /* 0: the thread is on a CPU */
 	__s64 off_state;
+	__s32 context_nr;  /* a handle wait's: call_event.context_nr */
+	__u32 task_flags;
 };
 
 /* Fill-sample clock of a traced journal, in an array slot chosen by its device:
@@ -491,6 +510,8 @@ static __always_inline void call_init(struct inflight *c, __u64 now, __u32 nr, _
 	c->arg0 = arg0;
 	c->arg1 = arg1;
 	c->free_first = c->free_min = c->log_blocks = c->credits_first = 0;
+	c->context_nr = CONTEXT_UNKNOWN;
+	c->task_flags = 0;
 }
 
 /* A traced call begins: flags are its NR_* bits, arg0/arg1 its first two arguments
@@ -597,6 +618,8 @@ static __always_inline int call_end(struct inflight *c, __s64 ret, __u64 regs)
 			e.journal_log_blocks = c->log_blocks;
 			e.journal_committing_credits = c->credits_first;
 			e.cgroup_id = bpf_get_current_cgroup_id();
+			e.context_nr = c->context_nr;
+			e.task_flags = c->task_flags;
 #if SYSCALL_ARGS
 			__u64 arg0 = regs ? syscall_arg(regs, ARG0_OFF) : c->arg0;
 			__u64 arg1 = regs ? syscall_arg(regs, ARG1_OFF) : c->arg1;
@@ -830,16 +853,6 @@ int mon_ext4_journal_start_inode(struct bpf_raw_tracepoint_args *ctx)
 	return mon_handle_start(READ_FIELD(ctx->args[0], INODE_SB));
 }
 
-/* jbd2_handle_start(dev_t dev, tid_t tid, unsigned int type, unsigned int line_no,
- *                   int requested_blocks): start_this_handle() returned with credits */
-int rtp_jbd2_handle_start(struct bpf_raw_tracepoint_args *ctx)
-{
-	struct inflight *c = current_call(0);
-	if (c && c->ts_ns && c->syscall_nr == OP_JOURNAL_START)
-		call_end(c, 0, 0);   /* counted in its call_slots row (call_counters) */
-	return 0;
-}
-
 /* ext4_sync_file_enter(struct file *file, int datasync) */
 int rtp_ext4_sync_file_enter(struct bpf_raw_tracepoint_args *ctx)
 {
@@ -859,6 +872,19 @@ int rtp_ext4_sync_file_exit(struct bpf_raw_tracepoint_args *ctx)
 	return 0;
 }
 #endif /* MONITOR_OPS */
+
+#if MONITOR_OPS || HANDLE_WAITS
+/* jbd2_handle_start(dev_t dev, tid_t tid, unsigned int type, unsigned int line_no,
+ *                   int requested_blocks): start_this_handle() returned with credits, and
+ * the handle wait that ext4_journal_start* began ends */
+int rtp_jbd2_handle_start(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct inflight *c = current_call(0);
+	if (c && c->ts_ns && c->syscall_nr == OP_JOURNAL_START)
+		call_end(c, 0, 0);   /* the monitor's: its call_slots row; the recorder's: call_stats */
+	return 0;
+}
+#endif
 
 
 /* ==== journal handles: which journal a call (or a traced task) uses; fill samples == */
@@ -906,11 +932,37 @@ static __always_inline int fill_sample(struct dev_clock *k, __u32 dev, __u64 jou
  * add_transaction_credits -> __jbd2_log_wait_for_space). Inside a traced call the
  * call gets the journal's device and fill at its first handle, and the lowest j_free
  * any of its handles saw; at most one fill sample per journal per FILL_SAMPLE_NS. */
+#if HANDLE_WAITS
+/* What a task starting a handle wait outside traced calls was doing: its PF_* flags and,
+ * from its saved user registers, the syscall it is in (CONTEXT_NOT_SYSCALL: it entered the
+ * kernel otherwise, a page fault on a shared mapping, say). */
+static __always_inline void handle_context(struct inflight *c, struct task_struct *task)
+{
+	c->task_flags = READ_FIELD(task, TASK_FLAGS);
+#if TASK_PT_REGS && SYSCALL_CONTEXT
+	if (!(c->task_flags & PF_KTHREAD_FLAG)) {
+		__u64 regs = (__u64)bpf_task_pt_regs(task);
+		if (regs && (__s64)read_sized((const void *)regs + SYSCALL_RET_OFF, 8) == -ENOSYS_VALUE)
+			c->context_nr = (__s32)read_sized((const void *)regs + SYSCALL_NR_OFF, 4);
+		else if (regs)
+			c->context_nr = CONTEXT_NOT_SYSCALL;
+	}
+#endif
+}
+#endif
+
 static __always_inline int handle_start(__u64 sb, int typed)
 {
 	struct inflight *c = current_call(0);
 	if (c && !c->ts_ns)
 		c = NULL;
+#if HANDLE_WAITS
+	/* a handle wait whose jbd2_handle_start never came (start_this_handle failed) */
+	if (c && c->syscall_nr == OP_JOURNAL_START) {
+		c->ts_ns = 0;
+		c = NULL;
+	}
+#endif
 	__u32 dev;
 	/* (the monitor's handle wait is one handle: a second one starts anew) */
 	if (c && c->handles && sb == c->jsb && (!MONITOR_OPS || c->syscall_nr != OP_JOURNAL_START)) {
@@ -938,13 +990,34 @@ static __always_inline int handle_start(__u64 sb, int typed)
 		return 0;
 	__u64 now = 0, jiffies;
 	int sample = sample_due(k, &now, &jiffies);
-	if (!c && !sample)
+#if HANDLE_WAITS
+	/* outside traced calls, a traced task's outermost handle may wait (a nested one, with
+	 * current->journal_info set, takes a reference and never waits) */
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task_btf();
+	__u64 id = bpf_get_current_pid_tgid();
+	int wait = !c && !READ_FIELD(task, TASK_JOURNAL_INFO) && task_allowed(id >> 32);
+#else
+	int wait = 0;
+#endif
+	if (!c && !sample && !wait)
 		return 0;
 
 	__u64 sbi = typed ? LOAD_FIELD(sb, SB_FS_INFO) : READ_FIELD(sb, SB_FS_INFO);
 	__u64 journal = sbi ? READ_FIELD(sbi, EXT4_SB_JOURNAL) : 0;
 	if (!journal)
 		return 0;
+#if HANDLE_WAITS
+	if (wait) {
+		c = inflight.task_storage_get(task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (c) {
+			if (!now)
+				now = bpf_ktime_get_ns();
+			/* its device passed the journal filter (clock_traced) */
+			call_init(c, now, OP_JOURNAL_START, 0, id >> 32, dev, 0, 0);
+			handle_context(c, task);
+		}
+	}
+#endif
 	if (c) {
 		if (c->handles == 0) {
 			if (!c->dev) {

@@ -137,6 +137,8 @@ class Recorder:
         self.attach_mode = options.attach    # resolved in _cflags when "auto"
         self.attach_note = None              # why fentry was not used, when it was not
         self.syscall_names = {nr: name for name, nr in self.syscall_numbers.items()}
+        if self.handle_waits:
+            self.syscall_names.update(events.OP_NAMES)
         mounts = filesystems.ext4_mounts()
         self.devices = list(dict.fromkeys(filesystems.resolve_device(d, mounts) for d in options.devices))
         if options.pid is not None and (options.pid <= 0 or not os.path.exists(f"/proc/{options.pid}")):
@@ -181,6 +183,9 @@ class Recorder:
 
     # ---- set-up -------------------------------------------------------------------
 
+    #: a traced task's handle waits outside traced calls are recorded (HANDLE_WAITS)
+    handle_waits = True
+
     def _call_slot_rows(self):
         """{syscall nr: row}: each traced syscall counts its calls in a row of per-CPU array
         slots (call_slots) rather than the call_stats hash; tables.call_counters reads both."""
@@ -216,6 +221,8 @@ class Recorder:
             FILTER_CGROUP=self.cgroup_id or 0,
             PER_SYSCALL_TRACEPOINTS=int(self.attach_mode == "syscalls"),
             FENTRY_SYSCALLS=int(self.attach_mode == "fentry"),
+            HANDLE_WAITS=int(self.handle_waits),
+            TASK_PT_REGS=int((host.kernel_version() or (0, 0)) >= (5, 15)),
             SELF_TGID=os.getpid(),
             CALL_SLOTS=max(len(self.call_slots), 1),
             STATS_WAYS=tables.CALL_SLOT_WAYS,
@@ -321,7 +328,7 @@ class Recorder:
         """(category, tracepoint, program suffix) of the ext4 and jbd2 tracepoints to
         attach, by this kernel's attach plan (handle_start_plan)."""
         return ([("ext4", tp, prog) for tp, prog in handle_start_plan()]
-                + [("jbd2", n, n) for n in JBD2_RAW_TRACEPOINTS])
+                + [("jbd2", n, n) for n in JBD2_RAW_TRACEPOINTS + ("jbd2_handle_start",) * self.handle_waits])
 
     def _attach_btf(self, b, name, tracepoint=None):
         """Load btf_<name> as a BTF-typed raw tracepoint program on tracepoint (default:

@@ -13,6 +13,7 @@ include/uapi/asm-generic/unistd.h).
 """
 
 import os
+import re
 
 from jstall.errors import JstallError
 
@@ -62,6 +63,32 @@ _NUMBERS = {
         "pwritev2": 287, "openat2": 437, "fchmodat2": 452, "setxattrat": 463, "removexattrat": 466,
     },
 }
+
+
+#: The kernel's whole syscall table (uapi asm/unistd*.h), to name the syscall a handle wait's
+#: task was in even when it is not one jstall traces.
+UNISTD = {"x86_64": ("/usr/include/x86_64-linux-gnu/asm/unistd_64.h", "/usr/include/asm/unistd_64.h"),
+          "aarch64": ("/usr/include/asm-generic/unistd.h",)}
+_KERNEL_NAMES = {}
+
+
+def kernel_name(nr, machine=None):
+    """The name of syscall number nr on this architecture: from the kernel's uapi header
+    where installed (linux-libc-dev), else jstall's own table, else 'syscall NR'."""
+    machine = machine or os.uname().machine
+    names = _KERNEL_NAMES.get(machine)
+    if names is None:
+        names = {v: k for k, v in _NUMBERS.get(machine, {}).items()}
+        for path in UNISTD.get(machine, ()):
+            try:
+                with open(path) as f:
+                    for m in re.finditer(r"^#define __NR(?:3264)?_(\w+)\s+(\d+)\s*$", f.read(), re.M):
+                        names.setdefault(int(m.group(2)), m.group(1))
+                break
+            except OSError:
+                continue
+        _KERNEL_NAMES[machine] = names
+    return names.get(nr, f"syscall {nr}")
 
 
 def parse_calls(spec):

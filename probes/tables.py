@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 
 from jstall.schema import FILL_COLUMNS, PHASES, SCHEMAS
 
-from . import events, filesystems
+from . import events, filesystems, syscalls
 
 #: tables appended to while recording, one closed chunk per flush
 STREAMED = ("calls", "offcpu", "jbd2_events", "run_stats", "checkpoint_stats", "log_tail", "fill")
@@ -87,7 +87,31 @@ def calls_table(a, names):
         "journal_log_blocks": _masked(a["journal_log_blocks"], has),
         "journal_committing_credits": _masked(a["journal_committing_credits"], has),
         "file": _file(a), "cgroup_id": a["cgroup_id"].astype(np.int64),
+        "context": _contexts(a),
     })
+
+
+def _contexts(a):
+    """What the task of each handle wait (OP_JOURNAL_START) was doing: the syscall it was in
+    (named from the kernel's syscall table), "page fault" (in the kernel by another way than
+    a syscall), "kernel thread", "io_uring worker"; null for other rows or when unknown."""
+    out = np.full(len(a), None, dtype=object)
+    waits = np.flatnonzero(a["syscall_nr"] == events.OPS["OP_JOURNAL_START"]) if len(a) else []
+    for i in waits:
+        out[i] = context_name(int(a["context_nr"][i]), int(a["task_flags"][i]))
+    return pa.array(out, type=pa.string())
+
+
+def context_name(nr, flags):
+    """What a handle wait's task was doing, from call_event's context_nr and task_flags, or
+    None when not known."""
+    if flags & events.PF_KTHREAD:
+        return "kernel thread"
+    if flags & events.PF_IO_WORKER:
+        return "io_uring worker"
+    if nr == events.CONTEXTS["CONTEXT_NOT_SYSCALL"]:
+        return "page fault"
+    return syscalls.kernel_name(nr) if nr >= 0 else None
 
 
 def _file(a):

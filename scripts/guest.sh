@@ -12,7 +12,8 @@
 #   guest.sh test [KVER ...] [-- PYTEST ARGS]
 #                                      the kernel tests (pytest -m 'kernel and not guest') in a
 #                                      guest of each listed kernel (or of those given), one
-#                                      after another; exit status 1 if any failed
+#                                      after another, their children's timeouts stretched 20x
+#                                      (JSTALL_TEST_SLOWDOWN); exit status 1 if any failed
 #   guest.sh kernels                   the kernels listed in tests/guest-kernels.txt
 #
 # Kernels are Debian's linux-image-KVER packages, unpacked (not installed) under
@@ -147,7 +148,7 @@ test_kernels() {
     [ ${#args[@]} -gt 0 ] || args=(-m "kernel and not guest" tests)
     for k in "${ks[@]}"; do
         echo "guest: kernel tests on $k"
-        (run "$k" -t 14400 -- "$(printf '%q ' .venv/bin/python -m pytest -p no:cacheprovider -ra "${args[@]}")") || failed=1
+        (run "$k" -t 14400 -- "JSTALL_TEST_SLOWDOWN=20 $(printf '%q ' .venv/bin/python -m pytest -p no:cacheprovider -ra "${args[@]}")") || failed=1
     done
     return $failed
 }

@@ -1,11 +1,33 @@
 """Shared fixtures: a scratch directory for loop-device filesystems, checked to be left
 clean (no loop device, mount or throttle rule of its own remains) after each test."""
 
+import functools
 import os
 import shutil
+import subprocess
 import uuid
 
 import pytest
+
+#: In an emulated guest (scripts/guest.sh test sets it) everything runs ~20x slower: every
+#: timeout the tests give a child is stretched by this factor, so a test fails on a hang,
+#: not on emulation.
+SLOWDOWN = float(os.environ.get("JSTALL_TEST_SLOWDOWN") or 1)
+
+
+def _stretch(fn):
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        if kwargs.get("timeout") is not None:
+            kwargs["timeout"] *= SLOWDOWN
+        return fn(*args, **kwargs)
+    return call
+
+
+if SLOWDOWN != 1:
+    subprocess.run = _stretch(subprocess.run)
+    subprocess.Popen.wait = _stretch(subprocess.Popen.wait)
+    subprocess.Popen.communicate = _stretch(subprocess.Popen.communicate)
 
 BLKIO = "/sys/fs/cgroup/blkio"
 THROTTLE_FILES = ("read_iops", "write_iops", "read_bps", "write_bps")

@@ -47,9 +47,13 @@ def recorded(tmp_path_factory):
         subprocess.run(["sync", "-f", mnt], check=True)
         sb = filesystems.dumpe2fs(loop)
         before = transactions(name)
+        # the command ends once its last transaction has committed (syncfs): every commit of
+        # the run falls inside the recording, however long the recorder takes to stop
+        workload = [sys.executable, os.path.join(HERE, "xattr_workload.py"), os.path.join(mnt, "d"), str(FILES),
+                    str(UPDATES)]
         proc = subprocess.run(
             [JSTALL, "record", "-q", "-o", out, "-d", mnt, "--min-ms", "1", "--",
-             sys.executable, os.path.join(HERE, "xattr_workload.py"), os.path.join(mnt, "d"), str(FILES), str(UPDATES)],
+             "sh", "-c", f'{" ".join(workload)} && sync -f {mnt}'],
             capture_output=True, text=True, timeout=600,
         )
         after = transactions(name)

@@ -37,6 +37,8 @@ COLUMNS = {
         ("journal_free_blocks", _i64, True), ("journal_min_free_blocks", _i64, True),
         ("journal_log_blocks", _i64, True), ("journal_committing_credits", _i64, True),
         ("file", _str, True), ("cgroup_id", _i64, True),
+        # a handle wait outside traced calls (syscall "journal_start"): what its task was doing
+        ("context", _str, True),
     ],
     "call_histograms": [
         ("syscall", _str, False), ("dev", _str, True), ("bucket", _i32, False),
@@ -87,7 +89,7 @@ LAB_TABLES = tuple(LAB_COLUMNS)
 #: Columns added to the format after sessions were first written: a session without them
 #: loads with nulls (still schema version 1).
 OPTIONAL = frozenset(("committing_credits", "journal_committing_credits", "file", "cgroup_id",
-                      "in_traced_call", "traced_task"))
+                      "in_traced_call", "traced_task", "context"))
 
 
 def arrow_schema(table):
