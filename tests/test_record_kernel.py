@@ -369,3 +369,38 @@ def test_calls_the_kernel_lacks_are_skipped_and_listed_once(tmp_path, monkeypatc
     assert not [p for p in probes["attached"] if "setxattrat" in p] and probes["missing"] == []
     err = capsys.readouterr().err
     assert refused == 2 and err.count("\n") == 1 and "none of these calls exist on this kernel (setxattrat)" in err
+
+
+def test_journal_waits_in_page_faults_are_stalls(tmp_path):
+    """A process dirtying shared mappings page by page (nodelalloc: each first write
+    allocates its block in ext4_page_mkwrite's journal handle) beside the xattr workload
+    filling a small journal: its handle waits, in no syscall, are recorded as journal_start
+    in a 'page fault', and analyze counts the checkpoints they ran as stalls."""
+    from jstall.analyzer import analyze
+
+    out = str(tmp_path / "s")
+    cfg = FsConfig(fs_size="256M", journal_size="4M", inode_size=128, block_size=1024, write_iops=2000,
+                   mount_options="nodelalloc")
+    with ScratchFs(cfg) as fs:
+        mnt = fs.mountpoint
+        # both for a few seconds: the journal fills, and each forced checkpoint runs in
+        # whichever task next asks for a handle, the mapper's page faults among them
+        cmd = (f"{sys.executable} {HERE}/xattr_workload.py {mnt}/d {FILES} {UPDATES * 4} > /dev/null & "
+               f"{sys.executable} {HERE}/mmap_workload.py {mnt}/map 16 4; wait; sync -f {mnt}")
+        proc = subprocess.run([JSTALL, "record", "-q", "-o", out, "-d", fs.dev, "--", "sh", "-c", cmd],
+                              capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    mapper = json.loads(proc.stdout)["pid"]
+    a = analyze(out)
+    waits = a.session.calls[a.session.calls["syscall"] == "journal_start"]
+    # only the mapper makes calls jstall does not trace: its faults (and ftruncate, munmap)
+    assert len(waits) and (waits["pid"] == mapper).all(), waits[["pid", "comm", "context"]]
+    assert (waits["context"] == "page fault").sum() >= 0.5 * len(waits), waits["context"].value_counts()
+    st = a.stalls[(a.stalls["pid"] == mapper) & (a.stalls["context"] == "page fault")]
+    assert len(st) >= 1 and (st["syscall"] == "journal_start").all()
+    assert (st["cause"] == "checkpoint").any() and st["own_checkpoint"].any()
+    # the mapper made no traced call: its forced checkpoints all ran inside its handle waits
+    assert a.untraced_checkpoints.query(f"pid == {mapper}").empty
+    from jstall.analyzer.text import session_summary
+
+    assert "page fault (wait)" in session_summary(a)
