@@ -10,6 +10,7 @@ from functools import cached_property
 
 from . import recording, summary
 from .calls import call_stats
+from .devices import device_summary
 from .fill import timeline
 from .journals import checkpoints, commit_phases, proc_agreement, transactions, untraced_checkpoints, untraced_text
 from .journals import summary as journal_summary
@@ -41,6 +42,7 @@ class Analysis:
     - ``journals``: one row per journal (journals.summary); ``proc``: agreement with
       /proc/fs/jbd2 (journals.proc_agreement).
     - ``calls``: latency statistics per syscall; ``processes``: stall time per process;
+      ``devices``: what the block devices under the filesystems did (devices.device_summary);
       ``recommendations``; ``warnings`` and ``notes`` (strings).
     - ``summary``: the view model the text, the report, compare and sweep read
       (summary.Summary); ``top_stalls(n)``: the slowest stalls.
@@ -64,6 +66,7 @@ class Analysis:
     proc = _result(proc_agreement, "transactions")
     calls = _result(call_stats)
     processes = _result(per_process, "stalls")
+    devices = _result(device_summary, "stalls")
     recommendations = _result(recommendations, "journals", "stalls", "causes", "calls", "transactions", "min_ms",
                               "timeline")
 

@@ -252,7 +252,7 @@ class Summary:
     ``losses`` (recording.losses), ``warnings``/``notes`` (lines), ``window`` (window.describe,
     None for the whole session), ``per_process`` (processes.per_process as records) and
     ``untraced_checkpoints`` (journals.untraced_checkpoints as records: forced checkpoints that
-    ran outside the traced calls)."""
+    ran outside the traced calls) and ``devices`` (devices.device_summary as records)."""
 
     session: SessionHeader
     min_ms: float
@@ -270,6 +270,7 @@ class Summary:
     calls: tuple
     per_process: tuple
     untraced_checkpoints: tuple
+    devices: tuple
 
 
 def traced_groups(meta):
@@ -363,7 +364,8 @@ def summarize(analysis):
         window=json_safe(window.describe(s)), losses=tuple(json_safe(recording.losses(s))),
         stalls=stall_summary(a.stalls, a.causes), journals=journal_summaries(a.journals, a.proc, s.hz),
         calls=call_summaries(a.calls), per_process=tuple(json_safe(a.processes.to_dict("records"))),
-        untraced_checkpoints=tuple(json_safe(a.untraced_checkpoints.to_dict("records"))))
+        untraced_checkpoints=tuple(json_safe(a.untraced_checkpoints.to_dict("records"))),
+        devices=tuple(json_safe(a.devices.to_dict("records"))))
 
 
 def top_stalls(analysis, n):
@@ -406,4 +408,5 @@ def document(summary, top, recommendations):
         "window": su.window, "notes": list(su.notes), "losses": list(su.losses),
         "recorded_min_ms": su.recorded_min_ms, "requested_min_ms": su.requested_min_ms,
         "per_process": list(su.per_process), "untraced_checkpoints": list(su.untraced_checkpoints),
+        "devices": list(su.devices),
     })

@@ -5,6 +5,7 @@ import math
 import shlex
 import textwrap
 
+from . import devices
 from .recording import filters_text
 
 
@@ -103,6 +104,11 @@ def session_summary(analysis, top=10):
                               "; ".join(x for x in ("disagree on " + ", ".join(bad) if bad else "",
                                                     "too coarse to check " + ", ".join(und) if und else "") if x))
                            + f" ({tol})")
+    if su.devices:
+        out.append("")
+        out.append("devices (each device's /sys/block stat under the filesystems, sampled while recording; "
+                   "busy: time with a request in flight)")
+        out += devices.device_lines(su.devices)
     if su.calls:
         out.append("")
         out.append("calls (all traced calls; p50 below the recording threshold is from log2 histograms"

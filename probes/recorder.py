@@ -26,6 +26,7 @@ import time
 
 import numpy as np
 
+from jstall.devstats import DeviceSampler, devices_under
 from jstall.errors import JstallError
 from jstall.schema import SCHEMAS
 from jstall.session import RECORDING, compact_table, table_path, write_chunk, write_metadata, write_table_atomic
@@ -105,6 +106,7 @@ class RecordOptions:
     max_size_bytes: int = None                                # end the recording at this session size
     attach: str = ATTACH                                      # one of ATTACH_MODES
     calls: tuple = None                                       # call names (syscalls.parse_calls); None: default
+    device_interval_s: float = 1.0                            # device_stats sampling (0: none; the lab samples its own)
 
 
 def default_output_dir():
@@ -180,6 +182,7 @@ class Recorder:
         self.cgroups = {}                                 # str(cgroup id) -> path, of the calls' cgroups
         self.call_slots = self._call_slot_rows()          # syscall nr -> its call_slots row
         self._btf_trace_ids = {}                          # tracepoint -> btf_trace_<name> type id (_cflags)
+        self.sampler = None                               # DeviceSampler of the traced journals' devices
 
     # ---- set-up -------------------------------------------------------------------
 
@@ -388,6 +391,9 @@ class Recorder:
                 j["proc_info_start"] = filesystems.read_proc_info(j["proc_info_name"])
             for name in CHUNKED:
                 os.makedirs(table_path(self.output_dir, name), exist_ok=True)
+            if self.opts.device_interval_s:
+                self.sampler = DeviceSampler(devices_under(self.journals.values()),
+                                             self.opts.device_interval_s).start()
             self._write_snapshots(b)
             self.last_flush = self.start_clock
             write_metadata(self.output_dir, self._metadata(RECORDING, self.start_clock))
@@ -496,6 +502,8 @@ class Recorder:
         hist, totals, self.calls_without_device = tables.histogram_tables(b, self.syscall_names, bool(self.devices),
                                                                           self.call_slots)
         self.tables = {"call_histograms": hist, "call_totals": totals}
+        if self.sampler is not None:   # what the devices served so far: a table of its own
+            self.tables["device_stats"] = self.sampler.table()
         for name, table in self.tables.items():
             write_table_atomic(self.output_dir, name, table)
 
@@ -520,6 +528,8 @@ class Recorder:
         for j in self.journals.values():
             j["proc_info_end"] = filesystems.read_proc_info(j["proc_info_name"])
         self._jiffies_end = host.read_jiffies()
+        if self.sampler is not None:
+            self.sampler.stop()
         self._flush(final=True)
         self.command, self.exit_status = command, exit_status
         self.stop_reason = stop_reason or self.stop_reason

@@ -9,7 +9,7 @@ import random
 import pytest
 
 from jstall.analyzer.load import load_session
-from jstall.workloads.devstats import DeviceSampler
+from jstall.devstats import DeviceSampler
 from jstall.workloads.lab import LabConfig, run_lab
 from jstall.workloads.scratch import FsConfig, ScratchFs
 
@@ -33,7 +33,7 @@ def _burst(scratch_dir, mode, files=1500, updates=2500):
             os.setxattr(p, "user.a", b"%016d" % i)
         fs.sync()
         fs.wait_idle()
-        sampler = DeviceSampler(fs, 0.5).start()
+        sampler = DeviceSampler(fs.emulated_devices(), 0.5).start()
         rng = random.Random(1)
         for u in range(updates):
             os.setxattr(os.path.join(d, f"f{rng.randrange(files)}"), "user.a", b"u%015d" % u)

@@ -404,3 +404,31 @@ def test_journal_waits_in_page_faults_are_stalls(tmp_path):
     from jstall.analyzer.text import session_summary
 
     assert "page fault (wait)" in session_summary(a)
+
+
+def test_the_device_under_the_filesystem_is_in_the_session(tmp_path):
+    """record -d on a paced (stacked) device: the device_stats table's writes, on the lower
+    device that serves every request, agree with /sys/block's own counters read around the
+    recording within 1 %; analyze states the request rate and how busy the device was."""
+    from jstall.analyzer import analyze
+    from jstall.analyzer.text import session_summary
+    from jstall.devstats import read_block_stat
+
+    out = str(tmp_path / "s")
+    cfg = FsConfig(fs_size="64M", journal_size="4M", inode_size=128, block_size=1024, write_iops=2000)
+    with ScratchFs(cfg) as fs:
+        before = read_block_stat(fs.lower_dev)
+        proc = subprocess.run([JSTALL, "record", "-q", "-o", out, "-d", fs.dev, "--", sys.executable,
+                               os.path.join(HERE, "xattr_workload.py"), os.path.join(fs.mountpoint, "d"), str(FILES),
+                               str(UPDATES)], capture_output=True, text=True, timeout=600)
+        after = read_block_stat(fs.lower_dev)
+        lower = fs.lower_dev
+    assert proc.returncode == 0, proc.stderr
+    ds = table(out, "device_stats")
+    assert set(ds["role"]) == {"data"} and set(ds["lower_dev"]) == {lower}
+    kernel = after["write_ios"] - before["write_ios"]
+    assert kernel > 1000 and ds["write_ios"].sum() == pytest.approx(kernel, rel=0.01)
+    a = analyze(out)
+    (d,) = a.to_dict()["devices"]
+    assert d["write_ios"] == ds["write_ios"].sum() and d["write_iops"] > 0 and d["stall_seconds"] > 0
+    assert f"(served by {lower})" in session_summary(a)

@@ -28,7 +28,7 @@ from jstall.errors import JstallError
 from jstall.metadata import LAB_FILE, LAB_VERSION, LabConfigRecord, LabDoc, PhaseRecord
 
 from . import patterns
-from .devstats import DeviceSampler, served
+from jstall.devstats import DeviceSampler, served
 from .fsconfig import FsConfig
 from .scratchfs import ScratchFs
 
@@ -253,13 +253,14 @@ def run_lab(cfg, before_phase=None, console=None, out=None):
         if cfg.record:
             from jstall.probes.recorder import Recorder, RecordOptions
 
+            # the lab samples its emulated devices itself (the lower loop devices)
             rec = Recorder(RecordOptions(output_dir=cfg.output_dir, devices=[fs.dev], min_ms=cfg.min_ms, quiet=True,
-                                         calls=cfg.calls))
+                                         calls=cfg.calls, device_interval_s=0))
             rec.start()
         progress = patterns.Progress(cfg.jobs)
         status = "interrupted"
         try:
-            sampler = DeviceSampler(fs, cfg.device_interval_s).start()
+            sampler = DeviceSampler(fs.emulated_devices(), cfg.device_interval_s).start()
             lab.start = {"monotonic_ns": time.monotonic_ns(), "wall": time.time()}
             for phase in pat.phases():
                 if phase.removal and lab.census is None and cfg.census:

@@ -7,6 +7,7 @@ import subprocess
 import time
 
 from jstall import system
+from jstall.devstats import BLOCK_STAT_FIELDS, read_block_stat  # noqa: F401 (scratch re-exports them)
 from jstall.errors import JstallError
 
 #: the refusal every lab entry point gives without root
@@ -34,21 +35,6 @@ def syncfs(path):
             raise OSError(err, f"syncfs {path}: {os.strerror(err)}")
     finally:
         os.close(fd)
-
-
-#: /sys/block/<dev>/stat fields (Documentation/block/stat.rst), in order
-BLOCK_STAT_FIELDS = ("read_ios", "read_merges", "read_sectors", "read_ticks_ms", "write_ios", "write_merges",
-                     "write_sectors", "write_ticks_ms", "in_flight", "io_ticks_ms", "time_in_queue_ms",
-                     "discard_ios", "discard_merges", "discard_sectors", "discard_ticks_ms", "flush_ios",
-                     "flush_ticks_ms")
-
-
-def read_block_stat(name):
-    """{field: int} of /sys/block/<name>/stat (missing trailing fields read 0)."""
-    with open(f"/sys/block/{name}/stat") as f:
-        vals = [int(v) for v in f.read().split()]
-    vals += [0] * (len(BLOCK_STAT_FIELDS) - len(vals))
-    return dict(zip(BLOCK_STAT_FIELDS, vals))
 
 
 def read_inflight(name):

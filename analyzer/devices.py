@@ -1,0 +1,58 @@
+"""What the block devices under a session's filesystems did (the device_stats table: the
+recorder's samples of the traced journals' devices, or the lab's of its emulated ones),
+over the whole session and during its stalls."""
+
+import numpy as np
+import pandas as pd
+
+COLUMNS = ["role", "dev", "lower_dev", "seconds", "read_ios", "write_ios", "write_iops", "busy_pct",
+           "stall_seconds", "write_iops_in_stalls", "busy_pct_in_stalls"]
+
+
+def device_summary(session, stalls):
+    """One row per device (``role`` data or journal, ``dev`` the filesystem's, ``lower_dev`` the
+    one that served the requests): requests over the session, ``write_iops``, ``busy_pct``
+    (the share of the time the device had a request in flight, from io_ticks), and the same
+    over the sampling intervals that overlap a stall (``stall_seconds`` of them; NaN when no
+    interval does)."""
+    ds = session.device_stats
+    if not len(ds):
+        return pd.DataFrame(columns=COLUMNS)
+    spans = stalls[["ts_ns", "end_ns"]].to_numpy(dtype="int64") if len(stalls) else np.zeros((0, 2), "int64")
+    rows = []
+    for (role, dev, lower), g in ds.groupby(["role", "dev", "lower_dev"], sort=False, observed=True):
+        end = g["ts_ns"].to_numpy(dtype="int64")
+        start = end - g["interval_ns"].to_numpy(dtype="int64")
+        secs = g["interval_ns"].to_numpy(dtype="float64") / 1e9
+        writes = g["write_ios"].to_numpy(dtype="float64")
+        busy = g["busy_ms"].to_numpy(dtype="float64") / 1e3
+        # intervals that overlap any stall
+        hit = np.zeros(len(g), dtype=bool)
+        for s, e in spans:
+            hit |= (start < e) & (end > s)
+        total = secs.sum()
+        in_stalls = secs[hit].sum()
+        rows.append({
+            "role": role, "dev": dev, "lower_dev": lower, "seconds": total,
+            "read_ios": int(g["read_ios"].sum()), "write_ios": int(writes.sum()),
+            "write_iops": writes.sum() / total if total else np.nan,
+            "busy_pct": 100.0 * busy.sum() / total if total else np.nan,
+            "stall_seconds": in_stalls,
+            "write_iops_in_stalls": writes[hit].sum() / in_stalls if in_stalls else np.nan,
+            "busy_pct_in_stalls": 100.0 * busy[hit].sum() / in_stalls if in_stalls else np.nan,
+        })
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def device_lines(records):
+    """One line per device (device_summary's rows as records), for the text summary."""
+    out = []
+    for r in records:
+        served = f" (served by {r['lower_dev']})" if r["lower_dev"] != r["dev"] else ""
+        line = (f"{r['dev']} {r['role']}{served}: {r['write_ios']:,} writes and {r['read_ios']:,} reads in "
+                f"{r['seconds']:.1f} s, {r['write_iops']:,.0f} writes/s, busy {r['busy_pct']:.0f}%")
+        if r["stall_seconds"]:
+            line += (f"; during stalls ({r['stall_seconds']:.1f} s of samples) {r['write_iops_in_stalls']:,.0f} "
+                     f"writes/s, busy {r['busy_pct_in_stalls']:.0f}%")
+        out.append(line)
+    return out

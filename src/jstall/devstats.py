@@ -1,0 +1,184 @@
+"""What each block device under a session's filesystems served: /sys/dev/block/<dev>/stat
+sampled by a thread.
+
+    with DeviceSampler(devices_under(journals), interval_s=1.0) as sampler:
+        before = sampler.snapshot()
+        ...
+        used = served(before, sampler.snapshot())   # {role: {column: count}}
+    sampler.rows                                     # the device_stats table, as columns
+
+A device is (role, the filesystem-facing 'MAJ:MIN', the serving device's name, its 'MAJ:MIN'):
+the serving device is the one whose counters say what the hardware did — the lower loop
+device of the lab's stacked emulated device (where every request is throttled and served),
+the block device a loop device reads, the one device under a device-mapper device, or the
+device itself (Documentation/block/stat.rst). One row per device per interval, ending at
+``ts_ns`` (CLOCK_MONOTONIC, the session's clock); columns as schema.LAB_COLUMNS
+["device_stats"] (docs/session-format.md). The recorder samples the devices of the journals
+it traces; the lab those of its emulated devices.
+"""
+
+import os
+import threading
+import time
+
+#: /sys/block/<dev>/stat fields (Documentation/block/stat.rst), in order
+BLOCK_STAT_FIELDS = ("read_ios", "read_merges", "read_sectors", "read_ticks_ms", "write_ios", "write_merges",
+                     "write_sectors", "write_ticks_ms", "in_flight", "io_ticks_ms", "time_in_queue_ms",
+                     "discard_ios", "discard_merges", "discard_sectors", "discard_ticks_ms", "flush_ios",
+                     "flush_ticks_ms")
+
+
+def read_block_stat(name):
+    """{field: int} of /sys/block/<name>/stat, or of /sys/dev/block/<MAJ:MIN>/stat for a
+    'MAJ:MIN' (missing trailing fields read 0)."""
+    path = f"/sys/dev/block/{name}/stat" if ":" in name else f"/sys/block/{name}/stat"
+    with open(path) as f:
+        vals = [int(v) for v in f.read().split()]
+    vals += [0] * (len(BLOCK_STAT_FIELDS) - len(vals))
+    return dict(zip(BLOCK_STAT_FIELDS, vals))
+
+
+def serving_device(dev):
+    """(name, 'MAJ:MIN') of the device that serves block device dev's requests: a loop
+    device's backing block device, a device-mapper or md device's only slave, else itself."""
+    sysdir = os.path.realpath(f"/sys/dev/block/{dev}")
+    name = os.path.basename(sysdir)
+    try:
+        with open(os.path.join(sysdir, "loop", "backing_file")) as f:
+            backing = f.read().strip()
+        st = os.stat(backing)
+        import stat
+
+        if stat.S_ISBLK(st.st_mode):
+            lower = f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"
+            return os.path.basename(os.path.realpath(f"/sys/dev/block/{lower}")), lower
+    except OSError:
+        pass
+    try:
+        slaves = os.listdir(os.path.join(sysdir, "slaves"))
+    except OSError:
+        slaves = []
+    if len(slaves) == 1:
+        with open(os.path.join(sysdir, "slaves", slaves[0], "dev")) as f:
+            return slaves[0], f.read().strip()
+    return name, dev
+
+
+def devices_under(journals):
+    """The DeviceSampler devices of journal descriptions (probes.filesystems.describe):
+    each filesystem's ('data') and its external journal's ('journal'), once each."""
+    out, seen = [], set()
+    for j in journals:
+        for role, dev in (("data", j.get("dev")), ("journal", j.get("journal_device"))):
+            if not dev or ":" not in str(dev) or dev in seen or not os.path.exists(f"/sys/dev/block/{dev}/stat"):
+                continue
+            seen.add(dev)
+            name, lower = serving_device(dev)
+            out.append((role, dev, name, lower))
+    return out
+
+#: device_stats column -> the /sys/block stat field it differences ('in_flight_requests' is
+#: the value at the end of the interval, not a difference)
+STAT_COLUMNS = {
+    "read_ios": "read_ios", "read_merges": "read_merges", "read_sectors": "read_sectors",
+    "write_ios": "write_ios", "write_merges": "write_merges", "write_sectors": "write_sectors",
+    "flush_ios": "flush_ios", "busy_ms": "io_ticks_ms", "queue_ms": "time_in_queue_ms",
+}
+COLUMNS = ("ts_ns", "interval_ns", "dev", "role", "lower_dev", *STAT_COLUMNS, "in_flight_requests")
+
+
+def served(before, after):
+    """{role: {column: after - before}} of two snapshots (``in_flight_requests``: after's)."""
+    out = {}
+    for role, (ts1, st1) in after.items():
+        ts0, st0 = before[role]
+        d = {col: st1[f] - st0[f] for col, f in STAT_COLUMNS.items()}
+        d["in_flight_requests"] = st1["in_flight"]
+        d["seconds"] = (ts1 - ts0) / 1e9
+        out[role] = d
+    return out
+
+
+class DeviceSampler:
+    """Samples the serving device of every device given every ``interval_s`` seconds in a
+    daemon thread, from start() to stop() (a last, shorter interval included)."""
+
+    def __init__(self, devices, interval_s=1.0):
+        self.devices = list(devices)  # [(role, dev, serving device's name, its dev)]
+        self.interval_s = interval_s
+        self.rows = {c: [] for c in COLUMNS}
+        self._last = None
+        self._stop = threading.Event()
+        self._thread = None
+        self._lock = threading.Lock()
+
+    def snapshot(self):
+        """{role: (monotonic ns, stat dict)} now."""
+        return {role: (time.monotonic_ns(), read_block_stat(lower)) for role, _, _, lower in self.devices}
+
+    def _sample(self):
+        snap = self.snapshot()
+        with self._lock:
+            if self._last is not None:
+                d = served(self._last, snap)
+                for role, dev, _, lower in self.devices:
+                    self.rows["ts_ns"].append(snap[role][0])
+                    self.rows["interval_ns"].append(snap[role][0] - self._last[role][0])
+                    self.rows["dev"].append(dev)
+                    self.rows["role"].append(role)
+                    self.rows["lower_dev"].append(lower)
+                    for col in (*STAT_COLUMNS, "in_flight_requests"):
+                        self.rows[col].append(int(d[role][col]))
+            self._last = snap
+
+    def start(self):
+        self._sample()
+
+        def loop():
+            while not self._stop.wait(self.interval_s):
+                self._sample()
+
+        self._thread = threading.Thread(target=loop, name="jstall-devstats", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self):
+        if self._thread is None:
+            return self.rows
+        self._stop.set()
+        self._thread.join()
+        self._thread = None
+        self._sample()
+        return self.rows
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
+
+    def table(self):
+        """The rows as a pyarrow Table with the session schema."""
+        import pyarrow as pa
+
+        from jstall.schema import SCHEMAS
+
+        return pa.table(self.rows, schema=SCHEMAS["device_stats"])
+
+    def write(self, session_dir):
+        """Write device_stats.parquet into a session directory (before its metadata.json)."""
+        import pyarrow.parquet as pq
+
+        from jstall.session import table_path
+
+        pq.write_table(self.table(), table_path(session_dir, "device_stats"))
+
+    def summary(self):
+        """{role: {column: total}} over all rows (what each device served in the run)."""
+        out = {}
+        for i, role in enumerate(self.rows["role"]):
+            d = out.setdefault(role, {c: 0 for c in STAT_COLUMNS})
+            for c in STAT_COLUMNS:
+                d[c] += self.rows[c][i]
+        return out
