@@ -12,7 +12,8 @@ from . import recording, summary
 from .calls import call_stats
 from .devices import device_summary
 from .fill import timeline
-from .journals import checkpoints, commit_phases, proc_agreement, transactions, untraced_checkpoints, untraced_text
+from .journals import (checkpoint_costs, checkpoints, commit_phases, proc_agreement, transactions,
+                       untraced_checkpoints, untraced_text)
 from .journals import summary as journal_summary
 from .load import Session, load_session
 from .processes import per_process
@@ -38,7 +39,9 @@ class Analysis:
     - ``session``: the loaded :class:`~jstall.analyzer.load.Session`; ``min_ms``.
     - ``timeline``: fill samples (fill.timeline); ``stalls``: the stall table
       (stalls.find_stalls); ``causes``: stall count and off-CPU ms per cause.
-    - ``transactions``, ``phases`` (commit phase bands), ``checkpoints``: per journal event.
+    - ``transactions``, ``phases`` (commit phase bands), ``checkpoints``: per journal event;
+      ``checkpoint_costs``: each forced checkpoint, its blocks written home and the wait it
+      cost (expensive: a stall); ``untraced_checkpoints``: those outside every traced call.
     - ``journals``: one row per journal (journals.summary); ``proc``: agreement with
       /proc/fs/jbd2 (journals.proc_agreement).
     - ``calls``: latency statistics per syscall; ``processes``: stall time per process;
@@ -62,6 +65,7 @@ class Analysis:
     phases = _result(commit_phases)
     checkpoints = _result(checkpoints)
     untraced_checkpoints = _result(untraced_checkpoints)
+    checkpoint_costs = _result(checkpoint_costs, "min_ms")
     journals = _result(journal_summary, "timeline", "transactions", "stalls")
     proc = _result(proc_agreement, "transactions")
     calls = _result(call_stats)

@@ -125,6 +125,53 @@ def checkpoints(session, timeline=None):
     return out.drop(columns=["first_block", "last_block"]).reset_index(drop=True)
 
 
+def checkpoint_costs(session, min_ms):
+    """Each forced checkpoint (jbd2_checkpoint in a task, not a jbd2 thread) with what it
+    cost: ``written_blocks`` home by it (the jbd2_checkpoint_stats rows of its task until its
+    next checkpoint event or the end of the call it ran in), ``chp_ms`` (their checkpoint
+    time, in jiffies' resolution), and ``wait_ms``: the recorded call or journal handle wait
+    it ran inside (NaN when none took the recording's threshold: a wait shorter than that).
+    ``expensive``: the wait is a stall (``wait_ms`` >= ``min_ms``); ``traced_task``: the task
+    was in the recording's scope (else its wait is unknown). Columns: ts_ns, dev, tid, pid,
+    comm, written_blocks, chp_ms, wait_ms, call_ts_ns (the call's start; -1: none), syscall,
+    expensive, traced_task."""
+    ev = session.jbd2_events
+    cols = ["ts_ns", "dev", "tid", "pid", "comm", "written_blocks", "chp_ms", "wait_ms", "call_ts_ns", "syscall",
+            "expensive", "traced_task"]
+    cp = ev[(ev["event"] == "checkpoint") & ~ev["jbd2_thread"].astype(bool)] if len(ev) else ev
+    if not len(cp):
+        return pd.DataFrame(columns=cols)
+    cp = cp.sort_values("ts_ns", kind="stable")
+    calls = session.calls
+    cs = session.checkpoint_stats
+    rows = []
+    for tid, g in cp.groupby("tid", sort=False):
+        mine = calls[calls["tid"] == tid]
+        c_start = mine["ts_ns"].to_numpy(dtype="int64")
+        c_end = c_start + mine["latency_ns"].to_numpy(dtype="int64")
+        stats = cs[cs["tid"] == tid]
+        s_ts = stats["ts_ns"].to_numpy(dtype="int64")
+        written = stats["written"].to_numpy(dtype="int64")
+        chp = stats["chp_time_ns"].to_numpy(dtype="float64") if "chp_time_ns" in stats else np.zeros(len(stats))
+        ts = g["ts_ns"].to_numpy(dtype="int64")
+        for i, r in enumerate(g.to_dict("records")):
+            inside = np.flatnonzero((c_start <= ts[i]) & (c_end >= ts[i]))
+            call_end = int(c_end[inside[0]]) if len(inside) else None
+            until = ts[i + 1] if i + 1 < len(ts) else np.iinfo("int64").max
+            if call_end is not None:
+                until = min(until, call_end)
+            sel = (s_ts >= ts[i]) & (s_ts <= until)
+            wait = float(mine["latency_ns"].iloc[inside[0]]) / 1e6 if len(inside) else np.nan
+            rows.append({"ts_ns": int(ts[i]), "dev": str(r["dev"]), "tid": int(tid), "pid": int(r["pid"]),
+                         "comm": str(r["comm"]), "written_blocks": int(written[sel].sum()),
+                         "chp_ms": float(chp[sel].sum()) / 1e6, "wait_ms": wait,
+                         "call_ts_ns": int(c_start[inside[0]]) if len(inside) else -1,
+                         "syscall": str(mine["syscall"].iloc[inside[0]]) if len(inside) else None,
+                         "expensive": bool(wait >= min_ms),
+                         "traced_task": bool(r["traced_task"]) if pd.notna(r.get("traced_task")) else True})
+    return pd.DataFrame(rows, columns=cols).sort_values("ts_ns", kind="stable").reset_index(drop=True)
+
+
 def untraced_checkpoints(session):
     """Forced checkpoints (run in a task, not a jbd2 thread) that fired outside every traced
     call: one row per (``dev``, ``pid``, ``comm``) with ``checkpoints``, ``traced_task`` (the

@@ -252,7 +252,9 @@ class Summary:
     ``losses`` (recording.losses), ``warnings``/``notes`` (lines), ``window`` (window.describe,
     None for the whole session), ``per_process`` (processes.per_process as records) and
     ``untraced_checkpoints`` (journals.untraced_checkpoints as records: forced checkpoints that
-    ran outside the traced calls) and ``devices`` (devices.device_summary as records)."""
+    ran outside the traced calls), ``devices`` (devices.device_summary as records) and
+    ``checkpoint_costs`` (checkpoint_cost_summary: forced checkpoints that cost a stall and
+    those that were negligible)."""
 
     session: SessionHeader
     min_ms: float
@@ -271,6 +273,23 @@ class Summary:
     per_process: tuple
     untraced_checkpoints: tuple
     devices: tuple
+    checkpoint_costs: dict
+
+
+def checkpoint_cost_summary(costs):
+    """{forced, expensive, negligible, outside, expensive_wait_ms, expensive_written_blocks,
+    negligible_written_blocks_mean} of journals.checkpoint_costs: the forced checkpoints that
+    cost a stall (each stall's wait counted once however many checkpoints it ran), those in
+    the recording's scope that cost less, and those in tasks outside it (wait unknown)."""
+    exp = costs[costs["expensive"].astype(bool)]
+    inside = costs["traced_task"].astype(bool)
+    cheap = costs[~costs["expensive"].astype(bool) & inside]
+    return json_safe({
+        "forced": len(costs), "expensive": len(exp), "negligible": len(cheap), "outside": int((~inside).sum()),
+        "expensive_wait_ms": float(exp.drop_duplicates(["tid", "call_ts_ns"])["wait_ms"].sum()),
+        "expensive_written_blocks": int(exp["written_blocks"].sum()),
+        "negligible_written_blocks_mean": float(cheap["written_blocks"].mean()) if len(cheap) else None,
+    })
 
 
 def traced_groups(meta):
@@ -365,7 +384,8 @@ def summarize(analysis):
         stalls=stall_summary(a.stalls, a.causes), journals=journal_summaries(a.journals, a.proc, s.hz),
         calls=call_summaries(a.calls), per_process=tuple(json_safe(a.processes.to_dict("records"))),
         untraced_checkpoints=tuple(json_safe(a.untraced_checkpoints.to_dict("records"))),
-        devices=tuple(json_safe(a.devices.to_dict("records"))))
+        devices=tuple(json_safe(a.devices.to_dict("records"))),
+        checkpoint_costs=checkpoint_cost_summary(a.checkpoint_costs))
 
 
 def top_stalls(analysis, n):
@@ -408,5 +428,5 @@ def document(summary, top, recommendations):
         "window": su.window, "notes": list(su.notes), "losses": list(su.losses),
         "recorded_min_ms": su.recorded_min_ms, "requested_min_ms": su.requested_min_ms,
         "per_process": list(su.per_process), "untraced_checkpoints": list(su.untraced_checkpoints),
-        "devices": list(su.devices),
+        "devices": list(su.devices), "checkpoint_costs": su.checkpoint_costs,
     })

@@ -57,6 +57,18 @@ def session_summary(analysis, top=10):
                    f"worst {st.max_ms:.1f} ms; {st.forced.count} forced to wait for log space "
                    f"(jbd2_log_space_left() below j_max_transaction_buffers, then __jbd2_log_wait_for_space); "
                    f"{st.own_checkpoint} checkpointed in their own task.")
+    cc = su.checkpoint_costs
+    if cc["forced"]:
+        line = (f"{cc['forced']} forced checkpoint{'s' * (cc['forced'] != 1)}: {cc['expensive']} cost a stall "
+                f"(>= {su.min_ms:g} ms; {cc['expensive_wait_ms']:.0f} ms of waits, "
+                f"{cc['expensive_written_blocks']:,} blocks written home)")
+        if cc["negligible"]:
+            line += (f", {cc['negligible']} negligible (< {su.min_ms:g} ms; "
+                     f"{cc['negligible_written_blocks_mean']:.0f} blocks written home each on average)")
+        if cc["outside"]:
+            line += f", {cc['outside']} in tasks outside the recording"
+        out.append(line + ".")
+    if st.count:
         rows = []
         for c, bc in st.by_cause.items():
             if bc.count or bc.total_ms:
