@@ -163,6 +163,7 @@ class Recorder:
         self.task_filter = bool(options.pid or options.command_tree or self.cgroup_id)
         self.bpf = None
         self.attached, self.missing = [], []
+        self.btf_typed = []                               # tracepoints whose programs load BTF-typed
         self._chunks = {kind: [] for kind in events.KIND_STRUCTS}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -360,6 +361,8 @@ class Recorder:
 
             b.funcs[fn_name] = BPF.Function(b, fn_name, prog_fd)   # closed by b.cleanup()
         b.raw_tracepoint_fds[tracepoint.encode()] = link_fd        # detached by b.cleanup()
+        if tracepoint not in self.btf_typed:
+            self.btf_typed.append(tracepoint)
         return True
 
     def start(self):
