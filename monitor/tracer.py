@@ -109,8 +109,10 @@ class Tracer(Recorder):
         self.mopts = options
         # the recorder's checks and journal descriptions; it never writes its own session here
         # (output_dir only has to pass its check), captures are written by capture.Captures
+        # (its fs-level operations trace no syscall: no attach mode to settle for them)
         super().__init__(RecordOptions(output_dir=tempfile.gettempdir(), devices=list(options.devices),
-                                       min_ms=options.min_ms, offcpu_min_us=options.offcpu_min_us, quiet=True))
+                                       min_ms=options.min_ms, offcpu_min_us=options.offcpu_min_us, quiet=True,
+                                       **({} if options.syscalls else {"attach": "syscalls"})))
         self.op_names = dict(self.syscall_names)
         self.op_names.update(OP_NAMES)
         self.state_lock = threading.Lock()

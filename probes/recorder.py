@@ -182,7 +182,8 @@ class Recorder:
         self.last_flush = None
         self.cgroups = {}                                 # str(cgroup id) -> path, of the calls' cgroups
         self.call_slots = self._call_slot_rows()          # syscall nr -> its call_slots row
-        self._btf_trace_ids = {}                          # tracepoint -> btf_trace_<name> type id (_cflags)
+        self._btf_trace_ids = {}                          # tracepoint -> (btf_trace_<name> type id, module) (_cflags)
+        self._fentry_ids = {}                             # call -> its syscall function's BTF id (fentry mode)
         self.sampler = None                               # DeviceSampler of the traced journals' devices
 
     # ---- set-up -------------------------------------------------------------------
@@ -195,13 +196,9 @@ class Recorder:
         slots (call_slots) rather than the call_stats hash; tables.call_counters reads both."""
         return {nr: row for row, nr in enumerate(self.syscall_numbers.values())}
 
-    def _probe_fields(self):
-        """{MACRO: (struct, member)}: the kernel struct members the probes read."""
-        return btf.FIELDS
-
     def _cflags(self):
         types = btf.BtfTypes.load()   # about 140 MiB parsed: kept only while compiling
-        defines = btf.probe_defines(types, self._probe_fields())
+        defines = btf.probe_defines(types)
         names = set(BTF_TRACEPOINTS) | {tp for plan in HANDLE_START_PLANS for tp, _ in plan}
         ids = types.located_type_ids("TYPEDEF", [f"btf_trace_{n}" for n in names])
         self._btf_trace_ids = {n: ids[f"btf_trace_{n}"] for n in names if f"btf_trace_{n}" in ids}
