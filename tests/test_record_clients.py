@@ -15,7 +15,7 @@ from jstall.workloads.scratch import FsConfig, ScratchFs
 pytestmark = [pytest.mark.kernel, pytest.mark.skipif(os.geteuid() != 0, reason="needs root")]
 
 JSTALL = os.path.join(os.path.dirname(sys.executable), "jstall")
-FILES = 20000
+FILES = 10000
 
 # GNU tar creates regular files with mknodat: the time of the mknodat calls of 10 ms or more,
 # and how many, as bpftrace sees them (syscall tracepoints, nothing of jstall's)
