@@ -81,11 +81,11 @@ def write_session(path, tables=None, meta=None):
     import pyarrow.parquet as pq
 
     tables = tables or {}
-    unknown = set(tables) - set(TABLES)
+    unknown = set(tables) - set(TABLES) - set(schema.LAB_TABLES)
     if unknown:
         raise ValueError(f"unknown tables: {sorted(unknown)}")
     os.makedirs(path, exist_ok=True)
-    for name in TABLES:
+    for name in TABLES + tuple(t for t in schema.LAB_TABLES if t in tables):   # device_stats when given
         pq.write_table(_arrow_table(name, tables.get(name)), table_path(path, name))
     write_metadata(path, metadata() if meta is None else meta)
     return path
