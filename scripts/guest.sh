@@ -148,7 +148,8 @@ test_kernels() {
     [ ${#args[@]} -gt 0 ] || args=(-m "kernel and not guest" tests)
     for k in "${ks[@]}"; do
         echo "guest: kernel tests on $k"
-        (run "$k" -t 14400 -- "JSTALL_TEST_SLOWDOWN=20 $(printf '%q ' .venv/bin/python -m pytest -p no:cacheprovider -ra "${args[@]}")") || failed=1
+        # 8 GiB: the guest's /var/tmp (a tmpfs of half its memory) holds the lab's 2 GiB images
+        (run "$k" -t 14400 -m 8G -- "JSTALL_TEST_SLOWDOWN=20 $(printf '%q ' .venv/bin/python -m pytest -p no:cacheprovider -ra "${args[@]}")") || failed=1
     done
     return $failed
 }

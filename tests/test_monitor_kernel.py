@@ -28,6 +28,7 @@ from jstall.analyzer.load import load_session
 from jstall.monitor.capture import list_captures
 from jstall.workloads.scratch import FsConfig, ScratchFs
 from child_output import read_line
+from conftest import SLOWDOWN
 
 pytestmark = [pytest.mark.kernel, pytest.mark.skipif(os.geteuid() != 0, reason="needs root")]
 
@@ -51,7 +52,7 @@ def get(url, timeout=5):
 
 
 def wait_for(pred, timeout, what):
-    end = time.monotonic() + timeout
+    end = time.monotonic() + timeout * SLOWDOWN
     while time.monotonic() < end:
         try:
             if pred():
