@@ -27,7 +27,8 @@ def load_tracing_program(insns, attach_type, btf_id, name, btf_obj_fd=0):
     """Load instructions as a BTF-typed tracing program (BPF_PROG_LOAD,
     BPF_PROG_TYPE_TRACING) of attach_type on the kernel BTF type btf_id (of the module BTF
     object btf_obj_fd, or vmlinux's when 0). Returns the program fd, or the reason (a
-    string) when the kernel refuses."""
+    string: the error, and the verifier's last words when it rejected the program) when
+    the kernel refuses."""
     if BPF_SYSCALL is None:
         return "unknown bpf syscall number"
     code = ctypes.create_string_buffer(insns, len(insns))
@@ -40,7 +41,18 @@ def load_tracing_program(insns, attach_type, btf_id, name, btf_obj_fd=0):
     struct.pack_into("I", attr, 108, btf_id)               # attach_btf_id
     struct.pack_into("I", attr, 112, btf_obj_fd)           # attach_btf_obj_fd
     prog_fd = _bpf(BPF_PROG_LOAD, attr)
-    return os.strerror(ctypes.get_errno()) if prog_fd < 0 else prog_fd
+    if prog_fd >= 0:
+        return prog_fd
+    err = os.strerror(ctypes.get_errno())
+    # again with the verifier's log, to say why (only when refused: logging slows a load)
+    log = ctypes.create_string_buffer(1 << 20)
+    struct.pack_into("IIQ", attr, 24, 1, len(log), ctypes.addressof(log))   # log_level, log_size, log_buf
+    fd = _bpf(BPF_PROG_LOAD, attr)
+    if fd >= 0:
+        os.close(fd)
+    lines = [ln for ln in log.value.decode(errors="replace").splitlines() if ln.strip()]
+    tail = [ln for ln in lines if not ln.startswith(("processed ", "verification time"))][-2:]
+    return f"{err}" + (f" ({'; '.join(tail)})" if tail else "")
 
 
 def open_btf_link(prog_fd):

@@ -164,6 +164,7 @@ class Recorder:
         self.bpf = None
         self.attached, self.missing = [], []
         self.btf_typed = []                               # tracepoints whose programs load BTF-typed
+        self.btf_refused = {}                             # tracepoint -> why its typed program was refused
         self._chunks = {kind: [] for kind in events.KIND_STRUCTS}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -353,6 +354,7 @@ class Recorder:
             prog_fd, link_fd = bpfsys.load_and_attach(insns, bpfsys.BPF_TRACE_RAW_TP, type_id, fn_name, module)
             if link_fd is None:
                 log.debug("tracepoint %s: no BTF-typed program (%s); a raw one instead", tracepoint, prog_fd)
+                self.btf_refused[tracepoint] = prog_fd[:300]
                 return False
             from bcc import BPF
 

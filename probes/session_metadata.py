@@ -55,7 +55,7 @@ def session_metadata(rec, status, end_clock, traced, measured, lost, stacks_lost
         "probes": {"attached": rec.attached, "missing": rec.missing,
                    "syscalls": sorted(rec.syscall_numbers), "attach": rec.attach_mode,
                    "attach_note": rec.attach_note, "calls_unavailable": rec.calls_unavailable,
-                   "btf_typed": rec.btf_typed},
+                   "btf_typed": rec.btf_typed, "btf_refused": rec.btf_refused},
         "traced_calls": sorted(rec.syscall_numbers),
         "calls_without_device": rec.calls_without_device,
         "events_lost": lost,
