@@ -59,7 +59,7 @@ def session_summary(analysis, top=10):
                    f"{st.own_checkpoint} checkpointed in their own task.")
     cc = su.checkpoint_costs
     if cc["forced"]:
-        line = (f"{cc['forced']} forced checkpoint{'s' * (cc['forced'] != 1)}: {cc['expensive']} cost a stall "
+        line = (f"{cc['forced']} forced checkpoint{'s' * (cc['forced'] != 1)}: {cc['expensive']} ran in stalls "
                 f"(>= {su.min_ms:g} ms; {cc['expensive_wait_ms']:.0f} ms of waits, "
                 f"{cc['expensive_written_blocks']:,} blocks written home)")
         if cc["negligible"]:
