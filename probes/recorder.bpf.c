@@ -1056,12 +1056,21 @@ int rtp_ext4_journal_start_inode(struct bpf_raw_tracepoint_args *ctx)
  * loads. (ctx is then the tracepoint's arguments array, laid out as args[] here.) */
 int btf_ext4_journal_start_sb(struct bpf_raw_tracepoint_args *ctx)
 {
-	return handle_start(ctx->args[0], 1);
+	__u64 sb = ctx->args[0];
+	if (!sb)   /* 6.12 marks tracepoint arguments nullable: checked before any load */
+		return 0;
+	return handle_start(sb, 1);
 }
 
 int btf_ext4_journal_start_inode(struct bpf_raw_tracepoint_args *ctx)
 {
-	return handle_start(LOAD_FIELD(ctx->args[0], INODE_SB), 1);
+	__u64 inode = ctx->args[0];
+	if (!inode)
+		return 0;
+	__u64 sb = LOAD_FIELD(inode, INODE_SB);
+	if (!sb)
+		return 0;
+	return handle_start(sb, 1);
 }
 
 /* ==== jbd2 lifecycle of the traced journals ======================================= */
@@ -1078,10 +1087,18 @@ static __always_inline void event_scope(struct jstall_scope *scope)
 static __always_inline int emit_jbd2(__u64 journal, __u32 dev, __u32 event, __s32 transaction, __s64 arg,
 				     int typed)
 {
-	if (journal)
-		dev = journal_dev(journal, typed);
-	else
+	if (typed) {
+		/* a typed journal stays typed: never merged with the map's untyped one (6.1's and
+		 * 6.12's verifiers then see a scalar), and checked before any load (6.12 marks
+		 * tracepoint arguments nullable) */
+		if (!journal)
+			return 0;
+		dev = journal_dev(journal, 1);
+	} else if (journal) {
+		dev = journal_dev(journal, 0);
+	} else {
 		journal = journal_of_dev(dev);
+	}
 	if (!journal_traced(dev))
 		return 0;
 	note_commit(dev, event);   /* only traced journals' handles ask (handle_start) */
@@ -1154,6 +1171,8 @@ int rtp_jbd2_lock_buffer_stall(struct bpf_raw_tracepoint_args *ctx)
 static __always_inline int jbd2_update_log_tail_body(struct bpf_raw_tracepoint_args *ctx, int typed)
 {
 	__u64 journal = ctx->args[0];
+	if (!journal)
+		return 0;
 	__u32 dev = journal_dev(journal, typed);
 	if (!journal_traced(dev))
 		return 0;
@@ -1181,6 +1200,8 @@ BOTH_PROGRAMS(jbd2_update_log_tail)
 	if (!journal_traced(dev))                            \
 		return 0;                                    \
 	__u64 s = ctx->args[2];                              \
+	if (!s)                                              \
+		return 0;                                    \
 	struct struct_name e = {};                           \
 	e.kind = KIND;                                       \
 	e.dev = dev;                                         \
