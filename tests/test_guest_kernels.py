@@ -108,8 +108,11 @@ def test_stock_kernel_records_the_seed_stall(smoke, kernel):
     assert d["events_lost"] == {"calls": 0, "offcpu": 0, "jbd2": 0}
     assert st["count"] >= 1, d
     # the same cause and advice as on this machine's kernel (tests/test_analyzer_kernel.py)
-    by_cause = st["by_cause"]
-    assert max(by_cause, key=lambda c: by_cause[c]["total_ms"]) == "checkpoint", by_cause
+    # waiting for a CPU is the emulator's (two guests on two cores): the largest of the
+    # kernel's waits is the checkpoint, and most stalls that waited for log space checkpointed
+    by_cause = {c: v for c, v in st["by_cause"].items() if c != "cpu"}
+    assert max(by_cause, key=lambda c: by_cause[c]["total_ms"]) == "checkpoint", st["by_cause"]
+    assert by_cause["checkpoint"]["count"] >= 1
     kinds = [r["kind"] for r in d["recommendations"]]
     assert "journal_size" in kinds and "inode_size" in kinds, kinds
     (j,) = d["journals"]
