@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from .causes import CAUSES, interval_causes
+from .chains import queued_causes
 from .fill import RESERVED_BLOCKS, asof_positions, dev_codes, fill_pct, forced_fill_pct, headroom, range_min
 
 DEFAULT_MIN_MS = 10.0
@@ -19,6 +20,7 @@ def stall_columns():
     return (["ts_ns", "end_ns", "latency_ms", "tid", "pid", "comm", "syscall", "ret", "dev", "handles", "context",
              "cause", "cause_label", "offcpu_ms", "oncpu_ms"]
             + [f"{c}_ms" for c in CAUSES]
+            + ["queued_ms", "queued_behind"]
             + ["free_start_blocks", "fill_start_pct", "min_free_blocks", "fill_max_pct", "log_blocks",
                "max_transaction_blocks", "forced_fill_pct", "min_space_left_blocks", "at_forced_level",
                "headroom_start_blocks", "headroom_start_pct", "min_headroom_blocks", "min_headroom_pct", "forced",
@@ -121,6 +123,10 @@ def find_stalls(session, timeline, min_ms=DEFAULT_MIN_MS):
       (running, or off CPU in intervals too short to be recorded).
     - ``cause``: the cause with the largest share of off-CPU time; ``other`` when the call
       has none.  ``cause_label``: the frame (or stack summary) behind the largest share.
+    - ``queued_ms``: off-CPU time queued behind another task (a lock it held), which takes
+      the cause of what that task was doing meanwhile (chains.queued_causes), included in
+      ``<cause>_ms``; ``queued_behind``: the task most of it queued behind (``"comm tid"``),
+      else null.
     - ``free_start_blocks``/``fill_start_pct``: the last fill sample at or before the call's
       start on its device (else the call's own ``journal_free_blocks``);
       ``min_free_blocks``/``fill_max_pct``: the lowest free space from the start sample, every
@@ -157,23 +163,41 @@ def find_stalls(session, timeline, min_ms=DEFAULT_MIN_MS):
     keys = pd.DataFrame({"tid": st["tid"].to_numpy(), "call_ts_ns": st["ts_ns"].to_numpy(), "_row": np.arange(n)})
     offcpu = session.offcpu
     key_index = pd.MultiIndex.from_arrays([keys["tid"].to_numpy(dtype="int64"), keys["call_ts_ns"].to_numpy()])
+    # every interval's cause (a stall's waits may be queued behind intervals of calls that
+    # are no stall), then wait chains
+    all_cause, all_labels = interval_causes(offcpu["stack_id"].to_numpy(), offcpu["tid"].to_numpy(),
+                                            offcpu["call_ts_ns"].to_numpy(), offcpu["runnable"].to_numpy(dtype=bool),
+                                            session.stacks, keys[own > 0])
+    all_cause, all_labels, all_behind = queued_causes(offcpu, all_cause, all_labels, cp_events)
     if key_index.is_unique:  # each interval joins at most one stall (calls of a thread do not overlap)
         at = key_index.get_indexer(pd.MultiIndex.from_arrays([offcpu["tid"].to_numpy(dtype="int64"),
                                                               offcpu["call_ts_ns"].to_numpy(dtype="int64")]))
         keep = np.flatnonzero(at >= 0)
         rows = at[keep]
-        cols = {c: offcpu[c].to_numpy()[keep] for c in ("stack_id", "tid", "call_ts_ns", "runnable", "offcpu_ns")}
     else:
-        off = offcpu.merge(keys, on=["tid", "call_ts_ns"], how="inner")
+        off = offcpu.assign(_at=np.arange(len(offcpu))).merge(keys, on=["tid", "call_ts_ns"], how="inner")
         rows = off["_row"].to_numpy(dtype="int64")
-        cols = {c: off[c].to_numpy() for c in ("stack_id", "tid", "call_ts_ns", "runnable", "offcpu_ns")}
-    cause, labels = interval_causes(cols["stack_id"], cols["tid"], cols["call_ts_ns"], cols["runnable"], session.stacks,
-                                    keys[own > 0])
+        keep = off["_at"].to_numpy(dtype="int64")
+    cause, labels, behind = all_cause[keep], all_labels[keep], all_behind[keep]
+    cols = {"offcpu_ns": offcpu["offcpu_ns"].to_numpy()[keep]}
     codes = pd.Index(CAUSES).get_indexer(cause) if len(cause) else np.zeros(0, dtype="int64")
     ns = cols["offcpu_ns"].astype("int64")
     by = np.zeros((n, len(CAUSES)), dtype="int64")
     np.add.at(by, (rows, codes), ns)
     off_ns = by.sum(axis=1).astype("float64")
+    # time queued behind another task, and the task most of it queued behind
+    queued = behind != None  # noqa: E711 (element-wise)
+    queued_ns = np.zeros(n, dtype="int64")
+    np.add.at(queued_ns, rows[queued], ns[queued])
+    queued_checkpoint_ns = np.zeros(n, dtype="int64")
+    qc = queued & (codes == CAUSES.index("checkpoint"))
+    np.add.at(queued_checkpoint_ns, rows[qc], ns[qc])
+    queued_behind = np.full(n, None, dtype=object)
+    if queued.any():
+        q = pd.DataFrame({"row": rows[queued], "behind": behind[queued], "ns": ns[queued]})
+        top = q.groupby(["row", "behind"], sort=True)["ns"].sum().reset_index()
+        top = top.sort_values(["row", "ns"], ascending=[True, False], kind="stable").drop_duplicates("row")
+        queued_behind[top["row"].to_numpy()] = top["behind"].to_numpy(dtype=object)
     other = CAUSES.index("other")
     pcode = np.where(off_ns > 0, by.argmax(axis=1), other) if n else np.zeros(0, dtype="int64")
     primary = np.asarray(CAUSES, dtype=object)[pcode]
@@ -226,7 +250,8 @@ def find_stalls(session, timeline, min_ms=DEFAULT_MIN_MS):
     space_start = fill_nan(space_at_start, own_space)
     h_start, h_start_pct = headroom(space_start, mtb, log_blocks)
     h_min, h_min_pct = headroom(space, mtb, log_blocks)
-    checkpoint_ms = by[:, CAUSES.index("checkpoint")].astype("float64") / 1e6
+    # the call itself waited for log space (not queued behind a task that did)
+    checkpoint_ms = (by[:, CAUSES.index("checkpoint")] - queued_checkpoint_ns).astype("float64") / 1e6
     waited = (checkpoint_ms > 0) | (own > 0)
     if n:
         bg = cp_events[cp_events["jbd2_thread"].to_numpy(dtype=bool)]
@@ -244,6 +269,8 @@ def find_stalls(session, timeline, min_ms=DEFAULT_MIN_MS):
     cols["oncpu_ms"] = np.maximum(lat_ns - off_ns, 0) / 1e6
     for i, c in enumerate(CAUSES):
         cols[f"{c}_ms"] = by[:, i].astype("float64") / 1e6
+    cols["queued_ms"] = queued_ns.astype("float64") / 1e6
+    cols["queued_behind"] = pd.array(queued_behind, dtype="str") if n else queued_behind
     cols.update({
         "free_start_blocks": free_start, "fill_start_pct": fill_pct(free_start, log_blocks),
         "min_free_blocks": min_free, "fill_max_pct": fill_pct(min_free, log_blocks),

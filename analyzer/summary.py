@@ -98,7 +98,10 @@ class StallSummary(_Doc):
     """Stall totals: ``count``; ``total_ms``/``max_ms`` of latency; ``offcpu_ms``/``oncpu_ms``
     inside stalls; ``own_checkpoint`` (stalls that checkpointed in their own task);
     ``at_forced_level`` and ``forced`` (Tally); ``by_cause`` {cause: Tally of the stalls with
-    that primary cause and the off-CPU ms spent in it}, every registered cause in order."""
+    that primary cause and the off-CPU ms spent in it}, every registered cause in order;
+    ``queued`` (Tally: stalls with off-CPU time queued behind another task, and that time,
+    also counted in ``by_cause``); ``queued_behind`` {"comm tid": ms}, the three tasks most
+    of it queued behind."""
 
     count: int
     total_ms: float
@@ -109,6 +112,8 @@ class StallSummary(_Doc):
     at_forced_level: Tally
     forced: Tally
     by_cause: dict
+    queued: Tally
+    queued_behind: dict
 
     def dominant(self):
         """The cause with the most stall time off CPU, or None without stalls."""
@@ -182,7 +187,8 @@ class TopStall(_Doc):
     """One stalled call (a row of stalls.find_stalls; ``syscall`` journal_start: a journal handle
     wait outside the traced calls, ``context`` what its task was doing): when (``t_s`` since the session start,
     ``ts_ns``, ``wall`` ISO 8601), how long, who, its cause and ``by_cause_ms`` (off-CPU ms per
-    cause, non-zero only), the journal's fill and headroom around it."""
+    cause, non-zero only; ``queued_ms`` of it queued behind the task ``queued_behind``), the
+    journal's fill and headroom around it."""
 
     t_s: float
     ts_ns: int
@@ -197,6 +203,8 @@ class TopStall(_Doc):
     cause: str
     cause_label: str
     by_cause_ms: dict
+    queued_ms: float
+    queued_behind: str
     oncpu_ms: float
     fill_start_pct: float
     fill_max_pct: float
@@ -319,7 +327,18 @@ def stall_summary(stalls, by_cause):
         own_checkpoint=int(st["own_checkpoint"].sum()),
         at_forced_level=_tally(len(at), at["latency_ms"].sum()),
         forced=_tally(st["forced"].sum(), st.loc[st["forced"].astype(bool), "latency_ms"].sum()),
-        by_cause={c: _tally(by_cause.loc[c, "count"], by_cause.loc[c, "total_ms"]) for c in causes.CAUSES})
+        by_cause={c: _tally(by_cause.loc[c, "count"], by_cause.loc[c, "total_ms"]) for c in causes.CAUSES},
+        queued=_tally((st["queued_ms"] > 0).sum(), st["queued_ms"].sum()),
+        queued_behind=queued_behind(st))
+
+
+def queued_behind(stalls, top=3):
+    """{"comm tid": ms}: the ``top`` tasks the stalls' queued time waited behind, most first."""
+    q = stalls[stalls["queued_ms"] > 0]
+    if not len(q):
+        return {}
+    ms = q.groupby(q["queued_behind"].astype("str"))["queued_ms"].sum().sort_values(ascending=False, kind="stable")
+    return {k: _num(float(v)) for k, v in ms.head(top).items()}
 
 
 def proc_summary(proc, hz):
@@ -401,6 +420,7 @@ def top_stalls(analysis, n):
             "comm": r["comm"], "pid": int(r["pid"]),
             "tid": int(r["tid"]), "dev": r["dev"], "cause": str(r["cause"]), "cause_label": r["cause_label"],
             "by_cause_ms": {c: r[f"{c}_ms"] for c in causes.CAUSES if r[f"{c}_ms"] > 0},
+            "queued_ms": r["queued_ms"], "queued_behind": r["queued_behind"],
             **{k: r[k] for k in ("oncpu_ms", "fill_start_pct", "fill_max_pct", "min_free_blocks",
                                  "forced_fill_pct")},
             "at_forced_level": bool(r["at_forced_level"]), "own_checkpoint": bool(r["own_checkpoint"]),

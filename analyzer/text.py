@@ -57,6 +57,13 @@ def session_summary(analysis, top=10):
                    f"worst {st.max_ms:.1f} ms; {st.forced.count} forced to wait for log space "
                    f"(jbd2_log_space_left() below j_max_transaction_buffers, then __jbd2_log_wait_for_space); "
                    f"{st.own_checkpoint} checkpointed in their own task.")
+        if st.queued.count:
+            pct = 100 * st.queued.total_ms / st.offcpu_ms if st.offcpu_ms else 0
+            who = ", ".join(f"{task} {ms:,.0f} ms" for task, ms in st.queued_behind.items())
+            out.append(f"{st.queued.total_ms:,.0f} ms of the stall time ({pct:.0f}% of it off CPU) queued behind other "
+                       f"tasks that held what the call needed (a lock) while they stalled, in {st.queued.count} "
+                       f"stall{'s' * (st.queued.count != 1)}; direct {st.offcpu_ms - st.queued.total_ms:,.0f} ms. "
+                       f"Behind: {who}.")
     cc = su.checkpoint_costs
     if cc["forced"]:
         line = (f"{cc['forced']} forced checkpoint{'s' * (cc['forced'] != 1)}: {cc['expensive']} ran in stalls "

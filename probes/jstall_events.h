@@ -110,6 +110,19 @@ struct call_event {
 	char file[JSTALL_FILE_LEN];
 };
 
+/* Who woke a thread that was off-CPU inside a traced call (sched_waking, in the waker's
+ * context): its thread, stack and traced call in flight. wake_ts_ns 0: no wakeup seen
+ * (preempted, or the probe is off); waker_call_ts_ns 0: the waker was in no traced call. */
+struct jstall_waker {
+	__u64 wake_ts_ns;
+	__u64 waker_call_ts_ns;
+	__u32 waker_tid;
+	__u32 waker_pid;
+	__s32 waker_stack_id;
+	__u32 waker_syscall_nr;
+	char waker_comm[JSTALL_COMM_LEN];
+};
+
 /* An off-CPU interval of a thread inside a traced call. */
 struct offcpu_event {
 	__u32 kind;
@@ -121,6 +134,7 @@ struct offcpu_event {
 	__u64 call_ts_ns;
 	__u32 syscall_nr;
 	__u32 dev;
+	struct jstall_waker waker;
 };
 
 /* A jbd2 lifecycle event with the journal's fill level at that moment. */

@@ -26,6 +26,7 @@
  *   TRACE_FORKS       the traced process tree (sched_process_fork)
  *   MONITOR_OPS       the monitor's fs-level operations instead of syscalls (handle waits,
  *                     fsync); needs TASK_JOURNAL_INFO_* and FILE_INODE_* too
+ *   WAIT_CHAINS       who woke each off-CPU interval inside a traced call (sched_waking)
  */
 #ifndef TRACE_SYSCALLS
 #define TRACE_SYSCALLS 1
@@ -52,6 +53,11 @@
 #endif
 #if HANDLE_WAITS && !TRACE_SYSCALLS
 #error "HANDLE_WAITS needs TRACE_SYSCALLS"
+#endif
+/* 1: the waker of each off-CPU interval inside a traced call is recorded (sched_waking):
+ * a wait queued behind another task (a lock it held) can take that task's cause */
+#ifndef WAIT_CHAINS
+#define WAIT_CHAINS 0
 #endif
 /* 1: bpf_task_pt_regs() (5.15) and SYSCALL_CONTEXT: a handle wait names its syscall */
 #ifndef TASK_PT_REGS
@@ -112,6 +118,7 @@ struct inflight {
 	__s32 off_stack_id;
 	__u64 off_ts_ns;   /* 0: the thread is on a CPU */
 	__s64 off_state;
+	struct jstall_waker off_waker;  /* who woke it (WAIT_CHAINS) */
 	__s32 context_nr;  /* a handle wait's: call_event.context_nr */
 	__u32 task_flags;
 };
@@ -141,6 +148,7 @@ struct offstart {
 	__u64 call_ts_ns;
 	__u32 pid;
 	__u32 dev;
+	struct jstall_waker waker;   /* who woke it (WAIT_CHAINS) */
 };
 
 struct call_key {
@@ -1245,9 +1253,10 @@ BOTH_PROGRAMS(jbd2_checkpoint_stats)
 
 /* An off-CPU interval of thread tid inside a traced call ends (it is switched back in,
  * at now); s_ts_ns, s_state, s_stack: its start, task state and stack at switch-out;
- * call_ts_ns, syscall_nr, pid, dev: its call's; next: its task_struct. */
+ * call_ts_ns, syscall_nr, pid, dev: its call's; next: its task_struct; waker: who woke it. */
 static __always_inline void offcpu_end(__u64 now, __u32 tid, __u64 next, __u64 s_ts_ns, __s64 s_state,
-				       __s32 s_stack, __u64 call_ts_ns, __u32 syscall_nr, __u32 pid, __u32 dev)
+				       __s32 s_stack, __u64 call_ts_ns, __u32 syscall_nr, __u32 pid, __u32 dev,
+				       struct jstall_waker *waker)
 {
 	__u64 delta = now - s_ts_ns;
 	if (delta <= OFFCPU_MIN_NS || (dev && !dev_allowed(dev)))
@@ -1263,6 +1272,9 @@ static __always_inline void offcpu_end(__u64 now, __u32 tid, __u64 next, __u64 s
 	e.call_ts_ns = call_ts_ns;
 	e.syscall_nr = syscall_nr;
 	e.dev = dev;
+#if WAIT_CHAINS
+	e.waker = *waker;
+#endif
 	bpf_probe_read_kernel_str(&e.task.comm, sizeof(e.task.comm), (void *)next + TASK_COMM_OFF);
 	if (offcpu_rb.ringbuf_output(&e, sizeof(e), rb_flags()))
 		count(BUF_OFFCPU);
@@ -1304,6 +1316,9 @@ static __always_inline int sched_switch_body(struct bpf_raw_tracepoint_args *ctx
 			c->off_ts_ns = now;
 			c->off_state = state;
 			c->off_stack_id = stack_id;
+#if WAIT_CHAINS
+			__builtin_memset(&c->off_waker, 0, sizeof(c->off_waker));
+#endif
 		} else {
 			struct offstart s = {};
 			s.ts_ns = now;
@@ -1328,7 +1343,7 @@ static __always_inline int sched_switch_body(struct bpf_raw_tracepoint_args *ctx
 		if (!now)
 			now = bpf_ktime_get_ns();
 		offcpu_end(now, LOAD_FIELD(next_task, TASK_PID), next_task, n->off_ts_ns, n->off_state,
-			   n->off_stack_id, n->ts_ns, n->syscall_nr, n->pid, n->dev);
+			   n->off_stack_id, n->ts_ns, n->syscall_nr, n->pid, n->dev, &n->off_waker);
 		n->off_ts_ns = 0;
 		return 0;
 	}
@@ -1343,12 +1358,63 @@ static __always_inline int sched_switch_body(struct bpf_raw_tracepoint_args *ctx
 		return 0;
 	if (!now)
 		now = bpf_ktime_get_ns();
-	offcpu_end(now, next, next_task, s->ts_ns, s->state, s->stack_id, s->call_ts_ns, s->syscall_nr, s->pid, s->dev);
+	offcpu_end(now, next, next_task, s->ts_ns, s->state, s->stack_id, s->call_ts_ns, s->syscall_nr, s->pid, s->dev,
+		   &s->waker);
 	if (offstart.delete(&next) == 0)
 		__sync_fetch_and_add(pending, -1);
 	return 0;
 }
 BOTH_PROGRAMS(sched_switch)
+
+#if WAIT_CHAINS
+/* sched_waking(struct task_struct *p): fires in the waker's context when p is about to be
+ * woken (try_to_wake_up, once p's state matched). A thread off-CPU inside a traced call
+ * keeps its first waker: thread, kernel stack (where it released what p waited for) and
+ * the waker's own traced call in flight, if any. The analysis gives a wait queued behind a
+ * lock the cause of what its holder was doing (bcc's offwaketime idea, kept to traced
+ * calls). A wakeup from an interrupt names the task it interrupted: the analysis uses
+ * wakers only for waits no stack explains. typed: p's task storage (the typed
+ * sched_switch's); untyped: the offstart hash. */
+static __always_inline int sched_waking_body(struct bpf_raw_tracepoint_args *ctx, int typed)
+{
+	__u64 p = ctx->args[0];
+	struct jstall_waker *w = 0;
+	if (!p)
+		return 0;
+	if (typed) {
+		struct inflight *n = inflight.task_storage_get((struct task_struct *)p, 0, 0);
+		if (!n || !n->off_ts_ns || n->off_waker.wake_ts_ns)
+			return 0;
+		w = &n->off_waker;
+	} else {
+		__u32 zero = 0;
+		__u64 *pending = offstart_pending.lookup(&zero);
+		if (!pending || !*pending)
+			return 0;
+		__u32 tid = READ_FIELD(p, TASK_PID);
+		struct offstart *s = offstart.lookup(&tid);
+		if (!s || s->waker.wake_ts_ns)
+			return 0;
+		w = &s->waker;
+	}
+	__u64 id = bpf_get_current_pid_tgid();
+	w->wake_ts_ns = bpf_ktime_get_ns();
+	w->waker_tid = (__u32)id;
+	w->waker_pid = id >> 32;
+	w->waker_stack_id = stacks.get_stackid(ctx, 0);
+	bpf_get_current_comm(&w->waker_comm, sizeof(w->waker_comm));
+	struct inflight *c = current_call(0);
+	if (c && c->ts_ns) {
+		w->waker_call_ts_ns = c->ts_ns;
+		w->waker_syscall_nr = c->syscall_nr;
+	} else {
+		w->waker_call_ts_ns = 0;
+		w->waker_syscall_nr = 0;
+	}
+	return 0;
+}
+BOTH_PROGRAMS(sched_waking)
+#endif /* WAIT_CHAINS */
 
 #endif /* TRACE_SYSCALLS || MONITOR_OPS (off-CPU) */
 

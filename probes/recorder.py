@@ -56,7 +56,7 @@ HANDLE_START_PLANS = (
 #: given without bpf_probe_read_kernel, and sched_switch finds the thread switched in by
 #: its task storage
 BTF_TRACEPOINTS = EXT4_RAW_TRACEPOINTS + tuple(n for n in JBD2_RAW_TRACEPOINTS if n != "jbd2_lock_buffer_stall") + (
-    "sched_switch",)
+    "sched_switch", "sched_waking")
 RING_PAGES = 1024          # 4 MiB per ring buffer
 POLL_MS = 100              # the ring buffers are read at least this often
 #: a record wakes the reader once this many came from its CPU since the last wakeup
@@ -191,6 +191,8 @@ class Recorder:
 
     #: a traced task's handle waits outside traced calls are recorded (HANDLE_WAITS)
     handle_waits = True
+    #: who woke each off-CPU interval inside a traced call is recorded (WAIT_CHAINS)
+    wait_chains = True
 
     def _call_slot_rows(self):
         """{syscall nr: row}: each traced syscall counts its calls in a row of per-CPU array
@@ -224,6 +226,7 @@ class Recorder:
             PER_SYSCALL_TRACEPOINTS=int(self.attach_mode == "syscalls"),
             FENTRY_SYSCALLS=int(self.attach_mode == "fentry"),
             HANDLE_WAITS=int(self.handle_waits),
+            WAIT_CHAINS=int(self.wait_chains),
             TASK_PT_REGS=int((host.kernel_version() or (0, 0)) >= (5, 15)),
             SELF_TGID=os.getpid(),
             CALL_SLOTS=max(len(self.call_slots), 1),
@@ -323,6 +326,17 @@ class Recorder:
             if not (name in BTF_TRACEPOINTS and self._attach_btf(b, name)):
                 b.attach_raw_tracepoint(tp=name.encode(), fn_name=f"rtp_{name}".encode())
             self.attached.append(f"raw:sched:{name}")
+        if self.wait_chains:
+            # the waker goes where sched_switch keeps the interval: the typed program writes
+            # the task storage only a typed sched_waking reads, the untyped one the hash
+            if "sched_switch" in self.btf_typed:
+                if self._attach_btf(b, "sched_waking"):
+                    self.attached.append("raw:sched:sched_waking")
+                else:
+                    self.missing.append("raw:sched:sched_waking (typed)")
+            else:
+                b.attach_raw_tracepoint(tp=b"sched_waking", fn_name=b"rtp_sched_waking")
+                self.attached.append("raw:sched:sched_waking")
         if self.missing and not self.opts.quiet:
             log.warning("tracepoints missing on this kernel, not recorded: %s", " ".join(self.missing))
 
@@ -477,7 +491,9 @@ class Recorder:
                 self.cgroups.update({str(i): None for i in ids if str(i) not in self.cgroups})
         if "offcpu_event" in a:
             self.offcpu_without_stack += int(np.sum(a["offcpu_event"]["stack_id"] < 0))
-            new = sorted(int(s) for s in np.unique(a["offcpu_event"]["stack_id"]) if s >= 0 and int(s) not in self._stack_ids)
+            o = a["offcpu_event"]
+            ids = np.unique(np.concatenate([o["stack_id"], o["waker_stack_id"][o["wake_ts_ns"] != 0]]))
+            new = sorted(int(s) for s in ids if s >= 0 and int(s) not in self._stack_ids)
             if new:
                 self._write_chunk("stacks", tables.stacks_table(self.bpf, new))
                 self._stack_ids.update(new)

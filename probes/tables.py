@@ -133,8 +133,29 @@ def offcpu_table(a, names):
         "ts_ns": a["ts_ns"].astype(np.int64), "offcpu_ns": a["offcpu_ns"].astype(np.int64), **_task(a),
         "state": state, "runnable": runnable, "stack_id": a["stack_id"].astype(np.int32),
         "call_ts_ns": a["call_ts_ns"].astype(np.int64), "syscall": _names(a["syscall_nr"], names),
-        "dev": _devs(a["dev"]),
+        "dev": _devs(a["dev"]), **_waker(a, names),
     })
+
+
+def _waker(a, names):
+    """Who woke each interval (null where no wakeup was seen: preempted, or not recorded)."""
+    none = a["wake_ts_ns"] == 0
+    in_call = ~none & (a["waker_call_ts_ns"] != 0)
+
+    def masked(values, typ, mask):
+        return pa.array(values, type=typ, mask=mask) if len(values) else pa.array([], type=typ)
+
+    calls = _names(a["waker_syscall_nr"], names).to_numpy(zero_copy_only=False) if len(a) else np.zeros(0, dtype=object)
+    comm = np.char.decode(a["waker_comm"], "utf-8", "replace") if len(a) else np.zeros(0, dtype=str)
+    return {
+        "wake_ts_ns": masked(a["wake_ts_ns"].astype(np.int64), pa.int64(), none),
+        "waker_tid": masked(a["waker_tid"].astype(np.int32), pa.int32(), none),
+        "waker_pid": masked(a["waker_pid"].astype(np.int32), pa.int32(), none),
+        "waker_comm": masked(comm, pa.string(), none),
+        "waker_stack_id": masked(a["waker_stack_id"].astype(np.int32), pa.int32(), none),
+        "waker_call_ts_ns": masked(a["waker_call_ts_ns"].astype(np.int64), pa.int64(), ~in_call),
+        "waker_syscall": masked(calls, pa.string(), ~in_call),
+    }
 
 
 def stacks_table(b, ids):

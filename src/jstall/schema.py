@@ -28,6 +28,11 @@ _i32, _i64, _str, _bool = pa.int32(), pa.int64(), pa.string(), pa.bool_()
 
 _FILL = [(name, _i64, True) for name in FILL_COLUMNS]
 _TASK = [("tid", _i32, False), ("pid", _i32, False), ("comm", _str, False)]
+#: who woke an off-CPU interval (sched_waking): when, the waking thread, its kernel stack and
+#: its own traced call in flight (null: no wakeup seen, or the waker was in no traced call)
+_WAKER = [("wake_ts_ns", _i64, True), ("waker_tid", _i32, True), ("waker_pid", _i32, True),
+          ("waker_comm", _str, True), ("waker_stack_id", _i32, True), ("waker_call_ts_ns", _i64, True),
+          ("waker_syscall", _str, True)]
 #: who a jbd2 event fired in: inside a traced call; in a task the session traces
 _WHO = [("in_traced_call", _bool, True), ("traced_task", _bool, True)]
 
@@ -51,7 +56,7 @@ COLUMNS = {
     "offcpu": [("ts_ns", _i64, False), ("offcpu_ns", _i64, False)] + _TASK + [
         ("state", _i64, False), ("runnable", _bool, False), ("stack_id", _i32, False),
         ("call_ts_ns", _i64, False), ("syscall", _str, False), ("dev", _str, True),
-    ],
+    ] + _WAKER,
     "stacks": [("stack_id", _i32, False), ("frames", pa.list_(_str), False)],
     "jbd2_events": [("ts_ns", _i64, False), ("event", _str, False), ("dev", _str, False),
                     ("transaction", _i64, True)] + _TASK + [
@@ -89,7 +94,7 @@ LAB_TABLES = tuple(LAB_COLUMNS)
 #: Columns added to the format after sessions were first written: a session without them
 #: loads with nulls (still schema version 1).
 OPTIONAL = frozenset(("committing_credits", "journal_committing_credits", "file", "cgroup_id",
-                      "in_traced_call", "traced_task", "context"))
+                      "in_traced_call", "traced_task", "context")) | {n for n, _, _ in _WAKER}
 
 
 def arrow_schema(table):
