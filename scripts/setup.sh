@@ -13,8 +13,9 @@ PKGS="bpfcc-tools python3-bpfcc bpftrace bpftool e2fsprogs util-linux kmod pytho
 [ "${1:-}" = "test" ] && PKGS="$PKGS prometheus tmux"
 # benchmarks/record_memory.py records under dbench, an independent metadata-heavy client.
 PKGS="$PKGS dbench"
-# The wait-chain test runs fs_mark (fsmark), a client nobody here wrote.
-[ "${1:-}" = "test" ] && PKGS="$PKGS fsmark"
+# Clients nobody here wrote: fs_mark (wait chains), rsync beside tar and cp, and strace,
+# whose call counts the recorded ones must equal.
+[ "${1:-}" = "test" ] && PKGS="$PKGS fsmark rsync strace"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -192,3 +192,50 @@ def test_fs_mark_threads_queued_behind_the_checkpointing_thread(tmp_path):
     assert all(b.split()[1] != str(t) for b, t in zip(q["queued_behind"], q["tid"]))  # behind the other thread
     big = _fs_mark_session(tmp_path, "64M")
     assert _lock_wait_ms(big) < 0.2 * lock_ms, (_lock_wait_ms(big), lock_ms)
+
+
+# strace -c's table: "% time seconds usecs/call calls [errors] syscall"
+STRACE_ROW = re.compile(r"^\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?(\w+)\s*$", re.M)
+
+
+@pytest.mark.parametrize("client", ["tar", "cp", "rsync"])
+def test_every_traced_call_counted_as_strace_counts_it(client, tmp_path):
+    """GNU tar --xattrs extraction, cp -a and rsync -aX of 500 files with a user.* attribute
+    each, recorded with --calls all and every call stored one by one (--min-ms 0) while strace
+    -f -c counts the same processes' syscalls: for every call jstall traces, its count for the
+    client's processes equals strace's exactly (strace's own calls are its, not the client's)."""
+    from jstall.analyzer.load import load_session
+    from jstall.probes.syscalls import GROUPS
+
+    out, counts = str(tmp_path / "s"), str(tmp_path / "strace.txt")
+    with ScratchFs(FsConfig(fs_size="256M", journal_size="16M", inode_size=256)) as fs:
+        src = os.path.join(fs.mountpoint, "src")
+        os.mkdir(src)
+        for i in range(500):
+            p = os.path.join(src, f"f{i}")
+            with open(p, "w") as f:
+                f.write("x" * (i % 7))
+            os.setxattr(p, "user.a", b"%08d" % i)
+        dst = os.path.join(fs.mountpoint, "dst")
+        if client == "tar":
+            archive = str(tmp_path / "src.tar")
+            subprocess.run(["tar", "--xattrs", "-cf", archive, "-C", fs.mountpoint, "src"], check=True)
+            os.mkdir(dst)
+            cmd = ["tar", "--xattrs", "-xf", archive, "-C", dst]
+        elif client == "cp":
+            cmd = ["cp", "-a", src, dst]
+        else:
+            cmd = ["rsync", "-aX", src + "/", dst + "/"]
+        # no -d: the client's calls on other filesystems (the archive, its libraries) count too
+        rec = subprocess.run([JSTALL, "record", "-q", "--calls", "all", "--min-ms", "0", "-o", out, "--",
+                              "strace", "-f", "-qq", "-c", "-o", counts, "--", *cmd],
+                             capture_output=True, text=True, timeout=600)
+        assert rec.returncode == 0, rec.stderr
+        assert len(os.listdir(dst if client != "tar" else os.path.join(dst, "src"))) == 500
+    traced = {c for calls in GROUPS.values() for c in calls}
+    seen = {name: int(n) for n, name in STRACE_ROW.findall(open(counts).read()) if name in traced}
+    s = load_session(out)
+    assert not any((s.meta.get("events_lost") or {}).values()), s.meta.get("events_lost")
+    mine = s.calls[(s.calls["comm"] == client) & (s.calls["syscall"] != "journal_start")]
+    got = {k: int(v) for k, v in mine.groupby("syscall").size().items()}
+    assert seen and got == seen, (got, seen)
