@@ -301,14 +301,16 @@ def sweep_option(table, option, value, error=None, title=None, ylabel=None, grou
 
 
 def device_served(analysis):
-    """What each emulated device of a lab run served (the session's device_stats): requests
-    per second -- writes and reads as the throttle counts them (completed + merged), cache
-    flushes -- with the profile's IOPS limits dashed, and phase boundaries shaded. Empty for
-    a session without the table."""
+    """What each block device under the traced filesystems served (the session's device_stats:
+    a lab run's emulated devices, or those jstall record sampled): requests per second --
+    writes and reads as a throttle counts them (completed + merged), cache flushes -- and its
+    utilisation (% of each interval with a request in flight, right axis), with a lab profile's
+    IOPS limits dashed and its phase boundaries shaded. Empty for a session without the table."""
     ds = analysis.session.device_stats
     lab = analysis.session.meta.get("lab") or {}
     roles = list(dict.fromkeys(ds["role"])) if len(ds) else []
     fig = make_subplots(rows=max(1, len(roles)), cols=1, shared_xaxes=True, vertical_spacing=0.08,
+                        specs=[[{"secondary_y": True}]] * max(1, len(roles)),
                         subplot_titles=[f"{r} device ({d})" for r, d in
                                         ds[["role", "dev"]].drop_duplicates().itertuples(index=False)] or None)
     t0 = _t0(analysis)
@@ -324,12 +326,16 @@ def device_served(analysis):
         for name, y in series.items():
             fig.add_trace(go.Scatter(x=x, y=y, mode="lines", line_shape="hv", name=f"{role} {name}/s",
                                      line=dict(color=colors[name])), row=i, col=1)
+        busy = (100 * d["busy_ms"] * 1e6 / d["interval_ns"]).clip(upper=100)
+        fig.add_trace(go.Scatter(x=x, y=busy, mode="lines", line_shape="hv", name=f"{role} busy %",
+                                 line=dict(color="#2ca02c", dash="dot")), row=i, col=1, secondary_y=True)
+        fig.update_yaxes(title_text="busy %", range=[0, 105], row=i, col=1, secondary_y=True)
         for kind, name in (("write_iops", "writes"), ("read_iops", "reads")):
             lim = limits.get(role, {}).get(kind)
             if lim:
                 fig.add_hline(y=lim, line_dash="dash", line_color=colors[name], row=i, col=1,
                               annotation_text=f"{kind} {lim:,}", annotation_position="top left")
-        fig.update_yaxes(title_text="requests/s", row=i, col=1)
+        fig.update_yaxes(title_text="requests/s", row=i, col=1, secondary_y=False)
     for p in lab.get("phases") or []:
         fig.add_vrect(x0=(p["start_ns"] - t0) / 1e9, x1=(p["end_ns"] - t0) / 1e9, fillcolor="#2ca02c", opacity=0.06,
                       line_width=0, annotation_text=p["name"], annotation_position="top left")

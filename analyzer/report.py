@@ -193,7 +193,8 @@ def session_report(analysis):
     if len(a.transactions):
         parts.append("<h2>Transactions</h2>" + _fig(figures.transactions(a), "transactions"))
     if len(a.session.device_stats):
-        parts.append("<h2>Emulated device: requests served</h2>" + _fig(figures.device_served(a), "device"))
+        title = "Emulated device" if a.session.meta.get("lab") else "Block devices"
+        parts.append(f"<h2>{title}: requests served and utilisation</h2>" + _fig(figures.device_served(a), "device"))
     cols = ["dev", "journal_mib", "transactions", "avg_handles_per_transaction", "avg_blocks_per_transaction",
             "avg_logged_blocks_per_transaction", "avg_running_ms", "avg_locked_ms", "avg_flushing_ms",
             "avg_logging_ms", "log_rate_blocks_per_s", "forced_checkpoints", "background_checkpoints",

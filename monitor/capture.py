@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from jstall import __version__
+from jstall import __version__, devstats
 from jstall.probes import events
 from jstall.probes import tables as rec
 from jstall.session import FORMAT, SCHEMA_VERSION, table_path, write_metadata
@@ -104,6 +104,9 @@ class Captures:
         self.disk_bytes = sum(dir_bytes(p) for p in list_captures(directory))
         self._lock = threading.Lock()
         self._base_stats = collections.deque()    # (monotonic ns, raw call stats) once a second
+        # (devices, snapshot) of the block devices under the journals, once a second: a
+        # capture's device_stats table
+        self._dev_snaps = collections.deque()
         tracer.listeners.append(self.on_stall)
         tracer.tick_listeners.append(self.on_tick)
 
@@ -138,6 +141,7 @@ class Captures:
             keep = (self.tracer.mopts.before_s + 2) * 1e9
             while len(self._base_stats) > 2 and self._base_stats[1][0] < now - keep:
                 self._base_stats.popleft()
+            self._sample_devices(now)
         with self._lock:
             p = self.pending
             if p is None or now < p["end_ns"]:
@@ -145,9 +149,32 @@ class Captures:
             self.pending = None
         p["records"] = self.tracer.flight_window(p["start_ns"], now)
         p["stats_end"] = self.tracer.raw_call_stats()
+        p["devices"] = self._device_rows(p["start_ns"], now)
         p["frames"] = {}
         self.writing = threading.Thread(target=self._write, args=(p,), name="jstall-capture")
         self.writing.start()
+
+    def _sample_devices(self, now):
+        """A snapshot of the devices under the traced journals (those mounted since included),
+        kept for the longest window a capture covers."""
+        try:
+            devs = devstats.devices_under(self.tracer.journals.values())
+            self._dev_snaps.append((devs, devstats.snapshot(devs)))
+        except OSError:  # a device gone between listing and reading: the next tick has it
+            return
+        keep = (self.tracer.mopts.before_s + self.tracer.mopts.after_s + 3) * 1e9
+        while len(self._dev_snaps) > 2 and next(iter(self._dev_snaps[1][1].values()), (now,))[0] < now - keep:
+            self._dev_snaps.popleft()
+
+    def _device_rows(self, start_ns, end_ns):
+        """device_stats columns of the intervals ending in [start_ns, end_ns + 1 s]."""
+        rows = devstats.empty_rows()
+        snaps = list(self._dev_snaps)
+        for (_, before), (devs, after) in zip(snaps, snaps[1:]):
+            t = next(iter(after.values()), (0,))[0]
+            if start_ns <= t <= end_ns + 1_000_000_000:
+                devstats.add_rows(rows, devs, before, after)
+        return rows
 
     def finish(self, timeout=None):
         """On shutdown: write the capture being gathered now (its window cut short) and wait
@@ -157,6 +184,7 @@ class Captures:
         if p is not None and self.tracer.bpf is not None:
             p["records"] = self.tracer.flight_window(p["start_ns"], time.monotonic_ns())
             p["stats_end"] = self.tracer.raw_call_stats()
+            p["devices"] = self._device_rows(p["start_ns"], time.monotonic_ns())
             p["cut_short"] = True
             self._write(p)
         if self.writing is not None:
@@ -206,6 +234,7 @@ class Captures:
         ids = sorted({int(s) for s in a["offcpu_event"]["stack_id"] if s >= 0})
         tables["stacks"] = rec.stacks_table(t.bpf, ids)
         tables["call_histograms"], tables["call_totals"] = _histogram_tables(p["stats_start"], p["stats_end"], names)
+        tables["device_stats"] = devstats.table(p.get("devices") or devstats.empty_rows())
         for n, table in tables.items():
             pq.write_table(table, table_path(path, n))
         jbd = a["jbd2_event"]

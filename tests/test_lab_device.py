@@ -96,10 +96,10 @@ def test_durable_phase_timing_holds_the_phases_commits(scratch_dir, tmp_path):
 
     a = analyze(s)
     fig = figures.device_served(a)
-    assert [t.name for t in fig.data] == ["data writes/s", "data reads/s", "data flushes/s"]
+    assert [t.name for t in fig.data] == ["data writes/s", "data reads/s", "data flushes/s", "data busy %"]
     assert sum(fig.data[0].y * (ds["interval_ns"] / 1e9)) == pytest.approx(
         int((ds["write_ios"] + ds["write_merges"]).sum()))
-    assert "Emulated device: requests served" in session_report(a)
+    assert "Emulated device: requests served and utilisation" in session_report(a)
 
 
 def test_an_unrecorded_run_keeps_the_device_table_in_its_lab_metadata(scratch_dir, tmp_path):

@@ -261,8 +261,13 @@ def test_one_stall_one_capture_attributed_to_checkpoint(run):
     assert len(a.stalls) >= 1
     worst = a.stalls.sort_values("latency_ms").iloc[-1]
     assert worst["cause"] == "checkpoint" and worst["syscall"] == "journal_start"
+    # what the device under the filesystem did, once a second through the capture's window
+    ds = a.session.device_stats
+    assert len(ds) >= 1 and set(ds["dev"]) == {run["dev"]} and ds["write_ios"].sum() > 0, ds
+    assert ds["ts_ns"].min() >= meta["start"]["monotonic_ns"]
     r = subprocess.run([JSTALL, "analyze", cap], capture_output=True, text=True)
     assert r.returncode == 0 and "checkpoint" in r.stdout, r.stderr
+    assert f"{run['dev']} data" in r.stdout
     html = run["tmp"] / "capture.html"
     r = subprocess.run([JSTALL, "report", cap, "-o", str(html)], capture_output=True, text=True)
     assert r.returncode == 0 and html.stat().st_size > 10000, r.stderr

@@ -225,6 +225,12 @@ def make_durable(fs):
     return time.monotonic_ns(), time.time()
 
 
+def served_by_role(sampler, before):
+    """{role: what the lab's emulated device of that role served since ``before``}."""
+    d = served(before, sampler.snapshot())
+    return {role: d[dev] for role, dev, _, _ in sampler.devices if dev in d}
+
+
 def _phase_record(phase, start, returned, end, wall0, wall1, counts, device=None):
     """The phase's entry in the lab metadata (jstall.metadata.PhaseRecord, docs/lab.md):
     ``returned`` when the jobs returned, ``end`` when their work was durable (both monotonic ns)."""
@@ -282,7 +288,8 @@ def run_lab(cfg, before_phase=None, console=None, out=None):
                         end, w1 = make_durable(fs)
                     finally:
                         bar.finish(t, phase.name, phase.total, progress.total())
-                record = _phase_record(phase, start, returned, end, w0, w1, counts, served(before, sampler.snapshot()))
+                record = _phase_record(phase, start, returned, end, w0, w1, counts,
+                                        served_by_role(sampler, before))
                 record.extra.update(extra)
                 lab.phases.append(record)
                 lab.extra.update(pat.lab_fields([p.to_dict() for p in lab.phases]))

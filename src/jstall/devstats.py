@@ -4,7 +4,7 @@ sampled by a thread.
     with DeviceSampler(devices_under(journals), interval_s=1.0) as sampler:
         before = sampler.snapshot()
         ...
-        used = served(before, sampler.snapshot())   # {role: {column: count}}
+        used = served(before, sampler.snapshot())   # {dev: {column: count}}
     sampler.rows                                     # the device_stats table, as columns
 
 A device is (role, the filesystem-facing 'MAJ:MIN', the serving device's name, its 'MAJ:MIN'):
@@ -88,15 +88,55 @@ COLUMNS = ("ts_ns", "interval_ns", "dev", "role", "lower_dev", *STAT_COLUMNS, "i
 
 
 def served(before, after):
-    """{role: {column: after - before}} of two snapshots (``in_flight_requests``: after's)."""
+    """{dev: {column: after - before}} of two snapshots (``in_flight_requests``: after's)."""
     out = {}
-    for role, (ts1, st1) in after.items():
-        ts0, st0 = before[role]
+    for dev, (ts1, st1) in after.items():
+        if dev not in before:  # a device added since
+            continue
+        ts0, st0 = before[dev]
         d = {col: st1[f] - st0[f] for col, f in STAT_COLUMNS.items()}
         d["in_flight_requests"] = st1["in_flight"]
         d["seconds"] = (ts1 - ts0) / 1e9
-        out[role] = d
+        out[dev] = d
     return out
+
+
+def empty_rows():
+    """device_stats columns with no rows: {column: []}."""
+    return {c: [] for c in COLUMNS}
+
+
+def add_rows(rows, devices, before, after):
+    """Append to ``rows`` (device_stats columns) one row per device of ``devices`` (as
+    devices_under gives them) for what it served between two snapshots
+    (DeviceSampler.snapshot)."""
+    d = served(before, after)
+    for role, dev, _, lower in devices:
+        if dev not in d:
+            continue
+        rows["ts_ns"].append(after[dev][0])
+        rows["interval_ns"].append(after[dev][0] - before[dev][0])
+        rows["dev"].append(dev)
+        rows["role"].append(role)
+        rows["lower_dev"].append(lower)
+        for col in (*STAT_COLUMNS, "in_flight_requests"):
+            rows[col].append(int(d[dev][col]))
+    return rows
+
+
+def table(rows):
+    """device_stats columns as a pyarrow Table with the session schema."""
+    import pyarrow as pa
+
+    from jstall.schema import SCHEMAS
+
+    return pa.table(rows, schema=SCHEMAS["device_stats"])
+
+
+def snapshot(devices):
+    """{dev: (monotonic ns, /sys/block stat dict)} of ``devices`` now (each device once: a
+    filesystem's and its external journal's, of every traced filesystem)."""
+    return {dev: (time.monotonic_ns(), read_block_stat(lower)) for _, dev, _, lower in devices}
 
 
 class DeviceSampler:
@@ -106,29 +146,21 @@ class DeviceSampler:
     def __init__(self, devices, interval_s=1.0):
         self.devices = list(devices)  # [(role, dev, serving device's name, its dev)]
         self.interval_s = interval_s
-        self.rows = {c: [] for c in COLUMNS}
+        self.rows = empty_rows()
         self._last = None
         self._stop = threading.Event()
         self._thread = None
         self._lock = threading.Lock()
 
     def snapshot(self):
-        """{role: (monotonic ns, stat dict)} now."""
-        return {role: (time.monotonic_ns(), read_block_stat(lower)) for role, _, _, lower in self.devices}
+        """{dev: (monotonic ns, stat dict)} now."""
+        return snapshot(self.devices)
 
     def _sample(self):
         snap = self.snapshot()
         with self._lock:
             if self._last is not None:
-                d = served(self._last, snap)
-                for role, dev, _, lower in self.devices:
-                    self.rows["ts_ns"].append(snap[role][0])
-                    self.rows["interval_ns"].append(snap[role][0] - self._last[role][0])
-                    self.rows["dev"].append(dev)
-                    self.rows["role"].append(role)
-                    self.rows["lower_dev"].append(lower)
-                    for col in (*STAT_COLUMNS, "in_flight_requests"):
-                        self.rows[col].append(int(d[role][col]))
+                add_rows(self.rows, self.devices, self._last, snap)
             self._last = snap
 
     def start(self):
@@ -160,11 +192,7 @@ class DeviceSampler:
 
     def table(self):
         """The rows as a pyarrow Table with the session schema."""
-        import pyarrow as pa
-
-        from jstall.schema import SCHEMAS
-
-        return pa.table(self.rows, schema=SCHEMAS["device_stats"])
+        return table(self.rows)
 
     def write(self, session_dir):
         """Write device_stats.parquet into a session directory (before its metadata.json)."""
