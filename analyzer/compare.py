@@ -105,7 +105,9 @@ class Comparison:
         return pd.DataFrame(rows)
 
     def stalls(self):
-        """Stall totals: count, total/max ms, at the forced level, checkpointed in own task."""
+        """Stall totals: count, total/max ms, checkpointed in own task, at the forced level,
+        queued behind other tasks; forced checkpoints by cost (in stalls and their waits,
+        negligible, outside the recording)."""
         rows = []
         for key, label in (("count", "stalls"), ("total_ms", "stall ms"), ("max_ms", "worst stall ms"),
                            ("own_checkpoint", "checkpointed in own task")):
@@ -113,6 +115,15 @@ class Comparison:
             rows.append({"figure": label, "a": x, "b": y, "change_pct": _pct_change(x, y)})
         x, y = self.sa.stalls.at_forced_level.count, self.sb.stalls.at_forced_level.count
         rows.append({"figure": "at the forced-checkpoint level", "a": x, "b": y, "change_pct": _pct_change(x, y)})
+        x, y = self.sa.stalls.queued.total_ms, self.sb.stalls.queued.total_ms
+        rows.append({"figure": "stall ms queued behind other tasks", "a": x, "b": y, "change_pct": _pct_change(x, y)})
+        # checkpoints by cost, in analyze's words
+        ca, cb = self.sa.checkpoint_costs, self.sb.checkpoint_costs
+        for key, label in (("forced", "forced checkpoints"), ("expensive", "forced checkpoints in stalls"),
+                           ("expensive_wait_ms", "their waits ms"), ("negligible", "negligible forced checkpoints"),
+                           ("outside", "forced checkpoints outside the recording")):
+            x, y = ca.get(key, 0), cb.get(key, 0)
+            rows.append({"figure": label, "a": x, "b": y, "change_pct": _pct_change(x, y)})
         return pd.DataFrame(rows)
 
     def journal_pairs(self):

@@ -96,3 +96,10 @@ def test_the_stall_table_and_summary_separate_direct_from_queued_time(tmp_path):
     assert d["stalls"]["queued_behind"] == {"fs_mark 22": 200.0}
     assert "200 ms of the stall time (51% of it off CPU) queued behind other tasks" in session_summary(a)
     assert "direct 190 ms. Behind: fs_mark 22 200 ms." in session_summary(a)
+    from jstall.analyzer.compare import compare
+
+    empty = str(tmp_path / "empty")
+    write_session(empty, {}, metadata())
+    rows_ = compare(path, empty).stalls().set_index("figure")
+    assert rows_.loc["stall ms queued behind other tasks", "a"] == 200.0
+    assert rows_.loc["stall ms queued behind other tasks", "b"] == 0.0
