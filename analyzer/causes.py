@@ -91,8 +91,10 @@ REGISTRY = [
           2, "#17becf",
           "waiting for the file's own data pages to be written (fsync's or truncate's writeback: "
           "file_write_and_wait_range -> folio_wait_writeback)",
-          "less data per fsync (fsync less often or in the background: sync_file_range, io_uring), "
-          "bandwidth for the data device, or data=writeback where ordering of data is not needed"),
+          "less data per fsync (fsync less often or in the background: sync_file_range, io_uring), or "
+          "bandwidth for the data device; these are the file's own pages, so no data= mount option shortens "
+          "the wait (data=writeback only stops commits waiting for other files' data, and weakens crash "
+          "consistency)"),
     Cause("device_flush",
           ("blkdev_issue_flush",),
           2, "#2ca02c",

@@ -173,8 +173,9 @@ def journal_size(ctx):
             low_mib=round(m.low_mib, 1), high_mib=round(m.high_mib, 1), inputs=m.as_dict(),
             text=(f"{dev}: {cp_ms:.0f} ms of stall time was spent checkpointing a {_fmt_mib(m.journal_mib)} journal. "
                   f"Estimate: a journal of {m.journal_size_mib} MiB (mkfs.ext4 -J size={m.journal_size_mib}, or "
-                  f"tune2fs) lets one transaction hold the workload's hot set; range {m.low_mib:.1f}-{m.high_mib:.1f} "
-                  f"MiB. Inputs: {m.blocks} blocks in {m.transactions} transactions, {m.relogged_blocks} of them "
+                  f"tune2fs) lets one transaction hold the workload's hot set (the model's upper bound, "
+                  f"{m.high_mib:.1f} MiB, rounded up to whole MiB); journals from {m.low_mib:.1f} MiB may already "
+                  f"do. Inputs: {m.blocks} blocks in {m.transactions} transactions, {m.relogged_blocks} of them "
                   f"re-logged by a later commit and {m.written_home_blocks} written home by checkpoints; a log span "
                   f"of {m.span_mean_blocks:.0f} blocks on average ({m.span_peak_blocks:.0f} at most) give a hot set of "
                   f"{m.hot_blocks_low:.0f}-{m.hot_blocks_high:.0f} blocks; j_max_transaction_buffers = journal / "
