@@ -59,7 +59,10 @@ class TuneRun:
     threshold), ``stall_ms`` (their summed latency), ``checkpoint_stalls`` and
     ``checkpoint_stall_ms`` (those that ran or waited on a forced checkpoint),
     ``forced_checkpoints`` (jbd2_checkpoint events in user tasks: the search removes both),
-    ``durable_s`` and ``returned_s`` per phase and in all, ``session_dir``."""
+    ``durable_s`` and ``returned_s`` per phase and in all, ``session_dir``; the forced
+    checkpoints by cost as analyze counts them: ``checkpoints_in_stalls`` (run in a call of
+    ``threshold_ms`` or more) and ``checkpoint_wait_ms`` (those calls' waits, each once),
+    ``negligible_checkpoints`` (the rest in the run's tasks)."""
 
     label: str
     journal_mib: int
@@ -75,6 +78,9 @@ class TuneRun:
     total_returned_s: float
     session_dir: str = None
     threshold_ms: float = 10.0
+    checkpoints_in_stalls: int = 0
+    checkpoint_wait_ms: float = 0.0
+    negligible_checkpoints: int = 0
 
     @property
     def clean(self):
@@ -147,6 +153,7 @@ def measure(session_dir, label, journal_mib, options, threshold_ms):
     if len(st):
         cps = st[st["own_checkpoint"].astype(bool) | (st["cause"].astype("str") == "checkpoint")]
     forced = checkpoints(a.session)
+    cost = a.summary.checkpoint_costs
     phases = lab_of(a.session.meta).phases
     return TuneRun(label=label, journal_mib=journal_mib, options=options, stalls=len(st),
                    stall_ms=round(float(st["latency_ms"].sum()), 3) if len(st) else 0.0,
@@ -157,7 +164,9 @@ def measure(session_dir, label, journal_mib, options, threshold_ms):
                    returned_s={p.name: round(p.returned_s, 4) for p in phases},
                    total_durable_s=round(sum(p.durable_s for p in phases), 4),
                    total_returned_s=round(sum(p.returned_s for p in phases), 4), session_dir=session_dir,
-                   threshold_ms=float(threshold_ms))
+                   threshold_ms=float(threshold_ms), checkpoints_in_stalls=int(cost.get("expensive") or 0),
+                   checkpoint_wait_ms=round(float(cost.get("expensive_wait_ms") or 0.0), 3),
+                   negligible_checkpoints=int(cost.get("negligible") or 0))
 
 
 def _slug(label):
@@ -314,12 +323,14 @@ def print_result(r, out):
 
 def _table(out, runs, phases):
     head = f"{'RUN':<18} {'JOURNAL':>7} {'CLEAN':>5} {'CP_STALLS':>9} {'CP_STALL_MS':>11} {'STALLS':>6} " \
-           f"{'STALL_MS':>9} {'FORCED_CP':>9} {'DURABLE_S':>9} {'RETURNED_S':>10}"
+           f"{'STALL_MS':>9} {'FORCED_CP':>9} {'IN_STALLS':>9} {'CP_WAIT_MS':>10} {'NEGLIGIBLE':>10} " \
+           f"{'DURABLE_S':>9} {'RETURNED_S':>10}"
     head += "".join(f" {p[:12] + '_s':>14}" for p in phases)
     print(head, file=out)
     for x in runs:
         line = (f"{x.label:<18} {str(x.journal_mib) + 'M':>7} {'yes' if x.clean else 'no':>5} {x.checkpoint_stalls:>9,} "
                 f"{x.checkpoint_stall_ms:>11,.0f} {x.stalls:>6,} {x.stall_ms:>9,.0f} {x.forced_checkpoints:>9,} "
+                f"{x.checkpoints_in_stalls:>9,} {x.checkpoint_wait_ms:>10,.0f} {x.negligible_checkpoints:>10,} "
                 f"{x.total_durable_s:>9.2f} {x.total_returned_s:>10.2f}")
         line += "".join(f" {x.durable_s.get(p, float('nan')):>14.2f}" for p in phases)
         print(line, file=out)
