@@ -29,6 +29,27 @@ if SLOWDOWN != 1:
     subprocess.Popen.wait = _stretch(subprocess.Popen.wait)
     subprocess.Popen.communicate = _stretch(subprocess.Popen.communicate)
 
+def pytest_collection_modifyitems(config, items):
+    """The guest tests last: their guests boot when the session starts and run beside the
+    rest (pytest_collection_finish)."""
+    items.sort(key=lambda item: item.get_closest_marker("guest") is not None)
+
+
+def pytest_collection_finish(session):
+    if session.config.option.collectonly or not any(i.get_closest_marker("guest") for i in session.items):
+        return
+    from guest_runs import RUNS
+
+    RUNS.start()
+
+
+def pytest_sessionfinish(session):
+    import sys
+
+    if "guest_runs" in sys.modules:
+        sys.modules["guest_runs"].RUNS.stop()
+
+
 BLKIO = "/sys/fs/cgroup/blkio"
 THROTTLE_FILES = ("read_iops", "write_iops", "read_bps", "write_bps")
 

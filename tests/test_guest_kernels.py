@@ -2,56 +2,31 @@
 guest by scripts/guest.sh with this checkout visible: the smoke run (tests/guest/smoke.sh)
 records the seed stall with a lab run while a system-wide recorder on the syscall
 tracepoints and the monitor trace the same run; here the sessions it wrote are analyzed and
-checked like ones recorded on this machine. The kernels boot at once; each guest has a
-bound on its time (emulated: minutes, and no timing is asserted)."""
+checked like ones recorded on this machine. The guests boot when the test session starts
+and run beside the other tests at the lowest priority (tests/guest_runs.py); these tests run
+last and wait for them. Each guest has a bound on its time (emulated: minutes, and no timing
+is asserted)."""
 
 import os
 import re
-import subprocess
-import urllib.parse
 
 import pyarrow.parquet as pq
 import pytest
+from guest_runs import RUNS, listed_kernels
 
 from jstall import session
 
 pytestmark = [pytest.mark.kernel, pytest.mark.guest,
               pytest.mark.skipif(os.geteuid() != 0, reason="needs root")]
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-GUEST = os.path.join(ROOT, "scripts", "guest.sh")
-GUEST_SECONDS = 900
-
-
-def listed_kernels():
-    with open(os.path.join(ROOT, "tests", "guest-kernels.txt")) as f:
-        return [line.split("#")[0].strip() for line in f if line.split("#")[0].strip()]
-
-
 KERNELS = listed_kernels()
 
 
 @pytest.fixture(scope="module")
-def smoke(tmp_path_factory):
-    """{kernel: (output directory, guest exit status, console output)}, every guest run at once."""
-    runs = {}
-    for kernel in KERNELS:
-        out = tmp_path_factory.mktemp("guest-" + re.sub(r"[^\w.-]", "_", kernel))
-        console = open(out / "console.txt", "w")
-        proc = subprocess.Popen(["bash", GUEST, "run", kernel, "-t", str(GUEST_SECONDS), "-w", str(out), "--",
-                                 f"bash tests/guest/smoke.sh {out}"], cwd=ROOT, stdout=console,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        runs[kernel] = (out, proc, console)
-    done = {}
-    for kernel, (out, proc, console) in runs.items():
-        try:
-            rc = proc.wait(timeout=GUEST_SECONDS + 60)
-        except subprocess.TimeoutExpired:   # guest.sh's own timeout failed: end it
-            proc.kill()
-            rc = proc.wait()
-        console.close()
-        done[kernel] = (str(out), rc, (out / "console.txt").read_text(errors="replace"))
-    return done
+def smoke():
+    """{kernel: (output directory, guest exit status, console output)}: the guests the
+    session started (tests/guest_runs.py), once they ended."""
+    return RUNS.results()
 
 
 def status(out):
@@ -100,10 +75,14 @@ def test_stock_kernel_records_the_seed_stall(smoke, kernel):
     # the jbd2 and ext4 tracepoints live in modules there: every program typed through the
     # module's BTF (a refusal would be stored with the verifier's words)
     assert probes["btf_refused"] == {}, probes["btf_refused"]
-    assert {"sched_switch", "jbd2_checkpoint", "jbd2_run_stats", "jbd2_start_commit"} <= set(probes["btf_typed"])
+    assert {"sched_switch", "sched_waking", "jbd2_checkpoint", "jbd2_run_stats", "jbd2_start_commit"} <= set(
+        probes["btf_typed"])
     if kernel.startswith("6.1."):
         assert probes["calls_unavailable"] == ["setxattrat", "removexattrat"]
-    d = analyze(lab).to_dict()
+    a = analyze(lab)
+    # wait chains: who woke the intervals (the jbd2 thread after a commit, at least)
+    assert a.session.offcpu["waker_tid"].notna().any()
+    d = a.to_dict()
     st = d["stalls"]
     assert d["events_lost"] == {"calls": 0, "offcpu": 0, "jbd2": 0}
     assert st["count"] >= 1, d

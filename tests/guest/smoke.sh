@@ -19,7 +19,7 @@ MON=$!
 JSTALL_ATTACH=syscalls "$J" record -q --calls setxattr --min-ms 1000 -o syscalls-session > record.log 2>&1 &
 REC=$!
 ready=0
-for _ in $(seq 600); do   # both compile their probes: minutes under emulation
+for _ in $(seq 2400); do   # both compile their probes: minutes under emulation, at nice 19
     if [ -e syscalls-session/metadata.json ] && curl -sf "http://127.0.0.1:$PORT/metrics" -o /dev/null; then
         ready=1; break
     fi
