@@ -34,11 +34,13 @@ examples:
   TZ=UTC jstall analyze SESSION                        # wall-clock times in UTC
   jstall analyze SESSION --json | jq .stalls.by_cause  # machine-readable, stable keys
   jstall analyze SWEEP_DIR                             # a lab sweep: rows journal size, columns phases
-  jstall analyze SWEEP_DIR --json > sweep.json"""
+  jstall analyze SWEEP_DIR --json > sweep.json
+  jstall analyze TUNE_DIR                              # a lab tune: each run's journal, stalls, durable time"""
 
 
 def add_arguments(parser):
-    parser.add_argument("path", metavar="SESSION|SWEEP_DIR", help="a session directory or a lab sweep directory")
+    parser.add_argument("path", metavar="SESSION|SWEEP_DIR|TUNE_DIR",
+                        help="a session directory, a lab sweep directory or a lab tune directory")
     parser.add_argument("--min-ms", type=float, default=None, metavar="MS",
                         help="calls at least this slow are stalls (default 10; never below the session's "
                              "recorded threshold: faster calls were not stored)")
@@ -86,7 +88,7 @@ def check_sweep_options(args):
     from jstall.errors import JstallError
 
     if getattr(args, "time_from", None) is not None or getattr(args, "time_to", None) is not None:
-        raise JstallError(f"{args.path}: --from/--to apply to one session, not a sweep; analyze a run's session")
+        raise JstallError(f"{args.path}: --from/--to apply to one session, not a sweep or a tune; analyze a run's session")
 
 
 def _emit(text):
@@ -105,9 +107,23 @@ def _emit(text):
 def run(args):
     import json
 
-    from jstall.session import is_sweep_dir
+    from jstall.session import is_sweep_dir, is_tune_dir
 
     check_options(args)
+    if is_tune_dir(args.path):  # a lab tune: the curve it walked, from tune.json
+        import io
+
+        from jstall.workloads.tune import load, print_result
+
+        check_sweep_options(args)
+        r = load(args.path)
+        if args.json:
+            _emit(json.dumps(r.to_dict(), indent=2) + "\n")
+        else:
+            buf = io.StringIO()
+            print_result(r, buf)
+            _emit(buf.getvalue())
+        return 0
     if is_sweep_dir(args.path):
         from .stalls import DEFAULT_MIN_MS
         from .sweep import analyze_sweep

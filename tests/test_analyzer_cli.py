@@ -178,3 +178,27 @@ def test_record_refuses_an_unknown_calls_group(tmp_path):
                        capture_output=True, text=True)
     assert p.returncode == 2 and not out.exists()
     assert len(p.stderr.strip().splitlines()) == 1 and "--calls" in p.stderr and "groups:" in p.stderr
+
+
+def test_a_lab_tune_directory_is_analyzed_as_its_table_and_refused_as_a_session(tmp_path, capsys):
+    """jstall analyze on a lab tune directory prints the curve the tune walked (tune.json);
+    report and compare, which take one session, name the directory's runs instead."""
+    from jstall.workloads.tune import TuneResult, TuneRun, _save
+
+    s = classic_session(tmp_path)
+    d = tmp_path / "tune"
+    d.mkdir()
+    (d / "journal-4M").symlink_to(s.path)
+    runs = [TuneRun("journal 4M", 4, {}, 30, 3000.0, 30, 3000.0, 25, {"update": 2.5}, {"update": 2.3}, 2.5, 2.3,
+                    checkpoints_in_stalls=21, checkpoint_wait_ms=1821.0, negligible_checkpoints=4),
+            TuneRun("journal 8M", 8, {}, 0, 0.0, 0, 0.0, 0, {"update": 0.4}, {"update": 0.3}, 0.4, 0.3)]
+    _save(TuneResult("xattr", {"files": 1500}, 10.0, 4, 819, threshold_mib=8, stalled_below_mib=4, runs=runs,
+                     comparisons=runs[:1], config={"fs_size": "2G"}, output_dir=str(d)))
+    assert run([str(d)]) == 0
+    text = capsys.readouterr().out
+    assert "threshold: 8M is the smallest journal with no forced-checkpoint stall; 4M stalls" in text
+    assert "IN_STALLS CP_WAIT_MS NEGLIGIBLE" in text and "journal 8M" in text
+    assert run([str(d), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["runs"][0]["checkpoint_wait_ms"] == 1821.0
+    refused(["report", str(d), "-o", str(tmp_path / "r.html")], f"{d}: a lab tune directory, whose runs are "
+            f"sessions (journal-4M); give one run, e.g. {d / 'journal-4M'}")

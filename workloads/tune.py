@@ -284,6 +284,29 @@ def _variants(fs):
     return out
 
 
+def load(tune_dir):
+    """The TuneResult a lab tune directory's tune.json holds (a search cut short: the runs it
+    finished). Raises JstallError for an unreadable one."""
+    from jstall.metadata import TUNE_FILE
+
+    path = os.path.join(tune_dir, TUNE_FILE)
+    try:
+        with open(path) as f:
+            d = json.load(f)
+        if d.get("format") != TUNE_FORMAT:
+            raise ValueError(f"format is not {TUNE_FORMAT!r}")
+        names = {f.name for f in dataclasses.fields(TuneRun)}
+
+        def run(x):
+            return TuneRun(**{k: v for k, v in x.items() if k in names})
+
+        keep = {f.name for f in dataclasses.fields(TuneResult)} - {"runs", "comparisons"}
+        return TuneResult(**{k: v for k, v in d.items() if k in keep}, runs=[run(x) for x in d.get("runs", [])],
+                          comparisons=[run(x) for x in d.get("comparisons", [])])
+    except (OSError, ValueError, TypeError, KeyError) as e:
+        raise JstallError(f"{path}: unreadable ({e}); run jstall lab tune again") from None
+
+
 def _save(result):
     path = os.path.join(result.output_dir, "tune.json")
     with open(path + ".tmp", "w") as f:

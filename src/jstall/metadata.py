@@ -282,6 +282,8 @@ def lab_of(meta):
 SWEEP_FORMAT = "jstall-sweep"
 SWEEP_VERSION = 1
 SWEEP_FILE = "sweep.json"
+#: the file a lab tune directory holds beside its runs' sessions
+TUNE_FILE = "tune.json"
 
 
 @dataclasses.dataclass

@@ -8,7 +8,7 @@ import json
 import os
 
 from .errors import JstallError
-from .metadata import METADATA_FILE, SWEEP_FILE, check_session
+from .metadata import METADATA_FILE, SWEEP_FILE, TUNE_FILE, check_session
 from .metadata import SESSION_FORMAT as FORMAT  # noqa: F401 -- the writers' and readers' name
 from .metadata import SESSION_SCHEMA_VERSION as SCHEMA_VERSION  # noqa: F401
 
@@ -69,6 +69,12 @@ def read_metadata(session_dir):
     if not os.path.isdir(session_dir):
         raise JstallError(f"{session_dir}: no such session directory (record one with 'jstall record -o DIR')")
     path = os.path.join(session_dir, METADATA_FILE)
+    if not os.path.exists(path) and is_tune_dir(session_dir):
+        runs = sorted(d for d in os.listdir(session_dir) if os.path.exists(os.path.join(session_dir, d, METADATA_FILE)))
+        raise JstallError(f"{session_dir}: a lab tune directory, whose runs are sessions ({', '.join(runs[:4]) or 'none yet'}"
+                          f"{', ...' if len(runs) > 4 else ''}); give one run, e.g. "
+                          f"{os.path.join(session_dir, runs[0] if runs else 'RUN')}, or 'jstall analyze' the directory "
+                          "for the tune's table")
     if not os.path.exists(path):
         raise JstallError(
             f"{session_dir}: no {METADATA_FILE}; not a jstall session, or its recording did not finish (record it again)"
@@ -83,6 +89,11 @@ def read_metadata(session_dir):
     if missing:
         raise JstallError(f"{session_dir}: missing tables {', '.join(missing)}; the session is truncated, record it again")
     return meta
+
+
+def is_tune_dir(path):
+    """A lab tune directory holds tune.json and one session per run."""
+    return os.path.isfile(os.path.join(path, TUNE_FILE))
 
 
 def is_sweep_dir(path):
