@@ -61,6 +61,12 @@ def _durable(p):
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
+def _journal_mib(j):
+    """A journal's size as 'N MiB' from its metadata (journal_blocks x block_size)."""
+    jb, bs = j.get("journal_blocks"), j.get("block_size") or 4096
+    return f"{jb * bs / 2**20:g} MiB" if jb else "unknown"
+
+
 def _flat_config(analysis):
     cfg = (analysis.session.meta.get("lab") or {}).get("config") or {}
     flat = {k: v for k, v in _flat(cfg).items() if k not in _NOT_CONFIG}
@@ -183,6 +189,45 @@ class Comparison:
             return []
         return [(k, ca.get(k), cb.get(k)) for k in sorted(set(ca) | set(cb)) if ca.get(k) != cb.get(k)]
 
+    def filesystem_changes(self):
+        """What differs between the two sessions' filesystems, journals, mounts and kernels,
+        from their metadata (any two sessions, recorded or lab): [(what, value in A, value in
+        B)], journals paired as journal_pairs pairs them (a journal in one only: its device)."""
+        ma, mb = self.a.session.meta, self.b.session.meta
+        out = []
+        if ma.get("kernel_release") != mb.get("kernel_release"):
+            out.append(("kernel", ma.get("kernel_release"), mb.get("kernel_release")))
+        ja = {j["dev"]: j for j in ma.get("journals") or []}
+        jb = {j["dev"]: j for j in mb.get("journals") or []}
+        pairs = self.journal_pairs()
+        for x, y in pairs:
+            fa, fb = ja.get((x or {}).get("dev")), jb.get((y or {}).get("dev"))
+            if fa is None or fb is None:
+                out.append(("journal", fa and fa["dev"], fb and fb["dev"]))
+                continue
+            pre = f"{fa['dev']}: " if len(pairs) > 1 else ""
+            for key, label, fmt in (("journal_blocks", "journal", _journal_mib), ("inode_size", "inode size", str),
+                                    ("block_size", "block size", str), ("fast_commit", "fast_commit", str),
+                                    ("journal_device", "journal device", lambda v: v or "internal"),
+                                    ("device", "device", str)):
+                va, vb = fmt(fa.get(key)) if key != "journal_blocks" else fmt(fa), \
+                    fmt(fb.get(key)) if key != "journal_blocks" else fmt(fb)
+                if va != vb:
+                    out.append((pre + label, va, vb))
+            for key, label in (("features", "features"), ("journal_features", "journal features")):
+                sa, sb = set(fa.get(key) or ()), set(fb.get(key) or ())
+                if sa != sb:
+                    out.append((pre + label, " ".join(f"-{f}" for f in sorted(sa - sb)) or "-",
+                                " ".join(f"+{f}" for f in sorted(sb - sa)) or "-"))
+            oa, ob = (set((f.get("mount_options") or "").split(",")) - {""} for f in (fa, fb))
+            if oa != ob:
+                out.append((pre + "mount options", ",".join(sorted(oa - ob)) or "-", ",".join(sorted(ob - oa)) or "-"))
+        return out
+
+    def changes(self):
+        """What B changed: the lab options when both are lab runs, else filesystem_changes()."""
+        return self.config_changes() or self.filesystem_changes()
+
     # --- the verdict ----------------------------------------------------------------------
 
     def verdict(self):
@@ -215,7 +260,7 @@ class Comparison:
             if p["seconds_a"] is not None and p["seconds_b"] is not None:
                 line += (f"; {p['phase']} phase {p['seconds_a']:.2f} s -> {p['seconds_b']:.2f} s "
                          f"{'durable' if p['basis'] == 'durable' else 'until its calls returned'}")
-        changes = self.config_changes()
+        changes = self.changes()
         if changes:
             what = ", ".join(f"{k} {va} -> {vb}" for k, va, vb in changes[:3])
             line = f"{what}: {line}"
@@ -235,6 +280,7 @@ class Comparison:
             "b": {"path": hb.path, "name": self.names[1], "session": hb.to_dict()},
             "verdict": self.verdict(), "notes": list(self.notes),
             "config_changes": [{"option": k, "a": x, "b": y} for k, x, y in self.config_changes()],
+            "filesystem_changes": [{"what": k, "a": x, "b": y} for k, x, y in self.filesystem_changes()],
             "stalls": rec(self.stalls()), "causes": rec(self.causes()), "calls": rec(self.calls()),
             "journals": rec(self.journals()), "phases": rec(self.phases()),
             "recommendations": {"a": [r.to_dict() for r in self.a.recommendations],
@@ -289,6 +335,10 @@ class Comparison:
         ch = self.config_changes()
         if ch:
             out += ["", "lab options that differ: " + ", ".join(f"{k} {x} -> {y}" for k, x, y in ch)]
+        fs = self.filesystem_changes()
+        if fs:
+            out += ["", "filesystems, journals and kernels that differ: "
+                    + ", ".join(f"{k} {x} -> {y}" for k, x, y in fs)]
         return "\n".join(out) + "\n"
 
 

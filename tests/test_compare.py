@@ -188,3 +188,21 @@ def test_bad_input_is_one_line_exit_2(argv, message, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_compare_names_what_differs_between_any_two_sessions(tmp_path):
+    """Two recorded (not lab) sessions: compare reads what differs from their metadata."""
+    from jstall.analyzer.synthetic import journal_meta, metadata, write_session
+
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    write_session(a, {}, metadata())
+    write_session(b, {}, metadata(kernel_release="6.1.0-56-amd64", journals=[journal_meta(
+        journal_blocks=16384, inode_size=256, features=["has_journal", "ext_attr", "extent", "fast_commit"],
+        fast_commit=True, mount_options="rw,relatime,nobarrier")]))
+    c = compare(a, b)
+    assert c.filesystem_changes() == [
+        ("kernel", "6.18.0", "6.1.0-56-amd64"), ("journal", "4 MiB", "64 MiB"), ("inode size", "128", "256"),
+        ("fast_commit", "False", "True"), ("features", "-", "+fast_commit"), ("mount options", "-", "nobarrier")]
+    assert c.verdict().startswith("kernel 6.18.0 -> 6.1.0-56-amd64, journal 4 MiB -> 64 MiB, inode size 128 -> 256: ")
+    assert "filesystems, journals and kernels that differ: kernel 6.18.0 -> 6.1.0-56-amd64" in c.text()
+    assert c.to_dict()["filesystem_changes"][1] == {"what": "journal", "a": "4 MiB", "b": "64 MiB"}

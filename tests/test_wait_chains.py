@@ -103,3 +103,4 @@ def test_the_stall_table_and_summary_separate_direct_from_queued_time(tmp_path):
     rows_ = compare(path, empty).stalls().set_index("figure")
     assert rows_.loc["stall ms queued behind other tasks", "a"] == 200.0
     assert rows_.loc["stall ms queued behind other tasks", "b"] == 0.0
+
