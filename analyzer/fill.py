@@ -11,30 +11,12 @@ Units: ``*_blocks`` in filesystem blocks, ``fill_pct`` in percent of the log
 import numpy as np
 import pandas as pd
 
-#: jbd2 keeps this many blocks in reserve (``jbd2_log_space_left``: ``j_free - 32``).
-RESERVED_BLOCKS = 32
+from jstall import jbd2
+from jstall.jbd2 import RESERVED_BLOCKS, forced_fill_pct, headroom  # noqa: F401 (the analyzer's names for them)
 
 TIMELINE_COLUMNS = ("ts_ns", "dev", "source", "free_blocks", "space_left_blocks", "headroom_blocks", "headroom_pct",
                     "log_blocks", "used_blocks", "fill_pct", "max_transaction_blocks", "journal_blocks", "running_transaction",
                     "committing_transaction")
-
-
-def forced_fill_pct(max_transaction_blocks, log_blocks):
-    """Fill percent at and above which the next handle must checkpoint.
-
-    A handle waits for space when ``free - 32 < max_transaction_blocks`` (ignoring the
-    committing transaction's outstanding credits, which make it happen a little earlier), so
-    the level is ``100 * (1 - (max_transaction_blocks + 32) / log_blocks)``.  Works on scalars
-    and arrays."""
-    return 100.0 * (1.0 - (max_transaction_blocks + RESERVED_BLOCKS) / log_blocks)
-
-
-def headroom(space_left_blocks, max_transaction_blocks, log_blocks):
-    """``(blocks, percent of the log)`` by which ``jbd2_log_space_left()`` exceeds
-    ``j_max_transaction_buffers``; below 0 the next handle must wait for space
-    (``add_transaction_credits -> __jbd2_log_wait_for_space``).  Scalars or arrays."""
-    h = space_left_blocks - max_transaction_blocks
-    return h, 100.0 * h / log_blocks
 
 
 def fill_pct(free_blocks, log_blocks):
@@ -79,7 +61,7 @@ def timeline(session):
     source = np.concatenate([p[2] for p in parts])
     log_blocks = num["last_block"] - num["first_block"]
     ok = log_blocks > 0
-    space_left = num["free_blocks"] - RESERVED_BLOCKS - np.nan_to_num(num["committing_credits"], nan=0.0)
+    space_left = jbd2.space_left(num["free_blocks"], np.nan_to_num(num["committing_credits"], nan=0.0))
     h_blocks, h_pct = headroom(space_left, num["max_transaction_blocks"], log_blocks)
     values = {
         "ts_ns": ts, "dev": dev, "source": source, "free_blocks": num["free_blocks"],

@@ -21,8 +21,9 @@ import os
 import numpy as np
 import pandas as pd
 
+from jstall.jbd2 import RESERVED_BLOCKS
+
 from .causes import CAUSES
-from .fill import RESERVED_BLOCKS
 from .stalls import DEFAULT_MIN_MS
 from .summary import json_safe
 

@@ -41,12 +41,11 @@ against bisected thresholds in the lab (benchmarks/advice_accuracy.py).
 """
 
 import math
-import re
 from dataclasses import asdict, dataclass
 
 import pandas as pd
 
-from .fill import RESERVED_BLOCKS
+from jstall import jbd2
 
 
 @dataclass(frozen=True)
@@ -98,13 +97,6 @@ def hot_set(blocks, new_blocks, span):
     return 0.5 * (lo + hi)
 
 
-def journal_blocks_needed(hot_blocks, overhead, divisor, fast_commit_blocks=0):
-    """Journal blocks of which ``1 / divisor`` holds ``hot_blocks`` (times the log overhead
-    per block) plus jbd2's reserve of 32 (``divisor``: journal / j_max_transaction_buffers
-    for one transaction holding them all)."""
-    return divisor * (hot_blocks * overhead + RESERVED_BLOCKS) + fast_commit_blocks
-
-
 def model(journal, txns, checkpoint_stats, timeline, kernel_release=None):
     """The :class:`JournalModel` of one journal (a row of ``journals.summary``), or None
     without committed transactions or journal geometry."""
@@ -118,10 +110,7 @@ def model(journal, txns, checkpoint_stats, timeline, kernel_release=None):
     jb = float(jb)
     mtb = journal.get("max_transaction_blocks")
     fc = float(journal.get("fast_commit_blocks") or 0) if journal.get("fast_commit") else 0.0
-    if mtb and pd.notna(mtb) and mtb > 0:
-        divisor = float(round((jb - fc) / float(mtb)))
-    else:
-        divisor = 3.0 if _at_least(kernel_release, (6, 11)) else 4.0
+    divisor = jbd2.transaction_divisor(jb, float(mtb) if mtb and pd.notna(mtb) else None, fc, kernel_release)
     cs = checkpoint_stats[checkpoint_stats["dev"].astype("str") == dev]
     blocks = int(t["blocks"].sum())
     logged = int(t["blocks_logged"].sum())
@@ -141,8 +130,8 @@ def model(journal, txns, checkpoint_stats, timeline, kernel_release=None):
     d_low, d_high = min(max(d_low, floor), float(new)), min(max(d_high, floor), float(new))
     overhead = logged / blocks if blocks else 1.0
     mib = bs / 2**20
-    low = journal_blocks_needed(d_low, overhead, divisor / max(divisor - 1.0, 1.0), fc) * mib
-    high = journal_blocks_needed(d_high, overhead, divisor, fc) * mib
+    low = jbd2.blocks_needed(d_low, overhead, divisor / max(divisor - 1.0, 1.0), fc) * mib
+    high = jbd2.blocks_needed(d_high, overhead, divisor, fc) * mib
     if t["blocks"].gt(0).any() and float(journal.get("forced_checkpoints") or 0) > 0:
         low = max(low, jb * mib)  # the run shows that the journal it had was too small
     return JournalModel(
@@ -152,8 +141,3 @@ def model(journal, txns, checkpoint_stats, timeline, kernel_release=None):
         span_mean_blocks=s_mean, span_peak_blocks=s_peak, hot_blocks_low=d_low, hot_blocks_high=d_high,
         low_mib=low, high_mib=high, journal_size_mib=int(math.ceil(high)))
 
-
-def _at_least(release, version):
-    """``release`` ("6.18.44-fc") at or after ``version`` (a tuple); True when unknown."""
-    m = re.match(r"(\d+)\.(\d+)", str(release or ""))
-    return True if not m else (int(m.group(1)), int(m.group(2))) >= version

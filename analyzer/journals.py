@@ -10,9 +10,8 @@ import re
 import numpy as np
 import pandas as pd
 
+from jstall.jbd2 import RESERVED_BLOCKS, forced_fill_pct
 from jstall.schema import PHASES
-
-from .fill import RESERVED_BLOCKS, forced_fill_pct
 
 COMMIT_EVENTS = ("start_commit", "commit_locking", "commit_flushing", "commit_logging", "end_commit")
 

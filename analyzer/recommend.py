@@ -17,9 +17,11 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from jstall import jbd2
+
 from . import causes
 from .fill import timeline as fill_timeline
-from .journal_model import journal_blocks_needed, model
+from .journal_model import model
 from .journals import untraced_checkpoints, untraced_text
 from .recording import NOTE_SHARE, losses
 
@@ -214,8 +216,8 @@ def inode_size(ctx):
         elif m is not None and not math.isnan(xshare):
             hot = m.hot_blocks_high * (1.0 - xshare)
             overhead = m.logged_blocks / max(m.blocks, 1)
-            need_low = journal_blocks_needed(hot, overhead, m.divisor / max(m.divisor - 1.0, 1.0), m.fast_commit_blocks)
-            need_high = journal_blocks_needed(hot, overhead, m.divisor, m.fast_commit_blocks)
+            need_low = jbd2.blocks_needed(hot, overhead, m.divisor / max(m.divisor - 1.0, 1.0), m.fast_commit_blocks)
+            need_high = jbd2.blocks_needed(hot, overhead, m.divisor, m.fast_commit_blocks)
             jb = m.journal_mib * 2**20 / m.block_size
             margin = jb - need_low
             inputs.update(predicted_hot_blocks=hot, predicted_needed_blocks_low=need_low,

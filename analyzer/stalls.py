@@ -7,9 +7,11 @@ intervals join to their call by (``tid``, ``call_ts_ns`` == calls.``ts_ns``).
 import numpy as np
 import pandas as pd
 
+from jstall.jbd2 import RESERVED_BLOCKS, forced_fill_pct, headroom
+
 from .causes import CAUSES, interval_causes
 from .chains import queued_causes
-from .fill import RESERVED_BLOCKS, asof_positions, dev_codes, fill_pct, forced_fill_pct, headroom, range_min
+from .fill import asof_positions, dev_codes, fill_pct, range_min
 
 DEFAULT_MIN_MS = 10.0
 

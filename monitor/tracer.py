@@ -21,6 +21,7 @@ import time
 
 import numpy as np
 
+from jstall import jbd2
 from jstall.probes import events, filesystems, host, tables
 from jstall.probes.recorder import (
     BTF_TRACEPOINTS, EXT4_RAW_TRACEPOINTS, POLL_MS, RecordOptions, Recorder,
@@ -33,7 +34,6 @@ OPS, OP_NAMES = events.OPS, events.OP_NAMES
 MONITOR_RAW_TRACEPOINTS = (("jbd2", "jbd2_handle_start"), ("ext4", "ext4_sync_file_enter"),
                            ("ext4", "ext4_sync_file_exit"))
 #: jbd2_log_space_left(): j_free - JBD2_CONTROL_BLOCKS_RESERVED (32) - committing credits
-RESERVED_BLOCKS = 32
 #: commit phases of jbd2_run_stats, and the upper bounds (seconds) of their histogram buckets
 PHASE_BUCKETS_S = (0.001, 0.004, 0.016, 0.064, 0.25, 1.0, 4.0, 16.0, float("inf"))
 RECENT_CALLS = 50
@@ -88,10 +88,9 @@ class JournalState:
         if not f:
             return None
         log_blocks = f["last_block"] - f["first_block"]
-        left = f["free_blocks"] - RESERVED_BLOCKS - f["committing_credits"]
+        left = jbd2.space_left(f["free_blocks"], f["committing_credits"])
         headroom = left - f["max_transaction_blocks"]
-        full = log_blocks - RESERVED_BLOCKS - f["max_transaction_blocks"]
-        ratio = min(1.0, max(0.0, headroom / full)) if full > 0 else 0.0
+        ratio = jbd2.headroom_ratio(left, f["max_transaction_blocks"], log_blocks)
         return {"size_blocks": f["journal_blocks"], "free_blocks": f["free_blocks"], "log_blocks": log_blocks,
                 "log_space_left_blocks": left, "headroom_blocks": headroom, "headroom_ratio": ratio,
                 "max_transaction_blocks": f["max_transaction_blocks"]}

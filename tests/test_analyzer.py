@@ -616,7 +616,7 @@ def test_hot_set_recovers_a_simulated_random_workload():
 
 
 def test_journal_model_range_and_divisor(tmp_path):
-    from jstall.analyzer.journal_model import journal_blocks_needed
+    from jstall.jbd2 import blocks_needed
 
-    assert journal_blocks_needed(1000, 1.0, 3) == 3 * 1032
-    assert journal_blocks_needed(1000, 1.01, 4, 256) == 4 * (1010 + 32) + 256
+    assert blocks_needed(1000, 1.0, 3) == 3 * 1032
+    assert blocks_needed(1000, 1.01, 4, 256) == 4 * (1010 + 32) + 256

@@ -1,0 +1,68 @@
+"""jbd2's log-space rules: the one definition the monitor, the analyzer and the lab read.
+
+Pure arithmetic on scalars or numpy arrays (no pandas: the monitor imports it), each rule as
+the kernel has it (fs/jbd2/transaction.c, include/linux/jbd2.h):
+
+- ``jbd2_log_space_left()`` = ``j_free - JBD2_RESERVED (32) - committing transaction's
+  outstanding credits``;
+- a handle must checkpoint (``add_transaction_credits -> __jbd2_log_wait_for_space``) when
+  that is below ``j_max_transaction_buffers``;
+- ``j_max_transaction_buffers`` = (journal blocks - fast-commit blocks) / 4, / 3 since 6.11
+  (``jbd2_journal_init_transaction_limits``).
+"""
+
+import re
+
+#: jbd2 keeps this many blocks in reserve (``jbd2_log_space_left``: ``j_free - 32``).
+RESERVED_BLOCKS = 32
+
+
+def space_left(free_blocks, committing_credits=0):
+    """``jbd2_log_space_left()``: free blocks less the reserve and the committing
+    transaction's outstanding credits. Scalars or arrays."""
+    return free_blocks - RESERVED_BLOCKS - committing_credits
+
+
+def headroom(space_left_blocks, max_transaction_blocks, log_blocks):
+    """``(blocks, percent of the log)`` by which ``jbd2_log_space_left()`` exceeds
+    ``j_max_transaction_buffers``; below 0 the next handle must wait for space
+    (``add_transaction_credits -> __jbd2_log_wait_for_space``). Scalars or arrays."""
+    h = space_left_blocks - max_transaction_blocks
+    return h, 100.0 * h / log_blocks
+
+
+def headroom_ratio(space_left_blocks, max_transaction_blocks, log_blocks):
+    """Headroom over its value in an empty journal, clipped to [0, 1] (a scalar): 1 for an
+    empty journal, 0 at the forced-checkpoint condition."""
+    full = log_blocks - RESERVED_BLOCKS - max_transaction_blocks
+    return min(1.0, max(0.0, (space_left_blocks - max_transaction_blocks) / full)) if full > 0 else 0.0
+
+
+def forced_fill_pct(max_transaction_blocks, log_blocks):
+    """Fill percent at and above which the next handle must checkpoint: a handle waits for
+    space when ``free - 32 < max_transaction_blocks`` (ignoring the committing transaction's
+    outstanding credits, which make it happen a little earlier), so the level is
+    ``100 * (1 - (max_transaction_blocks + 32) / log_blocks)``. Scalars or arrays."""
+    return 100.0 * (1.0 - (max_transaction_blocks + RESERVED_BLOCKS) / log_blocks)
+
+
+def divisor(kernel_release=None):
+    """journal blocks / ``j_max_transaction_buffers`` on a kernel: 3 since 6.11, 4 before
+    (and 3 when the release is unknown: the newest rule)."""
+    m = re.match(r"(\d+)\.(\d+)", str(kernel_release or ""))
+    return 3.0 if not m or (int(m.group(1)), int(m.group(2))) >= (6, 11) else 4.0
+
+
+def transaction_divisor(journal_blocks, max_transaction_blocks=None, fast_commit_blocks=0, kernel_release=None):
+    """The divisor a journal shows (its blocks less fast-commit blocks over its
+    ``j_max_transaction_buffers``, rounded), else the kernel's rule (:func:`divisor`)."""
+    if max_transaction_blocks and max_transaction_blocks > 0 and max_transaction_blocks == max_transaction_blocks:
+        return float(round((journal_blocks - fast_commit_blocks) / float(max_transaction_blocks)))
+    return divisor(kernel_release)
+
+
+def blocks_needed(hot_blocks, overhead, divisor_, fast_commit_blocks=0):
+    """Journal blocks of which ``1 / divisor_`` holds ``hot_blocks`` (times the log overhead
+    per block) plus jbd2's reserve (``divisor_``: journal / j_max_transaction_buffers for
+    one transaction holding them all)."""
+    return divisor_ * (hot_blocks * overhead + RESERVED_BLOCKS) + fast_commit_blocks
