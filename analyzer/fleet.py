@@ -96,6 +96,11 @@ def _histograms(session):
     return out
 
 
+def _label(v):
+    """A name for a table cell: '-' for none (None, NaN, empty)."""
+    return "-" if v is None or (isinstance(v, float) and v != v) or v == "" else str(v)
+
+
 def _journal_causes(stalls):
     """{dev: {cause: off-CPU ms}} from the analyzer's stall table."""
     if not len(stalls):
@@ -247,15 +252,19 @@ def run_fleet(paths, scheduler=None, min_ms=DEFAULT_MIN_MS, n_workers=None, prog
 # --- the fleet's tables ---------------------------------------------------------------------
 
 def _top_recommendation(recs):
-    """The first recommendation that names a change or a finding (not lost events) with
-    its numbers: ``(kind, "k=v, ...")``."""
+    """The first recommendation that names a change or a finding (not lost events), and what
+    it says in a few words: ``(kind, "10 MiB journal, up to 12.4 s of stalls")``."""
     for r in recs or []:
         if r.get("kind") in ("lost_events",):
             continue
-        vals = r.get("values") or {}
-        nums = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in vals.items()
-                         if isinstance(v, (int, float)) and not isinstance(v, bool))
-        return r.get("kind"), nums
+        what = []
+        if r.get("journal_size_mib"):
+            what.append(f"{r['journal_size_mib']:g} MiB journal")
+        if r.get("stall_ms_addressed"):
+            ms = r["stall_ms_addressed"]
+            what.append(f"{'up to ' if r.get('estimate') else ''}"
+                        f"{f'{ms / 1000:.1f} s' if ms >= 1000 else f'{ms:.0f} ms'} of stalls")
+        return r.get("kind"), ", ".join(what)
     return None, ""
 
 
@@ -292,7 +301,7 @@ class Fleet:
                 "calls": int(sum(c["count"] for c in d["calls"].values())),
                 "session_stalls": st["count"], "session_stall_ms": st["total_ms"], "max_stall_ms": st["max_ms"],
                 "events_lost": int(sum(d["events_lost"].values())) + int(d.get("stacks_lost") or 0),
-                "top_recommendation": kind, "top_recommendation_values": nums,
+                "top_recommendation": kind, "top_recommendation_summary": nums,
             }
             for c in CAUSES:
                 base[f"session_{c}_ms"] = st["by_cause"][c]["total_ms"]
@@ -432,7 +441,7 @@ class Fleet:
                                "headroom low", "cause"],
                               [[h["host"], h["sessions"], h["stalls"], f(h["stall_ms"], "{:.0f}"),
                                 f(h["stall_ms_per_hour"], "{:.0f}"), f(h["max_stall_ms"]), h["forced_checkpoints"],
-                                f(h["headroom_low_blocks"], "{:.0f}"), h["dominant_cause"] or "-"]
+                                f(h["headroom_low_blocks"], "{:.0f}"), _label(h["dominant_cause"])]
                                for _, h in hosts.head(top).iterrows()]))
         fsys = self.filesystems()
         if len(fsys):
@@ -443,7 +452,7 @@ class Fleet:
                               [[r["host"], r["dev"] or "-", (r["mountpoint"] or "-")[-32:], f(r["journal_mib"], "{:g}"),
                                 f(r["inode_size"], "{:.0f}"), r["sessions"], r["stalls"], f(r["stall_ms"], "{:.0f}"),
                                 r["forced_checkpoints"], f(r["headroom_low_blocks"], "{:.0f}"),
-                                r["dominant_cause"] or "-"] for _, r in fsys.head(top).iterrows()]))
+                                _label(r["dominant_cause"])] for _, r in fsys.head(top).iterrows()]))
         dist = self.distributions()
         if len(dist):
             out.append("")
@@ -460,7 +469,7 @@ class Fleet:
                                "cause", "headroom", "forced cp", "first recommendation"],
                               [[_short(r["session"]), r["host"], r["dev"] or "-", f(r["journal_mib"], "{:g}"),
                                 f(r["inode_size"], "{:.0f}"), f(r["duration_s"]), r["calls"], r["stalls"],
-                                f(r["stall_ms"], "{:.0f}"), r["dominant_cause"] or "-",
+                                f(r["stall_ms"], "{:.0f}"), _label(r["dominant_cause"]),
                                 f(r["headroom_low_blocks"], "{:.0f}"), r["forced_checkpoints"],
                                 (r["top_recommendation"] or "-")] for _, r in self.rows.head(top).iterrows()]))
         if len(self.errors):

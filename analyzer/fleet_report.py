@@ -59,11 +59,11 @@ def fleet_report(fleet, top=50):
     parts.append("<h2>Worst hosts</h2>" + _fig(stall_time_by_host(f), "fleet-hosts"))
     cols = ["host", "sessions", "stalls", "stall_ms", "stall_ms_per_hour", "max_stall_ms", "forced_checkpoints",
             "headroom_low_blocks", "dominant_cause"]
-    parts.append(_df_table(hosts[cols].head(top)) if len(hosts) else "<p>none</p>")
+    parts.append(_df_table(hosts[cols].head(top).fillna({"dominant_cause": "-"})) if len(hosts) else "<p>none</p>")
     parts.append("<h2>Worst filesystems</h2>")
     cols = ["host", "dev", "mountpoint", "journal_mib", "inode_size", "sessions", "stalls", "stall_ms",
             "forced_checkpoints", "headroom_low_blocks", "dominant_cause"]
-    parts.append(_df_table(fsys[cols].head(top)) if len(fsys) else "<p>none</p>")
+    parts.append(_df_table(fsys[cols].head(top).fillna({"dominant_cause": "-"})) if len(fsys) else "<p>none</p>")
     parts.append("<h2>Latency per call over the fleet</h2>" + _fig(latency_distributions(f), "fleet-latency"))
     dist = f.distributions()
     if len(dist):
@@ -74,7 +74,8 @@ def fleet_report(fleet, top=50):
     if len(f.rows):
         cols = ["session", "host", "dev", "kernel", "journal_mib", "inode_size", "duration_s", "calls", "stalls",
                 "stall_ms", "dominant_cause", "headroom_low_blocks", "forced_checkpoints", "top_recommendation",
-                "top_recommendation_values"]
-        parts.append(f"<h2>Sessions and journals ({len(f.rows)}, worst first)</h2>"
-                     + _df_table(f.rows[cols], wrap=True))
+                "top_recommendation_summary"]
+        rows = f.rows[cols].assign(dominant_cause=f.rows["dominant_cause"].fillna("-"),
+                                   top_recommendation=f.rows["top_recommendation"].fillna("-"))
+        parts.append(f"<h2>Sessions and journals ({len(f.rows)}, worst first)</h2>" + _df_table(rows))
     return _page("jstall fleet", "\n".join(parts))

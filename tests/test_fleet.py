@@ -81,9 +81,12 @@ def check_rows_match_analyze(fleet, sessions, capsys):
         if d["recommendations"]:
             first = next(x for x in d["recommendations"] if x["kind"] != "lost_events")
             assert r["top_recommendation"] == first["kind"]
-            for k, v in (first.get("values") or {}).items():
-                if isinstance(v, (int, float)) and not isinstance(v, bool):
-                    assert f"{k}=" in r["top_recommendation_values"]
+            if first.get("journal_size_mib"):
+                assert f"{first['journal_size_mib']:g} MiB journal" in r["top_recommendation_summary"]
+            ms = first.get("stall_ms_addressed")
+            if ms:
+                said = f"{ms / 1000:.1f} s" if ms >= 1000 else f"{ms:.0f} ms"
+                assert f"{said} of stalls" in r["top_recommendation_summary"]
 
 
 def test_fleet_of_synthetic_and_recorded_sessions_on_two_workers(tmp_path, cluster, capsys):
