@@ -57,6 +57,7 @@ class MonitorCollector:
         with t.state_lock:
             stalls = dict(t.stalls)
             stall_s = dict(t.stall_seconds)
+            in_stalls = {dev: s.checkpoints_in_stalls for dev, s in t.states.items()}
             states = {dev: (s.space(), s.transactions, s.blocks_logged, dict(s.checkpoints),
                             dict(s.checkpoint_written), {p: (s.phase_counts[p].copy(), s.phase_sum_s[p]) for p in PHASES})
                       for dev, s in t.states.items()}
@@ -91,6 +92,9 @@ class MonitorCollector:
                                      labels=["device"])
         cps = CounterMetricFamily("jstall_journal_checkpoints", "Checkpoints (jbd2_checkpoint): forced ones run in "
                                   "a task waiting for log space, background ones in jbd2.", labels=["device", "mode"])
+        cps_stall = CounterMetricFamily("jstall_journal_checkpoints_in_stalls",
+                                        "Forced checkpoints that ran in an operation at or above the stall threshold "
+                                        "(the rest of the forced ones cost less).", labels=["device"])
         cpw = CounterMetricFamily("jstall_journal_checkpoint_written_blocks",
                                   "Blocks written home by checkpoints (jbd2_checkpoint_stats).", labels=["device", "mode"])
         phase = HistogramMetricFamily("jstall_journal_commit_phase_seconds",
@@ -102,6 +106,7 @@ class MonitorCollector:
                     fam.add_metric([dev], space[k])
             tx.add_metric([dev], ntx)
             logged.add_metric([dev], nlog)
+            cps_stall.add_metric([dev], in_stalls.get(dev, 0))
             for mode in ("forced", "background"):
                 cps.add_metric([dev, mode], cp[mode])
                 cpw.add_metric([dev, mode], cpwr[mode])
@@ -110,7 +115,7 @@ class MonitorCollector:
                 phase.add_metric([dev, p], [("+Inf" if le == float("inf") else repr(le), int(n))
                                             for le, n in zip(PHASE_BUCKETS_S, cum)], total)
         yield from fams.values()
-        yield from (tx, logged, cps, cpw, phase)
+        yield from (tx, logged, cps, cps_stall, cpw, phase)
 
         lost = CounterMetricFamily("jstall_events_lost", "Records the probes could not hand over (ring buffer "
                                    "full, stack table full) and flight-buffer records dropped over its bound.",

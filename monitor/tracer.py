@@ -76,6 +76,9 @@ class JournalState:
         self.phase_sum_s = dict.fromkeys(PHASES, 0.0)
         self.checkpoints = {"forced": 0, "background": 0}
         self.checkpoint_written = {"forced": 0, "background": 0}
+        # forced checkpoints that ran in an operation at or above the stall threshold (the
+        # analyzer's "in stalls"; the rest of the forced ones cost less: negligible)
+        self.checkpoints_in_stalls = 0
 
     def space(self):
         """(size, free, log space left, headroom blocks, headroom ratio 0-1, max transaction
@@ -392,7 +395,8 @@ class Tracer(Recorder):
         out = []
         for c, rows in calls:
             tid, ts, lat = int(c["tid"]), int(c["ts_ns"]), int(c["latency_ns"])
-            own = any(t == tid and ts <= cts <= ts + lat for t, cts in self._own_checkpoints)
+            n_own = sum(1 for t, cts in self._own_checkpoints if t == tid and ts <= cts <= ts + lat)
+            own = n_own > 0
             cause, label, seconds = primary_cause([(off, runnable, None if sid < 0 else self._stack_cause(sid))
                                                    for _ts, off, sid, runnable in rows], own)
             dev = filesystems.dev_name(int(c["dev"])) if c["dev"] else "-"
@@ -404,6 +408,8 @@ class Tracer(Recorder):
             out.append(call)
             with self.state_lock:
                 self.stalls[(dev, op, cause)] += 1
+                if n_own and dev != "-":
+                    self._state(dev).checkpoints_in_stalls += n_own
                 for k, v in seconds.items():
                     self.stall_seconds[(dev, k)] += v
                 self.recent.append(call)

@@ -165,6 +165,7 @@ def run(tmp_path_factory):
             out["status"] = json.loads(get(f"http://127.0.0.1:{port_a}/status.json"))
             q = {
                 "forced": f'jstall_journal_checkpoints_total{{device="{fs.dev}",mode="forced"}}',
+                "cp_in_stalls": f'jstall_journal_checkpoints_in_stalls_total{{device="{fs.dev}"}}',
                 "stall_checkpoint_s": f'jstall_stall_seconds_total{{device="{fs.dev}",cause="checkpoint"}}',
                 "headroom_min": f'min_over_time(jstall_journal_headroom_ratio{{device="{fs.dev}"}}[10m])',
                 "size": f'jstall_journal_size_blocks{{device="{fs.dev}"}}',
@@ -215,6 +216,11 @@ def test_prometheus_agrees_with_record(run):
     forced = int(m.group(1))
     assert forced > 0
     assert run["prom"]["forced"] == forced
+    # checkpoints by cost, in analyze's words: those in stalls (the monitor's stalls are the
+    # handle waits inside the recorder's setxattr calls), the rest negligible
+    cc = rec.to_dict()["checkpoint_costs"]
+    assert 0 < run["prom"]["cp_in_stalls"] <= forced
+    assert run["prom"]["cp_in_stalls"] == pytest.approx(cc["expensive"], rel=0.2), cc
     # off-CPU seconds spent checkpointing inside stalls: in setxattr calls (record) and in
     # their handle waits (monitor), the same intervals
     rec_cp_s = rec.stalls["checkpoint_ms"].sum() / 1e3
