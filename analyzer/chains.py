@@ -56,56 +56,66 @@ def queued_causes(offcpu, cause, label, checkpoint_events=None):
     cand = np.flatnonzero((cause == "other") & ~np.isnan(waker) & (waker != tid))
     if not len(cand):
         return cause, label, behind
+    cp = checkpoint_events if checkpoint_events is not None and len(checkpoint_events) else None
+    # One time line per thread, threads end to end: a thread's intervals (which do not
+    # overlap) and its checkpoints are found with one searchsorted for every wait at once.
+    times = [start, end, np.nan_to_num(wake, nan=0).astype("int64"), np.nan_to_num(wcall, nan=0).astype("int64")]
+    if cp is not None:
+        times.append(cp["ts_ns"].to_numpy(dtype="int64"))
+    t0 = min(int(t.min()) for t in times if len(t))
+    span = max(int(t.max()) for t in times if len(t)) - t0 + 2
+    threads = np.unique(np.concatenate([tid, waker[cand].astype("int64")]
+                                       + ([cp["tid"].to_numpy(dtype="int64")] if cp is not None else [])))
+    if len(threads) * span >= 2**62:   # a session too long for one line: nothing inherited
+        return cause, label, behind
 
-    # each thread's intervals in time order (a thread's intervals do not overlap)
+    def line(thread, t):
+        return np.searchsorted(threads, thread).astype("int64") * span + (np.asarray(t, dtype="int64") - t0 + 1)
+
     order = np.lexsort((start, tid))
-    s_tid, s_start, s_end = tid[order], start[order], end[order]
-    bounds = {}
-    if len(order):
-        cut = np.flatnonzero(np.r_[True, s_tid[1:] != s_tid[:-1], True])
-        bounds = {int(s_tid[a]): (a, b) for a, b in zip(cut[:-1], cut[1:])}
-    cps = {}
-    if checkpoint_events is not None and len(checkpoint_events):
-        ev = checkpoint_events.sort_values("ts_ns")
-        for t, g in ev.groupby(ev["tid"].to_numpy(dtype="int64")):
-            cps[int(t)] = g["ts_ns"].to_numpy(dtype="int64")
+    s_start, s_end = line(tid[order], start[order]), line(tid[order], end[order])
+    cp_line = np.sort(line(cp["tid"].to_numpy(dtype="int64"), cp["ts_ns"].to_numpy(dtype="int64"))) \
+        if cp is not None else None
 
     own_label = label.copy()
     pending = cand
     for _ in range(MAX_DEPTH):
-        done = []
-        for i in pending.tolist():
-            w = int(waker[i])
-            lo, hi = start[i], int(wake[i]) if not np.isnan(wake[i]) else end[i]
-            got = None
-            span = bounds.get(w)
-            if span is not None:
-                a, b = span
-                # the waker's intervals overlapping [lo, hi]: ends after lo, starts before hi
-                j0 = a + np.searchsorted(s_end[a:b], lo, side="right")
-                j1 = a + np.searchsorted(s_start[a:b], hi, side="left")
-                if j1 > j0:
-                    rows = order[j0:j1]
-                    ok = np.array([c not in NOT_INHERITED for c in cause[rows]], dtype=bool)
-                    if ok.any():
-                        rows = rows[ok]
-                        ov = np.minimum(end[rows], hi) - np.maximum(start[rows], lo)
-                        tot = pd.Series(ov).groupby(cause[rows]).sum()
-                        got = str(tot.idxmax())
-            if got is None and w in cps:
-                from_ns = min(lo, int(wcall[i])) if not np.isnan(wcall[i]) else lo
-                ts = cps[w]
-                if np.searchsorted(ts, hi, side="right") > np.searchsorted(ts, from_ns, side="left"):
-                    got = "checkpoint"
-            if got is not None:
-                done.append((i, got))
-        if not done:
+        w = waker[pending].astype("int64")
+        lo = start[pending]
+        hi = np.where(np.isnan(wake[pending]), end[pending], np.nan_to_num(wake[pending]).astype("int64"))
+        # the waker's intervals overlapping [lo, hi]: ending after lo, starting before hi
+        j0 = np.searchsorted(s_end, line(w, lo), side="right")
+        j1 = np.searchsorted(s_start, line(w, hi), side="left")
+        n = np.maximum(j1 - j0, 0)
+        got = np.full(len(pending), None, dtype=object)
+        if n.sum():
+            which = np.repeat(np.arange(len(pending)), n)
+            rows = order[np.repeat(j0, n) + (np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n))]
+            rc = cause[rows]
+            ok = np.array([c not in NOT_INHERITED for c in rc], dtype=bool)
+            if ok.any():
+                which, rows, rc = which[ok], rows[ok], rc[ok]
+                ov = np.minimum(end[rows], hi[which]) - np.maximum(start[rows], lo[which])
+                tot = pd.DataFrame({"w": which, "c": rc, "ov": ov}).groupby(["w", "c"], sort=True)["ov"].sum()
+                best = tot.reset_index().sort_values(["w", "ov"], ascending=[True, False], kind="stable") \
+                    .drop_duplicates("w")
+                got[best["w"].to_numpy()] = best["c"].to_numpy(dtype=object)
+        if cp_line is not None:
+            # no interval of the waker's says: a forced checkpoint in its thread from the start
+            # of its call (or of the wait) to the wakeup
+            call = wcall[pending]
+            from_ns = np.where(np.isnan(call), lo, np.minimum(lo, np.nan_to_num(call).astype("int64")))
+            has = np.searchsorted(cp_line, line(w, hi), side="right") > np.searchsorted(cp_line, line(w, from_ns),
+                                                                                          side="left")
+            got[(got == None) & has] = "checkpoint"  # noqa: E711 (element-wise)
+        done = got != None  # noqa: E711 (element-wise)
+        if not done.any():
             break
-        for i, got in done:  # applied after the pass: one link per pass
-            cause[i] = got
+        for i, c in zip(pending[done].tolist(), got[done].tolist()):  # applied after the pass: one link per pass
+            cause[i] = c
             behind[i] = f"{wcomm[i]} {int(waker[i])}"
             label[i] = f"queued behind {behind[i]} in {own_label[i]}"
-        pending = np.array(sorted(set(pending.tolist()) - {i for i, _ in done}), dtype="int64")
+        pending = pending[~done]
         if not len(pending):
             break
     return cause, label, behind
