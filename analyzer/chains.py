@@ -59,18 +59,21 @@ def queued_causes(offcpu, cause, label, checkpoint_events=None):
     cp = checkpoint_events if checkpoint_events is not None and len(checkpoint_events) else None
     # One time line per thread, threads end to end: a thread's intervals (which do not
     # overlap) and its checkpoints are found with one searchsorted for every wait at once.
-    times = [start, end, np.nan_to_num(wake, nan=0).astype("int64"), np.nan_to_num(wcall, nan=0).astype("int64")]
+    times = [start, end, wake[~np.isnan(wake)].astype("int64"), wcall[~np.isnan(wcall)].astype("int64")]
     if cp is not None:
         times.append(cp["ts_ns"].to_numpy(dtype="int64"))
-    t0 = min(int(t.min()) for t in times if len(t))
-    span = max(int(t.max()) for t in times if len(t)) - t0 + 2
     threads = np.unique(np.concatenate([tid, waker[cand].astype("int64")]
                                        + ([cp["tid"].to_numpy(dtype="int64")] if cp is not None else [])))
-    if len(threads) * span >= 2**62:   # a session too long for one line: nothing inherited
-        return cause, label, behind
+    t0 = min(int(t.min()) for t in times if len(t))
+    span = max(int(t.max()) for t in times if len(t)) - t0 + 2
+    ranks = None
+    if len(threads) * span >= 2**62:  # too long a session for ns on one line: times by rank
+        ranks = np.unique(np.concatenate(times))   # (every time a query uses is among them)
+        span = len(ranks) + 1
 
     def line(thread, t):
-        return np.searchsorted(threads, thread).astype("int64") * span + (np.asarray(t, dtype="int64") - t0 + 1)
+        at = np.searchsorted(ranks, t) if ranks is not None else np.asarray(t, dtype="int64") - t0 + 1
+        return np.searchsorted(threads, thread).astype("int64") * span + at
 
     order = np.lexsort((start, tid))
     s_start, s_end = line(tid[order], start[order]), line(tid[order], end[order])

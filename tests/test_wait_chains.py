@@ -55,6 +55,16 @@ def test_chains_pass_a_cause_on_and_leave_explained_or_unwoken_waits_alone():
     assert behind.tolist() == ["fs_mark 22", "fs_mark 33", None, None, None, None, None]
 
 
+def test_a_span_too_long_for_nanoseconds_on_one_line_gives_the_same_answer():
+    """Threads end to end on one int64 line: with a time span that would overflow it the
+    lookups go by rank, with the same result."""
+    far = 2 * 10**18 // MS   # ms: intervals 2e18 ns apart, three threads
+    off = table(interval(100, 200, 11, waker=22), interval(90, 150, 22), interval(far, 10, 33, waker=11))
+    got, _, behind = queued_causes(off, np.array(["other", "checkpoint", "other"], dtype=object),
+                                   np.array(["a", "b", "c"], dtype=object))
+    assert got.tolist() == ["checkpoint", "checkpoint", "other"] and behind.tolist() == ["fs_mark 22", None, None]
+
+
 def test_a_waker_seen_only_in_jbd2_events_still_names_its_checkpoint():
     """The waker is outside the recording (no intervals of its own), but a forced checkpoint
     ran in its thread after its call began: the wait is checkpoint."""
