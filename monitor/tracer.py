@@ -140,6 +140,9 @@ class Tracer(Recorder):
 
     # ---- set-up: the recorder's compile and attach, in monitor mode ----------------------
 
+    #: the monitor attaches no sched_waking: its stalls are classified as they end
+    wait_chains = False
+
     @property
     def handle_waits(self):
         """Handle waits as the recorder records them: with --syscalls (else the monitor's own
