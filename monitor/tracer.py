@@ -178,8 +178,7 @@ class Tracer(Recorder):
 
     def start(self):
         """Compile and attach; stream in a background thread. Returns self."""
-        self.hz = host.config_hz()
-        self.hz_source = "config" if self.hz else None
+        self.hz, self.hz_source = host.kernel_hz()
         self.bpf = b = self._compile()
         one = ctypes.c_uint8(1)
         for dev in self.devices:

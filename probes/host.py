@@ -101,8 +101,10 @@ def own_headers(release=None, root="/lib/modules"):
 
 
 def config_hz():
-    """CONFIG_HZ from /proc/config.gz or /boot/config-<release>, or None."""
-    paths = ["/proc/config.gz", f"/boot/config-{os.uname().release}"]
+    """CONFIG_HZ from /proc/config.gz, /boot/config-<release> or the kernel's headers'
+    .config, or None."""
+    release = os.uname().release
+    paths = ["/proc/config.gz", f"/boot/config-{release}", f"/lib/modules/{release}/build/.config"]
     for path in paths:
         try:
             opener = gzip.open if path.endswith(".gz") else open
@@ -113,6 +115,18 @@ def config_hz():
         except OSError:
             continue
     return None
+
+
+def kernel_hz():
+    """(HZ, how it was found): CONFIG_HZ from the kernel's config ("config"), else jiffies
+    counted over 0.25 s ("measured"), else (None, None)."""
+    hz = config_hz()
+    if hz:
+        return hz, "config"
+    first = read_jiffies()
+    time.sleep(0.25)
+    measured = measured_hz(first, read_jiffies())
+    return (measured[0], "measured") if measured else (None, None)
 
 
 def read_jiffies():

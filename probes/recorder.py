@@ -232,7 +232,9 @@ class Recorder:
             CALL_SLOTS=max(len(self.call_slots), 1),
             STATS_WAYS=tables.CALL_SLOT_WAYS,
         )
-        return [f"-D{k}={v}" for k, v in defines.items()] + [f"-I{os.path.dirname(BPF_SOURCE)}"]
+        # -w: clang's warnings about the kernel's own headers (6.12's nocf_check, ...) are
+        # not the user's business, and would land on the traced command's stderr
+        return [f"-D{k}={v}" for k, v in defines.items()] + [f"-I{os.path.dirname(BPF_SOURCE)}", "-w"]
 
     def _resolve_attach(self, types):
         """Settle the attach mode ("auto": fentry where the kernel takes it, else syscalls)
@@ -395,12 +397,7 @@ class Recorder:
             self._attach(b)
             for name in ("calls_rb", "offcpu_rb", "jbd2_rb"):
                 b[name.encode()].open_ring_buffer(self._on_event)
-            self.hz, self.hz_source = host.config_hz(), "config"
-            if not self.hz:
-                first = host.read_jiffies()
-                time.sleep(0.25)
-                measured = host.measured_hz(first, host.read_jiffies())
-                self.hz, self.hz_source = (measured[0], "measured") if measured else (None, None)
+            self.hz, self.hz_source = host.kernel_hz()
             self.start_clock = clock()
             self._jiffies_start = host.read_jiffies()
             for j in self.journals.values():  # the kernel's own statistics, from now on traced

@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from conftest import SLOWDOWN
+
 from jstall.analyzer import analyze
 
 pytestmark = [pytest.mark.kernel, pytest.mark.skipif(os.geteuid() != 0, reason="needs root")]
@@ -48,7 +50,11 @@ def test_128_byte_inodes_stall_in_checkpoints_at_the_forced_level(small_inodes):
     st = d["stalls"]
     assert st["count"] >= 1, d
     assert d["events_lost"] == {"calls": 0, "offcpu": 0, "jbd2": 0}
-    assert st["by_cause"]["checkpoint"]["total_ms"] >= 0.9 * st["total_ms"], st["by_cause"]
+    if SLOWDOWN == 1:
+        assert st["by_cause"]["checkpoint"]["total_ms"] >= 0.9 * st["total_ms"], st["by_cause"]
+    else:  # emulated: shares of time are the emulator's (CPU ~20x slow); the largest of the kernel's waits
+        waits = {c: v["total_ms"] for c, v in st["by_cause"].items() if c != "cpu"}
+        assert max(waits, key=waits.get) == "checkpoint", st["by_cause"]
     cp = a.stalls[a.stalls["cause"] == "checkpoint"]
     assert cp["own_checkpoint"].all()
     at = cp["at_forced_level"]
