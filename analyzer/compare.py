@@ -206,12 +206,12 @@ class Comparison:
                 out.append(("journal", fa and fa["dev"], fb and fb["dev"]))
                 continue
             pre = f"{fa['dev']}: " if len(pairs) > 1 else ""
-            for key, label, fmt in (("journal_blocks", "journal", _journal_mib), ("inode_size", "inode size", str),
-                                    ("block_size", "block size", str), ("fast_commit", "fast_commit", str),
-                                    ("journal_device", "journal device", lambda v: v or "internal"),
-                                    ("device", "device", str)):
-                va, vb = fmt(fa.get(key)) if key != "journal_blocks" else fmt(fa), \
-                    fmt(fb.get(key)) if key != "journal_blocks" else fmt(fb)
+            for label, value in (("journal", _journal_mib), ("inode size", lambda j: str(j.get("inode_size"))),
+                                 ("block size", lambda j: str(j.get("block_size"))),
+                                 ("fast_commit", lambda j: str(j.get("fast_commit"))),
+                                 ("journal device", lambda j: j.get("journal_device") or "internal"),
+                                 ("device", lambda j: str(j.get("device")))):
+                va, vb = value(fa), value(fb)
                 if va != vb:
                     out.append((pre + label, va, vb))
             for key, label in (("features", "features"), ("journal_features", "journal features")):

@@ -146,6 +146,7 @@ def measure(session_dir, label, journal_mib, options, threshold_ms):
     """A TuneRun from a recorded lab session (see the module docstring for the definitions)."""
     from jstall.analyzer.analysis import analyze
     from jstall.analyzer.journals import checkpoints
+    from jstall.analyzer.summary import checkpoint_cost_summary
 
     a = analyze(session_dir, min_ms=threshold_ms)
     st = a.stalls
@@ -153,7 +154,7 @@ def measure(session_dir, label, journal_mib, options, threshold_ms):
     if len(st):
         cps = st[st["own_checkpoint"].astype(bool) | (st["cause"].astype("str") == "checkpoint")]
     forced = checkpoints(a.session)
-    cost = a.summary.checkpoint_costs
+    cost = checkpoint_cost_summary(a.checkpoint_costs)   # not the whole summary: only this
     phases = lab_of(a.session.meta).phases
     return TuneRun(label=label, journal_mib=journal_mib, options=options, stalls=len(st),
                    stall_ms=round(float(st["latency_ms"].sum()), 3) if len(st) else 0.0,
