@@ -372,10 +372,23 @@ def test_interrupted_run_leaves_nothing_and_a_loadable_session(scratch_dir, tmp_
          "--block-size", "1024", "--files", "3000", "--updates", "100000", "--write-iops", "500",
          "--scratch", scratch_dir, "-o", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not (out / "calls.parquet").exists():
+    # Wait for the update phase: each phase forks its own job, so the update's is a job that
+    # runs once all 3,000 files exist and that was not seen while the create phase made them.
+    deadline = time.monotonic() + 180
+    create_jobs, update_job = set(), None
+    while time.monotonic() < deadline and update_job is None:
         assert proc.poll() is None, proc.communicate()
+        jobs = set(subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True,
+                                  text=True).stdout.split()) - {str(proc.pid)}
+        # inodes in use, by statfs (a traced call such as getdents64 would stall with the lab's
+        # and be recorded): ext4's 11 reserved ones (lost+found the last), job0, its 3,000 files
+        made = [st.f_files - st.f_ffree - 12 for st in map(os.statvfs, leftovers(scratch_dir)[1])]
+        if not made or max(made) < 3000:
+            create_jobs |= jobs
+        elif jobs - create_jobs and (out / "calls.parquet").exists():
+            update_job = (jobs - create_jobs).pop()
         time.sleep(0.2)
+    assert update_job, "the update phase did not start in time"
     time.sleep(1)
     loops, mounts = leftovers(scratch_dir)
     assert loops and mounts                                  # it was running
