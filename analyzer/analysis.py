@@ -12,7 +12,7 @@ from . import recording, summary
 from .calls import call_stats
 from .devices import device_summary
 from .fill import timeline
-from .journals import (checkpoint_costs, checkpoints, commit_phases, proc_agreement, transactions,
+from .journals import (checkpoint_costs, checkpoint_waits, checkpoints, commit_phases, proc_agreement, transactions,
                        untraced_checkpoints, untraced_text)
 from .journals import summary as journal_summary
 from .load import Session, load_session
@@ -41,7 +41,9 @@ class Analysis:
       (stalls.find_stalls); ``causes``: stall count and off-CPU ms per cause.
     - ``transactions``, ``phases`` (commit phase bands), ``checkpoints``: per journal event;
       ``checkpoint_costs``: each forced checkpoint, its blocks written home and the wait it
-      cost (expensive: a stall); ``untraced_checkpoints``: those outside every traced call.
+      cost (expensive: a stall); ``untraced_checkpoints``: those outside every traced call;
+      ``checkpoint_waits``: per journal, the waits on them judged by the bound of a journal
+      big enough (jstall.enough).
     - ``journals``: one row per journal (journals.summary); ``proc``: agreement with
       /proc/fs/jbd2 (journals.proc_agreement).
     - ``calls``: latency statistics per syscall; ``processes``: stall time per process;
@@ -66,13 +68,14 @@ class Analysis:
     checkpoints = _result(checkpoints)
     untraced_checkpoints = _result(untraced_checkpoints)
     checkpoint_costs = _result(checkpoint_costs, "min_ms")
+    checkpoint_waits = _result(checkpoint_waits, "stalls", "checkpoint_costs")
     journals = _result(journal_summary, "timeline", "transactions", "stalls")
     proc = _result(proc_agreement, "transactions")
     calls = _result(call_stats)
     processes = _result(per_process, "stalls")
     devices = _result(device_summary, "stalls")
     recommendations = _result(recommendations, "journals", "stalls", "causes", "calls", "transactions", "min_ms",
-                              "timeline")
+                              "timeline", "checkpoint_waits")
 
     @cached_property
     def causes(self):

@@ -91,7 +91,7 @@ def check_sweep_options(args):
         raise JstallError(f"{args.path}: --from/--to apply to one session, not a sweep or a tune; analyze a run's session")
 
 
-def _emit(text):
+def emit_text(text):
     """Write to stdout; a reader that went away (``| head``) is not an error."""
     import os
     import sys
@@ -118,11 +118,11 @@ def run(args):
         check_sweep_options(args)
         r = load(args.path)
         if args.json:
-            _emit(json.dumps(r.to_dict(), indent=2) + "\n")
+            emit_text(json.dumps(r.to_dict(), indent=2) + "\n")
         else:
             buf = io.StringIO()
             print_result(r, buf)
-            _emit(buf.getvalue())
+            emit_text(buf.getvalue())
         return 0
     if is_sweep_dir(args.path):
         from .stalls import DEFAULT_MIN_MS
@@ -130,13 +130,13 @@ def run(args):
 
         check_sweep_options(args)
         sw = analyze_sweep(args.path, min_ms=DEFAULT_MIN_MS if args.min_ms is None else args.min_ms)
-        _emit(json.dumps(sw.to_dict(), indent=2, allow_nan=False) + "\n" if args.json else sw.text())
+        emit_text(json.dumps(sw.to_dict(), indent=2, allow_nan=False) + "\n" if args.json else sw.text())
         return 0
     from .text import session_summary
 
     a = load_analysis(args)
     if args.json:
-        _emit(json.dumps(a.to_dict(top=max(args.top, 20)), indent=2, allow_nan=False) + "\n")
+        emit_text(json.dumps(a.to_dict(top=max(args.top, 20)), indent=2, allow_nan=False) + "\n")
     else:
-        _emit(session_summary(a, top=args.top))
+        emit_text(session_summary(a, top=args.top))
     return 0

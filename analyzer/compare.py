@@ -17,6 +17,7 @@ import os
 
 import pandas as pd
 
+from jstall.enough import MAX_SHARE, MAX_WAIT_MS
 from jstall.errors import JstallError
 from jstall.metadata import lab_of
 from jstall.session import is_sweep_dir, read_metadata
@@ -25,8 +26,8 @@ from .analysis import Analysis, analyze
 from .fleet import headroom_low
 from .stalls import DEFAULT_MIN_MS
 from .summary import json_safe
-from .sweep import _flat, find_runs
-from .text import _table
+from .sweep import flatten, find_runs
+from .text import text_table
 
 #: Version of the JSON document ``jstall compare --json`` prints.
 JSON_SCHEMA_VERSION = 1
@@ -69,7 +70,7 @@ def _journal_mib(j):
 
 def _flat_config(analysis):
     cfg = (analysis.session.meta.get("lab") or {}).get("config") or {}
-    flat = {k: v for k, v in _flat(cfg).items() if k not in _NOT_CONFIG}
+    flat = {k: v for k, v in flatten(cfg).items() if k not in _NOT_CONFIG}
     # "journal_size_bytes" says again what "journal_size" says
     return {k: v for k, v in flat.items() if not (k.endswith("_bytes") and k[:-6] in flat)}
 
@@ -165,6 +166,16 @@ class Comparison:
                              "change_pct": _pct_change(va, vb) if num else None})
             for i, k in enumerate(("headroom_low_blocks", "headroom_low_pct")):
                 rows.append({"journal": label, "figure": k, "a": hx[i], "b": hy[i], "change_pct": None})
+            # big enough (jstall.enough): its verdict and what it judged
+            ea, eb = ((j or {}).get("enough") or {} for j in (x, y))
+            for k, key in (("big_enough", "big_enough"), ("checkpoint_waits_ms", "wait_ms"),
+                           ("longest_checkpoint_wait_ms", "longest_ms")):
+                va, vb = ea.get(key), eb.get(key)
+                rows.append({"journal": label, "figure": k, "a": va, "b": vb,
+                             "change_pct": None if k == "big_enough" else _pct_change(va, vb)})
+            va, vb = (100.0 * e["share"] if "share" in e else None for e in (ea, eb))
+            rows.append({"journal": label, "figure": "checkpoint_waits_pct_of_run", "a": va, "b": vb,
+                         "change_pct": None})
         return pd.DataFrame(rows, columns=["journal", "figure", "a", "b", "change_pct"])
 
     def phases(self):
@@ -260,6 +271,14 @@ class Comparison:
             if p["seconds_a"] is not None and p["seconds_b"] is not None:
                 line += (f"; {p['phase']} phase {p['seconds_a']:.2f} s -> {p['seconds_b']:.2f} s "
                          f"{'durable' if p['basis'] == 'durable' else 'until its calls returned'}")
+        for x, y in self.journal_pairs():
+            ea, eb = ((j or {}).get("enough") for j in (x, y))
+            if ea and eb:
+                line += (f"; journal {'big enough' if ea['big_enough'] else 'not big enough'} -> "
+                         f"{'big enough' if eb['big_enough'] else 'not big enough'} (forced-checkpoint waits "
+                         f"{_s(ea['wait_ms'])} -> {_s(eb['wait_ms'])}, {_pct(ea['share'])} -> {_pct(eb['share'])} of "
+                         f"the run; bound: at most {MAX_SHARE:.0%} and none of {MAX_WAIT_MS:g} ms)")
+                break
         changes = self.changes()
         if changes:
             what = ", ".join(f"{k} {va} -> {vb}" for k, va, vb in changes[:3])
@@ -300,33 +319,33 @@ class Comparison:
 
         out = [f"{A}: {self.sa.session.path}", f"{B}: {self.sb.session.path}", "",
                *self.notes, "", "verdict: " + self.verdict(), ""]
-        out.append(_table(["", A, B, "change %"],
+        out.append(text_table(["", A, B, "change %"],
                           [[r["figure"], f(r["a"], "{:.0f}"), f(r["b"], "{:.0f}"), f(r["change_pct"], "{:+.0f}")]
                            for _, r in self.stalls().iterrows()]))
         c = self.causes()
         c = c[(c["ms_a"] > 0) | (c["ms_b"] > 0) | (c["stalls_a"] > 0) | (c["stalls_b"] > 0)]
         if len(c):
             out += ["", "stall time by cause (ms off CPU inside stalls; stalls with that primary cause)"]
-            out.append(_table(["cause", f"{A} stalls", f"{B} stalls", f"{A} ms", f"{B} ms", "change %"],
+            out.append(text_table(["cause", f"{A} stalls", f"{B} stalls", f"{A} ms", f"{B} ms", "change %"],
                               [[r["cause"], r["stalls_a"], r["stalls_b"], f(r["ms_a"]), f(r["ms_b"]),
                                 f(r["change_pct"], "{:+.0f}")] for _, r in c.iterrows()]))
         ph = self.phases()
         if len(ph):
             out += ["", "lab phases (seconds; durable: until the work was on the device, returned: until the "
                     "calls returned)"]
-            out.append(_table(["phase", "basis", A, B, "ops", "change %"],
+            out.append(text_table(["phase", "basis", A, B, "ops", "change %"],
                               [[r["phase"], r["basis"], f(r["seconds_a"], "{:.3f}"), f(r["seconds_b"], "{:.3f}"),
                                 f(r["ops_a"], "{:.0f}"), f(r["change_pct"], "{:+.0f}")] for _, r in ph.iterrows()]))
         j = self.journals()
         if len(j):
             out += ["", "journals"]
-            out.append(_table(["journal", "figure", A, B, "change %"],
+            out.append(text_table(["journal", "figure", A, B, "change %"],
                               [[r["journal"], r["figure"], f(r["a"], "{:g}"), f(r["b"], "{:g}"),
                                 f(r["change_pct"], "{:+.0f}")] for _, r in j.iterrows()]))
         calls = self.calls()
         if len(calls):
             out += ["", "latency per call (ms; p50 below the recording threshold is from log2 histograms)"]
-            out.append(_table(["call", f"{A} count", f"{B} count", f"{A} p50", f"{B} p50", f"{A} p99", f"{B} p99",
+            out.append(text_table(["call", f"{A} count", f"{B} count", f"{A} p50", f"{B} p50", f"{A} p99", f"{B} p99",
                                f"{A} max", f"{B} max"],
                               [[r["syscall"], f(r["count_a"], "{:.0f}"), f(r["count_b"], "{:.0f}"),
                                 f(r["p50_ms_a"], "{:.3f}"), f(r["p50_ms_b"], "{:.3f}"), f(r["p99_ms_a"], "{:.3f}"),
@@ -340,6 +359,10 @@ class Comparison:
             out += ["", "filesystems, journals and kernels that differ: "
                     + ", ".join(f"{k} {x} -> {y}" for k, x, y in fs)]
         return "\n".join(out) + "\n"
+
+
+def _pct(share):
+    return f"{100.0 * share:.1f}%"
 
 
 def _s(ms):
@@ -365,7 +388,7 @@ def select_configuration(sweep_dir, selection, min_ms=DEFAULT_MIN_MS):
     runs = []
     for run in find_runs(sweep_dir):
         try:
-            cfg = _flat(((read_metadata(run).get("lab") or {}).get("config")) or {})
+            cfg = flatten(((read_metadata(run).get("lab") or {}).get("config")) or {})
         except JstallError:
             continue
         if all(str(cfg.get(k)) == v for k, v in selection.items()):

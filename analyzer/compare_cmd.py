@@ -38,7 +38,7 @@ def run(args):
     from jstall.errors import JstallError
     from jstall.session import is_sweep_dir
 
-    from .analyze_cmd import _emit
+    from .analyze_cmd import emit_text
     from .compare import compare
 
     if args.min_ms < 0:
@@ -47,16 +47,16 @@ def run(args):
         if is_sweep_dir(p):
             raise JstallError(f"{p}: a sweep directory; compare two of its runs or configurations "
                               f"({p}:inode_size=128), or see 'jstall analyze {p}' for all of them")
-    from .report_cmd import _discard, check_output, write_page
+    from .report_cmd import discard_output, check_output, write_page
 
     page = check_output(args.output) if args.output and args.output != "-" else None  # refused before any work
     try:
         c = compare(args.a, args.b, min_ms=args.min_ms)
     except BaseException:
         if page is not None:
-            _discard(page)
+            discard_output(page)
         raise
-    _emit(json.dumps(c.to_dict(), indent=2, allow_nan=False) + "\n" if args.json else c.text())
+    emit_text(json.dumps(c.to_dict(), indent=2, allow_nan=False) + "\n" if args.json else c.text())
     if page is not None:
         from .compare_report import compare_report
 

@@ -54,7 +54,7 @@ def phases_side_by_side(comparison):
 def compare_report(comparison):
     """The comparison as one self-contained HTML page."""
     from . import figures
-    from .report import _df_table, _fig, _page, headline, session_headline
+    from .report import html_table, figure_div, html_page, headline, session_headline
 
     c = comparison
     A, B = c.names
@@ -70,16 +70,16 @@ def compare_report(comparison):
     if ch:
         parts.append("<p>Lab options that differ: " + html.escape(", ".join(f"{k} {x} → {y}" for k, x, y in ch))
                      + "</p>")
-    parts.append("<h2>Stalls</h2>" + _df_table(c.stalls().rename(columns={"a": A, "b": B})))
-    parts.append(_fig(causes_side_by_side(c), "compare-causes"))
+    parts.append("<h2>Stalls</h2>" + html_table(c.stalls().rename(columns={"a": A, "b": B})))
+    parts.append(figure_div(causes_side_by_side(c), "compare-causes"))
     ph = c.phases()
     if len(ph):
-        parts.append("<h2>Lab phases</h2>" + _fig(phases_side_by_side(c), "compare-phases")
-                     + _df_table(ph, floatfmt="{:.3f}"))
-    parts.append("<h2>Latency per call</h2>" + _fig(latency_side_by_side(c), "compare-latency")
-                 + _df_table(c.calls(), floatfmt="{:.3f}"))
-    parts.append("<h2>Journals</h2>" + _df_table(c.journals().rename(columns={"a": A, "b": B})))
+        parts.append("<h2>Lab phases</h2>" + figure_div(phases_side_by_side(c), "compare-phases")
+                     + html_table(ph, floatfmt="{:.3f}"))
+    parts.append("<h2>Latency per call</h2>" + figure_div(latency_side_by_side(c), "compare-latency")
+                 + html_table(c.calls(), floatfmt="{:.3f}"))
+    parts.append("<h2>Journals</h2>" + html_table(c.journals().rename(columns={"a": A, "b": B})))
     for side, an in ((A, c.a), (B, c.b)):
         parts.append(f"<h2>{side}: {html.escape(an.session.name)}</h2>" + session_headline(an))
-        parts.append(_fig(figures.timeline(an), f"timeline-{side}"))
-    return _page(f"jstall compare: {c.a.session.name} and {c.b.session.name}", "\n".join(parts))
+        parts.append(figure_div(figures.timeline(an), f"timeline-{side}"))
+    return html_page(f"jstall compare: {c.a.session.name} and {c.b.session.name}", "\n".join(parts))

@@ -42,7 +42,7 @@ def run(args):
 
     from jstall.errors import JstallError
 
-    from .analyze_cmd import _emit
+    from .analyze_cmd import emit_text
     from .fleet import run_fleet
 
     if args.min_ms < 0:
@@ -51,7 +51,7 @@ def run(args):
         raise JstallError("--workers must be 1 or more")
     if args.scheduler and args.workers:
         raise JstallError("--workers sizes the local cluster; leave it out with --scheduler")
-    from .report_cmd import _discard, check_output, write_page
+    from .report_cmd import discard_output, check_output, write_page
 
     page = check_output(args.output) if args.output and args.output != "-" else None  # refused before any work
     t0 = time.perf_counter()
@@ -59,13 +59,13 @@ def run(args):
         fleet = run_fleet(args.paths, scheduler=args.scheduler, min_ms=args.min_ms, n_workers=args.workers)
     except BaseException:
         if page is not None:
-            _discard(page)
+            discard_output(page)
         raise
     secs = time.perf_counter() - t0
     if args.json:
-        _emit(json.dumps(fleet.to_dict(), indent=2, allow_nan=False) + "\n")
+        emit_text(json.dumps(fleet.to_dict(), indent=2, allow_nan=False) + "\n")
     else:
-        _emit(fleet.text(top=args.top))
+        emit_text(fleet.text(top=args.top))
     if page is not None:
         from .fleet_report import fleet_report
 

@@ -41,7 +41,7 @@ def latency_distributions(fleet):
 
 def fleet_report(fleet, top=50):
     """The fleet report as one self-contained HTML page."""
-    from .report import _df_table, _fig, _page, headline
+    from .report import html_table, figure_div, html_page, headline
 
     f = fleet
     d_st = sum(s["analysis"]["stalls"]["count"] for s in f.ok)
@@ -56,26 +56,26 @@ def fleet_report(fleet, top=50):
         ("worst host", html.escape(str(worst["host"])) if worst is not None else "-",
          f"{worst['stall_ms'] / 1000:.1f} s, {worst['dominant_cause']}" if worst is not None else "no stall"),
     ])]
-    parts.append("<h2>Worst hosts</h2>" + _fig(stall_time_by_host(f), "fleet-hosts"))
+    parts.append("<h2>Worst hosts</h2>" + figure_div(stall_time_by_host(f), "fleet-hosts"))
     cols = ["host", "sessions", "stalls", "stall_ms", "stall_ms_per_hour", "max_stall_ms", "forced_checkpoints",
             "headroom_low_blocks", "dominant_cause"]
-    parts.append(_df_table(hosts[cols].head(top).fillna({"dominant_cause": "-"})) if len(hosts) else "<p>none</p>")
+    parts.append(html_table(hosts[cols].head(top).fillna({"dominant_cause": "-"})) if len(hosts) else "<p>none</p>")
     parts.append("<h2>Worst filesystems</h2>")
     cols = ["host", "dev", "mountpoint", "journal_mib", "inode_size", "sessions", "stalls", "stall_ms",
             "forced_checkpoints", "headroom_low_blocks", "dominant_cause"]
-    parts.append(_df_table(fsys[cols].head(top).fillna({"dominant_cause": "-"})) if len(fsys) else "<p>none</p>")
-    parts.append("<h2>Latency per call over the fleet</h2>" + _fig(latency_distributions(f), "fleet-latency"))
+    parts.append(html_table(fsys[cols].head(top).fillna({"dominant_cause": "-"})) if len(fsys) else "<p>none</p>")
+    parts.append("<h2>Latency per call over the fleet</h2>" + figure_div(latency_distributions(f), "fleet-latency"))
     dist = f.distributions()
     if len(dist):
         parts.append("<p>Counts are exact (the sessions' log2 histograms added); p50 and p99 are the upper "
-                     "bound of the bucket that holds the rank.</p>" + _df_table(dist, floatfmt="{:.3f}"))
+                     "bound of the bucket that holds the rank.</p>" + html_table(dist, floatfmt="{:.3f}"))
     if len(f.errors):
-        parts.append(f"<h2>Sessions that failed to load ({len(f.errors)})</h2>" + _df_table(f.errors))
+        parts.append(f"<h2>Sessions that failed to load ({len(f.errors)})</h2>" + html_table(f.errors))
     if len(f.rows):
         cols = ["session", "host", "dev", "kernel", "journal_mib", "inode_size", "duration_s", "calls", "stalls",
                 "stall_ms", "dominant_cause", "headroom_low_blocks", "forced_checkpoints", "top_recommendation",
                 "top_recommendation_summary"]
         rows = f.rows[cols].assign(dominant_cause=f.rows["dominant_cause"].fillna("-"),
                                    top_recommendation=f.rows["top_recommendation"].fillna("-"))
-        parts.append(f"<h2>Sessions and journals ({len(f.rows)}, worst first)</h2>" + _df_table(rows))
-    return _page("jstall fleet", "\n".join(parts))
+        parts.append(f"<h2>Sessions and journals ({len(f.rows)}, worst first)</h2>" + html_table(rows))
+    return html_page("jstall fleet", "\n".join(parts))

@@ -10,6 +10,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from jstall import enough
 from jstall.jbd2 import RESERVED_BLOCKS, forced_fill_pct
 from jstall.schema import PHASES
 
@@ -169,6 +170,33 @@ def checkpoint_costs(session, min_ms):
                          "expensive": bool(wait >= min_ms),
                          "traced_task": bool(r["traced_task"]) if pd.notna(r.get("traced_task")) else True})
     return pd.DataFrame(rows, columns=cols).sort_values("ts_ns", kind="stable").reset_index(drop=True)
+
+
+def checkpoint_waits(session, stalls, costs):
+    """Per journal (``dev``), the forced-checkpoint waits jstall's bound judges
+    (jstall.enough): ``wait_ms`` every task's, the stalls' checkpoint time (their own
+    checkpoints and the time queued behind another task's) plus the checkpoint time of forced
+    checkpoints in no stall (in calls under the threshold, outside the traced calls or in
+    tasks outside the recording: jbd2_checkpoint_stats' chp_time); ``longest_ms`` one call's
+    longest; ``run_ms`` the session's time; ``share`` and ``big_enough``. One row per journal
+    with a forced checkpoint or a stall on one."""
+    cols = ["dev", "wait_ms", "longest_ms", "run_ms", "share", "big_enough"]
+    run_ms = session_span_s(session) * 1e3
+    waits = {}
+    if len(stalls):
+        st = stalls[stalls["checkpoint_ms"].to_numpy(dtype="float64") > 0]
+        for dev, ms in st.groupby(st["dev"].astype("str"), sort=True)["checkpoint_ms"]:
+            waits.setdefault(dev, []).extend(ms.to_numpy(dtype="float64").tolist())
+    if len(costs):
+        rest = costs[~costs["expensive"].astype(bool)]
+        for dev, ms in rest.groupby(rest["dev"].astype("str"), sort=True)["chp_ms"]:
+            waits.setdefault(dev, []).extend(ms.to_numpy(dtype="float64").tolist())
+    rows = []
+    for dev in sorted(waits):
+        e = enough.judge(sum(waits[dev]), max(waits[dev]), run_ms)
+        rows.append({"dev": dev, "wait_ms": e.wait_ms, "longest_ms": e.longest_ms, "run_ms": e.run_ms,
+                     "share": e.share, "big_enough": e.big_enough})
+    return pd.DataFrame(rows, columns=cols)
 
 
 def untraced_checkpoints(session):

@@ -17,12 +17,13 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from jstall.enough import BOUND, judge
 from jstall import jbd2
 
 from . import causes
 from .fill import timeline as fill_timeline
 from .journal_model import model
-from .journals import untraced_checkpoints, untraced_text
+from .journals import checkpoint_costs, checkpoint_waits, session_span_s, untraced_checkpoints, untraced_text
 from .recording import NOTE_SHARE, losses
 
 XATTR_SYSCALLS = ("setxattr", "lsetxattr", "fsetxattr", "setxattrat", "removexattr", "lremovexattr",
@@ -76,6 +77,19 @@ class Context:
     txns: object
     timeline: object
     min_ms: float
+    waits: object = None
+
+    def enough(self, dev):
+        """The jstall.enough verdict of a journal's forced-checkpoint waits (journals.checkpoint_waits)."""
+        def make():
+            w = self.waits
+            if w is None:
+                w = checkpoint_waits(self.session, self.stalls, checkpoint_costs(self.session, self.min_ms))
+            return {r["dev"]: judge(r["wait_ms"], r["longest_ms"], r["run_ms"])
+                    for r in w.to_dict("records")}  # one row per journal
+
+        e = self._memo("enough", make).get(str(dev))
+        return e if e is not None else judge(0.0, 0.0, session_span_s(self.session) * 1e3)
 
     @property
     def total_ms(self):
@@ -164,16 +178,16 @@ def journal_size(ctx):
     models = _models(ctx)
     for _, j in ctx.journals.iterrows():  # one row per journal
         dev = j["dev"]
-        cp_ms = ctx.cause_ms("checkpoint", dev)
+        e = ctx.enough(dev)
         m = models.get(dev)
-        if cp_ms <= 0 or m is None:
+        if e.big_enough or m is None:
             continue
         if m.journal_size_mib <= m.journal_mib:
             continue
         out.append(Recommendation(
-            "journal_size", estimate=True, dev=dev, stall_ms_addressed=cp_ms, journal_size_mib=m.journal_size_mib,
-            low_mib=round(m.low_mib, 1), high_mib=round(m.high_mib, 1), inputs=m.as_dict(),
-            text=(f"{dev}: {cp_ms:.0f} ms of stall time was spent checkpointing a {_fmt_mib(m.journal_mib)} journal. "
+            "journal_size", estimate=True, dev=dev, stall_ms_addressed=e.wait_ms, journal_size_mib=m.journal_size_mib,
+            low_mib=round(m.low_mib, 1), high_mib=round(m.high_mib, 1), inputs={**m.as_dict(), "enough": e.as_dict()},
+            text=(f"{dev}: the {_fmt_mib(m.journal_mib)} journal is {e.describe()} (jstall's bound: {BOUND}). "
                   f"Estimate: a journal of {m.journal_size_mib} MiB (mkfs.ext4 -J size={m.journal_size_mib}, or "
                   f"tune2fs) lets one transaction hold the workload's hot set (the model's upper bound, "
                   f"{m.high_mib:.1f} MiB, rounded up to whole MiB); journals from {m.low_mib:.1f} MiB may already "
@@ -361,11 +375,12 @@ def rank(recs):
     return sorted(recs, key=lambda r: (r.kind not in FINDINGS, -(r.stall_ms_addressed or 0.0)))
 
 
-def recommendations(session, journals, stalls, causes, call_table, txns, min_ms, timeline=None):
-    """Run every rule of RULES and return the ranked list of :class:`Recommendation`."""
+def recommendations(session, journals, stalls, causes, call_table, txns, min_ms, timeline=None, waits=None):
+    """Run every rule of RULES and return the ranked list of :class:`Recommendation`
+    (``waits``: journals.checkpoint_waits, computed when not given)."""
     if timeline is None:
         timeline = fill_timeline(session)
-    ctx = Context(session, journals, stalls, causes, call_table, txns, timeline, min_ms)
+    ctx = Context(session, journals, stalls, causes, call_table, txns, timeline, min_ms, waits)
     recs = []
     for rule in RULES:
         recs.extend(rule(ctx))

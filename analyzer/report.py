@@ -81,7 +81,7 @@ def _plotly_gz_b64():
     return _PLOTLY_GZ["v"]
 
 
-def _page(title, body):
+def html_page(title, body):
     return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<meta name=\"viewport\" content=\"width=device-width\"><title>{html.escape(title)}</title>"
             f"<style>{_CSS}</style></head>"
@@ -90,7 +90,7 @@ def _page(title, body):
             f"<script>{_LOADER}</script>\n</body></html>\n")
 
 
-def _fig(fig, div_id):
+def figure_div(fig, div_id):
     """A figure as a div and its JSON (drawn by the page's loader)."""
     from plotly.io import to_json
 
@@ -107,7 +107,7 @@ def _header(c):
     return html.escape(str(c)).replace("_", "_<wbr>")
 
 
-def _df_table(df, floatfmt="{:.2f}", wrap=False):
+def html_table(df, floatfmt="{:.2f}", wrap=False):
     """A DataFrame as an HTML table (numbers formatted, text escaped; text cells wrap)."""
     def cell(v):
         if isinstance(v, float):
@@ -187,31 +187,31 @@ def session_report(analysis):
     with_stalls = [x for x in devs if x is not None and (a.stalls["dev"].astype("str") == x).any()]
     for i, dev in enumerate(with_stalls or devs[:1]):
         parts.append(f"<h2>Timeline{': ' + html.escape(dev) if dev else ''}</h2>")
-        parts.append(_fig(figures.timeline(a, dev), f"timeline-{i}"))
-    parts.append("<h2>Stall time by cause</h2>" + _fig(figures.causes(a), "causes"))
-    parts.append("<h2>Latency per call</h2>" + _fig(figures.latency(a), "latency"))
+        parts.append(figure_div(figures.timeline(a, dev), f"timeline-{i}"))
+    parts.append("<h2>Stall time by cause</h2>" + figure_div(figures.causes(a), "causes"))
+    parts.append("<h2>Latency per call</h2>" + figure_div(figures.latency(a), "latency"))
     if len(a.transactions):
-        parts.append("<h2>Transactions</h2>" + _fig(figures.transactions(a), "transactions"))
+        parts.append("<h2>Transactions</h2>" + figure_div(figures.transactions(a), "transactions"))
     if len(a.session.device_stats):
         title = "Emulated device" if a.session.meta.get("lab") else "Block devices"
-        parts.append(f"<h2>{title}: requests served and utilisation</h2>" + _fig(figures.device_served(a), "device"))
+        parts.append(f"<h2>{title}: requests served and utilisation</h2>" + figure_div(figures.device_served(a), "device"))
     cols = ["dev", "journal_mib", "transactions", "avg_handles_per_transaction", "avg_blocks_per_transaction",
             "avg_logged_blocks_per_transaction", "avg_running_ms", "avg_locked_ms", "avg_flushing_ms",
             "avg_logging_ms", "log_rate_blocks_per_s", "forced_checkpoints", "background_checkpoints",
             "forced_checkpoint_written_blocks", "max_fill_pct", "forced_fill_pct", "time_at_forced_level_s"]
     if len(a.journals):
-        parts.append("<h2>Journals</h2>" + _df_table(a.journals[[c for c in cols if c in a.journals]]))
+        parts.append("<h2>Journals</h2>" + html_table(a.journals[[c for c in cols if c in a.journals]]))
     if len(a.proc):
-        parts.append("<h3>Agreement with /proc/fs/jbd2</h3>" + _df_table(a.proc))
+        parts.append("<h3>Agreement with /proc/fs/jbd2</h3>" + html_table(a.proc))
     if len(a.stalls):
         top = a.stalls.sort_values("latency_ms", ascending=False).head(50)
         t0 = a.session.start_ns or 0
         top = top.assign(t_s=(top["ts_ns"] - t0) / 1e9)
-        parts.append("<h2>Slowest stalls</h2>" + _df_table(top[[
+        parts.append("<h2>Slowest stalls</h2>" + html_table(top[[
             "t_s", "comm", "pid", "syscall", "latency_ms", "dev", "cause", "cause_label", "offcpu_ms",
             "fill_start_pct", "fill_max_pct", "own_checkpoint"]].astype({"cause": "str"})))
     parts.append("<h2>Summary</h2><pre>" + html.escape(session_summary(a)) + "</pre>")
-    return _page(f"jstall: {a.session.name}", "\n".join(parts))
+    return html_page(f"jstall: {a.session.name}", "\n".join(parts))
 
 
 def sweep_report(sweep):
@@ -229,16 +229,16 @@ def sweep_report(sweep):
         for value, label in (("stalls_mean", "stalls per run"), ("stall_ms_mean", "stall ms per run"),
                              ("forced_checkpoints_mean", "forced checkpoints per run")):
             if value in per:
-                parts.append(_fig(figures.sweep_option(per, option, value, value.replace("_mean", "_sd"),
+                parts.append(figure_div(figures.sweep_option(per, option, value, value.replace("_mean", "_sd"),
                                                        title=f"{label} by {option}", ylabel=label, group=group),
                                   f"sweep-{n}"))
                 n += 1
         for phase in sweep.phases:
             col = f"{phase}_rate_mean"
             if col in per:
-                parts.append(_fig(figures.sweep_option(per, option, col, f"{phase}_rate_sd",
+                parts.append(figure_div(figures.sweep_option(per, option, col, f"{phase}_rate_sd",
                                                        title=f"{phase} rate by {option}", ylabel=sweep.rate_unit(phase),
                                                        group=group), f"sweep-{n}"))
                 n += 1
     parts.append("<h2>Tables</h2><pre>" + html.escape(sweep.text()) + "</pre>")
-    return _page(f"jstall sweep: {sweep.name}", "\n".join(parts))
+    return html_page(f"jstall sweep: {sweep.name}", "\n".join(parts))

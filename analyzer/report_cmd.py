@@ -49,7 +49,7 @@ def check_output(output):
         raise JstallError(f"-o {output}: cannot write there ({e.strerror}); choose a directory you can write") from None
 
 
-def _discard(f):
+def discard_output(f):
     import contextlib
     import os
 
@@ -76,7 +76,7 @@ def write_page(f, output, make_html, tool):
         except OSError as e:
             raise JstallError(f"-o {output}: cannot write the page ({e.strerror}); choose another path") from None
     except BaseException:
-        _discard(f)
+        discard_output(f)
         raise
     print(f"jstall {tool}: wrote {output} ({os.path.getsize(output) / 1e6:.1f} MB)", file=sys.stderr)
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 import pandas as pd
 
+from jstall import enough
 from jstall.probes.syscalls import GROUPS
 from jstall.schema import PHASES
 
@@ -127,7 +128,9 @@ class JournalSummary(_Doc):
     """One journal's figures (journals.summary; units in the names): geometry, transactions,
     checkpoints, log rate, fill, headroom low (blocks and % of the log; below 0 a handle had to
     wait for log space, fill.headroom), stalls; ``avg_phase_ms`` {phase: ms} (commit phases);
-    ``proc_agreement`` the agreement with /proc/fs/jbd2 (a dict as in the document) or None."""
+    ``proc_agreement`` the agreement with /proc/fs/jbd2 (a dict as in the document) or None;
+    ``enough``: whether the journal was big enough for the run (jstall.enough: wait_ms,
+    longest_ms, run_ms, share, big_enough, bound)."""
 
     dev: str
     device: str
@@ -161,6 +164,7 @@ class JournalSummary(_Doc):
     stall_ms: float
     avg_phase_ms: dict
     proc_agreement: dict
+    enough: dict = None
 
 
 @dataclass(frozen=True)
@@ -350,9 +354,11 @@ def proc_summary(proc, hz):
                    "metrics": [{k: r[k] for k in PROC_FIELDS} for r in proc.to_dict("records")]})
 
 
-def journal_summaries(journals, proc, hz):
-    """One JournalSummary per row of journals.summary."""
+def journal_summaries(journals, proc, hz, waits=None, run_ms=0.0):
+    """One JournalSummary per row of journals.summary; ``waits``: journals.checkpoint_waits
+    (a journal without a row there had no forced-checkpoint wait in ``run_ms``)."""
     out = []
+    by_dev = {} if waits is None else {r["dev"]: r for r in waits.to_dict("records")}  # one row per journal
     for j in journals.to_dict("records"):  # one row per journal
         d = {k: _num(j[k]) for k in JOURNAL_FIELDS}
         for k in _BLOCK_FIELDS:
@@ -360,6 +366,9 @@ def journal_summaries(journals, proc, hz):
                 d[k] = int(d[k])
         d["avg_phase_ms"] = {p: _num(j[f"avg_{p}_ms"]) for p in PHASE_FIELDS}
         d["proc_agreement"] = proc_summary(proc[proc["dev"] == j["dev"]], hz)
+        w = by_dev.get(str(j["dev"]))
+        d["enough"] = json_safe((enough.judge(w["wait_ms"], w["longest_ms"], w["run_ms"]) if w
+                                 else enough.judge(0.0, 0.0, run_ms)).as_dict())
         out.append(JournalSummary(**d))
     return tuple(out)
 
@@ -400,7 +409,8 @@ def summarize(analysis):
         events_lost={k: int(v or 0) for k, v in (m.get("events_lost") or {}).items()},
         stacks_lost=int(m.get("stacks_lost") or 0), warnings=tuple(a.warnings), notes=tuple(a.notes),
         window=json_safe(window.describe(s)), losses=tuple(json_safe(recording.losses(s))),
-        stalls=stall_summary(a.stalls, a.causes), journals=journal_summaries(a.journals, a.proc, s.hz),
+        stalls=stall_summary(a.stalls, a.causes), journals=journal_summaries(a.journals, a.proc, s.hz, a.checkpoint_waits,
+                                                                    session_span_s(s) * 1e3),
         calls=call_summaries(a.calls), per_process=tuple(json_safe(a.processes.to_dict("records"))),
         untraced_checkpoints=tuple(json_safe(a.untraced_checkpoints.to_dict("records"))),
         devices=tuple(json_safe(a.devices.to_dict("records"))),

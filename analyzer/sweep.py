@@ -19,18 +19,18 @@ from jstall.session import is_sweep_dir
 from . import causes
 from .analysis import analyze
 from .summary import JSON_SCHEMA_VERSION, json_safe
-from .text import _table
+from .text import text_table
 
 #: Config keys that differ between repeats of one configuration, never a swept option.
 _NOT_OPTIONS = {"seed", "repeat", "run", "run_id", "session", "scratch", "output", "out", "name"}
 
 
-def _flat(d, prefix=""):
+def flatten(d, prefix=""):
     out = {}
     for k, v in (d or {}).items():
         key = f"{prefix}{k}"
         if isinstance(v, dict):
-            out.update(_flat(v, key + "."))
+            out.update(flatten(v, key + "."))
         elif isinstance(v, (list, tuple)):
             out[key] = ",".join(map(str, v))
         else:
@@ -86,7 +86,7 @@ class Sweep:
                 continue
             lab = LabDoc.from_dict(a.session.meta.get("lab") or {})
             row = {"run": os.path.relpath(run_dir, path)}
-            row.update(_flat(lab.config))
+            row.update(flatten(lab.config))
             su = a.summary
             st = su.stalls
             row.update({"stalls": st.count, "stall_ms": st.total_ms, "max_stall_ms": st.max_ms,
@@ -231,7 +231,7 @@ class Sweep:
                          "-" if pd.isna(r["max_fill_pct_mean"]) else f"{r['max_fill_pct_mean']:.1f}"])
         out.append("")
         out.append(f"stalls per configuration (calls >= {self.min_ms:g} ms; mean ± sd over runs)")
-        out.append(_table([" ".join(opts), "runs", "stalls", "stall ms", "checkpoint ms", "worst ms",
+        out.append(text_table([" ".join(opts), "runs", "stalls", "stall ms", "checkpoint ms", "worst ms",
                            "forced cp", "max fill%"], rows))
         calls = sorted({c[: -len("_p99_ms")] for c in self.runs.columns if c.endswith("_p99_ms")})
         if calls:
@@ -240,7 +240,7 @@ class Sweep:
             rows = [[" ".join(str(r[o]) for o in opts)] +
                     [f"{r.get(f'{c}_p50_ms_mean', float('nan')):.3f} / {r.get(f'{c}_p99_ms_mean', float('nan')):.2f}"
                      f" / {r.get(f'{c}_max_ms_mean', float('nan')):.1f}" for c in calls] for _, r in t.iterrows()]
-            out.append(_table([" ".join(opts)] + calls, rows))
+            out.append(text_table([" ".join(opts)] + calls, rows))
         if self.phases:
             for value, label in (("rate", "phase rates per durable second"),
                                  ("s", "phase durable seconds (syncfs and the emulated device idle inside)"),
@@ -251,7 +251,7 @@ class Sweep:
                     out.append("")
                     out.append(f"{label} (mean ± sd; {units})")
                     names = [n for n in pt.index.names if n]
-                    out.append(_table([" ".join(names)] + list(pt.columns),
+                    out.append(text_table([" ".join(names)] + list(pt.columns),
                                       [[" ".join(map(str, i)) if isinstance(i, tuple) else str(i)] + list(r)
                                        for i, r in zip(pt.index, pt.itertuples(index=False))]))
         return "\n".join(out) + "\n"

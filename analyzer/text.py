@@ -5,11 +5,13 @@ import math
 import shlex
 import textwrap
 
+from jstall import enough
+
 from . import devices
 from .recording import filters_text
 
 
-def _table(headers, rows, align=None):
+def text_table(headers, rows, align=None):
     """A plain text table: ``headers`` list, ``rows`` list of lists of str."""
     widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) if rows else len(str(h))
               for i, h in enumerate(headers)]
@@ -85,14 +87,14 @@ def session_summary(analysis, top=10):
                      f"{100 * st.oncpu_ms / st.total_ms:.1f}" if st.total_ms else "0.0"])
         out.append("")
         out.append("stall time by cause (count: stalls with that primary cause; ms: off-CPU time in it)")
-        out.append(_table(["cause", "stalls", "ms", "% of stall time"], rows))
+        out.append(text_table(["cause", "stalls", "ms", "% of stall time"], rows))
         out.append("")
         out.append(f"top {min(top, st.count)} stalls")
         tops = analysis.top_stalls(top)
         rows = [[_clock(r), r.comm, r.pid, call_label(r.syscall, r.context), f"{r.latency_ms:.1f}", r.dev or "-", r.cause,
                  _f(r.headroom_start_pct), _f(r.min_headroom_pct), "yes" if r.forced else "", r.cause_label[:48]]
                 for r in tops]
-        out.append(_table([_clock_heading(tops), "comm", "pid", "call", "ms", "dev", "cause", "headroom%", "low%",
+        out.append(text_table([_clock_heading(tops), "comm", "pid", "call", "ms", "dev", "cause", "headroom%", "low%",
                            "forced", "blocked in"], rows, ["<", "<", ">", "<", ">", "<", "<", ">", ">", "<", "<"]))
         out.append("headroom: log space left (j_free - 32 - committing credits) minus j_max_transaction_buffers, "
                    "in % of the log, at the call's start and its low; below 0 handles must wait for space")
@@ -109,9 +111,12 @@ def session_summary(analysis, top=10):
                          _f(ph["flushing"]), _f(ph["logging"]), _f(j.log_rate_blocks_per_s, "{:.0f}"),
                          j.forced_checkpoints, j.background_checkpoints, _f(j.max_fill_pct),
                          _f(j.forced_fill_pct)])
-        out.append(_table(["dev", "MiB", "txns", "handles/t", "blocks/t", "logged/t", "run ms", "lock ms",
+        out.append(text_table(["dev", "MiB", "txns", "handles/t", "blocks/t", "logged/t", "run ms", "lock ms",
                            "flush ms", "log ms", "blocks/s", "forced cp", "bg cp", "max fill%", "forced at%"], rows))
         for j in su.journals:
+            if j.enough:
+                e = enough.judge(j.enough["wait_ms"], j.enough["longest_ms"], j.enough["run_ms"])
+                out.append(f"{j.dev}: journal {e.describe()} (bound: {enough.BOUND})")
             pa = j.proc_agreement
             if pa:
                 bad = [m["metric"] for m in pa["metrics"] if m["status"] == "disagree"]
@@ -140,7 +145,7 @@ def session_summary(analysis, top=10):
                                                               "metadata,fsync,write)"))
         rows = [[c.syscall, c.count, c.errors, _f(c.p50_ms, "{:.3f}"), _f(c.p99_ms, "{:.3f}"),
                  _f(c.max_ms, "{:.1f}"), _f(c.total_ms, "{:.0f}")] for c in su.calls[:12]]
-        out.append(_table(["call", "count", "errors", "p50 ms", "p99 ms", "max ms", "total ms"], rows))
+        out.append(text_table(["call", "count", "errors", "p50 ms", "p99 ms", "max ms", "total ms"], rows))
     if analysis.recommendations:
         out.append("")
         out.append("diagnosis and recommendations")
@@ -226,4 +231,4 @@ def process_lines(su, top=10):
                                                            "max ms", "main cause"]
     align = ["<", ">"] + ([">"] if cg else []) + [">", ">", ">", ">", ">", "<"]
     more = f" (top {top} of {len(procs)})" if len(procs) > top else ""
-    return ["", f"stall time by process{more}", _table(head, rows, align)]
+    return ["", f"stall time by process{more}", text_table(head, rows, align)]

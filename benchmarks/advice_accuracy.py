@@ -52,7 +52,7 @@ def main():
             print(f"# {name} ({scale}): threshold {thr} MiB, {r.stalled_below_mib} MiB stalls; "
                   f"tried {r.tried_mib}", file=sys.stderr, flush=True)
             for run in sorted(r.runs, key=lambda x: x.journal_mib):
-                if run.clean:
+                if run.big_enough:
                     continue
                 a = analyze(run.session_dir, min_ms=1)
                 recs = [x for x in a.recommendations if x.kind == "journal_size"]

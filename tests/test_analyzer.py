@@ -620,3 +620,69 @@ def test_journal_model_range_and_divisor(tmp_path):
 
     assert blocks_needed(1000, 1.0, 3) == 3 * 1032
     assert blocks_needed(1000, 1.01, 4, 256) == 4 * (1010 + 32) + 256
+
+
+# --- big enough (jstall.enough): one definition, every task's waits -------------------------
+
+def test_the_bound_of_a_journal_big_enough():
+    from jstall import enough
+
+    assert enough.judge(10.0, 9.9, 1000.0).big_enough            # exactly 1% of the run, each < 10 ms
+    assert not enough.judge(10.1, 5.0, 1000.0).big_enough        # more than 1%
+    assert not enough.judge(10.0, 10.0, 100_000.0).big_enough    # one wait of 10 ms
+    assert enough.judge(0, 0, 0).big_enough and enough.judge(0, 0, 0).share == 0
+    e = enough.judge(2800, 140, 4000)
+    assert e.share == 0.7 and e.describe() == ("not big enough: 2,800 ms of forced-checkpoint waits, 70% of the run, "
+                                               "the longest 140 ms")
+    assert e.as_dict()["bound"] == enough.BOUND and "1%" in enough.BOUND and "10 ms" in enough.BOUND
+
+
+def _forced_outside_stalls(tmp_path, name, chp_ms):
+    """A 10 s session (synthetic.metadata's) with 40 transactions of 200 blocks, one 100 ms stall in an I/O wait (no
+    checkpoint), and five forced checkpoints in task 999, outside every traced call, each
+    taking chp_ms (jbd2_checkpoint_stats' chp_time)."""
+    evs = [jev(S + i * S, "checkpoint", 999, result=0, free=100) for i in range(5)]
+    cs = [{"ts_ns": S + i * S + MS, "dev": "7:0", "transaction": i, "tid": 999, "pid": 999, "comm": "w999",
+           "chp_time_jiffies": chp_ms // 4, "chp_time_ns": chp_ms * MS, "forced_to_close": 0, "written": 20,
+           "dropped": 0} for i in range(5)]
+    rs = [run_stat(S // 4 + i * MS, i, blocks=200, logged=205) for i in range(40)]
+    c = call(S // 2, 100 * MS, 10)
+    return analyze(_session(tmp_path, name, calls=[c], offcpu=[off(c, c["ts_ns"] + MS, 80 * MS, 2)],
+                            stacks=stacks_df(), jbd2_events=evs, checkpoint_stats=cs, run_stats=rs))
+
+
+def test_journal_advice_counts_forced_checkpoints_outside_the_stalls(tmp_path):
+    """Five forced checkpoints of 40 ms outside every stall: 200 ms of a 10 s run (2%), each
+    over 10 ms: not big enough, and the journal-size advice says so; of 8 ms each: 40 ms
+    (0.4%), each under 10 ms: big enough, and no journal advice."""
+    a = _forced_outside_stalls(tmp_path, "slow", 40)
+    assert a.stalls["checkpoint_ms"].sum() == 0
+    (w,) = a.checkpoint_waits.to_dict("records")
+    assert (w["dev"], w["wait_ms"], w["longest_ms"], w["run_ms"]) == ("7:0", 200.0, 40.0, 10_000.0)
+    assert w["share"] == 0.02 and not w["big_enough"]
+    (js,) = [r for r in a.recommendations if r.kind == "journal_size"]
+    assert js.stall_ms_addressed == 200.0 and "is not big enough: 200 ms of forced-checkpoint waits, 2.0% of the run" in js.text
+    assert js.inputs["enough"]["big_enough"] is False
+    (j,) = a.summary.journals
+    assert j.enough["big_enough"] is False and j.enough["wait_ms"] == 200.0
+    assert "7:0: journal not big enough: 200 ms" in session_summary(a)
+
+    b = _forced_outside_stalls(tmp_path, "fast", 8)
+    (w,) = b.checkpoint_waits.to_dict("records")
+    assert (w["wait_ms"], w["longest_ms"], w["big_enough"]) == (40.0, 8.0, True)
+    assert "journal_size" not in _kinds(b)
+    assert "7:0: journal big enough: 40 ms of forced-checkpoint waits, 0.4% of the run, the longest 8 ms" in session_summary(b)
+
+
+def test_checkpoint_waits_sum_the_stalls_checkpoint_time(tmp_path):
+    """The classic case's stalls: 20 calls each 140 ms off CPU in a checkpoint, the longest
+    140 ms; their sum is the journal's wait."""
+    calls, offs, evs = [], [], []
+    for i in range(20):
+        c = call(S + i * 200 * MS, 150 * MS, 100 + i % 2)
+        calls.append(c)
+        offs.append(off(c, c["ts_ns"] + MS, 140 * MS, 1))
+        evs.append(jev(c["ts_ns"] + MS, "checkpoint", c["tid"], result=0, free=100))
+    a = analyze(_session(tmp_path, calls=calls, offcpu=offs, jbd2_events=evs, stacks=stacks_df()))  # 10 s
+    (w,) = a.checkpoint_waits.to_dict("records")
+    assert (w["wait_ms"], w["longest_ms"], w["share"], w["big_enough"]) == (2800.0, 140.0, 0.28, False)

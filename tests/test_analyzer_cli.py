@@ -190,14 +190,19 @@ def test_a_lab_tune_directory_is_analyzed_as_its_table_and_refused_as_a_session(
     d.mkdir()
     (d / "journal-4M").symlink_to(s.path)
     runs = [TuneRun("journal 4M", 4, {}, 30, 3000.0, 30, 3000.0, 25, {"update": 2.5}, {"update": 2.3}, 2.5, 2.3,
-                    checkpoints_in_stalls=21, checkpoint_wait_ms=1821.0, negligible_checkpoints=4),
-            TuneRun("journal 8M", 8, {}, 0, 0.0, 0, 0.0, 0, {"update": 0.4}, {"update": 0.3}, 0.4, 0.3)]
+                    checkpoints_in_stalls=21, checkpoint_wait_ms=1821.0, negligible_checkpoints=4,
+                    checkpoint_waits_ms=2900.0, longest_checkpoint_wait_ms=410.0, run_ms=4000.0),
+            # 2 forced checkpoints of 3 ms: big enough (0.15% of the run, none of 10 ms)
+            TuneRun("journal 8M", 8, {}, 0, 0.0, 0, 0.0, 2, {"update": 0.4}, {"update": 0.3}, 0.4, 0.3,
+                    negligible_checkpoints=2, checkpoint_waits_ms=6.0, longest_checkpoint_wait_ms=3.0, run_ms=4000.0)]
     _save(TuneResult("xattr", {"files": 1500}, 10.0, 4, 819, threshold_mib=8, stalled_below_mib=4, runs=runs,
                      comparisons=runs[:1], config={"fs_size": "2G"}, output_dir=str(d)))
     assert run([str(d)]) == 0
     text = capsys.readouterr().out
-    assert "threshold: 8M is the smallest journal with no forced-checkpoint stall; 4M stalls" in text
-    assert "IN_STALLS CP_WAIT_MS NEGLIGIBLE" in text and "journal 8M" in text
+    assert "threshold: 8M is the smallest journal big enough; 4M is not (big enough: forced-checkpoint waits" in text
+    assert "ENOUGH CP_WAITS_MS LONGEST_MS  SHARE" in text and "IN_STALLS CP_WAIT_MS NEGLIGIBLE" in text
+    (r8,) = [line.split() for line in text.splitlines() if line.startswith("journal 8M")]
+    assert r8[2:7] == ["8M", "yes", "6", "3", "0.1%"]
     assert run([str(d), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["runs"][0]["checkpoint_wait_ms"] == 1821.0
     refused(["report", str(d), "-o", str(tmp_path / "r.html")], f"{d}: a lab tune directory, whose runs are "

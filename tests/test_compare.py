@@ -107,6 +107,14 @@ def test_compare_i128_i256_names_the_removed_checkpoint_time(capsys):
     upd_a = next(p for p in a.session.meta["lab"]["phases"] if p["name"] == "update")
     upd_b = next(p for p in b.session.meta["lab"]["phases"] if p["name"] == "update")
     assert f"update phase {upd_a['seconds']:.2f} s -> {upd_b['seconds']:.2f} s" in verdict
+    # the shared bound (jstall.enough) judged on each side, from each side's own waits
+    (wa,), (wb,) = (x.checkpoint_waits.to_dict("records") or [None] for x in (a, b))
+    assert wa["wait_ms"] >= cp and not wa["big_enough"] and (wb is None or wb["big_enough"])
+    assert (f"journal not big enough -> big enough (forced-checkpoint waits {wa['wait_ms'] / 1000:.2f} s -> "
+            in verdict and "bound: at most 1% and none of 10 ms" in verdict), verdict
+    rows = {r["figure"]: r for r in compare(I128, I256).to_dict()["journals"]}
+    assert rows["big_enough"]["a"] is False and rows["big_enough"]["b"] is True
+    assert rows["checkpoint_waits_ms"]["a"] == pytest.approx(wa["wait_ms"])
 
 
 def test_compare_json_carries_each_sides_analysis(capsys):

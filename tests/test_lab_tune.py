@@ -31,9 +31,14 @@ def test_tune_finds_a_threshold_the_sizes_around_it_confirm(scratch_dir, tmp_pat
     assert r.threshold_mib is not None and r.stalled_below_mib is not None, r.to_dict()
     assert r.stalled_below_mib < r.threshold_mib and grid(r.stalled_below_mib, r.threshold_mib) == []
     by = {x.journal_mib: x for x in r.runs}
-    assert not by[4].clean and by[4].checkpoint_stall_ms > 0 and by[r.threshold_mib].clean
-    assert all(x.clean for x in r.runs if x.journal_mib >= r.threshold_mib)
-    assert not any(x.clean for x in r.runs if x.journal_mib <= r.stalled_below_mib)
+    assert not by[4].big_enough and by[4].checkpoint_stall_ms > 0 and by[r.threshold_mib].big_enough
+    assert all(x.big_enough for x in r.runs if x.journal_mib >= r.threshold_mib)
+    assert not any(x.big_enough for x in r.runs if x.journal_mib <= r.stalled_below_mib)
+    # the shared bound (jstall.enough): at 4M the waits exceed it, at the threshold they are
+    # at most 1% of the run and none reaches 10 ms, forced checkpoints or not
+    e4, et = by[4].enough, by[r.threshold_mib].enough
+    assert e4.share > 0.01 or e4.longest_ms >= 10, e4
+    assert et.share <= 0.01 and et.longest_ms < 10 and et.run_ms > 0, et
     assert json.load(open(tmp_path / "t" / "tune.json"))["threshold_mib"] == r.threshold_mib
     # run again on their own: the size below stalls, the threshold does not
     again = {}
@@ -42,8 +47,8 @@ def test_tune_finds_a_threshold_the_sizes_around_it_confirm(scratch_dir, tmp_pat
         run_lab(LabConfig(fs=FsConfig(journal_size=f"{mib}M", **FS), pattern="xattr", params=XATTR, output_dir=out,
                           scratch_dir=scratch_dir))
         again[mib] = measure(out, f"journal {mib}M", mib, {}, 10)
-    assert not again[r.stalled_below_mib].clean and again[r.stalled_below_mib].forced_checkpoints > 0
-    assert again[r.threshold_mib].clean
+    assert not again[r.stalled_below_mib].big_enough and again[r.stalled_below_mib].forced_checkpoints > 0
+    assert again[r.threshold_mib].big_enough
 
 
 def test_tune_cli_compares_the_remedies(scratch_dir, tmp_path):
@@ -63,6 +68,10 @@ def test_tune_cli_compares_the_remedies(scratch_dir, tmp_path):
     assert all(os.path.exists(os.path.join(c["session_dir"], "metadata.json")) for c in doc["comparisons"])
     if doc["threshold_mib"] is not None and doc["stalled_below_mib"] is not None:
         assert doc["stalled_below_mib"] < doc["threshold_mib"] <= 16
+    text = subprocess.run([JSTALL, "analyze", str(out)], capture_output=True, text=True, timeout=300)
+    assert text.returncode == 0, text.stderr
+    assert "big enough: forced-checkpoint waits (every task's, queued ones included) at most 1%" in text.stdout
+    assert "ENOUGH" in text.stdout and "CP_WAITS_MS" in text.stdout
     bad = subprocess.run([JSTALL, "lab", "tune", "xattr", "--journal-device", "--scratch", scratch_dir,
                           "-o", str(tmp_path / "bad")], capture_output=True, text=True)
     assert bad.returncode == 2 and "external journal" in bad.stderr and not (tmp_path / "bad").exists()

@@ -1,32 +1,34 @@
-"""`jstall lab tune`: the smallest journal with no forced-checkpoint stall, found by running
-the workload, and what the other remedies do at the starting journal size.
+"""`jstall lab tune`: the smallest journal big enough for the workload, found by running it,
+and what the other remedies do at the starting journal size.
 
     from jstall.workloads.tune import tune
     r = tune("xattr", {"files": 1000, "updates": 4000}, FsConfig(journal_size="4M", inode_size=128,
              write_iops=2000), output_dir="t1")
     r.threshold_mib, r.stalled_below_mib, r.runs, r.comparisons, r.to_dict()
 
-**Forced-checkpoint stall**, precisely: a checkpoint forced on a task that asked for a
-journal handle (a ``jbd2:jbd2_checkpoint`` event in a task other than the journal's jbd2
-thread: ``start_this_handle -> add_transaction_credits -> __jbd2_log_wait_for_space ->
-jbd2_log_do_checkpoint``; the lab's tasks run only the pattern's calls), or a traced call of
-at least ``threshold_ms`` (default 10 ms) whose off-CPU time went mostly to one (primary
-cause ``checkpoint``: waiting for another task's forced checkpoint). Every forced checkpoint
-counts, however short: on a faster device the same checkpoint is shorter but still forced,
-and its count, unlike its length, does not depend on how busy the machine was. Read from each
-run's recorded session with the analyzer's public ``analyze()`` and
-``journals.checkpoints()`` (``forced``), and the ``stalls`` table (``own_checkpoint``,
-``cause``, ``latency_ms``). A journal size is **clean** when its run has none.
+**Big enough** is jstall's one definition (jstall.enough, the one analyze, compare and the
+advice benchmark use): the run's waits on forced checkpoints, every task's (the calls that
+ran one, those queued behind one, and forced checkpoints outside the traced calls), take at
+most 1 % of the run's time and no call waits 10 ms or more on them. Read from each run's
+recorded session with the analyzer's public ``analyze()`` (``checkpoint_waits``); each run
+also keeps what it cost in the terms analyze prints: ``stalls`` (calls of at least
+``threshold_ms``, default 10 ms), checkpoint stalls (their primary cause ``checkpoint``, or
+they ran one), every forced checkpoint (a ``jbd2:jbd2_checkpoint`` event in a task other
+than the journal's jbd2 thread: ``start_this_handle -> add_transaction_credits ->
+__jbd2_log_wait_for_space -> jbd2_log_do_checkpoint``) and those that cost a stall. A journal
+size may be big enough and still force checkpoints: a few late ones, each writing a handful
+of blocks home, cost a streaming workload nothing a larger journal would buy back.
 
 **Search.** Journal sizes are whole MiB on a grid of at most eight steps between consecutive
 powers of two (every MiB up to 16 MiB, then 16, 18, …, 30, 32, 36, …, 60, 64, 72, …), bounded below by ext4's
 1,024 blocks and above by 40% of the filesystem (the lab's rule for an internal journal) or
-``max_mib``. From the starting size the journal is doubled until a run is clean (or halved
-until one stalls when the starting size is clean), then the grid between the largest
-stalling and the smallest clean size is bisected. The filesystem, workload, seed and device
-stay the same in every run, and every run is recorded and kept (``output_dir``). Bisection
-assumes a larger journal never stalls where a smaller one did not; the result names the
-stalling size just below the threshold, both measured.
+``max_mib``. From the starting size the journal is doubled until a run is big enough (or
+halved until one is not when the starting size is), then the grid between the largest size
+not big enough and the smallest big enough is bisected. The filesystem, workload, seed and
+device stay the same in every run, and every run is recorded and kept (``output_dir``), so
+the table of runs is the curve walked: size → forced checkpoints, their waits, durable time.
+Bisection assumes a larger journal is big enough wherever a smaller one was; the result
+names the size just below the threshold, both measured.
 
 **Comparisons** at the starting journal size, each changing one thing: 256-byte inodes
 (when the filesystem has smaller ones), an external journal of the same size on its own
@@ -40,6 +42,7 @@ import os
 import sys
 
 from jstall import system
+from jstall.enough import BOUND, judge
 from jstall.errors import JstallError
 from jstall.metadata import lab_of
 
@@ -62,7 +65,9 @@ class TuneRun:
     ``durable_s`` and ``returned_s`` per phase and in all, ``session_dir``; the forced
     checkpoints by cost as analyze counts them: ``checkpoints_in_stalls`` (run in a call of
     ``threshold_ms`` or more) and ``checkpoint_wait_ms`` (those calls' waits, each once),
-    ``negligible_checkpoints`` (the rest in the run's tasks)."""
+    ``negligible_checkpoints`` (the rest in the run's tasks); ``checkpoint_waits_ms``,
+    ``longest_checkpoint_wait_ms`` and ``run_ms``: what jstall.enough judges (None in runs
+    measured before it: those were judged by their forced checkpoints)."""
 
     label: str
     journal_mib: int
@@ -81,18 +86,30 @@ class TuneRun:
     checkpoints_in_stalls: int = 0
     checkpoint_wait_ms: float = 0.0
     negligible_checkpoints: int = 0
+    checkpoint_waits_ms: float = None
+    longest_checkpoint_wait_ms: float = None
+    run_ms: float = None
 
     @property
-    def clean(self):
-        """No forced-checkpoint stall (see the module docstring)."""
-        return self.forced_checkpoints == 0 and self.checkpoint_stalls == 0
+    def enough(self):
+        """The jstall.enough verdict of the run (None for a run measured before it)."""
+        if self.run_ms is None:
+            return None
+        return judge(self.checkpoint_waits_ms, self.longest_checkpoint_wait_ms, self.run_ms)
+
+    @property
+    def big_enough(self):
+        """The journal was big enough for the run (jstall.enough; runs measured before it: no
+        forced checkpoint and no checkpoint stall)."""
+        e = self.enough
+        return e.big_enough if e is not None else self.forced_checkpoints == 0 and self.checkpoint_stalls == 0
 
 
 @dataclasses.dataclass
 class TuneResult:
-    """``threshold_mib``: the smallest clean journal size found (None when none up to the
-    bound was clean); ``stalled_below_mib``: the largest size tried that stalled (None when
-    the smallest size ext4 takes was already clean); ``start_mib``; ``runs``: the search's
+    """``threshold_mib``: the smallest journal size found big enough (None when none up to
+    the bound was); ``stalled_below_mib``: the largest size tried that was not (None when the
+    smallest size ext4 takes already was); ``start_mib``; ``runs``: the search's
     runs in the order tried; ``comparisons``: the runs at the starting size, the baseline
     first; ``tried_mib``: the sizes tried; ``bound_mib``: the largest size allowed."""
 
@@ -114,7 +131,7 @@ class TuneResult:
 
     def to_dict(self):
         def run(r):
-            return {**dataclasses.asdict(r), "clean": r.clean}
+            return {**dataclasses.asdict(r), "big_enough": r.big_enough}
 
         return {"format": TUNE_FORMAT, "version": TUNE_VERSION, "pattern": self.pattern, "params": self.params,
                 "threshold_ms": self.threshold_ms, "start_mib": self.start_mib, "bound_mib": self.bound_mib,
@@ -145,7 +162,7 @@ def bounds_mib(fs):
 def measure(session_dir, label, journal_mib, options, threshold_ms):
     """A TuneRun from a recorded lab session (see the module docstring for the definitions)."""
     from jstall.analyzer.analysis import analyze
-    from jstall.analyzer.journals import checkpoints
+    from jstall.analyzer.journals import checkpoints, session_span_s
     from jstall.analyzer.summary import checkpoint_cost_summary
 
     a = analyze(session_dir, min_ms=threshold_ms)
@@ -156,6 +173,9 @@ def measure(session_dir, label, journal_mib, options, threshold_ms):
     forced = checkpoints(a.session)
     cost = checkpoint_cost_summary(a.checkpoint_costs)   # not the whole summary: only this
     phases = lab_of(a.session.meta).phases
+    waits = a.checkpoint_waits   # the lab's one filesystem: its journal's row, if any
+    e = (judge(float(waits["wait_ms"].sum()), float(waits["longest_ms"].max()), float(waits["run_ms"].iloc[0]))
+         if len(waits) else judge(0.0, 0.0, session_span_s(a.session) * 1e3))
     return TuneRun(label=label, journal_mib=journal_mib, options=options, stalls=len(st),
                    stall_ms=round(float(st["latency_ms"].sum()), 3) if len(st) else 0.0,
                    checkpoint_stalls=len(cps),
@@ -167,7 +187,9 @@ def measure(session_dir, label, journal_mib, options, threshold_ms):
                    total_returned_s=round(sum(p.returned_s for p in phases), 4), session_dir=session_dir,
                    threshold_ms=float(threshold_ms), checkpoints_in_stalls=int(cost.get("expensive") or 0),
                    checkpoint_wait_ms=round(float(cost.get("expensive_wait_ms") or 0.0), 3),
-                   negligible_checkpoints=int(cost.get("negligible") or 0))
+                   negligible_checkpoints=int(cost.get("negligible") or 0),
+                   checkpoint_waits_ms=round(e.wait_ms, 3), longest_checkpoint_wait_ms=round(e.longest_ms, 3),
+                   run_ms=round(e.run_ms, 3))
 
 
 def _slug(label):
@@ -223,8 +245,8 @@ def tune(pattern, params=None, fs=None, jobs=1, seed=1, threshold_ms=10.0, max_m
         print(f"tune: {label} ...", file=console, flush=True)
         run_lab(cfg)
         r = measure(sdir, label, mib, change, threshold_ms)
-        print(f"tune: {label}: {'clean' if r.clean else 'STALLS'} ({r.checkpoint_stalls} checkpoint stalls, "
-              f"{r.checkpoint_stall_ms:,.0f} ms; durable {r.total_durable_s:.2f} s)", file=console, flush=True)
+        print(f"tune: {label}: {r.enough.describe()} ({r.forced_checkpoints} forced checkpoints, "
+              f"{r.checkpoint_stalls} checkpoint stalls; durable {r.total_durable_s:.2f} s)", file=console, flush=True)
         cache[key] = r
         if not change:
             result.runs.append(r)
@@ -235,35 +257,35 @@ def tune(pattern, params=None, fs=None, jobs=1, seed=1, threshold_ms=10.0, max_m
         return run(f"journal {mib}M", mib, {})
 
     first = size(start_mib)
-    stalled, clean = (None, start_mib) if first.clean else (start_mib, None)
-    if first.clean:  # halve until a size stalls or the smallest is clean
+    stalled, enough = (None, start_mib) if first.big_enough else (start_mib, None)
+    if first.big_enough:  # halve until a size is not big enough or the smallest is
         m = start_mib
         while m > lo_mib:
             m = max(lo_mib, m // 2)
-            if size(m).clean:
-                clean = m
+            if size(m).big_enough:
+                enough = m
             else:
                 stalled = m
                 break
-    else:  # double until a size is clean or the bound stalls
+    else:  # double until a size is big enough or the bound is not
         m = start_mib
         while m < hi_mib:
             m = min(hi_mib, m * 2)
-            if size(m).clean:
-                clean = m
+            if size(m).big_enough:
+                enough = m
                 break
             stalled = m
-    if stalled is not None and clean is not None:
-        cand = grid(stalled, clean)
+    if stalled is not None and enough is not None:
+        cand = grid(stalled, enough)
         while cand:
             mid = cand[len(cand) // 2]
-            if size(mid).clean:
-                clean = mid
+            if size(mid).big_enough:
+                enough = mid
                 cand = [c for c in cand if c < mid]
             else:
                 stalled = mid
                 cand = [c for c in cand if c > mid]
-    result.threshold_mib, result.stalled_below_mib = clean, stalled
+    result.threshold_mib, result.stalled_below_mib = enough, stalled
     result.comparisons = [first] + [run(label, start_mib, change) for label, change in variants]
     _save(result)
     return result
@@ -323,19 +345,20 @@ def print_result(r, out):
           f"{c.get('fs_size')}, {c.get('inode_size')}-byte inodes, data={c.get('data_mode')}; device "
           f"{c.get('device_profile')} " + ",".join(f"{k}={v}" for k, v in (c.get("data_limits") or {}).items() if v),
           file=out)
-    rule = (f"stall: a checkpoint forced on a task, or a call ≥ {r.threshold_ms:g} ms waiting on one; journal sizes "
-            f"on a grid of at most {STEPS_PER_OCTAVE} steps per doubling, {r.bound_mib}M at most")
+    rule = (f"big enough: {BOUND}; journal sizes on a grid of at most {STEPS_PER_OCTAVE} steps per doubling, "
+            f"{r.bound_mib}M at most")
     if r.threshold_mib is None:
-        print(f"no journal up to {r.bound_mib}M is free of forced-checkpoint stalls ({rule})", file=out)
+        print(f"no journal up to {r.bound_mib}M is big enough ({rule})", file=out)
     elif r.stalled_below_mib is None:
-        print(f"threshold: {r.threshold_mib}M, the smallest journal ext4 takes here, already has no forced-checkpoint "
-              f"stall ({rule})", file=out)
+        print(f"threshold: {r.threshold_mib}M, the smallest journal ext4 takes here, is already big enough ({rule})",
+              file=out)
     else:
-        print(f"threshold: {r.threshold_mib}M is the smallest journal with no forced-checkpoint stall; "
-              f"{r.stalled_below_mib}M stalls ({rule})", file=out)
+        print(f"threshold: {r.threshold_mib}M is the smallest journal big enough; {r.stalled_below_mib}M is not "
+              f"({rule})", file=out)
     phases = list(r.runs[0].durable_s) if r.runs else []
     print("", file=out)
-    print("runs in the order tried (durable seconds: until syncfs returned and the emulated device was idle)", file=out)
+    print("runs in the order tried (CP_WAITS_MS: every task's waits on forced checkpoints, LONGEST_MS the longest "
+          "one call's; durable seconds: until syncfs returned and the emulated device was idle)", file=out)
     _table(out, r.runs, phases)
     if len(r.comparisons) > 1:
         print("", file=out)
@@ -346,13 +369,18 @@ def print_result(r, out):
 
 
 def _table(out, runs, phases):
-    head = f"{'RUN':<18} {'JOURNAL':>7} {'CLEAN':>5} {'CP_STALLS':>9} {'CP_STALL_MS':>11} {'STALLS':>6} " \
+    head = f"{'RUN':<18} {'JOURNAL':>7} {'ENOUGH':>6} {'CP_WAITS_MS':>11} {'LONGEST_MS':>10} {'SHARE':>6} " \
+           f"{'CP_STALLS':>9} {'CP_STALL_MS':>11} {'STALLS':>6} " \
            f"{'STALL_MS':>9} {'FORCED_CP':>9} {'IN_STALLS':>9} {'CP_WAIT_MS':>10} {'NEGLIGIBLE':>10} " \
            f"{'DURABLE_S':>9} {'RETURNED_S':>10}"
     head += "".join(f" {p[:12] + '_s':>14}" for p in phases)
     print(head, file=out)
     for x in runs:
-        line = (f"{x.label:<18} {str(x.journal_mib) + 'M':>7} {'yes' if x.clean else 'no':>5} {x.checkpoint_stalls:>9,} "
+        e = x.enough
+        waits = (f"{e.wait_ms:>11,.0f} {e.longest_ms:>10,.0f} {100 * e.share:>5.1f}%" if e is not None
+                 else f"{'-':>11} {'-':>10} {'-':>6}")
+        line = (f"{x.label:<18} {str(x.journal_mib) + 'M':>7} {'yes' if x.big_enough else 'no':>6} {waits} "
+                f"{x.checkpoint_stalls:>9,} "
                 f"{x.checkpoint_stall_ms:>11,.0f} {x.stalls:>6,} {x.stall_ms:>9,.0f} {x.forced_checkpoints:>9,} "
                 f"{x.checkpoints_in_stalls:>9,} {x.checkpoint_wait_ms:>10,.0f} {x.negligible_checkpoints:>10,} "
                 f"{x.total_durable_s:>9.2f} {x.total_returned_s:>10.2f}")

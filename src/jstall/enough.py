@@ -1,0 +1,67 @@
+"""When a journal is big enough: the one definition analyze, ``lab tune``, the journal
+model's advice, compare and the advice benchmark share (pandas-free).
+
+A journal is **big enough** for a run when the waits on forced checkpoints cost next to
+nothing:
+
+- their total, every task's (the calls that ran a checkpoint, those queued behind one, and
+  forced checkpoints outside the traced calls), is at most ``MAX_SHARE`` (1 %) of the run's
+  time, and
+- no single call waited ``MAX_WAIT_MS`` (10 ms) or more on them.
+
+Forced checkpoints themselves may remain: a streaming workload's late checkpoint that writes
+a few blocks home costs a millisecond, and no journal size a host can afford removes every
+one of them. What counts is the time tasks lost.
+"""
+
+from dataclasses import asdict, dataclass
+
+#: at most this share of the run's time spent waiting on forced checkpoints
+MAX_SHARE = 0.01
+#: and no single call waiting this long (ms) or longer on them
+MAX_WAIT_MS = 10.0
+#: the definition, as printed beside every verdict
+BOUND = (f"forced-checkpoint waits (every task's, queued ones included) at most {MAX_SHARE:.0%} of the run's time "
+         f"and none of {MAX_WAIT_MS:g} ms or more")
+
+
+@dataclass(frozen=True)
+class Enough:
+    """A run's forced-checkpoint waits against the bound: ``wait_ms`` their total,
+    ``longest_ms`` the longest one call's, ``run_ms`` the run's time."""
+
+    wait_ms: float
+    longest_ms: float
+    run_ms: float
+
+    @property
+    def share(self):
+        """wait_ms / run_ms (0 for a run of no time)."""
+        return self.wait_ms / self.run_ms if self.run_ms > 0 else 0.0
+
+    @property
+    def big_enough(self):
+        return self.share <= MAX_SHARE and self.longest_ms < MAX_WAIT_MS
+
+    def describe(self):
+        """'big enough: 12 ms of forced-checkpoint waits, 0.1% of the run, the longest 4 ms' or
+        'not big enough: …'."""
+        verdict = "big enough" if self.big_enough else "not big enough"
+        if self.wait_ms <= 0:
+            return f"{verdict}: no forced-checkpoint waits"
+        return (f"{verdict}: {self.wait_ms:,.0f} ms of forced-checkpoint waits, {_pct(self.share)} of the run, "
+                f"the longest {self.longest_ms:,.0f} ms")
+
+    def as_dict(self):
+        return {**asdict(self), "share": self.share, "big_enough": self.big_enough, "bound": BOUND}
+
+
+def judge(wait_ms, longest_ms, run_ms):
+    """The Enough verdict of a run whose forced-checkpoint waits total ``wait_ms`` (ms), the
+    longest of one call ``longest_ms``, over ``run_ms`` of run time."""
+    return Enough(float(wait_ms or 0.0), float(longest_ms or 0.0), float(run_ms or 0.0))
+
+
+def _pct(share):
+    pct = 100.0 * share
+    return f"{pct:.2f}%" if pct < 0.1 else f"{pct:.1f}%" if pct < 10 else f"{pct:.0f}%"
