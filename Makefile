@@ -2,13 +2,16 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup setup-test demo test test-kernels bench bench-long clean
+.PHONY: setup setup-test setup-bench demo test test-kernels bench bench-long clean
 
 setup:
 	sh scripts/setup.sh
 
 setup-test:
 	sh scripts/setup.sh test
+
+setup-bench:
+	sh scripts/setup.sh bench
 
 demo: setup
 	sh scripts/demo.sh
@@ -21,7 +24,7 @@ test: setup-test
 test-kernels: setup-test
 	bash scripts/guest.sh test
 
-bench: setup
+bench: setup-bench
 	$(PY) benchmarks/record_overhead.py
 	$(PY) benchmarks/analyze_speed.py
 	$(PY) benchmarks/advice_accuracy.py

@@ -38,6 +38,18 @@ holds the hot set once (every older copy re-logged away) with one maximum transa
 room left: ``divisor / (divisor - 1) * (D_low * logged/blocks + 32) + fast-commit blocks``.
 The recommendation is ``high`` rounded up to a whole MiB (ext4 takes whole MiB).  Checked
 against bisected thresholds in the lab (benchmarks/advice_accuracy.py).
+
+**Two regimes.** A *hot set* workload re-dirties the same blocks (the equation has a root
+well below the blocks new to the log). A *streaming* one (a copy, an archive extracted, a
+tree created or removed) logs most blocks once: its hot set is every block it touched, and
+the journal holds each until a checkpoint writes it home or writeback does, which happens
+once the block has been dirty for ``dirty_expire_centisecs`` (plus up to one
+``dirty_writeback_centisecs`` period: the ``writeback`` settings the session keeps; the
+kernel's defaults, 30 s and 5 s, when it has none). A streaming journal that holds the
+blocks newly logged in that window finds them clean when it checkpoints. So, streaming:
+``D`` is the blocks new to the log in one window at the run's rate (``new`` when the run was
+shorter than the window, and then a larger job of the same kind needs more, up to a
+window's worth).
 """
 
 import math
@@ -71,6 +83,10 @@ class JournalModel:
     low_mib: float
     high_mib: float
     journal_size_mib: int
+    regime: str = "hot set"
+    run_s: float = None
+    window_s: float = None
+    window_blocks: float = None
 
     def as_dict(self):
         return asdict(self)
@@ -97,9 +113,25 @@ def hot_set(blocks, new_blocks, span):
     return 0.5 * (lo + hi)
 
 
-def model(journal, txns, checkpoint_stats, timeline, kernel_release=None):
+#: a hot set this close to the blocks new to the log means nearly nothing was touched twice
+STREAMING_SHARE = 0.9
+#: the kernel's defaults of dirty_expire_centisecs and dirty_writeback_centisecs
+DEFAULT_EXPIRE_CS, DEFAULT_WRITEBACK_CS = 3000, 500
+
+
+def writeback_window_s(writeback=None):
+    """Seconds a dirty block waits at most for writeback: dirty_expire plus one flusher
+    period (the session's ``writeback`` settings, else the kernel's defaults)."""
+    wb = writeback or {}
+    expire = wb.get("dirty_expire_centisecs", DEFAULT_EXPIRE_CS)
+    period = wb.get("dirty_writeback_centisecs", DEFAULT_WRITEBACK_CS)
+    return (float(expire) + float(period)) / 100.0
+
+
+def model(journal, txns, checkpoint_stats, timeline, kernel_release=None, run_s=None, writeback=None):
     """The :class:`JournalModel` of one journal (a row of ``journals.summary``), or None
-    without committed transactions or journal geometry."""
+    without committed transactions or journal geometry. ``run_s``: the session's time;
+    ``writeback``: its /proc/sys/vm writeback settings (the streaming regime's window)."""
     dev = journal["dev"]
     t = txns[txns["dev"] == dev]
     jb = journal.get("journal_blocks")
@@ -128,6 +160,12 @@ def model(journal, txns, checkpoint_stats, timeline, kernel_release=None):
     floor = float(max(new - written, 0))
     d_low, d_high = min(d_low, d_high), max(d_low, d_high, float(t["blocks"].max()))
     d_low, d_high = min(max(d_low, floor), float(new)), min(max(d_high, floor), float(new))
+    regime, window, window_blocks = "hot set", writeback_window_s(writeback), None
+    if new > 0 and d_high >= STREAMING_SHARE * new:
+        regime = "streaming"
+        window_blocks = float(new) if not run_s or run_s <= window else new * window / run_s
+        biggest = float(t["blocks"].max())
+        d_low, d_high = min(d_low, max(window_blocks, biggest)), min(d_high, max(window_blocks, biggest))
     overhead = logged / blocks if blocks else 1.0
     mib = bs / 2**20
     low = jbd2.blocks_needed(d_low, overhead, divisor / max(divisor - 1.0, 1.0), fc) * mib
@@ -139,5 +177,6 @@ def model(journal, txns, checkpoint_stats, timeline, kernel_release=None):
         transactions=len(t), handles=int(t["handle_count"].sum()), blocks=blocks, logged_blocks=logged,
         relogged_blocks=relogged, written_home_blocks=written, new_to_log_blocks=new,
         span_mean_blocks=s_mean, span_peak_blocks=s_peak, hot_blocks_low=d_low, hot_blocks_high=d_high,
-        low_mib=low, high_mib=high, journal_size_mib=int(math.ceil(high)))
+        low_mib=low, high_mib=high, journal_size_mib=int(math.ceil(high)), regime=regime,
+        run_s=float(run_s) if run_s else None, window_s=window, window_blocks=window_blocks)
 

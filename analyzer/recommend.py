@@ -46,8 +46,9 @@ IN_INODE_XATTR_BYTES_256 = 92
 class Recommendation:
     """One ranked piece of advice.  ``kind`` names the change or finding; ``text`` one
     paragraph; ``stall_ms_addressed`` the stall time (ms) the change would remove;
-    ``estimate`` true when a number rests on a model; sizes in MiB; ``inputs`` the numbers the
-    text rests on."""
+    ``estimate`` true when a number rests on a model; sizes in MiB (``low_mib``-``high_mib``
+    the range the recommended ``journal_size_mib`` lies in, its upper end); ``inputs`` the
+    numbers the text rests on."""
 
     kind: str
     text: str
@@ -167,7 +168,8 @@ def _models(ctx):
 def _make_models(ctx):
     out = {}
     for _, j in ctx.journals.iterrows():  # one row per journal
-        m = model(j, ctx.txns, ctx.session.checkpoint_stats, ctx.timeline, ctx.session.meta.get("kernel_release"))
+        m = model(j, ctx.txns, ctx.session.checkpoint_stats, ctx.timeline, ctx.session.meta.get("kernel_release"),
+                  run_s=session_span_s(ctx.session), writeback=ctx.session.meta.get("writeback"))
         if m is not None:
             out[j["dev"]] = m
     return out
@@ -186,7 +188,10 @@ def journal_size(ctx):
             continue
         out.append(Recommendation(
             "journal_size", estimate=True, dev=dev, stall_ms_addressed=e.wait_ms, journal_size_mib=m.journal_size_mib,
-            low_mib=round(m.low_mib, 1), high_mib=round(m.high_mib, 1), inputs={**m.as_dict(), "enough": e.as_dict()},
+            # the range holds the recommendation: from the model's lower bound (rounded down) to
+            # its upper bound rounded up to whole MiB (the recommended size); inputs keep both bounds
+            low_mib=math.floor(m.low_mib * 10) / 10, high_mib=float(m.journal_size_mib),
+            inputs={**m.as_dict(), "enough": e.as_dict()},
             text=(f"{dev}: the {_fmt_mib(m.journal_mib)} journal is {e.describe()} (jstall's bound: {BOUND}). "
                   f"Estimate: a journal of {m.journal_size_mib} MiB (mkfs.ext4 -J size={m.journal_size_mib}, or "
                   f"tune2fs) lets one transaction hold the workload's hot set (the model's upper bound, "
@@ -195,9 +200,23 @@ def journal_size(ctx):
                   f"re-logged by a later commit and {m.written_home_blocks} written home by checkpoints; a log span "
                   f"of {m.span_mean_blocks:.0f} blocks on average ({m.span_peak_blocks:.0f} at most) give a hot set of "
                   f"{m.hot_blocks_low:.0f}-{m.hot_blocks_high:.0f} blocks; j_max_transaction_buffers = journal / "
-                  f"{m.divisor:g}. Confirm with jstall lab tune before changing a production filesystem."),
+                  f"{m.divisor:g}. {_regime_text(m)}Confirm with jstall lab tune before changing a production "
+                  "filesystem."),
         ))
     return out
+
+
+def _regime_text(m):
+    """What the model saw of the workload's regime (journal_model: hot set or streaming)."""
+    if m.regime != "streaming":
+        return "The workload re-dirtied a hot set of blocks: the size holds for a longer run of the same work. "
+    if m.run_s and m.run_s > m.window_s:
+        return (f"The workload streamed (it logged most blocks once): the journal must hold the blocks logged in "
+                f"writeback's window, {m.window_s:g} s (dirty_expire + one writeback period), about "
+                f"{m.window_blocks:,.0f} blocks at this run's rate; a faster run needs more. ")
+    return (f"The workload streamed (it logged most blocks once) and ran {m.run_s or 0:.1f} s, less than writeback's "
+            f"window of {m.window_s:g} s (dirty_expire + one writeback period): the size is this job's; a larger job "
+            f"of the same kind needs more, up to the blocks it logs in {m.window_s:g} s. ")
 
 
 def inode_size(ctx):

@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 
 from jstall import __version__, devstats
 from jstall.probes import events
+from jstall.probes.host import writeback_settings
 from jstall.probes import tables as rec
 from jstall.session import FORMAT, SCHEMA_VERSION, table_path, write_metadata
 
@@ -253,7 +254,7 @@ class Captures:
             "format": FORMAT, "schema_version": SCHEMA_VERSION, "tool_version": __version__,
             "status": "interrupted" if p.get("cut_short") else "complete",
             "kernel_release": os.uname().release, "host": self.host,
-            "hz": t.hz, "hz_source": t.hz_source, "hz_measured": None,
+            "hz": t.hz, "hz_source": t.hz_source, "hz_measured": None, "writeback": writeback_settings(),
             "start": {"wall": datetime.datetime.fromtimestamp(start_wall / 1e9, datetime.timezone.utc).isoformat(),
                       "wall_ns": start_wall, "monotonic_ns": p["start_ns"]},
             "end": {"wall": datetime.datetime.fromtimestamp((start_wall + end_ns - p["start_ns"]) / 1e9,

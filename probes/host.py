@@ -129,6 +129,24 @@ def kernel_hz():
     return (measured[0], "measured") if measured else (None, None)
 
 
+#: the writeback settings a session keeps (/proc/sys/vm): a dirty metadata block pins the
+#: journal's tail until a checkpoint writes it home or writeback, after dirty_expire, does
+WRITEBACK_SETTINGS = ("dirty_expire_centisecs", "dirty_writeback_centisecs", "dirty_background_ratio",
+                      "dirty_ratio", "dirty_background_bytes", "dirty_bytes")
+
+
+def writeback_settings():
+    """{setting: value} of /proc/sys/vm's writeback settings (those readable)."""
+    out = {}
+    for name in WRITEBACK_SETTINGS:
+        try:
+            with open(f"/proc/sys/vm/{name}") as f:
+                out[name] = int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
 def read_jiffies():
     """(jiffies, CLOCK_MONOTONIC ns) from /proc/timer_list, or None."""
     try:

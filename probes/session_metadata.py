@@ -11,6 +11,8 @@ import time
 from jstall import __version__
 from jstall.session import FORMAT, SCHEMA_VERSION
 
+from . import host
+
 
 def clock():
     """Now, as the metadata stores a time: ISO 8601 UTC, Unix ns and CLOCK_MONOTONIC ns."""
@@ -37,6 +39,7 @@ def session_metadata(rec, status, end_clock, traced, measured, lost, stacks_lost
         "hz": rec.hz,
         "hz_source": rec.hz_source,
         "hz_measured": round(measured[1], 1) if measured else None,
+        "writeback": host.writeback_settings(),
         "start": rec.start_clock,
         "end": end_clock,
         "last_flush": rec.last_flush,

@@ -16,6 +16,8 @@ PKGS="$PKGS dbench"
 # Clients nobody here wrote: fs_mark (wait chains), rsync beside tar and cp, and strace,
 # whose call counts the recorded ones must equal.
 [ "${1:-}" = "test" ] && PKGS="$PKGS fsmark rsync strace"
+# benchmarks/advice_accuracy.py checks the advice on real clients: fs_mark, rsync, tar, git.
+[ "${1:-}" = "bench" ] && PKGS="$PKGS fsmark rsync git"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -421,8 +421,10 @@ def test_classic_case_recommendations(tmp_path):
     v = js["values"]
     assert v["relogged_blocks"] == 0 and v["hot_blocks_high"] == 40 * 200 and v["divisor"] == 4
     need = 4 * (40 * 200 * 205 / 200 + 32)
-    assert js["high_mib"] == pytest.approx(need * 4096 / 2**20, abs=0.05)
+    assert v["high_mib"] == pytest.approx(need * 4096 / 2**20)
     assert js["journal_size_mib"] == math.ceil(need * 4096 / 2**20)
+    # the printed range holds the recommendation: its upper end is the recommended size
+    assert js["high_mib"] == js["journal_size_mib"] and js["low_mib"] <= v["low_mib"]
     assert js["stall_ms_addressed"] == 20 * 140
     assert js["low_mib"] <= js["high_mib"] <= js["journal_size_mib"]
     ins = kinds["inode_size"]
@@ -620,6 +622,41 @@ def test_journal_model_range_and_divisor(tmp_path):
 
     assert blocks_needed(1000, 1.0, 3) == 3 * 1032
     assert blocks_needed(1000, 1.01, 4, 256) == 4 * (1010 + 32) + 256
+
+
+def _model_inputs(blocks_per_txn, txns, relogged, written, used):
+    t = pd.DataFrame({"dev": ["7:0"] * txns, "blocks": [blocks_per_txn] * txns,
+                      "blocks_logged": [blocks_per_txn] * txns, "handle_count": [10] * txns})
+    cs = pd.DataFrame({"dev": ["7:0"], "dropped": [relogged], "written": [written]})
+    tl = pd.DataFrame({"dev": ["7:0"], "used_blocks": [used]})
+    journal = {"dev": "7:0", "journal_blocks": 1024, "block_size": 4096, "max_transaction_blocks": 341,
+               "fast_commit": False, "forced_checkpoints": 5}
+    return journal, t, cs, tl
+
+
+def test_journal_model_regimes_hot_set_and_streaming():
+    """A workload that re-logs most of its blocks is a hot set: its size does not depend on
+    how long it ran. One that logs each block once streams: the journal must hold a window
+    of writeback (dirty_expire + one writeback period) of newly logged blocks, the whole job
+    when it ran shorter than that."""
+    from jstall.analyzer.journal_model import model, writeback_window_s
+
+    assert writeback_window_s(None) == 35.0
+    assert writeback_window_s({"dirty_expire_centisecs": 1000, "dirty_writeback_centisecs": 200}) == 12.0
+    # 100 transactions of 200 blocks, 19,000 re-logged: a hot set of a few hundred blocks
+    hot = model(*_model_inputs(200, 100, 19_000, 900, 700), kernel_release="6.18.0", run_s=100.0)
+    assert hot.regime == "hot set" and hot.hot_blocks_high < 0.5 * hot.new_to_log_blocks
+    again = model(*_model_inputs(200, 100, 19_000, 900, 700), kernel_release="6.18.0", run_s=10.0)
+    assert again.journal_size_mib == hot.journal_size_mib   # how long it ran does not matter
+    # 100 transactions of 200 blocks, nothing re-logged: 20,000 blocks streamed
+    short = model(*_model_inputs(200, 100, 0, 15_000, 700), kernel_release="6.18.0", run_s=20.0)
+    assert short.regime == "streaming" and short.window_blocks == 20_000 and short.hot_blocks_high == 20_000
+    # the same blocks over 70 s: a 35 s window holds half of them
+    long = model(*_model_inputs(200, 100, 0, 15_000, 700), kernel_release="6.18.0", run_s=70.0,
+                 writeback={"dirty_expire_centisecs": 3000, "dirty_writeback_centisecs": 500})
+    assert long.regime == "streaming" and long.window_blocks == 10_000 and long.hot_blocks_high == 10_000
+    assert long.high_mib == pytest.approx(3 * (10_000 + 32) * 4096 / 2**20)
+    assert long.journal_size_mib < short.journal_size_mib
 
 
 # --- big enough (jstall.enough): one definition, every task's waits -------------------------

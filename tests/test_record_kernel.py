@@ -68,6 +68,10 @@ def test_session_loads_with_every_table_and_no_lost_events(recorded):
     assert meta["status"] == "complete" and meta["command_exit_status"] == 0
     assert meta["events_lost"] == {"calls": 0, "offcpu": 0, "jbd2": 0}
     assert meta["hz"] in (100, 250, 300, 1000)
+    # the writeback settings the journal's tail depends on, as /proc/sys/vm has them
+    with open("/proc/sys/vm/dirty_expire_centisecs") as f:
+        assert meta["writeback"]["dirty_expire_centisecs"] == int(f.read())
+    assert set(meta["writeback"]) >= {"dirty_writeback_centisecs", "dirty_background_ratio", "dirty_ratio"}
     (j,) = meta["journals"]
     assert j["dev"] == recorded["dev"] and j["inode_size"] == 128
     assert "events lost: calls 0, offcpu 0, jbd2 0" in recorded["stderr"]
