@@ -320,37 +320,37 @@ class Comparison:
         out = [f"{A}: {self.sa.session.path}", f"{B}: {self.sb.session.path}", "",
                *self.notes, "", "verdict: " + self.verdict(), ""]
         out.append(text_table(["", A, B, "change %"],
-                          [[r["figure"], f(r["a"], "{:.0f}"), f(r["b"], "{:.0f}"), f(r["change_pct"], "{:+.0f}")]
-                           for _, r in self.stalls().iterrows()]))
+                              [[r["figure"], f(r["a"], "{:.0f}"), f(r["b"], "{:.0f}"), f(r["change_pct"], "{:+.0f}")]
+                               for _, r in self.stalls().iterrows()]))
         c = self.causes()
         c = c[(c["ms_a"] > 0) | (c["ms_b"] > 0) | (c["stalls_a"] > 0) | (c["stalls_b"] > 0)]
         if len(c):
             out += ["", "stall time by cause (ms off CPU inside stalls; stalls with that primary cause)"]
             out.append(text_table(["cause", f"{A} stalls", f"{B} stalls", f"{A} ms", f"{B} ms", "change %"],
-                              [[r["cause"], r["stalls_a"], r["stalls_b"], f(r["ms_a"]), f(r["ms_b"]),
-                                f(r["change_pct"], "{:+.0f}")] for _, r in c.iterrows()]))
+                                  [[r["cause"], r["stalls_a"], r["stalls_b"], f(r["ms_a"]), f(r["ms_b"]),
+                                    f(r["change_pct"], "{:+.0f}")] for _, r in c.iterrows()]))
         ph = self.phases()
         if len(ph):
             out += ["", "lab phases (seconds; durable: until the work was on the device, returned: until the "
                     "calls returned)"]
             out.append(text_table(["phase", "basis", A, B, "ops", "change %"],
-                              [[r["phase"], r["basis"], f(r["seconds_a"], "{:.3f}"), f(r["seconds_b"], "{:.3f}"),
-                                f(r["ops_a"], "{:.0f}"), f(r["change_pct"], "{:+.0f}")] for _, r in ph.iterrows()]))
+                                  [[r["phase"], r["basis"], f(r["seconds_a"], "{:.3f}"), f(r["seconds_b"], "{:.3f}"),
+                                    f(r["ops_a"], "{:.0f}"), f(r["change_pct"], "{:+.0f}")] for _, r in ph.iterrows()]))
         j = self.journals()
         if len(j):
             out += ["", "journals"]
             out.append(text_table(["journal", "figure", A, B, "change %"],
-                              [[r["journal"], r["figure"], f(r["a"], "{:g}"), f(r["b"], "{:g}"),
-                                f(r["change_pct"], "{:+.0f}")] for _, r in j.iterrows()]))
+                                  [[r["journal"], r["figure"], f(r["a"], "{:g}"), f(r["b"], "{:g}"),
+                                    f(r["change_pct"], "{:+.0f}")] for _, r in j.iterrows()]))
         calls = self.calls()
         if len(calls):
             out += ["", "latency per call (ms; p50 below the recording threshold is from log2 histograms)"]
             out.append(text_table(["call", f"{A} count", f"{B} count", f"{A} p50", f"{B} p50", f"{A} p99", f"{B} p99",
-                               f"{A} max", f"{B} max"],
-                              [[r["syscall"], f(r["count_a"], "{:.0f}"), f(r["count_b"], "{:.0f}"),
-                                f(r["p50_ms_a"], "{:.3f}"), f(r["p50_ms_b"], "{:.3f}"), f(r["p99_ms_a"], "{:.3f}"),
-                                f(r["p99_ms_b"], "{:.3f}"), f(r["max_ms_a"]), f(r["max_ms_b"])]
-                               for _, r in calls.iterrows()]))
+                                   f"{A} max", f"{B} max"],
+                                  [[r["syscall"], f(r["count_a"], "{:.0f}"), f(r["count_b"], "{:.0f}"),
+                                    f(r["p50_ms_a"], "{:.3f}"), f(r["p50_ms_b"], "{:.3f}"), f(r["p99_ms_a"], "{:.3f}"),
+                                    f(r["p99_ms_b"], "{:.3f}"), f(r["max_ms_a"]), f(r["max_ms_b"])]
+                                   for _, r in calls.iterrows()]))
         ch = self.config_changes()
         if ch:
             out += ["", "lab options that differ: " + ", ".join(f"{k} {x} -> {y}" for k, x, y in ch)]

@@ -438,40 +438,40 @@ class Fleet:
             out.append("")
             out.append(f"worst hosts (by stall time; top {min(top, len(hosts))} of {len(hosts)})")
             out.append(text_table(["host", "sessions", "stalls", "stall ms", "ms/hour", "worst ms", "forced cp",
-                               "headroom low", "cause"],
-                              [[h["host"], h["sessions"], h["stalls"], f(h["stall_ms"], "{:.0f}"),
-                                f(h["stall_ms_per_hour"], "{:.0f}"), f(h["max_stall_ms"]), h["forced_checkpoints"],
-                                f(h["headroom_low_blocks"], "{:.0f}"), _label(h["dominant_cause"])]
-                               for _, h in hosts.head(top).iterrows()]))
+                                   "headroom low", "cause"],
+                                  [[h["host"], h["sessions"], h["stalls"], f(h["stall_ms"], "{:.0f}"),
+                                    f(h["stall_ms_per_hour"], "{:.0f}"), f(h["max_stall_ms"]), h["forced_checkpoints"],
+                                    f(h["headroom_low_blocks"], "{:.0f}"), _label(h["dominant_cause"])]
+                                   for _, h in hosts.head(top).iterrows()]))
         fsys = self.filesystems()
         if len(fsys):
             out.append("")
             out.append(f"worst filesystems (top {min(top, len(fsys))} of {len(fsys)})")
-            out.append(text_table(["host", "dev", "mount point", "journal MiB", "inode", "sessions", "stalls", "stall ms",
-                               "forced cp", "headroom low", "cause"],
-                              [[r["host"], r["dev"] or "-", (r["mountpoint"] or "-")[-32:], f(r["journal_mib"], "{:g}"),
-                                f(r["inode_size"], "{:.0f}"), r["sessions"], r["stalls"], f(r["stall_ms"], "{:.0f}"),
-                                r["forced_checkpoints"], f(r["headroom_low_blocks"], "{:.0f}"),
-                                _label(r["dominant_cause"])] for _, r in fsys.head(top).iterrows()]))
+            rows = [[r["host"], r["dev"] or "-", (r["mountpoint"] or "-")[-32:], f(r["journal_mib"], "{:g}"),
+                     f(r["inode_size"], "{:.0f}"), r["sessions"], r["stalls"], f(r["stall_ms"], "{:.0f}"),
+                     r["forced_checkpoints"], f(r["headroom_low_blocks"], "{:.0f}"), _label(r["dominant_cause"])]
+                    for _, r in fsys.head(top).iterrows()]
+            out.append(text_table(["host", "dev", "mount point", "journal MiB", "inode", "sessions", "stalls",
+                                   "stall ms", "forced cp", "headroom low", "cause"], rows))
         dist = self.distributions()
         if len(dist):
             out.append("")
             out.append("latency per call over the fleet (log2 histograms added; p50/p99: upper bound of "
                        "the bucket holding the rank)")
             out.append(text_table(["call", "count", "sessions", "p50 ms", "p99 ms", "max ms"],
-                              [[r["syscall"], r["count"], r["sessions"], f(r["p50_ms"], "{:.3f}"),
-                                f(r["p99_ms"], "{:.3f}"), f(r["max_ms"])] for _, r in dist.iterrows()]))
+                                  [[r["syscall"], r["count"], r["sessions"], f(r["p50_ms"], "{:.3f}"),
+                                    f(r["p99_ms"], "{:.3f}"), f(r["max_ms"])] for _, r in dist.iterrows()]))
         if len(self.rows):
             out.append("")
             out.append(f"sessions and journals (top {min(top, len(self.rows))} of {len(self.rows)} by stall time; "
                        "--json lists all)")
             out.append(text_table(["session", "host", "dev", "MiB", "inode", "s", "calls", "stalls", "stall ms",
-                               "cause", "headroom", "forced cp", "first recommendation"],
-                              [[_short(r["session"]), r["host"], r["dev"] or "-", f(r["journal_mib"], "{:g}"),
-                                f(r["inode_size"], "{:.0f}"), f(r["duration_s"]), r["calls"], r["stalls"],
-                                f(r["stall_ms"], "{:.0f}"), _label(r["dominant_cause"]),
-                                f(r["headroom_low_blocks"], "{:.0f}"), r["forced_checkpoints"],
-                                (r["top_recommendation"] or "-")] for _, r in self.rows.head(top).iterrows()]))
+                                   "cause", "headroom", "forced cp", "first recommendation"],
+                                  [[_short(r["session"]), r["host"], r["dev"] or "-", f(r["journal_mib"], "{:g}"),
+                                    f(r["inode_size"], "{:.0f}"), f(r["duration_s"]), r["calls"], r["stalls"],
+                                    f(r["stall_ms"], "{:.0f}"), _label(r["dominant_cause"]),
+                                    f(r["headroom_low_blocks"], "{:.0f}"), r["forced_checkpoints"],
+                                    (r["top_recommendation"] or "-")] for _, r in self.rows.head(top).iterrows()]))
         if len(self.errors):
             out.append("")
             out.append(f"sessions that failed to load ({len(self.errors)})")

@@ -194,7 +194,8 @@ def session_report(analysis):
         parts.append("<h2>Transactions</h2>" + figure_div(figures.transactions(a), "transactions"))
     if len(a.session.device_stats):
         title = "Emulated device" if a.session.meta.get("lab") else "Block devices"
-        parts.append(f"<h2>{title}: requests served and utilisation</h2>" + figure_div(figures.device_served(a), "device"))
+        parts.append(f"<h2>{title}: requests served and utilisation</h2>"
+                     + figure_div(figures.device_served(a), "device"))
     cols = ["dev", "journal_mib", "transactions", "avg_handles_per_transaction", "avg_blocks_per_transaction",
             "avg_logged_blocks_per_transaction", "avg_running_ms", "avg_locked_ms", "avg_flushing_ms",
             "avg_logging_ms", "log_rate_blocks_per_s", "forced_checkpoints", "background_checkpoints",
@@ -230,15 +231,15 @@ def sweep_report(sweep):
                              ("forced_checkpoints_mean", "forced checkpoints per run")):
             if value in per:
                 parts.append(figure_div(figures.sweep_option(per, option, value, value.replace("_mean", "_sd"),
-                                                       title=f"{label} by {option}", ylabel=label, group=group),
-                                  f"sweep-{n}"))
+                                                             title=f"{label} by {option}", ylabel=label, group=group),
+                                        f"sweep-{n}"))
                 n += 1
         for phase in sweep.phases:
             col = f"{phase}_rate_mean"
             if col in per:
-                parts.append(figure_div(figures.sweep_option(per, option, col, f"{phase}_rate_sd",
-                                                       title=f"{phase} rate by {option}", ylabel=sweep.rate_unit(phase),
-                                                       group=group), f"sweep-{n}"))
+                fig = figures.sweep_option(per, option, col, f"{phase}_rate_sd", title=f"{phase} rate by {option}",
+                                           ylabel=sweep.rate_unit(phase), group=group)
+                parts.append(figure_div(fig, f"sweep-{n}"))
                 n += 1
     parts.append("<h2>Tables</h2><pre>" + html.escape(sweep.text()) + "</pre>")
     return html_page(f"jstall sweep: {sweep.name}", "\n".join(parts))

@@ -232,7 +232,7 @@ class Sweep:
         out.append("")
         out.append(f"stalls per configuration (calls >= {self.min_ms:g} ms; mean ± sd over runs)")
         out.append(text_table([" ".join(opts), "runs", "stalls", "stall ms", "checkpoint ms", "worst ms",
-                           "forced cp", "max fill%"], rows))
+                               "forced cp", "max fill%"], rows))
         calls = sorted({c[: -len("_p99_ms")] for c in self.runs.columns if c.endswith("_p99_ms")})
         if calls:
             out.append("")
@@ -252,8 +252,8 @@ class Sweep:
                     out.append(f"{label} (mean ± sd; {units})")
                     names = [n for n in pt.index.names if n]
                     out.append(text_table([" ".join(names)] + list(pt.columns),
-                                      [[" ".join(map(str, i)) if isinstance(i, tuple) else str(i)] + list(r)
-                                       for i, r in zip(pt.index, pt.itertuples(index=False))]))
+                                          [[" ".join(map(str, i)) if isinstance(i, tuple) else str(i)] + list(r)
+                                           for i, r in zip(pt.index, pt.itertuples(index=False))]))
         return "\n".join(out) + "\n"
 
 

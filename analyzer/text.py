@@ -95,7 +95,7 @@ def session_summary(analysis, top=10):
                  _f(r.headroom_start_pct), _f(r.min_headroom_pct), "yes" if r.forced else "", r.cause_label[:48]]
                 for r in tops]
         out.append(text_table([_clock_heading(tops), "comm", "pid", "call", "ms", "dev", "cause", "headroom%", "low%",
-                           "forced", "blocked in"], rows, ["<", "<", ">", "<", ">", "<", "<", ">", ">", "<", "<"]))
+                               "forced", "blocked in"], rows, ["<", "<", ">", "<", ">", "<", "<", ">", ">", "<", "<"]))
         out.append("headroom: log space left (j_free - 32 - committing credits) minus j_max_transaction_buffers, "
                    "in % of the log, at the call's start and its low; below 0 handles must wait for space")
         out += process_lines(su, top)
@@ -112,7 +112,8 @@ def session_summary(analysis, top=10):
                          j.forced_checkpoints, j.background_checkpoints, _f(j.max_fill_pct),
                          _f(j.forced_fill_pct)])
         out.append(text_table(["dev", "MiB", "txns", "handles/t", "blocks/t", "logged/t", "run ms", "lock ms",
-                           "flush ms", "log ms", "blocks/s", "forced cp", "bg cp", "max fill%", "forced at%"], rows))
+                               "flush ms", "log ms", "blocks/s", "forced cp", "bg cp", "max fill%", "forced at%"],
+                              rows))
         for j in su.journals:
             if j.enough:
                 e = enough.judge(j.enough["wait_ms"], j.enough["longest_ms"], j.enough["run_ms"])

@@ -56,16 +56,16 @@ WORKLOADS = {
     "fdtree": [("deep (5 levels x 4, 5 files)", "fdtree", {"shape": "deep"}),
                ("shallow (100 dirs x 100 files)", "fdtree", {"shape": "shallow"})],
     "fs_mark": [(f"2 threads x {n:,} empty files", "command",
-                 _sh(f"fs_mark -d . -t 2 -n {n} -s 0 -S 0 -k > /dev/null")) for n in (5000, 20000)],
+                 _sh(f"fs_mark -d . -t 2 -n {n} -s 0 -S 0 -k > /dev/null")) for n in (20000, 50000)],
     "dbench": [(f"{c} clients, 10 s", "command",
-                _sh(f"dbench -c /usr/share/dbench/client.txt -D . -t 10 {c} > /dev/null")) for c in (2, 4)],
+                _sh(f"dbench -c /usr/share/dbench/client.txt -D . -t 10 {c} > /dev/null")) for c in (4, 8)],
     "tar --xattrs": [(f"{n:,} files", "command",
                       _sh(f"{_tree('src', n)}; mkdir dst; tar --xattrs -cf - src | tar --xattrs -xf - -C dst"))
                      for n in (5000, 20000)],
     "rsync -aX": [(f"{n:,} files", "command", _sh(f"{_tree('src', n)}; rsync -aX src/ dst/")) for n in (5000, 20000)],
-    "cp -a, rm -rf": [(f"{n:,} files", "command", _sh(f"{_tree('src', n)}; cp -a src dst; rm -rf src dst"))
+    "cp -a + rm -rf": [(f"{n:,} files", "command", _sh(f"{_tree('src', n)}; cp -a src dst; rm -rf src dst"))
                       for n in (5000, 20000)],
-    "git": [(f"{n:,} files", "command", _git(n)) for n in (5000, 20000)],
+    "git": [(f"{n:,} files", "command", _git(n)) for n in (20000, 50000)],
 }
 
 
@@ -182,7 +182,8 @@ def report(results):
         for c, (kind, pred, meas) in rem:
             err = (pred - meas) / meas if meas > 0 else float("nan")
             near += abs(err) <= 0.3
-            print(f"| {c['name']} | {c['scale']} | {c['iops']} | {kind} | {pred:,.0f} | {meas:,.0f} | {100 * err:+.0f}% |")
+            print(f"| {c['name']} | {c['scale']} | {c['iops']} | {kind} | {pred:,.0f} | {meas:,.0f} | "
+                  f"{100 * err:+.0f}% |")
         print(f"\n{near} of {len(rem)} remedy estimates within 30% of the measured removal")
 
 

@@ -698,7 +698,8 @@ def test_journal_advice_counts_forced_checkpoints_outside_the_stalls(tmp_path):
     assert (w["dev"], w["wait_ms"], w["longest_ms"], w["run_ms"]) == ("7:0", 200.0, 40.0, 10_000.0)
     assert w["share"] == 0.02 and not w["big_enough"]
     (js,) = [r for r in a.recommendations if r.kind == "journal_size"]
-    assert js.stall_ms_addressed == 200.0 and "is not big enough: 200 ms of forced-checkpoint waits, 2.0% of the run" in js.text
+    assert js.stall_ms_addressed == 200.0
+    assert "is not big enough: 200 ms of forced-checkpoint waits, 2.0% of the run" in js.text
     assert js.inputs["enough"]["big_enough"] is False
     (j,) = a.summary.journals
     assert j.enough["big_enough"] is False and j.enough["wait_ms"] == 200.0
@@ -708,7 +709,8 @@ def test_journal_advice_counts_forced_checkpoints_outside_the_stalls(tmp_path):
     (w,) = b.checkpoint_waits.to_dict("records")
     assert (w["wait_ms"], w["longest_ms"], w["big_enough"]) == (40.0, 8.0, True)
     assert "journal_size" not in _kinds(b)
-    assert "7:0: journal big enough: 40 ms of forced-checkpoint waits, 0.4% of the run, the longest 8 ms" in session_summary(b)
+    assert ("7:0: journal big enough: 40 ms of forced-checkpoint waits, 0.4% of the run, the longest 8 ms"
+            in session_summary(b))
 
 
 def test_checkpoint_waits_sum_the_stalls_checkpoint_time(tmp_path):
