@@ -34,6 +34,14 @@ names the size just below the threshold, both measured.
 (when the filesystem has smaller ones), an external journal of the same size on its own
 emulated device of the same profile as the filesystem's (unless one is given), and
 fast_commit. Each with durable phase seconds (docs/lab.md), stalls and stall ms.
+
+**Predicted against measured.** With the comparisons, what ``jstall analyze`` advises from
+the starting run is checked by running it: the journal size it recommends (run once more
+when the search did not run that size; not beyond the bound), and the 256-byte-inode,
+external-journal and fast_commit advice against their comparison runs. Each
+``Prediction`` holds the stall time the advice says it removes and the time it removed:
+forced-checkpoint waits for the journal size and the inode size, all stall time for the
+external journal and fast_commit (they also shorten commit waits).
 """
 
 import dataclasses
@@ -106,6 +114,24 @@ class TuneRun:
 
 
 @dataclasses.dataclass
+class Prediction:
+    """One piece of ``jstall analyze``'s advice from the starting run, and what running it
+    measured: ``kind`` (journal_size, inode_size, external_journal, fast_commit),
+    ``predicted_ms`` (its stall_ms_addressed), ``journal_mib`` (the recommended size, for
+    journal_size), ``measured_label`` (the run that checked it; None when none could:
+    beyond the bound), ``measured_ms`` (the stall time it removed against the starting run:
+    forced-checkpoint waits for journal_size and inode_size, all stall time otherwise) and
+    ``big_enough`` (that run's verdict)."""
+
+    kind: str
+    predicted_ms: float
+    journal_mib: int = None
+    measured_label: str = None
+    measured_ms: float = None
+    big_enough: bool = None
+
+
+@dataclasses.dataclass
 class TuneResult:
     """``threshold_mib``: the smallest journal size found big enough (None when none up to
     the bound was); ``stalled_below_mib``: the largest size tried that was not (None when the
@@ -124,6 +150,7 @@ class TuneResult:
     comparisons: list = dataclasses.field(default_factory=list)
     config: dict = None
     output_dir: str = None
+    predictions: list = dataclasses.field(default_factory=list)
 
     @property
     def tried_mib(self):
@@ -138,7 +165,7 @@ class TuneResult:
                 "threshold_mib": self.threshold_mib, "stalled_below_mib": self.stalled_below_mib,
                 "tried_mib": self.tried_mib, "runs": [run(r) for r in self.runs],
                 "comparisons": [run(r) for r in self.comparisons], "config": self.config,
-                "output_dir": self.output_dir}
+                "output_dir": self.output_dir, "predictions": [dataclasses.asdict(p) for p in self.predictions]}
 
 
 def grid(lo_mib, hi_mib):
@@ -287,8 +314,41 @@ def tune(pattern, params=None, fs=None, jobs=1, seed=1, threshold_ms=10.0, max_m
                 cand = [c for c in cand if c > mid]
     result.threshold_mib, result.stalled_below_mib = enough, stalled
     result.comparisons = [first] + [run(label, start_mib, change) for label, change in variants]
+    if compare:
+        result.predictions = _check_advice(first, result, lambda mib: size(mib), threshold_ms)
     _save(result)
     return result
+
+
+#: the comparison run that checks each kind of advice
+_CHECKED_BY = {"inode_size": "256-byte inodes", "external_journal": "external journal", "fast_commit": "fast_commit"}
+
+
+def _check_advice(first, result, run_size, threshold_ms):
+    """[Prediction] of the starting run's advice (jstall analyze), each checked by a run."""
+    from jstall.analyzer.analysis import analyze
+
+    recs = {r.kind: r for r in reversed(analyze(first.session_dir, min_ms=threshold_ms).recommendations)}
+    by_label = {c.label: c for c in result.comparisons}
+    out = []
+    js = recs.get("journal_size")
+    if js is not None and js.journal_size_mib:
+        mib = int(js.journal_size_mib)
+        p = Prediction("journal_size", round(js.stall_ms_addressed, 3), journal_mib=mib)
+        if mib <= result.bound_mib:
+            r = run_size(mib)
+            p.measured_label, p.big_enough = r.label, r.big_enough
+            p.measured_ms = round(first.checkpoint_waits_ms - r.checkpoint_waits_ms, 3)
+        out.append(p)
+    for kind, label in _CHECKED_BY.items():
+        rec, r = recs.get(kind), by_label.get(label)
+        if rec is None or r is None:
+            continue
+        removed = (first.checkpoint_waits_ms - r.checkpoint_waits_ms if kind == "inode_size"
+                   else first.stall_ms - r.stall_ms)
+        out.append(Prediction(kind, round(rec.stall_ms_addressed, 3), measured_label=r.label,
+                              measured_ms=round(removed, 3), big_enough=r.big_enough))
+    return out
 
 
 def _variants(fs):
@@ -323,9 +383,12 @@ def load(tune_dir):
         def run(x):
             return TuneRun(**{k: v for k, v in x.items() if k in names})
 
-        keep = {f.name for f in dataclasses.fields(TuneResult)} - {"runs", "comparisons"}
+        keep = {f.name for f in dataclasses.fields(TuneResult)} - {"runs", "comparisons", "predictions"}
+        pnames = {f.name for f in dataclasses.fields(Prediction)}
         return TuneResult(**{k: v for k, v in d.items() if k in keep}, runs=[run(x) for x in d.get("runs", [])],
-                          comparisons=[run(x) for x in d.get("comparisons", [])])
+                          comparisons=[run(x) for x in d.get("comparisons", [])],
+                          predictions=[Prediction(**{k: v for k, v in x.items() if k in pnames})
+                                       for x in d.get("predictions", [])])
     except (OSError, ValueError, TypeError, KeyError) as e:
         raise JstallError(f"{path}: unreadable ({e}); run jstall lab tune again") from None
 
@@ -364,6 +427,20 @@ def print_result(r, out):
         print("", file=out)
         print(f"at the starting journal size ({r.start_mib}M), one change at a time", file=out)
         _table(out, r.comparisons, phases)
+    if r.predictions:
+        print("", file=out)
+        print(f"jstall analyze's advice from the {r.start_mib}M run, predicted against measured (stall ms removed: "
+              "forced-checkpoint waits for the journal and inode size, all stall time otherwise)", file=out)
+        print(f"{'ADVICE':<18} {'PREDICTED_MS':>12} {'MEASURED_MS':>11} {'ERROR':>6}  MEASURED BY", file=out)
+        for p in r.predictions:
+            what = p.kind + (f" {p.journal_mib}M" if p.journal_mib else "")
+            if p.measured_label is None:
+                print(f"{what:<18} {p.predicted_ms:>12,.0f} {'-':>11} {'-':>6}  not run: beyond {r.bound_mib}M",
+                      file=out)
+                continue
+            err = f"{100 * (p.predicted_ms - p.measured_ms) / p.measured_ms:+.0f}%" if p.measured_ms > 0 else "-"
+            print(f"{what:<18} {p.predicted_ms:>12,.0f} {p.measured_ms:>11,.0f} {err:>6}  {p.measured_label} "
+                  f"({'big enough' if p.big_enough else 'not big enough'})", file=out)
     print("", file=out)
     print(f"sessions and tune.json in {r.output_dir} (explain one: jstall analyze {r.output_dir}/RUN)", file=out)
 
