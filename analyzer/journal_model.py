@@ -87,6 +87,8 @@ class JournalModel:
     run_s: float = None
     window_s: float = None
     window_blocks: float = None
+    epochs: int = 1
+    epoch: int = 1
 
     def as_dict(self):
         return asdict(self)
@@ -128,10 +130,14 @@ def writeback_window_s(writeback=None):
     return (float(expire) + float(period)) / 100.0
 
 
-def model(journal, txns, checkpoint_stats, timeline, kernel_release=None, run_s=None, writeback=None):
+def model(journal, txns, checkpoint_stats, timeline, kernel_release=None, run_s=None, writeback=None,
+          sync_ns=None):
     """The :class:`JournalModel` of one journal (a row of ``journals.summary``), or None
     without committed transactions or journal geometry. ``run_s``: the session's time;
-    ``writeback``: its /proc/sys/vm writeback settings (the streaming regime's window)."""
+    ``writeback``: its /proc/sys/vm writeback settings (the streaming regime's window);
+    ``sync_ns``: times at which every dirty metadata block was on the device (a lab phase
+    made durable, a syncfs or sync returned): blocks logged before one need no journal space
+    after it, so the model sizes the busiest stretch between them (``epochs``, ``epoch``)."""
     dev = journal["dev"]
     t = txns[txns["dev"] == dev]
     jb = journal.get("journal_blocks")
@@ -144,12 +150,53 @@ def model(journal, txns, checkpoint_stats, timeline, kernel_release=None, run_s=
     fc = float(journal.get("fast_commit_blocks") or 0) if journal.get("fast_commit") else 0.0
     divisor = jbd2.transaction_divisor(jb, float(mtb) if mtb and pd.notna(mtb) else None, fc, kernel_release)
     cs = checkpoint_stats[checkpoint_stats["dev"].astype("str") == dev]
+    tl = timeline[timeline["dev"] == dev]
+    window = writeback_window_s(writeback)
+    ts = t["ts_ns"].to_numpy(dtype="int64") if "ts_ns" in t else None
+    bounds = sorted({int(b) for b in (sync_ns or ())})
+    if ts is None or not bounds:
+        epochs = [(t, cs, tl, run_s)]
+    else:
+        # the first stretch from the start, the last to the end: checkpoint statistics and fill
+        # samples outside the transactions' own times belong to them
+        edges = [-2**63] + [b for b in bounds if ts.min() <= b < ts.max()] + [2**63 - 1]
+        c_ts = cs["ts_ns"].to_numpy(dtype="int64") if "ts_ns" in cs else None
+        l_ts = tl["ts_ns"].to_numpy(dtype="int64") if "ts_ns" in tl else None
+        epochs = []
+        for lo, hi in zip(edges[:-1], edges[1:]):
+            sel = (ts > lo) & (ts <= hi)
+            if not sel.any():
+                continue
+            span_s = (min(hi, int(ts.max())) - max(lo, int(ts.min()))) / 1e9 if len(edges) > 2 else run_s
+            epochs.append((t[sel], cs if c_ts is None else cs[(c_ts > lo) & (c_ts <= hi)],
+                           tl if l_ts is None else tl[(l_ts > lo) & (l_ts <= hi)], span_s))
+    fits = [_hot_set_of(*e, window) for e in epochs]
+    k = max(range(len(fits)), key=lambda i: (fits[i]["d_high"], fits[i]["d_low"]))
+    f = fits[k]
+    overhead = f["logged"] / f["blocks"] if f["blocks"] else 1.0
+    mib = bs / 2**20
+    low = jbd2.blocks_needed(f["d_low"], overhead, divisor / max(divisor - 1.0, 1.0), fc) * mib
+    high = jbd2.blocks_needed(f["d_high"], overhead, divisor, fc) * mib
+    if t["blocks"].gt(0).any() and float(journal.get("forced_checkpoints") or 0) > 0:
+        low = min(max(low, jb * mib), high)  # the run shows that the journal it had was too small
+    return JournalModel(
+        dev=dev, block_size=bs, journal_mib=jb * mib, divisor=divisor, fast_commit_blocks=int(fc),
+        transactions=f["transactions"], handles=f["handles"], blocks=f["blocks"], logged_blocks=f["logged"],
+        relogged_blocks=f["relogged"], written_home_blocks=f["written"], new_to_log_blocks=f["new"],
+        span_mean_blocks=f["s_mean"], span_peak_blocks=f["s_peak"], hot_blocks_low=f["d_low"],
+        hot_blocks_high=f["d_high"], low_mib=low, high_mib=high, journal_size_mib=int(math.ceil(high)),
+        regime=f["regime"], run_s=float(f["run_s"]) if f["run_s"] else None, window_s=window,
+        window_blocks=f["window_blocks"], epochs=len(epochs), epoch=k + 1)
+
+
+def _hot_set_of(t, cs, tl, run_s, window):
+    """The hot set (blocks) of one stretch of transactions: their counts, the log span, the
+    regime and, streaming, the blocks new to the log in writeback's window."""
     blocks = int(t["blocks"].sum())
     logged = int(t["blocks_logged"].sum())
     relogged = int(cs["dropped"].sum()) if "dropped" in cs else 0
     written = int(cs["written"].sum()) if len(cs) else 0
     new = max(blocks - relogged, 0)
-    tl = timeline[timeline["dev"] == dev]
     used = tl["used_blocks"] if len(tl) else None
     s_mean = float(used.mean()) if used is not None else float("nan")
     s_peak = float(used.max()) if used is not None else float("nan")
@@ -160,23 +207,12 @@ def model(journal, txns, checkpoint_stats, timeline, kernel_release=None, run_s=
     floor = float(max(new - written, 0))
     d_low, d_high = min(d_low, d_high), max(d_low, d_high, float(t["blocks"].max()))
     d_low, d_high = min(max(d_low, floor), float(new)), min(max(d_high, floor), float(new))
-    regime, window, window_blocks = "hot set", writeback_window_s(writeback), None
+    regime, window_blocks = "hot set", None
     if new > 0 and d_high >= STREAMING_SHARE * new:
         regime = "streaming"
         window_blocks = float(new) if not run_s or run_s <= window else new * window / run_s
         biggest = float(t["blocks"].max())
         d_low, d_high = min(d_low, max(window_blocks, biggest)), min(d_high, max(window_blocks, biggest))
-    overhead = logged / blocks if blocks else 1.0
-    mib = bs / 2**20
-    low = jbd2.blocks_needed(d_low, overhead, divisor / max(divisor - 1.0, 1.0), fc) * mib
-    high = jbd2.blocks_needed(d_high, overhead, divisor, fc) * mib
-    if t["blocks"].gt(0).any() and float(journal.get("forced_checkpoints") or 0) > 0:
-        low = max(low, jb * mib)  # the run shows that the journal it had was too small
-    return JournalModel(
-        dev=dev, block_size=bs, journal_mib=jb * mib, divisor=divisor, fast_commit_blocks=int(fc),
-        transactions=len(t), handles=int(t["handle_count"].sum()), blocks=blocks, logged_blocks=logged,
-        relogged_blocks=relogged, written_home_blocks=written, new_to_log_blocks=new,
-        span_mean_blocks=s_mean, span_peak_blocks=s_peak, hot_blocks_low=d_low, hot_blocks_high=d_high,
-        low_mib=low, high_mib=high, journal_size_mib=int(math.ceil(high)), regime=regime,
-        run_s=float(run_s) if run_s else None, window_s=window, window_blocks=window_blocks)
-
+    return {"transactions": len(t), "handles": int(t["handle_count"].sum()), "blocks": blocks, "logged": logged,
+            "relogged": relogged, "written": written, "new": new, "s_mean": s_mean, "s_peak": s_peak,
+            "d_low": d_low, "d_high": d_high, "regime": regime, "window_blocks": window_blocks, "run_s": run_s}

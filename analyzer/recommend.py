@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from jstall.enough import BOUND, judge
+from jstall.metadata import lab_of
 from jstall import jbd2
 
 from . import causes
@@ -165,11 +166,27 @@ def _models(ctx):
     return ctx._memo("models", lambda: _make_models(ctx))
 
 
+def sync_points(session, dev):
+    """Times (ns) at which every dirty metadata block of ``dev`` was on the device: the end of
+    each lab phase (made durable: syncfs returned and the device idle) and of each recorded
+    syncfs on it or sync."""
+    out = [int(p.end_ns) for p in lab_of(session.meta).phases if p.end_ns]
+    c = session.calls
+    if len(c):
+        sel = c["syscall"].isin(["syncfs", "sync"]).to_numpy() & (
+            c["dev"].isna().to_numpy() | (c["dev"].astype("str").to_numpy(dtype=object) == dev)
+            | (c["syscall"].to_numpy(dtype=object) == "sync"))
+        ends = c["ts_ns"].to_numpy(dtype="int64")[sel] + c["latency_ns"].to_numpy(dtype="int64")[sel]
+        out += [int(x) for x in ends]
+    return sorted(set(out))
+
+
 def _make_models(ctx):
     out = {}
     for _, j in ctx.journals.iterrows():  # one row per journal
         m = model(j, ctx.txns, ctx.session.checkpoint_stats, ctx.timeline, ctx.session.meta.get("kernel_release"),
-                  run_s=session_span_s(ctx.session), writeback=ctx.session.meta.get("writeback"))
+                  run_s=session_span_s(ctx.session), writeback=ctx.session.meta.get("writeback"),
+                  sync_ns=sync_points(ctx.session, str(j["dev"])))
         if m is not None:
             out[j["dev"]] = m
     return out
@@ -200,10 +217,18 @@ def journal_size(ctx):
                   f"re-logged by a later commit and {m.written_home_blocks} written home by checkpoints; a log span "
                   f"of {m.span_mean_blocks:.0f} blocks on average ({m.span_peak_blocks:.0f} at most) give a hot set of "
                   f"{m.hot_blocks_low:.0f}-{m.hot_blocks_high:.0f} blocks; j_max_transaction_buffers = journal / "
-                  f"{m.divisor:g}. {_regime_text(m)}Confirm with jstall lab tune before changing a production "
-                  "filesystem."),
+                  f"{m.divisor:g}{_epoch_text(m)}. {_regime_text(m)}Confirm with jstall lab tune before changing a "
+                  "production filesystem."),
         ))
     return out
+
+
+def _epoch_text(m):
+    if m.epochs <= 1:
+        return ""
+    return (f"; these figures are of the busiest of {m.epochs} stretches between points where every dirty "
+            "metadata block was on the device (syncfs, sync, a lab phase made durable): blocks logged before one "
+            "need no journal space after it")
 
 
 def _regime_text(m):

@@ -9,7 +9,7 @@ inode and external-journal advice too: the stall time analyze says each would re
 against what tune's comparison run at 4 MiB measured (target: within 30 %).
 
 usage: sudo .venv/bin/python benchmarks/advice_accuracy.py [--quick] [--write-iops N[,N...]]
-           [--only NAME[,NAME...]] [--remedies] [--scratch DIR]
+           [--only NAME[,NAME...]] [--remedies] [--scratch DIR] [--keep DIR]
 
 Workloads: the lab's patterns (xattr, fdtree) and real clients run as the lab's command
 pattern in the scratch filesystem (fs_mark, dbench, GNU tar --xattrs, rsync -aX, cp -a then
@@ -118,15 +118,10 @@ def case(name, scale, pattern, params, iops, tmp, scratch, remedies):
         mib = int(rec.journal_size_mib)
         run = by.get(mib) or _run(os.path.join(d, f"confirm-{mib}M"), pattern, params, mib, iops, scratch)
         confirm = (mib, first, run)
-    rem = []
-    if remedies:
-        measured = {c.label: c for c in r.comparisons}
-        for kind, label in (("inode_size", "256-byte inodes"), ("external_journal", "external journal")):
-            if label not in measured:
-                continue
-            x = _advice(first.session_dir, kind)
-            rem.append((kind, x.stall_ms_addressed if x else 0.0,
-                        first.checkpoint_waits_ms - measured[label].checkpoint_waits_ms))
+    # tune's own check of the advice (workloads.tune.Prediction): the stall time each piece of
+    # advice says it removes against its comparison run
+    rem = [(p.kind, p.predicted_ms, p.measured_ms) for p in r.predictions
+           if p.kind in ("inode_size", "external_journal") and p.measured_ms is not None]
     print(f"# {name} ({scale}, {iops} IOPS): threshold {thr} MiB, {r.stalled_below_mib} MiB is not big enough; "
           f"tried {r.tried_mib}", file=sys.stderr, flush=True)
     return {"name": name, "scale": scale, "iops": iops, "threshold": thr, "bound": r.bound_mib, "advice": advice,
@@ -194,6 +189,7 @@ def main():
     ap.add_argument("--only", help="these workloads only (names as in the table, comma-separated)")
     ap.add_argument("--remedies", action="store_true", help="also check the inode-size and external-journal advice")
     ap.add_argument("--scratch", help="lab scratch directory (default: the lab's)")
+    ap.add_argument("--keep", metavar="DIR", help="keep every run's session under DIR (a new directory)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("needs root (the lab makes loop devices)")
@@ -203,7 +199,9 @@ def main():
     if unknown:
         raise SystemExit(f"--only: unknown workload {unknown[0]!r}; choose from {', '.join(WORKLOADS)}")
     results = []
-    tmp = tempfile.mkdtemp(prefix="jstall-accuracy-", dir="/var/tmp")
+    if args.keep:
+        os.makedirs(args.keep)
+    tmp = args.keep or tempfile.mkdtemp(prefix="jstall-accuracy-", dir="/var/tmp")
     try:
         for iops in speeds:
             for name in names:
@@ -212,7 +210,8 @@ def main():
     except KeyboardInterrupt:
         print("interrupted: the table holds the cases finished", file=sys.stderr)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
         report(results)
     return 0
 
