@@ -306,37 +306,67 @@ def inode_size(ctx):
     return out
 
 
+#: the largest request a device takes when the session does not say (the block layer's
+#: default max_sectors_kb, BLK_DEF_MAX_SECTORS)
+DEFAULT_MAX_REQUEST_KIB = 1280
+def log_requests(logged_blocks, block_size, max_request_kib=None):
+    """Write requests the log took on its device: per commit, its logged blocks merged into
+    requests of up to max_request_kib (they are written in order, contiguous), and the commit
+    block on its own (a cache flush and a FUA write)."""
+    per = max(1, int(max_request_kib or DEFAULT_MAX_REQUEST_KIB) * 1024 // int(block_size or 4096))
+    logged = np.asarray(logged_blocks, dtype="float64")
+    return float(len(logged) + np.ceil(logged / per).sum())
+
+
 def external_journal(ctx):
-    """Judged from the time stalls spent on log writes (commits) and on checkpoint writes, both
-    on the data device when the journal is internal."""
+    """Judged by device time: a paced device serves requests one after another, whatever their
+    size, and a checkpoint's writes wait behind the log's; an own journal device takes those
+    away. The log's share of the data device's requests — its writes merged into requests
+    (counted from the commits) and the cache flushes of its commits, against the device's
+    write and flush requests from its own counters — is the share of the checkpoint waits it
+    would remove; none when the forced checkpoints wrote nothing home (their waits were not
+    the device's). Commit waits go entirely."""
     out = []
+    meta = {j["dev"]: j for j in ctx.session.journals}
+    ds = ctx.session.device_stats
     for _, j in ctx.journals.iterrows():  # one row per journal
         if j.get("journal_device"):
             continue
         dev = j["dev"]
         commit_ms = sum(ctx.cause_ms(c, dev) for c in ("transaction_wait", "commit_wait", "lock_buffer"))
         cp_ms = ctx.cause_ms("checkpoint", dev)
-        logged = float(j.get("logged_blocks") or 0)
-        written = float((j.get("forced_checkpoint_written_blocks") or 0) + (j.get("background_checkpoint_written_blocks") or 0))
         if commit_ms <= 0 and cp_ms <= 0:
             continue
-        # checkpoint writes wait behind log writes on the same device: the log's share of the
-        # device's writes is the share of checkpoint time an own journal device removes
-        log_share = logged / (logged + written) if (logged + written) else 0.0
-        addressed = commit_ms + cp_ms * log_share
+        t = ctx.txns[ctx.txns["dev"] == dev]
+        m = meta.get(dev, {})
+        log_req = log_requests(t["blocks_logged"].to_numpy(), j.get("block_size"), m.get("max_request_kib"))
+        d = ds[(ds["role"].astype("str") == "data") & (ds["dev"].astype("str") == dev)] if len(ds) else ds
+        written = int(j.get("forced_checkpoint_written_blocks") or 0)
+        inputs = {"commit_stall_ms": commit_ms, "checkpoint_stall_ms": cp_ms,
+                  "logged_blocks": float(j.get("logged_blocks") or 0), "log_write_requests": log_req,
+                  "max_request_kib": m.get("max_request_kib") or DEFAULT_MAX_REQUEST_KIB,
+                  "checkpoint_written_blocks": written}
+        requests = float(d["write_ios"].sum() + d["flush_ios"].sum()) if len(d) else 0.0
+        if not requests:
+            share, basis = 0.0, "the session has no counters of the data device: the checkpoint waits are not estimated"
+        elif not written:
+            share, basis = 0.0, "the forced checkpoints wrote nothing home: their waits were not the device's"
+        else:
+            flushes = float(d["flush_ios"].sum())
+            share = min((log_req + flushes) / requests, 1.0)
+            basis = (f"{log_req + flushes:.0f} of the data device's {requests:.0f} requests were the log's "
+                     f"({inputs['logged_blocks']:.0f} blocks merged into {log_req:.0f} writes, and {flushes:.0f} "
+                     f"cache flushes), so checkpoint writes would queue behind {100 * share:.1f}% fewer")
+            inputs.update(device_requests=requests, device_flushes=flushes, log_request_share=share)
+        addressed = commit_ms + cp_ms * share
         if addressed <= 0:
             continue
         out.append(Recommendation(
-            "external_journal", estimate=True, dev=dev, stall_ms_addressed=addressed,
-            inputs={"commit_stall_ms": commit_ms, "checkpoint_stall_ms": cp_ms, "logged_blocks": logged,
-                    "checkpoint_written_blocks": written, "log_write_share": log_share,
-                    "avg_logging_ms": j.get("avg_logging_ms")},
-            text=(f"{dev}: the log and the checkpoints write to the same device: {logged:.0f} blocks logged and "
-                  f"{written:.0f} written home by checkpoints. An external journal on its own fast device (mkfs.ext4 "
-                  f"-O journal_dev; -J device=...) takes the log writes off this device, even at the same size: "
-                  f"{commit_ms:.0f} ms of stalls waited on commits, and {cp_ms:.0f} ms on checkpoints whose writes "
-                  f"queue behind log writes ({100 * log_share:.0f}% of the device's journal writes). Estimate: up to "
-                  f"{addressed:.0f} ms removed."),
+            "external_journal", estimate=True, dev=dev, stall_ms_addressed=addressed, inputs=inputs,
+            text=(f"{dev}: the log and the checkpoints write to the same device. An external journal on its own fast "
+                  f"device (mkfs.ext4 -O journal_dev; -J device=...) takes the log's writes off it, even at the same "
+                  f"size: {commit_ms:.0f} ms of stalls waited on commits, and {cp_ms:.0f} ms on checkpoints; {basis}. "
+                  f"Estimate: {addressed:.0f} ms removed."),
         ))
     return out
 

@@ -119,7 +119,18 @@ def describe(dev, mount):
         "proc_info_name": name,
         "proc_info_start": None,
         "proc_info_end": None,
+        # the largest request the device takes: how many logged blocks one log write carries
+        "max_request_kib": max_request_kib(dev),
     }
+
+
+def max_request_kib(dev):
+    """/sys/dev/block/<dev>/queue/max_sectors_kb, or None."""
+    try:
+        with open(f"/sys/dev/block/{dev}/queue/max_sectors_kb") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
 
 
 def _jbd2_dirs():

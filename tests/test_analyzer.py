@@ -725,3 +725,40 @@ def test_checkpoint_waits_sum_the_stalls_checkpoint_time(tmp_path):
     a = analyze(_session(tmp_path, calls=calls, offcpu=offs, jbd2_events=evs, stacks=stacks_df()))  # 10 s
     (w,) = a.checkpoint_waits.to_dict("records")
     assert (w["wait_ms"], w["longest_ms"], w["share"], w["big_enough"]) == (2800.0, 140.0, 0.28, False)
+
+
+def test_external_journal_estimate_is_the_logs_share_of_the_device_requests(tmp_path):
+    """The classic case on a device that served 4,000 writes and 40 cache flushes: 40 commits
+    of 205 logged blocks each took 80 requests (one merged write of up to 1,280 KiB and the
+    commit block each) and the 40 flushes, so 120 of 4,040 requests were the log's: that
+    share of the 2,800 ms of checkpoint waits. With nothing written home by the forced
+    checkpoints, none."""
+    from jstall.analyzer.recommend import log_requests
+
+    assert log_requests([205] * 40, 4096, 1280) == 80 and log_requests([700], 4096, 1280) == 4
+    calls, offs, evs = [], [], []
+    for i in range(20):
+        c = call(S + i * 200 * MS, 150 * MS, 100 + i % 2)
+        calls.append(c)
+        offs.append(off(c, c["ts_ns"] + MS, 140 * MS, 1))
+        evs.append(jev(c["ts_ns"] + MS, "checkpoint", c["tid"], result=0, free=100))
+    rs = [run_stat(S + i * 100 * MS, i, handles=100, blocks=200, logged=205) for i in range(40)]
+    dstat = [{"ts_ns": (i + 1) * S, "interval_ns": S, "dev": "7:0", "role": "data", "lower_dev": "7:9", "read_ios": 0,
+              "read_merges": 0, "read_sectors": 0, "write_ios": 400, "write_merges": 0, "write_sectors": 3200,
+              "flush_ios": 4, "busy_ms": 900, "queue_ms": 900, "in_flight_requests": 1} for i in range(10)]
+
+    def advice(name, written):
+        cs = [{"ts_ns": S + i * 200 * MS + 2 * MS, "dev": "7:0", "transaction": i, "tid": 100 + i % 2,
+               "pid": 100 + i % 2, "comm": f"w{100 + i % 2}", "chp_time_jiffies": 35, "chp_time_ns": 140 * MS,
+               "forced_to_close": 0, "written": written, "dropped": 0} for i in range(20)]
+        a = analyze(_session(tmp_path, name, calls=calls, offcpu=offs, jbd2_events=evs, run_stats=rs,
+                             stacks=stacks_df(), device_stats=dstat, checkpoint_stats=cs))
+        return next(r for r in a.recommendations if r.kind == "external_journal") if any(
+            r.kind == "external_journal" for r in a.recommendations) else None
+
+    ej = advice("written", 30)
+    assert ej.inputs["log_write_requests"] == 80 and ej.inputs["device_requests"] == 4040
+    assert ej.inputs["log_request_share"] == pytest.approx(120 / 4040)
+    assert ej.stall_ms_addressed == pytest.approx(2800 * 120 / 4040)
+    assert "120 of the data device's 4040 requests were the log's" in ej.text
+    assert advice("nothing-written", 0) is None   # no commit waits either: no advice at all
