@@ -74,15 +74,15 @@ examples:
 """
 
 TUNE_DESCRIPTION = """\
-Find, by running the workload, the smallest journal with no forced-checkpoint stall, and
+Find, by running the workload, the smallest journal big enough for it, and
 what 256-byte inodes, an external journal and fast_commit each do to the same workload at
-the starting journal size (--journal-size). A stall is a checkpoint forced on a task
-(jbd2_checkpoint outside the jbd2 thread), or a traced call of at least --threshold-ms that
-waited mostly on one. From the
-starting size the journal is doubled until a run is clean (halved while it is clean), then
-the sizes between the last stalling and the first clean one are bisected (whole MiB, at most
-eight steps per doubling, at most 40% of --fs-size). Every run is recorded; the sessions
-and tune.json go to -o. Durable phase seconds side by side. Needs root."""
+the starting journal size (--journal-size). Big enough, as jstall analyze and compare judge
+it too: forced-checkpoint waits (every task's, queued ones included) at most 1% of the run's
+time and none of 10 ms or more. From the starting size the journal is doubled until a run
+is big enough (halved while it is), then the sizes between are bisected (whole MiB, at most
+eight steps per doubling, at most 40% of --fs-size). With the comparisons, jstall analyze's
+advice from the starting run is run too, predicted against measured. Every run is recorded;
+the sessions and tune.json go to -o. Durable phase seconds side by side. Needs root."""
 
 TUNE_EXAMPLES = """\
 examples:
@@ -171,8 +171,7 @@ def add_arguments(parser):
     tu.add_argument("-o", "--output", metavar="DIR", help="results directory (default jstall-tune-PATTERN-TIME)")
     tu.add_argument("--json", action="store_true", help="print the result as JSON instead of the text")
     tu.add_argument("--threshold-ms", metavar="MS", type=float, default=10.0,
-                    help="a call at or above this that waited mostly on a checkpoint is a stall (default 10); a "
-                         "checkpoint forced on a task always is")
+                    help="calls at or above this are stalls, the STALLS and CP_STALLS columns (default 10)")
     tu.add_argument("--max-journal-size", metavar="SIZE", default=None,
                     help="largest journal to try (default: 40%% of --fs-size)")
     tu.add_argument("--no-compare", dest="compare", action="store_false",
