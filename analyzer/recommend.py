@@ -202,6 +202,15 @@ def journal_size(ctx):
         if e.big_enough or m is None:
             continue
         if m.journal_size_mib <= m.journal_mib:
+            # the model sizes what one transaction must hold; the waits came from elsewhere
+            # (many small, fsync-driven commits whose blocks stay in the log until written home)
+            out.append(Recommendation(
+                "journal_size", dev=dev, stall_ms_addressed=e.wait_ms, inputs={**m.as_dict(), "enough": e.as_dict()},
+                text=(f"{dev}: the {_fmt_mib(m.journal_mib)} journal is {e.describe()} (jstall's bound: {BOUND}), "
+                      f"yet its hot set fits: one transaction holds {m.hot_blocks_high:.0f} blocks of it "
+                      f"({m.transactions} transactions of {m.blocks / max(m.transactions, 1):.1f} blocks on average). "
+                      "The model gives no size for this; find one with jstall lab tune (the smallest journal big "
+                      "enough, by running the workload).")))
             continue
         out.append(Recommendation(
             "journal_size", estimate=True, dev=dev, stall_ms_addressed=e.wait_ms, journal_size_mib=m.journal_size_mib,

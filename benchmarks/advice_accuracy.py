@@ -138,8 +138,8 @@ def report(results):
         thr = c["threshold"]
         for mib, enough, rec in c["advice"]:
             head = f"| {c['name']} | {c['scale']} | {c['iops']} | {thr if thr else '> ' + str(c['bound'])} | {mib} |"
-            if rec is None:
-                why = "none: big enough" if enough else "none"
+            if rec is None or not rec.journal_size_mib:
+                why = "none: big enough" if enough else "no size: the model's fits" if rec else "none"
                 print(f"{head} ({why}) | |")
                 if not enough and thr:
                     counted += 1  # advice missing where a journal was not big enough

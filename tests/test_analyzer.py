@@ -762,3 +762,21 @@ def test_external_journal_estimate_is_the_logs_share_of_the_device_requests(tmp_
     assert ej.stall_ms_addressed == pytest.approx(2800 * 120 / 4040)
     assert "120 of the data device's 4040 requests were the log's" in ej.text
     assert advice("nothing-written", 0) is None   # no commit waits either: no advice at all
+
+
+def test_a_journal_not_big_enough_whose_hot_set_fits_gets_no_size_but_says_so(tmp_path):
+    """Forced-checkpoint waits of 2% of the run, but 7,900 of the 8,000 logged blocks were
+    re-logged: a hot set of 100 blocks fits one transaction of the 4 MiB journal. The advice
+    says the journal is not big enough, gives no size, and names lab tune."""
+    evs = [jev(S + i * S, "checkpoint", 999, result=0, free=100) for i in range(5)]
+    cs = [{"ts_ns": S + i * S + MS, "dev": "7:0", "transaction": i, "tid": 999, "pid": 999, "comm": "w999",
+           "chp_time_jiffies": 10, "chp_time_ns": 40 * MS, "forced_to_close": 0, "written": 20,
+           "dropped": 1580} for i in range(5)]
+    rs = [run_stat(S // 4 + i * MS, i, blocks=200, logged=205) for i in range(40)]
+    c = call(S // 2, 100 * MS, 10)
+    a = analyze(_session(tmp_path, "fits", calls=[c], offcpu=[off(c, c["ts_ns"] + MS, 80 * MS, 2)],
+                         stacks=stacks_df(), jbd2_events=evs, checkpoint_stats=cs, run_stats=rs))
+    (js,) = [r for r in a.recommendations if r.kind == "journal_size"]
+    assert js.journal_size_mib is None and js.stall_ms_addressed == 200.0 and not js.estimate
+    assert "is not big enough" in js.text and "yet its hot set fits" in js.text and "jstall lab tune" in js.text
+    assert js.inputs["journal_size_mib"] <= 4
