@@ -22,8 +22,8 @@ slow-device profile), records with jstall's probes while a workload pattern runs
 (xattr, fdtree, smallfile, or any command), times each phase, and removes everything
 again, leaving a session directory whose metadata holds the configuration and the phase
 timings. 'sweep' runs 'run' over every combination of comma-separated option values.
-'tune' finds the smallest journal without forced-checkpoint stalls by running the
-workload, and compares the other remedies. 'cleanup' removes what a crashed run left
+'tune' finds the smallest journal big enough for the workload by running it,
+and compares the other remedies. 'cleanup' removes what a crashed run left
 behind. Needs root."""
 
 SWEEP_DESCRIPTION = """\
@@ -165,7 +165,7 @@ def add_arguments(parser):
     sw.add_argument("--repeat", metavar="N", type=int, default=1, help="runs of each configuration (default 1)")
     _add_options(sw, sweep=True)
     sw.set_defaults(_lab=_sweep)
-    tu = sub.add_parser("tune", help="the smallest journal without forced-checkpoint stalls, and the other remedies",
+    tu = sub.add_parser("tune", help="the smallest journal big enough, and the other remedies",
                         formatter_class=fmt, description=TUNE_DESCRIPTION, epilog=TUNE_EXAMPLES)
     tu.add_argument("pattern", choices=PATTERN_NAMES, help="the workload")
     tu.add_argument("-o", "--output", metavar="DIR", help="results directory (default jstall-tune-PATTERN-TIME)")
