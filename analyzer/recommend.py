@@ -355,13 +355,13 @@ def external_journal(ctx):
                   "logged_blocks": float(j.get("logged_blocks") or 0), "log_write_requests": log_req,
                   "max_request_kib": m.get("max_request_kib") or DEFAULT_MAX_REQUEST_KIB,
                   "checkpoint_written_blocks": written}
-        requests = float(d["write_ios"].sum() + d["flush_ios"].sum()) if len(d) else 0.0
+        flushes = float(d["flush_ios"].sum()) if len(d) else 0.0
+        requests = float(d["write_ios"].sum()) + flushes if len(d) else 0.0
         if not requests:
             share, basis = 0.0, "the session has no counters of the data device: the checkpoint waits are not estimated"
         elif not written:
             share, basis = 0.0, "the forced checkpoints wrote nothing home: their waits were not the device's"
         else:
-            flushes = float(d["flush_ios"].sum())
             share = min((log_req + flushes) / requests, 1.0)
             basis = (f"{log_req + flushes:.0f} of the data device's {requests:.0f} requests were the log's "
                      f"({inputs['logged_blocks']:.0f} blocks merged into {log_req:.0f} writes, and {flushes:.0f} "

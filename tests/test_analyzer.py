@@ -395,16 +395,22 @@ def test_call_percentiles_exact_above_threshold_and_from_histogram_below(tmp_pat
     assert r["p50_ms"] == pytest.approx((8192 + 8192 * (500 - 0.5) / 985) / MS)
 
 
+def _classic_stalls():
+    """The xattr case's stalls: 20 calls of 150 ms, one every 200 ms from 1 s, each 140 ms off
+    CPU in its own forced checkpoint (tasks 100 and 101 in turn): (calls, offcpu, jbd2 events)."""
+    calls, offs, evs = [], [], []
+    for i in range(20):
+        c = call(S + i * 200 * MS, 150 * MS, 100 + i % 2)
+        calls.append(c)
+        offs.append(off(c, c["ts_ns"] + MS, 140 * MS, 1))
+        evs.append(jev(c["ts_ns"] + MS, "checkpoint", c["tid"], result=0, free=100))
+    return calls, offs, evs
+
+
 def test_classic_case_recommendations(tmp_path):
     """The xattr case: forced checkpoints at a full journal; estimates are labelled."""
-    calls, offs, evs, fills = [], [], [], []
-    for i in range(20):
-        t = S + i * 200 * MS
-        c = call(t, 150 * MS, 100 + i % 2)
-        calls.append(c)
-        offs.append(off(c, t + MS, 140 * MS, 1))
-        evs.append(jev(t + MS, "checkpoint", c["tid"], result=0, free=100))
-        fills.append(fsample(t, 250))
+    calls, offs, evs = _classic_stalls()
+    fills = [fsample(c["ts_ns"], 250) for c in calls]
     rs = [run_stat(S + i * 100 * MS, i, handles=100, blocks=200, logged=205, logging=5) for i in range(40)]
     totals = [{"syscall": "setxattr", "dev": "7:0", "count": 4000, "errors": 0, "total_latency_ns": 3 * S,
                "max_latency_ns": 150 * MS}]
@@ -716,12 +722,7 @@ def test_journal_advice_counts_forced_checkpoints_outside_the_stalls(tmp_path):
 def test_checkpoint_waits_sum_the_stalls_checkpoint_time(tmp_path):
     """The classic case's stalls: 20 calls each 140 ms off CPU in a checkpoint, the longest
     140 ms; their sum is the journal's wait."""
-    calls, offs, evs = [], [], []
-    for i in range(20):
-        c = call(S + i * 200 * MS, 150 * MS, 100 + i % 2)
-        calls.append(c)
-        offs.append(off(c, c["ts_ns"] + MS, 140 * MS, 1))
-        evs.append(jev(c["ts_ns"] + MS, "checkpoint", c["tid"], result=0, free=100))
+    calls, offs, evs = _classic_stalls()
     a = analyze(_session(tmp_path, calls=calls, offcpu=offs, jbd2_events=evs, stacks=stacks_df()))  # 10 s
     (w,) = a.checkpoint_waits.to_dict("records")
     assert (w["wait_ms"], w["longest_ms"], w["share"], w["big_enough"]) == (2800.0, 140.0, 0.28, False)
@@ -736,12 +737,7 @@ def test_external_journal_estimate_is_the_logs_share_of_the_device_requests(tmp_
     from jstall.analyzer.recommend import log_requests
 
     assert log_requests([205] * 40, 4096, 1280) == 80 and log_requests([700], 4096, 1280) == 4
-    calls, offs, evs = [], [], []
-    for i in range(20):
-        c = call(S + i * 200 * MS, 150 * MS, 100 + i % 2)
-        calls.append(c)
-        offs.append(off(c, c["ts_ns"] + MS, 140 * MS, 1))
-        evs.append(jev(c["ts_ns"] + MS, "checkpoint", c["tid"], result=0, free=100))
+    calls, offs, evs = _classic_stalls()
     rs = [run_stat(S + i * 100 * MS, i, handles=100, blocks=200, logged=205) for i in range(40)]
     dstat = [{"ts_ns": (i + 1) * S, "interval_ns": S, "dev": "7:0", "role": "data", "lower_dev": "7:9", "read_ios": 0,
               "read_merges": 0, "read_sectors": 0, "write_ios": 400, "write_merges": 0, "write_sectors": 3200,
