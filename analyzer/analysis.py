@@ -18,6 +18,10 @@ from .journals import summary as journal_summary
 from .load import Session, load_session
 from .processes import per_process
 from .recommend import recommendations
+from .xfs_logs import summary as xfs_log_summary
+from .xfs_logs import untraced_waits as xfs_untraced_waits
+from .xfs_logs import waits as xfs_waits
+from .xfs_logs import xfs_only
 from .stalls import DEFAULT_MIN_MS, by_cause, find_stalls
 
 
@@ -44,8 +48,10 @@ class Analysis:
       cost (expensive: a stall); ``untraced_checkpoints``: those outside every traced call;
       ``checkpoint_waits``: per journal, the waits on them judged by the bound of a journal
       big enough (jstall.enough).
-    - ``journals``: one row per journal (journals.summary); ``proc``: agreement with
+    - ``journals``: one row per jbd2 journal (journals.summary); ``proc``: agreement with
       /proc/fs/jbd2 (journals.proc_agreement).
+    - ``xfs_waits``: each XFS log-space wait with its space left, need and the tail's reason;
+      ``xfs_logs``: one row per XFS log, with the kernel's counters beside (xfs_logs).
     - ``calls``: latency statistics per syscall; ``processes``: stall time per process;
       ``devices``: what the block devices under the filesystems did (devices.device_summary);
       ``recommendations``; ``warnings`` and ``notes`` (strings).
@@ -74,6 +80,8 @@ class Analysis:
     calls = _result(call_stats)
     processes = _result(per_process, "stalls")
     devices = _result(device_summary, "stalls")
+    xfs_waits = _result(xfs_waits)
+    xfs_logs = _result(xfs_log_summary, "xfs_waits", "stalls")
     recommendations = _result(recommendations, "journals", "stalls", "causes", "calls", "transactions", "min_ms",
                               "timeline", "checkpoint_waits")
 
@@ -120,7 +128,18 @@ class Analysis:
             n = int(untraced["checkpoints"].sum())
             w.append(f"{n} forced checkpoint{'s' * (n != 1)} ran outside the traced calls: "
                      f"{untraced_text(untraced)}; their waits are in no stall below")
-        if not len(self.session.jbd2_events) and not len(self.session.run_stats):
+        for r in self.xfs_logs.to_dict("records"):   # one row per XFS log
+            if r["sleeps_agree"] is False:
+                w.append(f"{r['dev']}: {r['sleeps']} log-space sleeps recorded, the kernel counted "
+                         f"{r['kernel_sleep_logspace']} (/sys/fs/xfs sleep_logspace): the probes missed some")
+        out = self.xfs_waits[~self.xfs_waits["in_traced_call"].astype(bool)]
+        if len(out):
+            u = xfs_untraced_waits(self.xfs_waits)
+            where = ", ".join(f"{r['comm']} in {r['context']} ({r['waits']}, {r['wait_ms']:,.0f} ms)"
+                              for r in u.head(3).to_dict("records"))
+            w.append(f"{len(out)} XFS log-space wait{'s' * (len(out) != 1)} ran outside the traced calls: {where}; "
+                     "their time is in no stall below")
+        if not len(self.session.jbd2_events) and not len(self.session.run_stats) and not xfs_only(self.session):
             w.append("no jbd2 events in this session: no commit or checkpoint happened while recording, or the journal's device was not traced")
         if len(self.proc):
             bad = self.proc[self.proc["status"] == "disagree"]

@@ -64,6 +64,29 @@ REGISTRY = [
           "a journal large enough for the metadata the workload keeps in the log, fewer logged blocks "
           "(256-byte inodes for extended attributes), or checkpoint writes that do not compete with "
           "log writes (an external journal)"),
+    Cause("log_space",
+          ("xlog_grant_head_wait",),
+          0, "#e6550d",
+          "waiting for XFS log space: the transaction's reservation slept until xfsaild had written "
+          "enough metadata home to move the log's tail (xlog_grant_head_wait)",
+          "a larger log (mkfs.xfs -l size=; an internal log cannot grow later), or a log apart from the "
+          "metadata it waits on (an external log, mkfs.xfs -l logdev=)"),
+    Cause("iclog_space",
+          ("xlog_state_get_iclog_space",),
+          1, "#fd8d3c",
+          "waiting for an XFS in-core log buffer: every one was being written (xlog_state_get_iclog_space)",
+          "more and larger log buffers (mount -o logbufs=8,logbsize=256k) or a faster log device"),
+    Cause("cil_throttle",
+          ("xlog_cil_push_background",),
+          1, "#fdae6b",
+          "throttled by XFS's committed item list: too much metadata waited to be logged "
+          "(xlog_cil_push_background)",
+          "a faster log device (an external log) or larger log buffers; the CIL's limit grows with the log"),
+    Cause("log_force",
+          ("xlog_wait_on_iclog", "xfs_log_force_seq", "__xfs_log_force_lsn"),
+          2, "#756bb1",
+          "waiting for the XFS log to reach the disk (fsync's log force: xfs_log_force_seq -> xlog_wait_on_iclog)",
+          "fewer fsync calls or batching them, or a faster log device (an external log)"),
     Cause("transaction_wait",
           ("wait_transaction_locked", "wait_transaction_switching", "add_transaction_credits",
            "jbd2_journal_wait_updates", "jbd2_journal_lock_updates"),
@@ -78,9 +101,9 @@ REGISTRY = [
           "fast_commit (mkfs.ext4 -O fast_commit) when fsync drives the commits, or a faster journal device"),
     Cause("metadata_io",
           ("__wait_on_buffer", "bit_wait_io", "__bread_slow", "__bread_gfp", "sync_dirty_buffer",
-           "__sync_dirty_buffer"),
+           "__sync_dirty_buffer", "xfs_buf_iowait"),
           2, "#1f77b4",
-          "waiting on a metadata block read or write (buffer I/O: __wait_on_buffer)",
+          "waiting on a metadata block read or write (buffer I/O: __wait_on_buffer, XFS's xfs_buf_iowait)",
           "a device with more random-read/write IOPS for metadata, a warmer cache (more memory), or "
           "fewer metadata blocks touched per call"),
     Cause("data_writeback",

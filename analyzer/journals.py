@@ -285,7 +285,7 @@ def summary(session, timeline, txns, stalls=None):
     from .stalls import journal_limits
 
     limits = journal_limits(session, timeline)
-    meta = {j["dev"]: j for j in session.journals}
+    meta = {j["dev"]: j for j in session.journals if j.get("kind", "jbd2") == "jbd2"}   # XFS: xfs_logs
     ev = session.jbd2_events
     ev_dev = ev["dev"].astype("str").to_numpy(dtype=object)
     t_dev = txns["dev"].to_numpy(dtype=object)

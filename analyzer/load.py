@@ -211,8 +211,9 @@ def load_session(path, tables=None):
 
 
 def _read_or_empty(path, table):
-    """A lab table (schema.LAB_TABLES) is absent from sessions ``jstall record`` wrote: empty."""
-    if table in schema.LAB_TABLES and not (path and os.path.exists(table_path(path, table))):
+    """A lab table (schema.LAB_TABLES) is absent from sessions ``jstall record`` wrote, a later
+    one (schema.LATER_TABLES) from sessions written before it: empty."""
+    if (table in schema.LAB_TABLES or table in schema.LATER_TABLES) and not (path and os.path.exists(table_path(path, table))):
         return empty_table(table)
     return read_table(path, table)
 

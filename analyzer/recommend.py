@@ -148,6 +148,22 @@ def no_stalls(ctx):
     outside them either (else where they ran, and how to trace them)."""
     if len(ctx.stalls):
         return []
+    xw = ctx.session.xfs_waits
+    out = xw[~xw["in_traced_call"].astype(bool)]
+    if len(out):
+        n, ms = len(out), float(out["wait_ns"].sum()) / 1e6
+        return [Recommendation(
+            "untraced_checkpoints",
+            f"No traced call took {ctx.min_ms:g} ms or more, but {n} XFS log-space wait{'s' * (n != 1)} "
+            f"({ms:,.0f} ms) ran outside them. Record again with --calls all, and with those tasks in the "
+            "recording's scope, to see the calls that waited.", inputs={"xfs_waits": n, "wait_ms": ms})]
+    if len(xw):
+        n, ms, longest = len(xw), float(xw["wait_ns"].sum()) / 1e6, float(xw["wait_ns"].max()) / 1e6
+        return [Recommendation(
+            "no_stalls",
+            f"No traced call took {ctx.min_ms:g} ms or more: {n} XFS log-space wait{'s' * (n != 1)} "
+            f"({ms:,.0f} ms, the longest {longest:,.1f} ms) cost less than the threshold each.",
+            inputs={"min_ms": ctx.min_ms, "xfs_waits": n, "wait_ms": ms})]
     untraced = ctx._memo("untraced", lambda: untraced_checkpoints(ctx.session))
     if len(untraced):
         n = int(untraced["checkpoints"].sum())

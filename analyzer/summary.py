@@ -266,7 +266,8 @@ class Summary:
     ``untraced_checkpoints`` (journals.untraced_checkpoints as records: forced checkpoints that
     ran outside the traced calls), ``devices`` (devices.device_summary as records) and
     ``checkpoint_costs`` (checkpoint_cost_summary: forced checkpoints that cost a stall and
-    those that were negligible)."""
+    those that were negligible), ``xfs_logs`` (xfs_logs.summary as records: each XFS log's
+    waits for log space, the tail's reasons and the kernel's counters)."""
 
     session: SessionHeader
     min_ms: float
@@ -286,6 +287,7 @@ class Summary:
     untraced_checkpoints: tuple
     devices: tuple
     checkpoint_costs: dict
+    xfs_logs: tuple = ()
 
 
 def checkpoint_cost_summary(costs):
@@ -414,7 +416,8 @@ def summarize(analysis):
         calls=call_summaries(a.calls), per_process=tuple(json_safe(a.processes.to_dict("records"))),
         untraced_checkpoints=tuple(json_safe(a.untraced_checkpoints.to_dict("records"))),
         devices=tuple(json_safe(a.devices.to_dict("records"))),
-        checkpoint_costs=checkpoint_cost_summary(a.checkpoint_costs))
+        checkpoint_costs=checkpoint_cost_summary(a.checkpoint_costs),
+        xfs_logs=tuple(json_safe(a.xfs_logs.to_dict("records"))))
 
 
 def top_stalls(analysis, n):
@@ -458,5 +461,5 @@ def document(summary, top, recommendations):
         "window": su.window, "notes": list(su.notes), "losses": list(su.losses),
         "recorded_min_ms": su.recorded_min_ms, "requested_min_ms": su.requested_min_ms,
         "per_process": list(su.per_process), "untraced_checkpoints": list(su.untraced_checkpoints),
-        "devices": list(su.devices), "checkpoint_costs": su.checkpoint_costs,
+        "devices": list(su.devices), "checkpoint_costs": su.checkpoint_costs, "xfs_logs": list(su.xfs_logs),
     })

@@ -52,13 +52,25 @@ def session_summary(analysis, top=10):
     if not st.count and su.untraced_checkpoints:
         out.append(f"No stalls in the traced calls (none took {su.min_ms:g} ms or more); but the kernel forced "
                    "checkpoints outside them (see the warning above).")
+    elif not st.count and any(x["waits"] for x in su.xfs_logs):
+        n = sum(x["waits"] for x in su.xfs_logs)
+        ms = sum(x["wait_ms"] for x in su.xfs_logs)
+        longest = max(x["longest_wait_ms"] for x in su.xfs_logs)
+        out.append(f"No call took {su.min_ms:g} ms or more; but {n} XFS log reservation{'s' * (n != 1)} waited for "
+                   f"log space, {ms:,.0f} ms in all, the longest {longest:,.1f} ms (see XFS logs below).")
     elif not st.count:
         out.append(f"No stalls: no call took {su.min_ms:g} ms or more.")
     else:
+        parts = []
+        if su.journals or not su.xfs_logs:
+            parts.append(f"{st.forced.count} forced to wait for log space (jbd2_log_space_left() below "
+                         f"j_max_transaction_buffers, then __jbd2_log_wait_for_space); {st.own_checkpoint} "
+                         "checkpointed in their own task")
+        if su.xfs_logs:
+            n = st.by_cause["log_space"].count
+            parts.append(f"{n} waited for XFS log space most of all (xlog_grant_head_wait)")
         out.append(f"{st.count} stalls (calls >= {su.min_ms:g} ms): {st.total_ms:.0f} ms in all, "
-                   f"worst {st.max_ms:.1f} ms; {st.forced.count} forced to wait for log space "
-                   f"(jbd2_log_space_left() below j_max_transaction_buffers, then __jbd2_log_wait_for_space); "
-                   f"{st.own_checkpoint} checkpointed in their own task.")
+                   f"worst {st.max_ms:.1f} ms; " + "; ".join(parts) + ".")
         if st.queued.count:
             pct = 100 * st.queued.total_ms / st.offcpu_ms if st.offcpu_ms else 0
             who = ", ".join(f"{task} {ms:,.0f} ms" for task, ms in st.queued_behind.items())
@@ -129,6 +141,7 @@ def session_summary(analysis, top=10):
                               "; ".join(x for x in ("disagree on " + ", ".join(bad) if bad else "",
                                                     "too coarse to check " + ", ".join(und) if und else "") if x))
                            + f" ({tol})")
+    out += xfs_log_lines(su)
     if su.devices:
         out.append("")
         out.append("devices (each device's /sys/block stat under the filesystems, sampled while recording; "
@@ -233,3 +246,33 @@ def process_lines(su, top=10):
     align = ["<", ">"] + ([">"] if cg else []) + [">", ">", ">", ">", ">", "<"]
     more = f" (top {top} of {len(procs)})" if len(procs) > top else ""
     return ["", f"stall time by process{more}", text_table(head, rows, align)]
+
+
+def xfs_log_lines(su):
+    """The XFS logs' section: per log its waits for log space against the kernel's count of
+    sleeps, the lowest headroom a wait started from, and what the tail waited for."""
+    if not su.xfs_logs:
+        return []
+    from .xfs_logs import TAIL_REASONS
+
+    out = ["", "XFS logs (a wait: a transaction's reservation slept in xlog_grant_head_wait until the log's "
+           "tail moved)"]
+    rows = []
+    for x in su.xfs_logs:
+        k = x["kernel_sleep_logspace"]
+        rows.append([x["dev"], _f(x["log_mib"], "{:g}"), x["waits"], x["sleeps"], "-" if k is None else k,
+                     _f(x["wait_ms"], "{:,.0f}"), _f(x["longest_wait_ms"], "{:,.1f}"),
+                     x["waits_in_traced_calls"], _f(x["min_headroom_start_pct"])])
+    out.append(text_table(["dev", "log MiB", "waits", "sleeps", "kernel sleeps", "wait ms", "longest ms", "in calls",
+                           "headroom low%"], rows))
+    for x in su.xfs_logs:
+        if x["waits"]:
+            parts = [f"{TAIL_REASONS[r].split(' (')[0]} {x[f'tail_{r}_ms']:,.0f} ms" for r in TAIL_REASONS
+                     if x[f"tail_{r}_ms"] > 0]
+            out.append(f"{x['dev']}: the log's tail waited on " + ", ".join(parts))
+        if x["sleeps_agree"] is not None:
+            out.append(f"{x['dev']}: /sys/fs/xfs sleep_logspace: "
+                       + ("agrees with the sleeps recorded" if x["sleeps_agree"] else "DISAGREES with the sleeps recorded"))
+    out.append("headroom: the grant head's space left (log size - tail space - grants) minus what the ticket "
+               "needs, in % of the log, when it first slept")
+    return out

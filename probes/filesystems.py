@@ -1,11 +1,12 @@
-"""Mounted ext4 filesystems and their journals: device resolution for -d, the
-journal geometry stored in a session's metadata, and /proc/fs/jbd2 statistics."""
+"""Mounted journaling filesystems (ext4 with jbd2, XFS) and their journals: device
+resolution for -d, the journal (or log) geometry stored in a session's metadata, and the
+kernel's own counters read at the start and end (/proc/fs/jbd2, /sys/fs/xfs)."""
 
 import os
 import re
 import stat
 
-from jstall import system
+from jstall import system, xfs
 from jstall.errors import JstallError
 from jstall.system import dumpe2fs
 
@@ -25,18 +26,29 @@ def parse_dev(text):
     return int(major), int(minor)
 
 
-def ext4_mounts():
-    """{'MAJ:MIN': {'mountpoint', 'source', 'options'}} of mounted ext4 filesystems (first mount of each)."""
+#: the filesystems whose journals jstall records, by their mount table type
+FSTYPES = ("ext4", "xfs")
+
+
+def journaled_mounts(fstypes=FSTYPES):
+    """{'MAJ:MIN': {'mountpoint', 'source', 'options', 'fstype'}} of mounted ext4 and XFS
+    filesystems (first mount of each)."""
     mounts = {}
     for m in system.mounts():
-        if m["fstype"] == "ext4" and m["dev"] not in mounts:
-            mounts[m["dev"]] = {"mountpoint": m["mountpoint"], "source": m["source"], "options": m["options"]}
+        if m["fstype"] in fstypes and m["dev"] not in mounts:
+            mounts[m["dev"]] = {"mountpoint": m["mountpoint"], "source": m["source"], "options": m["options"],
+                                "fstype": m["fstype"]}
     return mounts
 
 
+def ext4_mounts():
+    """journaled_mounts() of ext4 only."""
+    return journaled_mounts(("ext4",))
+
+
 def resolve_device(spec, mounts=None):
-    """'MAJ:MIN' of the mounted ext4 named by spec: MAJ:MIN, a block device, or a path on it."""
-    mounts = ext4_mounts() if mounts is None else mounts
+    """'MAJ:MIN' of the mounted ext4 or XFS named by spec: MAJ:MIN, a block device, or a path on it."""
+    mounts = journaled_mounts() if mounts is None else mounts
     if re.fullmatch(r"\d+:\d+", spec):
         dev = spec
     else:
@@ -47,7 +59,8 @@ def resolve_device(spec, mounts=None):
         num = st.st_rdev if stat.S_ISBLK(st.st_mode) else st.st_dev
         dev = f"{os.major(num)}:{os.minor(num)}"
     if dev not in mounts:
-        raise JstallError(f"-d {spec}: device {dev} is not a mounted ext4 filesystem; give a mounted ext4 (see findmnt -t ext4)")
+        raise JstallError(f"-d {spec}: device {dev} is not a mounted ext4 or XFS filesystem; give one of those "
+                          "(see findmnt -t ext4,xfs)")
     return dev
 
 
@@ -68,6 +81,15 @@ def proc_info_name(dev, source, sb):
     return f"{os.path.basename(os.path.realpath(source))}-{inode}"
 
 
+def read_kernel_counters(journal, end):
+    """Read a journal's own counters into its description at ``end`` ('start' or 'end'):
+    jbd2's /proc/fs/jbd2/<name>/info, XFS's /sys/fs/xfs/<name>/stats/stats."""
+    if journal.get("kind") == "xfs":
+        journal[f"xfs_stats_{end}"] = xfs.read_stats(journal["xfs_name"])
+    else:
+        journal[f"proc_info_{end}"] = read_proc_info(journal["proc_info_name"])
+
+
 def read_proc_info(name):
     if not name:
         return None
@@ -80,6 +102,8 @@ def read_proc_info(name):
 
 def describe(dev, mount):
     """The journal description stored in a session's metadata (docs/session-format.md)."""
+    if mount.get("fstype") == "xfs":
+        return describe_xfs(dev, mount)
     source = mount["source"]
     try:
         sb = dumpe2fs(source)
@@ -120,6 +144,43 @@ def describe(dev, mount):
         "proc_info_start": None,
         "proc_info_end": None,
         # the largest request the device takes: how many logged blocks one log write carries
+        "max_request_kib": max_request_kib(dev),
+    }
+
+
+def describe_xfs(dev, mount):
+    """An XFS log's description: its geometry from xfs_info (``log_bytes`` is the kernel's
+    l_logsize), sizes in blocks of the log's block size; the fields of ext4's journal that
+    XFS has not are empty. ``xfs_stats_start``/``_end``: /sys/fs/xfs/<name>/stats/stats."""
+    geo = xfs.xfs_info(mount["mountpoint"])
+    log_dev = None
+    if geo.log_device:
+        try:
+            st = os.stat(geo.log_device)
+            log_dev = f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"
+        except OSError:
+            log_dev = None
+    return {
+        "kind": "xfs",
+        "dev": dev,
+        "device": mount["source"],
+        "mountpoint": mount["mountpoint"],
+        "mount_options": mount["options"],
+        "block_size": geo.block_size,
+        "inode_size": geo.inode_size,
+        "features": [],
+        "journal_features": [],
+        "journal_blocks": geo.log_blocks,
+        "fast_commit_blocks": 0,
+        "max_transaction_blocks": None,
+        "journal_device": log_dev,
+        "fast_commit": False,
+        "proc_info_name": None,
+        "log_bytes": geo.log_bytes,
+        "log_block_size": geo.log_block_size,
+        "xfs_name": xfs.sysfs_name(mount["source"]),
+        "xfs_stats_start": None,
+        "xfs_stats_end": None,
         "max_request_kib": max_request_kib(dev),
     }
 

@@ -36,6 +36,15 @@ def tracepoint_exists(category, event):
     return os.path.isdir(os.path.join(TRACEFS, "events", category, event))
 
 
+def tracepoint_has_field(category, event, field):
+    """Does the tracepoint's record (its format file) have this field?"""
+    try:
+        with open(os.path.join(TRACEFS, "events", category, event, "format")) as f:
+            return any(line.strip().startswith("field:") and line.split(";")[0].split()[-1] == field for line in f)
+    except OSError:
+        return False
+
+
 #: The oldest kernel the probes run on: BPF task storage for tracing programs and
 #: bpf_get_current_task_btf (5.11), ring buffers (5.8), BTF-typed raw tracepoints (5.5).
 OLDEST_KERNEL = (5, 11)

@@ -19,6 +19,14 @@ enum jstall_kind {
 	KIND_CHECKPOINT_STATS,
 	KIND_LOG_TAIL,
 	KIND_FILL,
+	KIND_XFS_WAIT,
+};
+
+/* Which XFS grant head a log-space wait was on (struct xfs_wait_event.head):
+ * xfs_log_reserve waits on the reserve head, xfs_log_regrant on the write head. */
+enum jstall_xfs_head {
+	XFS_HEAD_RESERVE = 0,
+	XFS_HEAD_WRITE,
 };
 
 /* jbd2 lifecycle events (struct jbd2_event.event) */
@@ -202,6 +210,49 @@ struct fill_event {
 	__u32 dev;
 	__u64 ts_ns;
 	struct jstall_fill fill;
+};
+
+/* An XFS log reservation that slept for log space (xlog_grant_head_wait), written when
+ * the reservation returned (xfs_log_reserve_exit / xfs_log_regrant_exit): the ticket, the
+ * grant heads and the tail when it first slept (start_*) and when it got its space (end_*),
+ * and what the AIL and the log did on its filesystem meanwhile. Since 6.11 the heads are
+ * bytes and tail_space is the log's used space up to its tail; before, each head is a
+ * (cycle, bytes) pair and tail_space is 0 (src/jstall/xfs.py has both rules). */
+struct xfs_wait_event {
+	__u32 kind;
+	__u32 dev;
+	__u64 ts_ns;              /* its first xfs_log_grant_sleep */
+	__u64 end_ns;             /* the reservation's exit */
+	struct jstall_task task;
+	__u64 tic;
+	__s32 unit_res;
+	__s32 cnt;
+	__u32 tic_flags;          /* XLOG_TIC_PERM_RESERV = 1 */
+	__u32 head;               /* enum jstall_xfs_head */
+	__u32 sleeps;             /* xfs_log_grant_sleep events: xs_sleep_logspace counts each */
+	__s32 context_nr;         /* the syscall it was in (>= 0), or a jstall_context */
+	__u64 call_ts_ns;         /* the traced call it was in (0: none) */
+	__u32 task_flags;         /* PF_* */
+	__u32 in_traced_call;
+	__u64 start_reserve_bytes;
+	__u64 start_write_bytes;
+	__u64 start_tail_space;
+	__s64 start_tail_lsn;
+	__u64 end_reserve_bytes;
+	__u64 end_write_bytes;
+	__u64 end_tail_space;
+	__s64 end_tail_lsn;
+	__s32 start_reserve_cycle;
+	__s32 start_write_cycle;
+	__s32 end_reserve_cycle;
+	__s32 end_write_cycle;
+	__s32 curr_cycle;
+	__s32 curr_block;
+	__u64 ail_pushes;         /* xfs_ail_push on its filesystem during the wait */
+	__u64 ail_pinned;         /* xfs_ail_pinned: items the AIL could not push until a log force */
+	__u64 ail_locked;         /* xfs_ail_locked: items locked by another task */
+	__u64 ail_flushing;       /* xfs_ail_flushing: items already being written home */
+	__u64 log_forces;         /* xfs_log_force */
 };
 
 #endif

@@ -43,6 +43,10 @@ JBD2_RAW_TRACEPOINTS = (
     "jbd2_lock_buffer_stall", "jbd2_update_log_tail", "jbd2_run_stats", "jbd2_checkpoint_stats",
 )
 EXT4_RAW_TRACEPOINTS = ("ext4_journal_start_sb", "ext4_journal_start_inode")
+#: XFS's tracepoints the XFS_LOG programs attach to (bcc attaches them as it loads the probes)
+XFS_TRACEPOINTS = ("xfs_log_reserve", "xfs_log_regrant", "xfs_log_grant_sleep", "xfs_log_reserve_exit",
+                   "xfs_log_regrant_exit", "xfs_ail_push", "xfs_ail_pinned", "xfs_ail_locked", "xfs_ail_flushing",
+                   "xfs_log_force")
 #: Where a journal handle starts, per kernel (the attach plan): (tracepoint, the program
 #: suffix that serves it), newest kernels first. Since 6.2 ext4 has ext4_journal_start_sb(sb,
 #: ...) and ext4_journal_start_inode(inode, ...); before, one ext4_journal_start(sb, ...),
@@ -141,14 +145,14 @@ class Recorder:
         self.syscall_names = {nr: name for name, nr in self.syscall_numbers.items()}
         if self.handle_waits:
             self.syscall_names.update(events.OP_NAMES)
-        mounts = filesystems.ext4_mounts()
+        mounts = filesystems.journaled_mounts()
         self.devices = list(dict.fromkeys(filesystems.resolve_device(d, mounts) for d in options.devices))
         if options.pid is not None and (options.pid <= 0 or not os.path.exists(f"/proc/{options.pid}")):
             raise JstallError(f"-p {options.pid}: no such process; give the PID of a running process")
         self.journals = {}
         for dev in self.devices:
             self.journals[dev] = filesystems.describe(dev, mounts[dev])
-        if not self.devices:  # every mounted ext4 with a journal (narrowed to those used with a task filter)
+        if not self.devices:  # every mounted ext4 with a journal and XFS (narrowed to those used with a task filter)
             for dev, m in mounts.items():
                 try:
                     self.journals[dev] = filesystems.describe(dev, m)
@@ -194,6 +198,13 @@ class Recorder:
     #: who woke each off-CPU interval inside a traced call is recorded (WAIT_CHAINS)
     wait_chains = True
 
+    @property
+    def xfs_log(self):
+        """The XFS probes are compiled in (XFS_LOG): an XFS is traced and the kernel has its
+        tracepoints (xfs as a module: loaded once an XFS is mounted)."""
+        return (any(j.get("kind") == "xfs" for j in self.journals.values())
+                and all(host.tracepoint_exists("xfs", tp) for tp in XFS_TRACEPOINTS))
+
     def _call_slot_rows(self):
         """{syscall nr: row}: each traced syscall counts its calls in a row of per-CPU array
         slots (call_slots) rather than the call_stats hash; tables.call_counters reads both."""
@@ -228,6 +239,9 @@ class Recorder:
             HANDLE_WAITS=int(self.handle_waits),
             WAIT_CHAINS=int(self.wait_chains),
             TASK_PT_REGS=int((host.kernel_version() or (0, 0)) >= (5, 15)),
+            XFS_LOG=int(self.xfs_log),
+            XFS_GRANT_CYCLES=int(self.xfs_log and not host.tracepoint_has_field("xfs", "xfs_log_grant_sleep",
+                                                                                 "tail_space")),
             SELF_TGID=os.getpid(),
             CALL_SLOTS=max(len(self.call_slots), 1),
             STATS_WAYS=tables.CALL_SLOT_WAYS,
@@ -323,6 +337,10 @@ class Recorder:
             if not (prog in BTF_TRACEPOINTS and self._attach_btf(b, prog, tp)):
                 b.attach_raw_tracepoint(tp=tp.encode(), fn_name=f"rtp_{prog}".encode())
             self.attached.append(f"raw:{cat}:{tp}")
+        if self.xfs_log:   # attached by bcc as it loaded them
+            self.attached += [f"xfs:{tp}" for tp in XFS_TRACEPOINTS]
+        elif any(j.get("kind") == "xfs" for j in self.journals.values()):
+            self.missing += [f"xfs:{tp}" for tp in XFS_TRACEPOINTS if not host.tracepoint_exists("xfs", tp)]
         sched = ["sched_switch"] + (["sched_process_fork"] if self.opts.command_tree or self.opts.pid else [])
         for name in sched:
             if not (name in BTF_TRACEPOINTS and self._attach_btf(b, name)):
@@ -401,7 +419,7 @@ class Recorder:
             self.start_clock = clock()
             self._jiffies_start = host.read_jiffies()
             for j in self.journals.values():  # the kernel's own statistics, from now on traced
-                j["proc_info_start"] = filesystems.read_proc_info(j["proc_info_name"])
+                filesystems.read_kernel_counters(j, "start")
             for name in CHUNKED:
                 os.makedirs(table_path(self.output_dir, name), exist_ok=True)
             if self.opts.device_interval_s:
@@ -541,7 +559,7 @@ class Recorder:
         b.ring_buffer_consume()
         end_clock = clock()
         for j in self.journals.values():
-            j["proc_info_end"] = filesystems.read_proc_info(j["proc_info_name"])
+            filesystems.read_kernel_counters(j, "end")
         self._jiffies_end = host.read_jiffies()
         if self.sampler is not None:
             self.sampler.stop()
@@ -566,7 +584,7 @@ class Recorder:
         mounts = None
         for dev, mtb in self._max_tx.items():
             if dev not in self.journals:  # mounted while recording
-                mounts = filesystems.ext4_mounts() if mounts is None else mounts
+                mounts = filesystems.journaled_mounts() if mounts is None else mounts
                 if dev in mounts:
                     try:
                         self.journals[dev] = filesystems.describe(dev, mounts[dev])

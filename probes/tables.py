@@ -16,7 +16,7 @@ from jstall.schema import FILL_COLUMNS, PHASES, SCHEMAS
 from . import events, filesystems, syscalls
 
 #: tables appended to while recording, one closed chunk per flush
-STREAMED = ("calls", "offcpu", "jbd2_events", "run_stats", "checkpoint_stats", "log_tail", "fill")
+STREAMED = ("calls", "offcpu", "jbd2_events", "run_stats", "checkpoint_stats", "log_tail", "fill", "xfs_waits")
 CHUNKED = STREAMED + ("stacks",)
 #: the in-kernel counters, rewritten whole at every flush: call_histograms, call_totals
 #: counters per syscall row in the probes' call_slots array (their STATS_WAYS; a power of 2)
@@ -34,6 +34,7 @@ def streamed_tables(a, names, hz):
         "checkpoint_stats": ("checkpoint_stats_event", lambda r: checkpoint_stats_table(r, hz)),
         "log_tail": ("log_tail_event", log_tail_table),
         "fill": ("fill_event", fill_table),
+        "xfs_waits": ("xfs_wait_event", lambda r: xfs_waits_table(r, names)),
     }
     return {name: build(a[struct]) for name, (struct, build) in builders.items() if struct in a}
 
@@ -225,6 +226,41 @@ def fill_table(a):
     return _table("fill", {
         "ts_ns": a["ts_ns"].astype(np.int64), "dev": _devs(a["dev"]), **_fill_columns(a),
         "source": pa.array(["handle_start"] * len(a), type=pa.string()),
+    })
+
+
+def xfs_waits_table(a, names):
+    """XFS log-space waits (xfs_wait_event): what each task was doing is the traced call it
+    was in (named as its calls are), else as a handle wait's context."""
+    n = len(a)
+    context = np.full(n, None, dtype=object)
+    for i in range(n):
+        nr, in_call = int(a["context_nr"][i]), bool(a["in_traced_call"][i])
+        context[i] = names.get(nr, f"nr{nr}") if in_call else context_name(nr, int(a["task_flags"][i]))
+    cycles = (a["start_tail_space"] == 0) & ((a["start_reserve_cycle"] != 0) | (a["start_write_cycle"] != 0))
+    lsn = {}
+    for end in ("start", "end"):
+        v = a[f"{end}_tail_lsn"].astype(np.int64)
+        lsn[f"{end}_tail_cycle"], lsn[f"{end}_tail_block"] = v >> 32, v & 0xFFFFFFFF
+    return _table("xfs_waits", {
+        "ts_ns": a["ts_ns"].astype(np.int64), "end_ns": a["end_ns"].astype(np.int64),
+        "wait_ns": (a["end_ns"] - a["ts_ns"]).astype(np.int64), "dev": _devs(a["dev"]), **_task(a),
+        "head": _names(a["head"], events.XFS_HEADS), "ticket": a["tic"].astype(np.int64),
+        "unit_res_bytes": a["unit_res"].astype(np.int64), "cnt": a["cnt"].astype(np.int32),
+        "permanent": (a["tic_flags"] & 1) != 0, "sleeps": a["sleeps"].astype(np.int32),
+        "in_traced_call": a["in_traced_call"] != 0, "call_ts_ns": _masked(a["call_ts_ns"], a["call_ts_ns"] != 0),
+        "context": pa.array(context, type=pa.string()),
+        "start_reserve_bytes": a["start_reserve_bytes"].astype(np.int64),
+        "start_write_bytes": a["start_write_bytes"].astype(np.int64),
+        "start_tail_space_bytes": _masked(a["start_tail_space"], ~cycles),
+        "end_reserve_bytes": a["end_reserve_bytes"].astype(np.int64),
+        "end_write_bytes": a["end_write_bytes"].astype(np.int64),
+        "end_tail_space_bytes": _masked(a["end_tail_space"], ~cycles),
+        **lsn,
+        **{f"{end}_{h}_cycle": _masked(a[f"{end}_{h}_cycle"], cycles) for end in ("start", "end")
+           for h in ("reserve", "write")},
+        "curr_cycle": a["curr_cycle"].astype(np.int64), "curr_block": a["curr_block"].astype(np.int64),
+        **{c: a[c].astype(np.int64) for c in ("ail_pushes", "ail_pinned", "ail_locked", "ail_flushing", "log_forces")},
     })
 
 

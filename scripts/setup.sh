@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 [ "$(id -u)" -eq 0 ] || { echo "setup: run as root (sudo make ...)" >&2; exit 1; }
 
-PKGS="bpfcc-tools python3-bpfcc bpftrace bpftool e2fsprogs util-linux kmod python3-venv python3-pip"
+PKGS="bpfcc-tools python3-bpfcc bpftrace bpftool e2fsprogs xfsprogs util-linux kmod python3-venv python3-pip"
 # The tests render the HTML report in headless Chromium.
 [ "${1:-}" = "test" ] && PKGS="$PKGS chromium"
 # The monitor's tests scrape it with a real Prometheus server and drive 'jstall top' in tmux.

@@ -61,6 +61,18 @@ STACKS = {
     # unknown: labelled by the innermost frames that are neither tracing nor scheduler plumbing
     13: ("other", ["__traceiter_sched_switch", "__schedule", "schedule", "schedule_timeout", "io_schedule_timeout",
                    "bpf_trace_run2", "msleep", "some_driver_wait"]),
+    # XFS: a reservation sleeping for log space; a metadata read under it is the log space
+    14: ("log_space", ["__schedule", "schedule", "xlog_grant_head_wait", "xlog_grant_head_check", "xfs_log_reserve",
+                       "xfs_trans_reserve", "xfs_trans_alloc_icreate", "xfs_create", "xfs_generic_create",
+                       "vfs_mknod", "do_mknodat", "__x64_sys_mknodat"]),
+    15: ("iclog_space", ["__schedule", "schedule", "xlog_wait", "xlog_state_get_iclog_space", "xlog_write",
+                         "xlog_cil_push_work", "process_one_work"]),
+    16: ("cil_throttle", ["__schedule", "schedule", "xlog_wait", "xlog_cil_push_background", "xlog_cil_commit",
+                          "__xfs_trans_commit", "xfs_create", "xfs_generic_create", "vfs_mkdir"]),
+    17: ("log_force", ["__schedule", "schedule", "xlog_wait_on_iclog", "xfs_log_force_seq", "xfs_file_fsync",
+                       "__x64_sys_fsync", "do_syscall_64"]),
+    18: ("metadata_io", ["__schedule", "schedule", "schedule_timeout", "__wait_for_common", "xfs_buf_iowait",
+                         "xfs_buf_read_map", "xfs_trans_read_buf_map", "xfs_imap_to_bp", "xfs_iget"]),
 }
 
 

@@ -47,6 +47,17 @@ class JournalDoc:
     proc_info_name: typing.Optional[str]
     proc_info_start: typing.Optional[str] = None
     proc_info_end: typing.Optional[str] = None
+    #: the device's largest request (queue/max_sectors_kb)
+    max_request_kib: typing.Optional[int] = None
+    #: the journal's kind: "jbd2" (ext4; absent in sessions written before XFS) or "xfs"
+    kind: str = "jbd2"
+    #: XFS: the log's size in bytes (the kernel's l_logsize) and block size, the
+    #: /sys/fs/xfs/<xfs_name> directory, and its stats/stats counters at the start and end
+    log_bytes: typing.Optional[int] = None
+    log_block_size: typing.Optional[int] = None
+    xfs_name: typing.Optional[str] = None
+    xfs_stats_start: typing.Optional[dict] = None
+    xfs_stats_end: typing.Optional[dict] = None
 
 
 @dataclasses.dataclass

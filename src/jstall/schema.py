@@ -75,6 +75,24 @@ COLUMNS = {
         ("freed_blocks", _i64, False),
     ] + _WHO + _FILL,
     "fill": [("ts_ns", _i64, False), ("dev", _str, False)] + _FILL + [("source", _str, False)],
+    # XFS: each log reservation of a traced task that slept for log space (xlog_grant_head_wait),
+    # from its first sleep to the reservation's exit; the grant heads and the tail at both ends
+    # (bytes since 6.11; before, each head a cycle and bytes, tail_space null)
+    "xfs_waits": [("ts_ns", _i64, False), ("end_ns", _i64, False), ("wait_ns", _i64, False), ("dev", _str, False)]
+    + _TASK + [
+        ("head", _str, False), ("ticket", _i64, False), ("unit_res_bytes", _i64, False), ("cnt", _i32, False),
+        ("permanent", _bool, False), ("sleeps", _i32, False), ("in_traced_call", _bool, False),
+        ("call_ts_ns", _i64, True), ("context", _str, True),
+        ("start_reserve_bytes", _i64, False), ("start_write_bytes", _i64, False),
+        ("start_tail_space_bytes", _i64, True), ("start_tail_cycle", _i64, False), ("start_tail_block", _i64, False),
+        ("end_reserve_bytes", _i64, False), ("end_write_bytes", _i64, False),
+        ("end_tail_space_bytes", _i64, True), ("end_tail_cycle", _i64, False), ("end_tail_block", _i64, False),
+        ("start_reserve_cycle", _i64, True), ("start_write_cycle", _i64, True),
+        ("end_reserve_cycle", _i64, True), ("end_write_cycle", _i64, True),
+        ("curr_cycle", _i64, False), ("curr_block", _i64, False),
+        ("ail_pushes", _i64, False), ("ail_pinned", _i64, False), ("ail_locked", _i64, False),
+        ("ail_flushing", _i64, False), ("log_forces", _i64, False),
+    ],
 }
 
 #: Tables a lab run adds to its session (docs/session-format.md); a session without them
@@ -90,6 +108,8 @@ LAB_COLUMNS = {
 COLUMNS.update(LAB_COLUMNS)
 LAB_TABLES = tuple(LAB_COLUMNS)
 
+
+from .session import LATER_TABLES  # noqa: E402,F401 -- tables a session may lack: loaded empty
 
 #: Columns added to the format after sessions were first written: a session without them
 #: loads with nulls (still schema version 1).

@@ -24,7 +24,12 @@ TABLES = (
     "checkpoint_stats",
     "log_tail",
     "fill",
+    "xfs_waits",
 )
+
+#: Tables added to the format after sessions were first written: a session without one
+#: (recorded before, or a monitor capture, which has no XFS probes) loads it empty.
+LATER_TABLES = ("xfs_waits",)
 
 #: jbd2 lifecycle events, in the order a transaction meets them.
 JBD2_EVENTS = (
@@ -85,7 +90,7 @@ def read_metadata(session_dir):
     except (OSError, ValueError) as e:
         raise JstallError(f"{path}: unreadable metadata ({e}); the session is corrupt, record it again") from None
     check_session(meta, session_dir, path)
-    missing = [t for t in TABLES if not table_exists(session_dir, t)]
+    missing = [t for t in TABLES if t not in LATER_TABLES and not table_exists(session_dir, t)]
     if missing:
         raise JstallError(f"{session_dir}: missing tables {', '.join(missing)}; the session is truncated, record it again")
     return meta
