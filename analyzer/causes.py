@@ -77,10 +77,10 @@ REGISTRY = [
           "waiting for an XFS in-core log buffer: every one was being written (xlog_state_get_iclog_space)",
           "more and larger log buffers (mount -o logbufs=8,logbsize=256k) or a faster log device"),
     Cause("cil_throttle",
-          ("xlog_cil_push_background",),
+          ("xlog_cil_push_background", "xlog_cil_commit"),
           1, "#fdae6b",
-          "throttled by XFS's committed item list: too much metadata waited to be logged "
-          "(xlog_cil_push_background)",
+          "waiting on XFS's committed item list: throttled while too much metadata waited to be logged, "
+          "or while a push switched it to a new checkpoint (xlog_cil_commit, xlog_cil_push_background)",
           "a faster log device (an external log) or larger log buffers; the CIL's limit grows with the log"),
     Cause("log_force",
           ("xlog_wait_on_iclog", "xfs_log_force_seq", "__xfs_log_force_lsn"),

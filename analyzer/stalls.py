@@ -91,6 +91,8 @@ def journal_limits(session, timeline):
     samples show, else the metadata's), as a DataFrame indexed by ``dev``."""
     rows = {}
     for j in session.journals:
+        if j.get("kind", "jbd2") != "jbd2":   # an XFS log: no jbd2 limits (xfs_logs)
+            continue
         mtb = j.get("max_transaction_blocks")
         jb = j.get("journal_blocks")
         rows[j["dev"]] = (float(jb) if jb else float("nan"), float(mtb) if mtb else float("nan"))
