@@ -81,7 +81,7 @@ class Analysis:
     processes = _result(per_process, "stalls")
     devices = _result(device_summary, "stalls")
     xfs_waits = _result(xfs_waits)
-    xfs_logs = _result(xfs_log_summary, "xfs_waits", "stalls")
+    xfs_logs = _result(xfs_log_summary, "xfs_waits", "stalls", "checkpoint_waits")
     recommendations = _result(recommendations, "journals", "stalls", "causes", "calls", "transactions", "min_ms",
                               "timeline", "checkpoint_waits")
 

@@ -179,8 +179,12 @@ def checkpoint_waits(session, stalls, costs):
     checkpoints in no stall (in calls under the threshold, outside the traced calls or in
     tasks outside the recording: jbd2_checkpoint_stats' chp_time); ``longest_ms`` one call's
     longest; ``run_ms`` the session's time; ``share`` and ``big_enough``. One row per journal
-    with a forced checkpoint or a stall on one."""
-    cols = ["dev", "wait_ms", "longest_ms", "run_ms", "share", "big_enough"]
+    with a forced checkpoint or a stall on one.
+
+    An XFS log's row (``kind`` "xfs") judges its waits for log space the same way: the
+    stalls' ``log_space_ms`` (queued time included) plus each wait of ``xfs_waits`` in no
+    stall."""
+    cols = ["dev", "wait_ms", "longest_ms", "run_ms", "share", "big_enough", "kind"]
     run_ms = session_span_s(session) * 1e3
     waits = {}
     if len(stalls):
@@ -191,11 +195,26 @@ def checkpoint_waits(session, stalls, costs):
         rest = costs[~costs["expensive"].astype(bool)]
         for dev, ms in rest.groupby(rest["dev"].astype("str"), sort=True)["chp_ms"]:
             waits.setdefault(dev, []).extend(ms.to_numpy(dtype="float64").tolist())
+    xfs_devs = {j["dev"] for j in session.journals if j.get("kind") == "xfs"}
+    xw = session.xfs_waits
+    if len(xw):
+        keys = set()
+        if len(stalls):
+            st = stalls[stalls["log_space_ms"].to_numpy(dtype="float64") > 0]
+            for dev, ms in st.groupby(st["dev"].astype("str"), sort=True)["log_space_ms"]:
+                waits.setdefault(dev, []).extend(ms.to_numpy(dtype="float64").tolist())
+            keys = set(zip(stalls["tid"].astype("int64"), stalls["ts_ns"].astype("int64")))
+        call_ts = xw["call_ts_ns"].astype("Int64").fillna(-1).astype("int64")
+        free = [(t, c) not in keys for t, c in zip(xw["tid"].astype("int64"), call_ts)]
+        for dev, ns in xw[free].groupby(xw["dev"].astype("str")[free], sort=True)["wait_ns"]:
+            waits.setdefault(dev, []).extend((ns.to_numpy(dtype="float64") / 1e6).tolist())
+            xfs_devs.add(dev)
     rows = []
     for dev in sorted(waits):
-        e = enough.judge(sum(waits[dev]), max(waits[dev]), run_ms)
+        kind = "xfs" if dev in xfs_devs else "jbd2"
+        e = enough.judge(sum(waits[dev]), max(waits[dev]), run_ms, kind)
         rows.append({"dev": dev, "wait_ms": e.wait_ms, "longest_ms": e.longest_ms, "run_ms": e.run_ms,
-                     "share": e.share, "big_enough": e.big_enough})
+                     "share": e.share, "big_enough": e.big_enough, "kind": kind})
     return pd.DataFrame(rows, columns=cols)
 
 

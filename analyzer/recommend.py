@@ -30,8 +30,9 @@ from .recording import NOTE_SHARE, losses
 XATTR_SYSCALLS = ("setxattr", "lsetxattr", "fsetxattr", "setxattrat", "removexattr", "lremovexattr",
                   "fremovexattr", "removexattrat")
 FSYNC_SYSCALLS = ("fsync", "fdatasync", "sync_file_range", "msync", "syncfs", "sync")
-#: Causes advised by rules of their own (journal_size, inode_size, external_journal; fast_commit).
-RULE_CAUSES = ("checkpoint", "commit_wait")
+#: Causes advised by rules of their own (journal_size, inode_size, external_journal; fast_commit;
+#: XFS's log_size).
+RULE_CAUSES = ("checkpoint", "commit_wait", "log_space")
 #: The causes whose per-cause advice comes first, in this order (advice with equal stall time
 #: keeps it); every other registered cause follows in registry order.
 ADVICE_FIRST = ("metadata_io", "data_writeback", "device_flush", "transaction_wait")
@@ -87,7 +88,7 @@ class Context:
             w = self.waits
             if w is None:
                 w = checkpoint_waits(self.session, self.stalls, checkpoint_costs(self.session, self.min_ms))
-            return {r["dev"]: judge(r["wait_ms"], r["longest_ms"], r["run_ms"])
+            return {r["dev"]: judge(r["wait_ms"], r["longest_ms"], r["run_ms"], r.get("kind") or "jbd2")
                     for r in w.to_dict("records")}  # one row per journal
 
         e = self._memo("enough", make).get(str(dev))
@@ -449,6 +450,49 @@ def per_cause(ctx):
     return out
 
 
+def log_size(ctx):
+    """XFS: a log that holds what the run logged. An XFS log fills when the metadata it holds
+    is not written home (xfsaild) as fast as new metadata is logged; a log that holds all the
+    run logged (/sys/fs/xfs stats: ``xs_log_blocks`` over the session) waits on nothing.
+    That is the size of this job: a larger one of the kind needs more. No size when the run
+    logged less than the log holds (the waits came from elsewhere: lab tune measures)."""
+    from jstall import xfs
+
+    out = []
+    for j in ctx.session.journals:
+        if j.get("kind") != "xfs":
+            continue
+        dev = j["dev"]
+        e = ctx.enough(dev)
+        if e.big_enough or not e.wait_ms:
+            continue
+        log_mib = (j.get("log_bytes") or 0) / 2**20
+        start, end = j.get("xfs_stats_start"), j.get("xfs_stats_end")
+        blocks = xfs.counter(xfs.stats_delta(start, end), "xs_log_blocks") if start and end else None
+        logged_mib = blocks * 512 / 2**20 if blocks is not None else None
+        inputs = {"log_mib": log_mib, "logged_mib": logged_mib, "wait_ms": e.wait_ms, "longest_ms": e.longest_ms,
+                  "share": e.share}
+        head = f"{dev}: the {_fmt_mib(log_mib)} XFS log is {e.describe()} (jstall's bound: {e.as_dict()['bound']}). "
+        if logged_mib is None or logged_mib <= log_mib:
+            why = (f"The run logged {logged_mib:,.1f} MiB, no more than the log holds: " if logged_mib is not None
+                   else "The kernel's log counters were not read: ")
+            out.append(Recommendation(
+                "log_size", dev=dev, stall_ms_addressed=e.wait_ms, inputs=inputs,
+                text=head + why + "the model gives no size. Measure one: jstall lab tune --fs-type xfs with this "
+                "workload."))
+            continue
+        mib = min(math.ceil(logged_mib), xfs.MAX_LOG_BYTES >> 20)
+        out.append(Recommendation(
+            "log_size", dev=dev, stall_ms_addressed=e.wait_ms, estimate=True, journal_size_mib=float(mib),
+            low_mib=log_mib, high_mib=float(mib), inputs=inputs,
+            text=head + (f"The run logged {logged_mib:,.1f} MiB (the kernel's xs_log_blocks); a log that holds it, "
+                         f"{_fmt_mib(mib)}, would not have waited: up to {e.wait_ms:,.0f} ms removed. mkfs.xfs -l "
+                         f"size={mib}m (an internal log cannot grow: the filesystem is made again), or an external "
+                         "log (mkfs.xfs -l logdev=DEV,size=). A larger job of this kind needs more; "
+                         "jstall lab tune --fs-type xfs measures the smallest.")))
+    return out
+
+
 def generic_causes():
     """Every registered cause not in RULE_CAUSES, ADVICE_FIRST first: its own advice (the
     registry's) is a recommendation of its own kind (per_cause)."""
@@ -464,7 +508,7 @@ def __getattr__(name):
 
 
 #: Every rule, in no particular order (the result is ranked).
-RULES = (lost_events, no_stalls, journal_size, inode_size, external_journal, fast_commit, per_cause)
+RULES = (lost_events, no_stalls, journal_size, inode_size, external_journal, fast_commit, log_size, per_cause)
 #: Kinds ranked before all others whatever their stall time.
 FINDINGS = ("lost_events", "no_stalls", "untraced_checkpoints")
 

@@ -266,6 +266,8 @@ def xfs_log_lines(su):
     out.append(text_table(["dev", "log MiB", "waits", "sleeps", "kernel sleeps", "wait ms", "longest ms", "in calls",
                            "headroom low%"], rows))
     for x in su.xfs_logs:
+        e = enough.judge(x["enough"]["wait_ms"], x["enough"]["longest_ms"], x["enough"]["run_ms"], "xfs")
+        out.append(f"{x['dev']}: log {e.describe()} (bound: {enough.bound('xfs')})")
         if x["waits"]:
             parts = [f"{TAIL_REASONS[r].split(' (')[0]} {x[f'tail_{r}_ms']:,.0f} ms" for r in TAIL_REASONS
                      if x[f"tail_{r}_ms"] > 0]

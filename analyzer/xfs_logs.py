@@ -13,7 +13,9 @@ already being flushed wait for their metadata writeback; locked items for their 
 import numpy as np
 import pandas as pd
 
-from jstall import xfs
+from jstall import enough, xfs
+
+from .journals import session_span_s
 
 #: what the log's tail was waiting for during a wait, by the AIL's dominant event
 TAIL_REASONS = {
@@ -87,7 +89,7 @@ _EMPTY = {"waits": 0, "sleeps": 0, "wait_ms": 0.0, "longest_wait_ms": 0.0, "wait
           "wait_ms_in_traced_calls": 0.0, "min_headroom_start_pct": np.nan, "need_bytes_max": np.nan}
 
 
-def summary(session, waits_, stalls=None):
+def summary(session, waits_, stalls=None, log_waits=None):
     """One row per XFS log: its size and device, the waits (count, sleeps, time, the longest,
     those inside traced calls), the lowest headroom a wait started from, the wait time by
     what the tail waited for (``tail_<reason>_ms``), and the kernel's own counters over the
@@ -95,8 +97,11 @@ def summary(session, waits_, stalls=None):
     ``kernel_log_forces``: /sys/fs/xfs/<name>/stats/stats at the end less the start; None when
     the session has not both) with ``sleeps_agree``: every sleep the kernel counted is a
     recorded one (equal when the session traced every task, at most the kernel's with a task
-    filter)."""
+    filter); ``enough``: whether the log was big enough for the run (jstall.enough, from
+    ``log_waits``, journals.checkpoint_waits' rows)."""
     logs = xfs_journals(session)
+    judged = {} if log_waits is None else {r["dev"]: r for r in log_waits.to_dict("records")}
+    run_ms = session_span_s(session) * 1e3
     task_filter = any((session.meta.get("filters") or {}).get(k) for k in ("pid", "cgroup", "command"))
     rows = []
     for dev, j in logs.items():
@@ -125,6 +130,9 @@ def summary(session, waits_, stalls=None):
             sm = stalls["dev"].astype("str") == dev
             row["stalls"] = int(sm.sum())
             row["stall_ms"] = float(stalls.loc[sm, "latency_ms"].sum())
+        jw = judged.get(dev)
+        row["enough"] = (enough.judge(jw["wait_ms"], jw["longest_ms"], jw["run_ms"], "xfs") if jw
+                         else enough.judge(0.0, 0.0, run_ms, "xfs")).as_dict()
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -9,6 +9,9 @@ nothing:
   time, and
 - no single call waited ``MAX_WAIT_MS`` (10 ms) or more on them.
 
+On XFS the same bound judges the waits for log space (reservations asleep in
+``xlog_grant_head_wait`` until the tail moved, queued waits included): ``kind="xfs"``.
+
 Forced checkpoints themselves may remain: a streaming workload's late checkpoint that writes
 a few blocks home costs a millisecond, and no journal size a host can afford removes every
 one of them. What counts is the time tasks lost.
@@ -20,9 +23,18 @@ from dataclasses import asdict, dataclass
 MAX_SHARE = 0.01
 #: and no single call waiting this long (ms) or longer on them
 MAX_WAIT_MS = 10.0
-#: the definition, as printed beside every verdict
-BOUND = (f"forced-checkpoint waits (every task's, queued ones included) at most {MAX_SHARE:.0%} of the run's time "
-         f"and none of {MAX_WAIT_MS:g} ms or more")
+#: what a journal kind's tasks wait on when its log is too small
+WAITS = {"jbd2": "forced-checkpoint waits", "xfs": "log-space waits"}
+
+
+def bound(kind="jbd2"):
+    """The definition, as printed beside every verdict of a journal kind."""
+    return (f"{WAITS[kind]} (every task's, queued ones included) at most {MAX_SHARE:.0%} of the run's time "
+            f"and none of {MAX_WAIT_MS:g} ms or more")
+
+
+#: the definition for jbd2 (ext4)
+BOUND = bound()
 
 
 @dataclass(frozen=True)
@@ -33,6 +45,7 @@ class Enough:
     wait_ms: float
     longest_ms: float
     run_ms: float
+    kind: str = "jbd2"
 
     @property
     def share(self):
@@ -48,18 +61,19 @@ class Enough:
         'not big enough: …'."""
         verdict = "big enough" if self.big_enough else "not big enough"
         if self.wait_ms <= 0:
-            return f"{verdict}: no forced-checkpoint waits"
-        return (f"{verdict}: {self.wait_ms:,.0f} ms of forced-checkpoint waits, {_pct(self.share)} of the run, "
+            return f"{verdict}: no {WAITS[self.kind]}"
+        return (f"{verdict}: {self.wait_ms:,.0f} ms of {WAITS[self.kind]}, {_pct(self.share)} of the run, "
                 f"the longest {self.longest_ms:,.0f} ms")
 
     def as_dict(self):
-        return {**asdict(self), "share": self.share, "big_enough": self.big_enough, "bound": BOUND}
+        return {**asdict(self), "share": self.share, "big_enough": self.big_enough, "bound": bound(self.kind)}
 
 
-def judge(wait_ms, longest_ms, run_ms):
-    """The Enough verdict of a run whose forced-checkpoint waits total ``wait_ms`` (ms), the
-    longest of one call ``longest_ms``, over ``run_ms`` of run time."""
-    return Enough(float(wait_ms or 0.0), float(longest_ms or 0.0), float(run_ms or 0.0))
+def judge(wait_ms, longest_ms, run_ms, kind="jbd2"):
+    """The Enough verdict of a run whose waits for log space (forced checkpoints on jbd2,
+    ``kind="xfs"``: XFS reservations) total ``wait_ms`` (ms), the longest of one call
+    ``longest_ms``, over ``run_ms`` of run time."""
+    return Enough(float(wait_ms or 0.0), float(longest_ms or 0.0), float(run_ms or 0.0), kind)
 
 
 def _pct(share):

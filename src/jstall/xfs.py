@@ -42,6 +42,10 @@ from dataclasses import asdict, dataclass, field
 
 from jstall.errors import JstallError
 
+#: The largest log mkfs.xfs makes (xfs_fs.h: ``XFS_MAX_LOG_BYTES``, 2 GiB less
+#: ``XFS_MIN_LOG_BYTES``, 10 MiB)
+MAX_LOG_BYTES = (2 << 30) - (10 << 20)
+
 #: LSN blocks are 512-byte basic blocks (``BBTOB(bb) = bb << BBSHIFT``, BBSHIFT 9)
 BBSIZE = 512
 #: an LSN's cycle is its high 32 bits
