@@ -1,4 +1,4 @@
-"""`jstall lab run` as a library: a scratch ext4, a recording, a pattern's timed phases.
+"""`jstall lab run` as a library: a scratch ext4 or XFS, a recording, a pattern's timed phases.
 
     from jstall.workloads.lab import LabConfig, run_lab
     result = run_lab(LabConfig(fs=FsConfig(...), pattern="xattr", params={"files": 200}, output_dir="s1"))
@@ -10,8 +10,8 @@ fork to the moment its work is durable on the emulated device: after the last jo
 (``returned_ns``), the lab calls syncfs(2) on the scratch filesystem and then waits until no
 request is in flight on its loop devices, upper and lower (``end_ns``). ``durable_s`` (also
 ``seconds``) and every rate use that end; ``returned_s`` is the time until the jobs returned.
-A throttled device serves long after the calls return (ext4 and jbd2 write metadata and the
-journal in the background), so timing to the return leaves most of the device's work out.
+A throttled device serves long after the calls return (ext4 and jbd2, or XFS and its log
+worker, write metadata and the journal in the background), so timing to the return leaves most of the device's work out.
 """
 
 import ctypes
@@ -254,7 +254,8 @@ def run_lab(cfg, before_phase=None, console=None, out=None):
         for r in roots:
             os.mkdir(r)
         fs.sync()
-        lab.dumpe2fs = {k: v for k, v in fs.dumpe2fs().items() if k not in ("raw", "journal_raw")}
+        # the geometry read back (dumpe2fs for ext4, xfs_db for XFS), under the lab's key "dumpe2fs"
+        lab.dumpe2fs = {k: v for k, v in fs.geometry().items() if k not in ("raw", "journal_raw")}
         lab.filesystem = fs.describe()
         if cfg.record:
             from jstall.probes.recorder import Recorder, RecordOptions
@@ -344,16 +345,24 @@ def _num(v, fmt="{:,.1f}"):
 def print_summary(result, out):
     lab = result.lab
     c, sb = lab["config"], lab.get("dumpe2fs") or {}
-    jdesc = (f"external journal {sb.get('journal_blocks')} blocks" if sb.get("external_journal")
-             else f"journal {sb.get('journal_blocks')} blocks")
+    fs_type = c.get("fs_type") or "ext4"
+    word = "log" if fs_type == "xfs" else "journal"
+    jdesc = (f"external {word} {sb.get('journal_blocks')} blocks" if sb.get("external_journal")
+             else f"{word} {sb.get('journal_blocks')} blocks")
     limits = lab.get("filesystem", {}).get("throttles") or {}
     lim = "; ".join(f"{d} " + ",".join(f"{k}={v}" for k, v in L.items() if v) for d, L in limits.items()) or "none"
     print(f"lab {lab['pattern']}: {', '.join(f'{k}={v}' for k, v in lab['params'].items())}; jobs={lab['jobs']} "
           f"seed={lab['seed']}", file=out)
-    print(f"ext4 {c['fs_size']} on {lab.get('filesystem', {}).get('device')}: {sb.get('block_size')}-byte blocks, "
-          f"{sb.get('inode_size')}-byte inodes, {jdesc} ({sb.get('journal_bytes', 0) >> 20} MiB), "
-          f"data={c['data_mode']}{', fast_commit' if sb.get('fast_commit') else ''}; throttle "
-          f"({lab.get('filesystem', {}).get('throttle_mode', 'direct')}, on the lower device): {lim}", file=out)
+    if fs_type == "xfs":
+        bufs = ", ".join(f"{k}={v}" for k, v in (("logbsize", c.get("log_buffer_size")), ("logbufs", c.get("log_buffers")))
+                         if v is not None) or "default log buffers"
+        mode = f"{sb.get('ag_count')} allocation groups, {bufs}"
+    else:
+        mode = f"data={c['data_mode']}{', fast_commit' if sb.get('fast_commit') else ''}"
+    print(f"{fs_type} {c['fs_size']} on {lab.get('filesystem', {}).get('device')}: {sb.get('block_size')}-byte blocks, "
+          f"{sb.get('inode_size')}-byte inodes, {jdesc} ({(sb.get('journal_bytes') or 0) >> 20} MiB), "
+          f"{mode}; throttle ({lab.get('filesystem', {}).get('throttle_mode', 'direct')}, on the lower device): {lim}",
+          file=out)
     print(f"{'PHASE':<12} {'DURABLE_S':>9} {'RETURNED_S':>10} {'OPS':>10} {'UNIT':<9} {'RATE/s':>11} {'KiB/s':>10} "
           f"{'DEV_WRITES':>10} {'DEV_READS':>9}", file=out)
     for p in lab["phases"]:

@@ -16,9 +16,9 @@ from .options import (ALL_OPTIONS, FS_OPTIONS, PATTERN_NAMES, PATTERN_OPTIONS, R
 from .options import flag as _flag
 
 DESCRIPTION = """\
-Reproduce journal stalls on scratch ext4 filesystems. 'run' makes a loop-device ext4 with
-the options given (journal size, inode size, external journal, fast_commit, data mode, a
-slow-device profile), records with jstall's probes while a workload pattern runs on it
+Reproduce journal stalls on scratch ext4 or XFS filesystems. 'run' makes a loop-device ext4
+(or XFS, --fs-type xfs) with the options given (journal or log size, inode size, external
+journal or log, fast_commit, data mode, log buffers, a slow-device profile), records with jstall's probes while a workload pattern runs on it
 (xattr, fdtree, smallfile, or any command), times each phase, and removes everything
 again, leaving a session directory whose metadata holds the configuration and the phase
 timings. 'sweep' runs 'run' over every combination of comma-separated option values.
@@ -48,6 +48,9 @@ examples:
   sudo jstall lab run xattr --fs-size 256M --journal-size 4M --inode-size 256 \\
       --files 3000 --updates 12000 --write-iops 2000 -o i256
   jstall analyze i128
+  # the same updates on XFS: an 8 MiB log, 64 KiB log buffers (mount -o logbsize=64k)
+  sudo jstall lab run xattr --fs-type xfs --fs-size 320M --journal-size 8M --log-buffer-size 64K \\
+      --files 3000 --updates 12000 --write-iops 2000 -o xfs8m
   # the full-size classic report (5,000 files, 2 attributes of 16 bytes, 54,247 updates) on a
   # disk that takes 200 writes/s: minutes with a 32 MiB journal and 128-byte inodes
   sudo jstall lab run xattr --inode-size 128 --journal-size 32M --write-iops 200 -o classic
@@ -69,6 +72,8 @@ examples:
   jstall analyze sweep1
   # metadata rates against journal size, shallow and deep trees (booleans take on,off)
   sudo jstall lab sweep fdtree --shape shallow,deep --journal-size 16M,64M,256M,1G -o fdtree-sweep
+  # ext4 against XFS, each with a 16 MiB and a 64 MiB journal (log)
+  sudo jstall lab sweep fdtree --fs-type ext4,xfs --journal-size 16M,64M --write-iops 1000 -o ext4-xfs
   # internal against external journal, the filesystem on an emulated disk
   sudo jstall lab sweep smallfile --device-profile hdd --journal-device off,on --repeat 2 -o extj
 """
@@ -147,7 +152,7 @@ def add_arguments(parser):
     sub = parser.add_subparsers(dest="lab_command", metavar="ACTION")
     sub.required = True
     fmt = argparse.RawDescriptionHelpFormatter
-    run = sub.add_parser("run", help="one run: scratch ext4, record a pattern, tear down", formatter_class=fmt,
+    run = sub.add_parser("run", help="one run: scratch ext4 or XFS, record a pattern, tear down", formatter_class=fmt,
                          description=DESCRIPTION, epilog=RUN_EXAMPLES)
     run.add_argument("pattern", choices=PATTERN_NAMES, help="the workload")
     run.add_argument("-o", "--output", metavar="DIR", help="session directory (default jstall-lab-PATTERN-TIME)")

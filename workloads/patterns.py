@@ -151,7 +151,8 @@ class XattrPattern(Pattern):
         p = self.params
         # an ext4 attribute block: 32-byte header, per entry 16 bytes + name (4-aligned) + value (4-aligned)
         need = 32 + p["attrs"] * (16 + 4 + -(-p["attr_size"] // 4) * 4 + 4)
-        if need > fs_cfg.block_size:
+        # (XFS spills attributes that outgrow one block into an attribute tree)
+        if need > fs_cfg.block_size and fs_cfg.fs_type == "ext4":
             raise JstallError(f"--attrs {p['attrs']} of --attr-size {p['attr_size']} need {need} bytes, more than one "
                               f"{fs_cfg.block_size}-byte attribute block; give fewer or smaller attributes")
         inodes = fs_cfg.fs_bytes // 16384

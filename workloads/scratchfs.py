@@ -1,11 +1,14 @@
 """The scratch filesystem: ``ScratchFs`` makes an emulated device (loop devices over image
-files, throttled), formats and mounts ext4 on it, reads its geometry back, and undoes it all on
-exit (see jstall.workloads.scratch for the whole picture)."""
+files, throttled), formats and mounts ext4 or XFS on it, reads its geometry back (dumpe2fs,
+xfs_db), and undoes it all on exit (see jstall.workloads.scratch for the whole picture)."""
 
 import json
+import logging
 import os
 import re
+import shutil
 import signal
+import subprocess
 import time
 import uuid
 
@@ -17,6 +20,8 @@ from .cleanup import undo_run
 from .loopdev import LAB_NEEDS_ROOT, dev_of, loop_backing_files, read_inflight, run_tool, syncfs
 from .rundir import MARKER, check_free_space, prepare_scratch, write_json
 
+log = logging.getLogger(__name__)
+
 
 class Terminated(KeyboardInterrupt):
     """SIGTERM arrived while a scratch filesystem was set up (handled like Ctrl-C)."""
@@ -27,10 +32,71 @@ def _int(text):
     return int(m.group(1)) if m else None
 
 
+def mkfs_xfs(args, device, env=None):
+    """Run mkfs.xfs ARGS DEVICE (``env``: variables added to the environment); raise
+    JstallError quoting its reason -- the line before its usage text -- with a hint for a
+    log it finds too small or too large."""
+    res = subprocess.run(["mkfs.xfs", *args, device], capture_output=True, text=True,
+                         env={**os.environ, **(env or {})})
+    if res.returncode == 0:
+        return res.stdout
+    reason = xfs_reason(res.stderr or res.stdout) or f"exit status {res.returncode}"
+    raise JstallError(f"mkfs.xfs {' '.join(args)} failed: {reason}{_mkfs_xfs_hint(reason, args)}")
+
+
+def xfs_reason(text):
+    """mkfs.xfs's reason for a refusal: the last line before the usage text it prints after it."""
+    lines = [ln.strip() for ln in text.splitlines()]
+    if any(ln.startswith("Usage:") for ln in lines):
+        lines = lines[:next(i for i, ln in enumerate(lines) if ln.startswith("Usage:"))]
+    lines = [ln for ln in lines if ln]
+    return lines[-1] if lines else None
+
+
+def _mkfs_xfs_hint(reason, args):
+    bs = 4096
+    for opt, val in zip(args, args[1:]):
+        if opt == "-b" and val.startswith("size="):
+            bs = int(val[len("size="):])
+    m = re.search(r"minimum size is (\d+) blocks", reason)
+    if m and "log" in reason:
+        need = int(m.group(1)) * bs
+        return f" (give --journal-size {-(-need // (1 << 20))}M or more)"
+    m = re.search(r"(?:must be less than|maximum size is) (\d+)", reason)
+    if m and "log" in reason:
+        return f" (give --journal-size {int(m.group(1)) * bs >> 20}M or less, or a larger --fs-size)"
+    return ""
+
+
+def parse_xfs_db(text):
+    """{field: text} of `xfs_db -c 'sb 0' -c print -c version` output, and 'features': the
+    version line's feature names (lower case)."""
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(" = ")
+        if not sep:
+            continue
+        key = key.strip()
+        if key.startswith("versionnum ["):
+            out["features"] = [f.lower() for f in value.strip().split(",") if f]
+        else:
+            out[key] = value.strip()
+    return out
+
+
+def xfs_superblock(device, log_device=None):
+    """The XFS superblock of ``device`` read with xfs_db (read-only; ``log_device``: its external
+    log's device) as parse_xfs_db() returns it."""
+    cmd = ["xfs_db", "-r"] + (["-l", log_device] if log_device else []) + ["-c", "sb 0", "-c", "print", "-c",
+                                                                           "version", device]
+    return parse_xfs_db(run_tool(cmd, "xfs_db"))
+
+
 class ScratchFs:
-    """A mounted scratch ext4 (see the module docstring). Attributes once entered:
+    """A mounted scratch ext4 or XFS (see the module docstring; ``cfg.fs_type``). Attributes once entered:
     ``mountpoint``, ``device`` ('/dev/loopN', the filesystem's device), ``dev`` ('MAJ:MIN'),
-    ``journal_device`` ('/dev/loopM' or None), ``journal_dev`` ('MAJ:MIN' or None),
+    ``journal_device`` ('/dev/loopM' or None: the external journal's, or XFS log's, device),
+    ``journal_dev`` ('MAJ:MIN' or None),
     ``lower_device``/``lower_dev`` and ``journal_lower_device``/``journal_lower_dev`` (the
     loop devices under them that carry the throttle rules and serve every request; the same
     as the upper ones with throttle_mode "direct"), ``run_dir``, ``limits`` ({'MAJ:MIN':
@@ -54,6 +120,11 @@ class ScratchFs:
         cfg = self.cfg
         system.require_root(LAB_NEEDS_ROOT)
         cfg.validate()
+        if cfg.xfs:
+            missing = [t for t in ("mkfs.xfs", "xfs_db") if shutil.which(t) is None]
+            if missing:
+                raise JstallError(f"--fs-type xfs needs xfsprogs ({', '.join(missing)} not found): install it "
+                                  "(Debian: apt install xfsprogs)")
         data_limits = cfg.data_limits()
         journal_limits = cfg.journal_limits() if cfg.journal_device else throttle.Limits()
         if data_limits or journal_limits:
@@ -125,17 +196,15 @@ class ScratchFs:
                 f.truncate(cfg.journal_image_bytes)
             self.journal_device, self.journal_lower_device = self._device(jimg)
             self.journal_dev, self.journal_lower_dev = dev_of(self.journal_device), dev_of(self.journal_lower_device)
-            run_tool(["mkfs.ext4", "-q", "-F", "-O", "journal_dev", "-b", str(cfg.block_size), self.journal_device],
-                 "mkfs.ext4 -O journal_dev")
+            if not cfg.xfs:  # an XFS log device needs no format of its own: mkfs.xfs writes the log
+                run_tool(["mkfs.ext4", "-q", "-F", "-O", "journal_dev", "-b", str(cfg.block_size), self.journal_device],
+                         "mkfs.ext4 -O journal_dev")
         self.device, self.lower_device = self._device(data_img)
         self.dev, self.lower_dev = dev_of(self.device), dev_of(self.lower_device)
-        args = cfg.mkfs_args()
-        if cfg.journal_device:
-            args += ["-J", f"device={self.journal_device}"]
-        run_tool(["mkfs.ext4", *args, self.device], "mkfs.ext4 " + " ".join(args))
-        self._sb = self._read_dumpe2fs()
-        run_tool(["mount", "-t", "ext4", "-o", cfg.mount_opts(self.journal_device), self.device, self.mountpoint],
-             f"mount -o {cfg.mount_opts(self.journal_device)} (see dmesg for the option ext4 refused)")
+        if cfg.xfs:
+            self._make_xfs()
+        else:
+            self._make_ext4()
         self._mounted = True
         self._save_marker()
         for dev, limits in ((self.lower_dev, data_limits), (self.journal_lower_dev, journal_limits)):
@@ -145,6 +214,30 @@ class ScratchFs:
                 self._save_marker()
                 throttle.apply(dev, limits)
                 self.limits[dev] = limits
+
+    def _make_ext4(self):
+        cfg = self.cfg
+        args = cfg.mkfs_args(self.journal_device)
+        run_tool(["mkfs.ext4", *args, self.device], "mkfs.ext4 " + " ".join(args))
+        self._sb = self._read_dumpe2fs()
+        opts = cfg.mount_opts(self.journal_device)
+        run_tool(["mount", "-t", "ext4", "-o", opts, self.device, self.mountpoint],
+                 f"mount -o {opts} (see dmesg for the option ext4 refused)")
+
+    def _make_xfs(self):
+        """mkfs.xfs (with xfsprogs' test-harness variables when it would refuse the filesystem
+        otherwise: under 300 MB, a log under 64 MiB, one allocation group; the kernel mounts
+        them), the superblock read back, mount -t xfs."""
+        cfg = self.cfg
+        args = cfg.mkfs_args(self.journal_device)
+        env = cfg.mkfs_env(self.device, self.run_dir)
+        if env:
+            log.debug("mkfs.xfs with %s set: %s", ", ".join(env), "; ".join(cfg.xfs_unsupported()))
+        mkfs_xfs(args, self.device, env)
+        self._sb = self._read_xfs()
+        opts = cfg.mount_opts(self.journal_device)
+        run_tool(["mount", "-t", "xfs"] + (["-o", opts] if opts else []) + [self.device, self.mountpoint],
+                 f"mount -t xfs{' -o ' + opts if opts else ''} (see dmesg for the option xfs refused)")
 
     # ---- read-back ------------------------------------------------------------------
 
@@ -156,6 +249,7 @@ class ScratchFs:
         bs = _int(raw.get("Block size"))
         feats = raw.get("Filesystem features", "").split()
         return {
+            "fs_type": "ext4",
             "block_size": bs,
             "inode_size": _int(raw.get("Inode size")),
             "block_count": _int(raw.get("Block count")),
@@ -175,12 +269,46 @@ class ScratchFs:
             "journal_raw": jraw or None,
         }
 
-    def dumpe2fs(self, refresh=False):
-        """The filesystem's real geometry read back with `dumpe2fs -h` after mkfs (sizes in
-        blocks of ``block_size`` bytes; ``raw`` holds every field as text)."""
+    def _read_xfs(self):
+        raw = xfs_superblock(self.device, self.journal_device)
+        bs, lb = _int(raw.get("blocksize")), _int(raw.get("logblocks"))
+        log_start = _int(raw.get("logstart"))
+        return {
+            "fs_type": "xfs",
+            "block_size": bs,
+            "inode_size": _int(raw.get("inodesize")),
+            "block_count": _int(raw.get("dblocks")),
+            "inode_count": _int(raw.get("icount")),
+            "features": raw.get("features", []),
+            "journal_blocks": lb,
+            "journal_bytes": lb * bs if lb and bs else None,
+            "external_journal": log_start == 0,
+            "ag_count": _int(raw.get("agcount")),
+            "ag_blocks": _int(raw.get("agblocks")),
+            "log_start": log_start,
+            "log_stripe_unit_bytes": _int(raw.get("logsunit")),
+            "sector_size": _int(raw.get("sectsize")),
+            "log_sector_size": _int(raw.get("logsectsize")) or _int(raw.get("sectsize")),
+            "uuid": raw.get("uuid"),
+            "raw": {k: v for k, v in raw.items() if k != "features"},
+        }
+
+    def geometry(self, refresh=False):
+        """The filesystem's real geometry read back after mkfs: ext4's from `dumpe2fs -h`, XFS's
+        superblock from xfs_db. Both give ``fs_type``, ``block_size``, ``inode_size``,
+        ``block_count``, ``inode_count``, ``features``, ``journal_blocks`` (the journal's or
+        log's, in blocks of ``block_size`` bytes), ``journal_bytes``, ``external_journal`` and
+        ``raw`` (every field as text); the rest is the type's own (docs/lab.md)."""
         if refresh or self._sb is None:
-            self._sb = self._read_dumpe2fs()
+            self._sb = self._read_xfs() if self.cfg.xfs else self._read_dumpe2fs()
         return json.loads(json.dumps(self._sb))
+
+    def dumpe2fs(self, refresh=False):
+        """The ext4 geometry read back with `dumpe2fs -h` after mkfs (sizes in blocks of
+        ``block_size`` bytes; ``raw`` holds every field as text): geometry() of an ext4."""
+        if self.cfg.xfs:
+            raise JstallError("dumpe2fs reads ext4; this scratch filesystem is XFS: use geometry()")
+        return self.geometry(refresh)
 
     def mount_options(self):
         """The options /proc/mounts shows for the mount point."""
@@ -201,6 +329,7 @@ class ScratchFs:
     def describe(self):
         """JSON-ready description: devices, mount, throttles."""
         return {
+            "fs_type": self.cfg.fs_type,
             "device": self.device, "dev": self.dev, "journal_device": self.journal_device,
             "journal_dev": self.journal_dev, "mountpoint": self.mountpoint,
             "mount_options": self.mount_options() if self._mounted else None,
@@ -209,6 +338,7 @@ class ScratchFs:
             "lower_device": self.lower_device, "lower_dev": self.lower_dev,
             "journal_lower_device": self.journal_lower_device, "journal_lower_dev": self.journal_lower_dev,
             "throttles": {dev: lim.as_dict() for dev, lim in self.limits.items()},
+            "mkfs_test_harness": self.cfg.xfs_unsupported(),
         }
 
     def emulated_devices(self):

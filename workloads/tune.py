@@ -234,6 +234,11 @@ def tune(pattern, params=None, fs=None, jobs=1, seed=1, threshold_ms=10.0, max_m
     console = console or sys.stderr
     fs = fs or FsConfig()
     params = dict(params or {})
+    if fs.fs_type == "xfs":
+        # the search, its bounds, comparisons and advice check are ext4's (module docstring)
+        raise JstallError("lab tune searches an ext4 journal (jbd2's forced checkpoints, 256-byte inodes, "
+                          "fast_commit); compare XFS log sizes with jstall lab sweep --fs-type xfs --journal-size "
+                          "8M,16M,32M,64M and jstall analyze")
     if fs.journal_device:
         raise JstallError("lab tune searches an internal journal's size; drop --journal-device (an external journal "
                           "is one of the comparisons)")
