@@ -1,7 +1,8 @@
 """Prometheus metrics of the monitor: a custom collector that reads the BPF maps and the
 tracer's running totals at scrape time (nothing is exported per event).
 
-Labels are bounded: ``device`` (MAJ:MIN of a traced ext4), ``op`` (journal_start,
+Labels are bounded: ``device`` (MAJ:MIN of a traced ext4 or XFS), ``head`` (an XFS grant
+head), ``op`` (journal_start,
 sync_file, or a syscall name with --syscalls), ``cause`` (the analyzer's taxonomy),
 ``phase`` (a jbd2 commit phase), ``mode`` (forced or background), ``buffer``, ``program``,
 ``result``. Never a pid, comm or path.
@@ -11,6 +12,7 @@ import collections
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
+from . import xfslogs
 from .tracer import PHASE_BUCKETS_S, PHASES
 
 #: the in-kernel log2 buckets exported as classic ``le`` buckets: bucket i holds latencies in
@@ -116,6 +118,7 @@ class MonitorCollector:
                                             for le, n in zip(PHASE_BUCKETS_S, cum)], total)
         yield from fams.values()
         yield from (tx, logged, cps, cps_stall, cpw, phase)
+        yield from xfslogs.collect(xfslogs.xfs_logs(t.journals))
 
         lost = CounterMetricFamily("jstall_events_lost", "Records the probes could not hand over (ring buffer "
                                    "full, stack table full) and flight-buffer records dropped over its bound.",

@@ -109,7 +109,8 @@ def run(args):
         server.start()
         what = ", ".join(tracer.journals) or "every ext4"
         host, port = server.address[:2]
-        print(f"Tracing ext4 journals on {what}; metrics on http://{host}:{port}/metrics"
+        kinds = "ext4 journals" + (" and XFS logs" if any(j.get("kind") == "xfs" for j in tracer.journals.values()) else "")
+        print(f"Tracing {kinds} on {what}; metrics on http://{host}:{port}/metrics"
               f"{'; captures in ' + args.capture_dir if args.capture_dir else ''}... Hit Ctrl-C to end.",
               file=sys.stderr, flush=True)
         if not args.quiet:

@@ -142,6 +142,9 @@ class Tracer(Recorder):
 
     #: the monitor attaches no sched_waking: its stalls are classified as they end
     wait_chains = False
+    #: nor the recorder's XFS probes: an XFS log's metrics come from the kernel's own
+    #: counters at scrape time (xfslogs)
+    xfs_log = False
 
     @property
     def handle_waits(self):

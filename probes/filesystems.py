@@ -85,7 +85,11 @@ def read_kernel_counters(journal, end):
     """Read a journal's own counters into its description at ``end`` ('start' or 'end'):
     jbd2's /proc/fs/jbd2/<name>/info, XFS's /sys/fs/xfs/<name>/stats/stats."""
     if journal.get("kind") == "xfs":
-        journal[f"xfs_stats_{end}"] = xfs.read_stats(journal["xfs_name"])
+        stats = xfs.read_stats(journal["xfs_name"])
+        # JSON keys are text: a value past the names the kernel's lines have here is kept by
+        # its position, "0", "1", ... (analyzer.xfs_logs reads them back)
+        journal[f"xfs_stats_{end}"] = ({line: {str(k): v for k, v in values.items()} for line, values in stats.items()}
+                                       if stats is not None else None)
     else:
         journal[f"proc_info_{end}"] = read_proc_info(journal["proc_info_name"])
 

@@ -29,7 +29,8 @@
  *   WAIT_CHAINS       who woke each off-CPU interval inside a traced call (sched_waking)
  *   XFS_LOG           XFS log reservations: a traced call's XFS device, and each log-space
  *                     wait of a traced task with the grant heads and what the AIL did
- *                     (XFS_GRANT_CYCLES: the kernel's heads are (cycle, bytes), before 6.11)
+ *                     (XFS_GRANT_CYCLES: the kernel's heads are (cycle, bytes), before 6.11;
+ *                     XFS_TRACE_TIC: its tracepoints carry the ticket's address)
  */
 #ifndef TRACE_SYSCALLS
 #define TRACE_SYSCALLS 1
@@ -71,6 +72,9 @@
 #endif
 #ifndef XFS_GRANT_CYCLES
 #define XFS_GRANT_CYCLES 0
+#endif
+#ifndef XFS_TRACE_TIC
+#define XFS_TRACE_TIC 1   /* the loggrant tracepoints carry the ticket (since 6.11) */
 #endif
 /* any task filter: jbd2 events are kept only for journals the traced tasks used */
 #define FILTER_TASKS (FILTER_PID || FILTER_TREE || FILTER_CGROUP)
@@ -1559,7 +1563,9 @@ TRACEPOINT_PROBE(xfs, xfs_log_grant_sleep)
 		return 0;
 	w->ts_ns = bpf_ktime_get_ns();
 	struct xfs_wait_event *e = &w->e;
+#if XFS_TRACE_TIC
 	e->tic = args->tic;
+#endif
 	e->unit_res = args->unit_res;
 	e->cnt = args->cnt;
 	e->tic_flags = args->flags;

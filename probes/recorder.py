@@ -202,7 +202,8 @@ class Recorder:
     def xfs_log(self):
         """The XFS probes are compiled in (XFS_LOG): an XFS is traced and the kernel has its
         tracepoints (xfs as a module: loaded once an XFS is mounted)."""
-        return (any(j.get("kind") == "xfs" for j in self.journals.values())
+        return (not getattr(self, "_xfs_refused", None)
+                and any(j.get("kind") == "xfs" for j in self.journals.values())
                 and all(host.tracepoint_exists("xfs", tp) for tp in XFS_TRACEPOINTS))
 
     def _call_slot_rows(self):
@@ -242,6 +243,7 @@ class Recorder:
             XFS_LOG=int(self.xfs_log),
             XFS_GRANT_CYCLES=int(self.xfs_log and not host.tracepoint_has_field("xfs", "xfs_log_grant_sleep",
                                                                                  "tail_space")),
+            XFS_TRACE_TIC=int(self.xfs_log and host.tracepoint_has_field("xfs", "xfs_log_grant_sleep", "tic")),
             SELF_TGID=os.getpid(),
             CALL_SLOTS=max(len(self.call_slots), 1),
             STATS_WAYS=tables.CALL_SLOT_WAYS,
@@ -289,6 +291,10 @@ class Recorder:
         try:
             return BPF(src_file=BPF_SOURCE.encode(), cflags=cflags)
         except Exception as e:
+            if self.xfs_log:   # this kernel's XFS tracepoints: the rest is recorded without them
+                self._xfs_refused = f"the XFS programs did not compile ({e})"
+                log.warning("%s; recording without XFS log waits", self._xfs_refused)
+                return self._compile()
             raise JstallError(
                 f"bcc could not compile the probes ({e}); if it says headers are missing, run "
                 "'sh scripts/setup.sh' (builds the generic-header fallback) or install linux-headers-$(uname -r)"
@@ -340,7 +346,9 @@ class Recorder:
         if self.xfs_log:   # attached by bcc as it loaded them
             self.attached += [f"xfs:{tp}" for tp in XFS_TRACEPOINTS]
         elif any(j.get("kind") == "xfs" for j in self.journals.values()):
-            self.missing += [f"xfs:{tp}" for tp in XFS_TRACEPOINTS if not host.tracepoint_exists("xfs", tp)]
+            refused = getattr(self, "_xfs_refused", None)
+            self.missing += [f"xfs:{tp}" + (f" ({refused})" if refused else "") for tp in XFS_TRACEPOINTS
+                             if refused or not host.tracepoint_exists("xfs", tp)]
         sched = ["sched_switch"] + (["sched_process_fork"] if self.opts.command_tree or self.opts.pid else [])
         for name in sched:
             if not (name in BTF_TRACEPOINTS and self._attach_btf(b, name)):

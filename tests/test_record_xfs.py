@@ -1,0 +1,161 @@
+"""XFS recorded for real: a small log on a paced device makes transaction reservations wait
+for log space. jstall's waits are checked against the kernel's own count of sleeps
+(/sys/fs/xfs/<dev>/stats/stats sleep_logspace) and against an independent bpftrace
+measurement of the same run; an XFS and an ext4 recorded at once keep their stalls apart."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from jstall.workloads.scratch import FsConfig, ScratchFs
+from test_record_clients import bpftrace_attached, bpftrace_values
+
+pytestmark = [pytest.mark.kernel, pytest.mark.skipif(os.geteuid() != 0, reason="needs root")]
+
+JSTALL = os.path.join(os.path.dirname(sys.executable), "jstall")
+
+# each reservation's wait, from its first sleep to its grant, per thread: nothing of jstall's
+WAITS_BT = """
+tracepoint:xfs:xfs_log_grant_sleep { @sleeps = count(); if (@s[tid] == 0) { @s[tid] = nsecs; } }
+tracepoint:xfs:xfs_log_reserve_exit, tracepoint:xfs:xfs_log_regrant_exit /@s[tid]/ {
+  @waits = count(); @wait_ns = sum(nsecs - @s[tid]); delete(@s[tid]);
+}
+"""
+
+# distinct metadata, more than an 8 MiB log holds while the device writes 300 blocks a second
+CREATE = """
+import os, sys
+top, n = sys.argv[1], int(sys.argv[2])
+for i in range(n):
+    d = f"{top}/d{i % 200}"
+    if i < 200:
+        os.mkdir(d)
+    p = f"{d}/f{i}"
+    open(p, "w").close()
+    os.setxattr(p, "user.a", b"x" * 64)
+os.sync()
+"""
+
+# the ext4 seed stall: extended attributes of 128-byte inodes rewritten over and over (each
+# update logs the file's attribute block again; the journal holds them until checkpointed)
+UPDATE = """
+import os, sys
+top, n = sys.argv[1], int(sys.argv[2])
+for i in range(n):
+    open(f"{top}/f{i}", "w").close()
+    os.setxattr(f"{top}/f{i}", "user.a", b"%064d" % i)
+for j in range(3 * n):
+    os.setxattr(f"{top}/f{j % n}", "user.a", b"%064d" % j)
+os.sync()
+"""
+
+XFS = dict(fs_type="xfs", fs_size="400M", journal_size="8M", write_iops=300)
+
+
+def _bpftrace():
+    bt = subprocess.Popen(["bpftrace", "-e", WAITS_BT], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not bpftrace_attached(bt):
+        time.sleep(0.2)
+    return bt
+
+
+def test_log_space_waits_agree_with_the_kernel_and_bpftrace(tmp_path):
+    from jstall.analyzer import analyze
+    from jstall.analyzer.text import session_summary
+
+    out = str(tmp_path / "s")
+    with ScratchFs(FsConfig(**XFS)) as fs:
+        bt = _bpftrace()
+        try:
+            rec = subprocess.run([JSTALL, "record", "-q", "-o", out, "-d", fs.mountpoint, "--", sys.executable, "-c",
+                                  CREATE, fs.mountpoint, "40000"], capture_output=True, text=True, timeout=900)
+        finally:
+            bt.send_signal(signal.SIGINT)
+            text = bt.communicate(timeout=60)[0]
+    assert rec.returncode == 0, rec.stderr
+    seen = bpftrace_values(text)
+    assert seen.get("sleeps", 0) >= 10, text
+    a = analyze(out)
+    d = a.to_dict()
+    (log,) = d["xfs_logs"]
+    assert log["log_bytes"] == 8 << 20 and d["journals"] == []
+    # every sleep: the kernel's count, bpftrace's and jstall's are the same number
+    assert log["sleeps"] == log["kernel_sleep_logspace"] == seen["sleeps"], (log, seen)
+    assert log["waits"] == seen["waits"] and log["sleeps_agree"] is True
+    assert log["wait_ms"] == pytest.approx(seen["wait_ns"] / 1e6, rel=0.1)
+    # at its first sleep each ticket needed more than its head had left (or queued behind
+    # tickets already waiting); the tail waited on something the AIL reported
+    w = a.xfs_waits
+    assert (w["headroom_start_bytes"] < w["need_bytes"]).all()
+    assert (w["tail"] != "unknown").mean() >= 0.5, w["tail"].value_counts()
+    # the stalls: log space is the cause, inside the traced calls, with the kernel's words
+    st = d["stalls"]
+    assert st["count"] >= 5 and max(st["by_cause"], key=lambda c: st["by_cause"][c]["total_ms"]) == "log_space"
+    assert log["waits_in_traced_calls"] == log["waits"]
+    summary = session_summary(a)
+    assert "XFS logs" in summary and "sleep_logspace: agrees" in summary and "No stalls" not in summary
+    # the advice: a log holding what the run logged (the kernel's count), its effect the waits
+    (rec,) = [r for r in d["recommendations"] if r["kind"] == "log_size"]
+    assert rec["journal_size_mib"] > 8 and rec["inputs"]["logged_mib"] > 8, rec
+    assert rec["stall_ms_addressed"] >= log["wait_ms"] * 0.99, (rec, log)
+
+
+def test_an_xfs_and_an_ext4_recorded_at_once_keep_their_stalls_apart(tmp_path):
+    """record -d of both: the ext4's stalls are checkpoints on its device, the XFS's log
+    space on its own, each journal described in its own terms."""
+    from jstall.analyzer import analyze
+
+    out = str(tmp_path / "s")
+    ext4 = FsConfig(fs_size="128M", journal_size="4M", inode_size=128, write_iops=300)
+    with ScratchFs(FsConfig(**XFS)) as x, ScratchFs(ext4) as e:
+        script = (f"{sys.executable} -c '{CREATE}' {x.mountpoint} 30000 & "
+                  f"{sys.executable} -c '{UPDATE}' {e.mountpoint} 1000 & wait")
+        rec = subprocess.run([JSTALL, "record", "-q", "-o", out, "-d", x.mountpoint, "-d", e.mountpoint, "--", "sh",
+                              "-c", script], capture_output=True, text=True, timeout=900)
+        xdev, edev = x.dev, e.dev
+    assert rec.returncode == 0, rec.stderr
+    a = analyze(out)
+    d = a.to_dict()
+    assert [j["dev"] for j in d["journals"]] == [edev] and [x["dev"] for x in d["xfs_logs"]] == [xdev]
+    assert set(a.xfs_waits["dev"]) == {xdev}
+    st = a.stalls
+    by_dev = {dev: g.groupby("cause", observed=True)["latency_ms"].sum().idxmax() for dev, g in st.groupby("dev")}
+    assert by_dev.get(xdev) == "log_space" and by_dev.get(edev) == "checkpoint", by_dev
+    assert not len(st[(st["dev"] == edev) & (st["cause"] == "log_space")])
+    assert d["journals"][0]["forced_checkpoints"] > 0 and d["xfs_logs"][0]["waits"] > 0
+
+
+def test_xfslog_bt_prints_every_wait_the_kernel_counts(tmp_path):
+    """probes/jstall-xfslog.bt: one line per log-space wait of the traced device, each with
+    its head, need and sleeps; the sleeps add up to the kernel's sleep_logspace delta."""
+    import re
+
+    from jstall import xfs
+
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "probes", "jstall-xfslog.bt")
+    with ScratchFs(FsConfig(**XFS)) as fs:
+        major, minor = fs.dev.split(":")
+        name = xfs.sysfs_name(fs.device)
+        bt = subprocess.Popen(["bpftrace", script, major, minor], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True)
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not bpftrace_attached(bt):
+                time.sleep(0.2)
+            before = xfs.read_stats(name)
+            subprocess.run([sys.executable, "-c", CREATE, fs.mountpoint, "30000"], check=True, timeout=900)
+            after = xfs.read_stats(name)
+        finally:
+            bt.send_signal(signal.SIGINT)
+            text = bt.communicate(timeout=60)[0]
+    kernel = xfs.counter(xfs.stats_delta(before, after), "xs_sleep_logspace")
+    rows = re.findall(rf"^\S+\s+{major},{minor}\s+(\S+)\s+\d+\s+(reserve|write)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\.(\d+)$",
+                      text, re.M)
+    assert kernel >= 5 and sum(int(r[4]) for r in rows) == kernel, (kernel, text[-3000:])
+    assert all(int(r[2]) > 0 and int(r[3]) > 0 for r in rows)
+    assert "@wait_ms" in text and re.search(r"^@waits: (\d+)$", text, re.M).group(1) == str(len(rows))
