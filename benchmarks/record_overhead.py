@@ -34,7 +34,7 @@ that would spare the traced calls the syscall tracepoints (other_attach_points).
 
 The machine may be shared: ABBA order, medians and ranges; the load average is printed.
 
-usage: record_overhead.py [--rounds 8] [--files 5000] [--loops 10] [--mount DIR] [--floor]
+usage: record_overhead.py [--rounds 8] [--files 5000] [--loops 10] [--mount DIR] [--fs-type xfs] [--floor]
                           [--skip-loop] [--skip-bystanders] [--skip-dbench] [--skip-stats]
                           [--dbench-seconds 10]
 """
@@ -147,13 +147,14 @@ def run_dbench(mount, seconds, clients=2):
 
 
 @contextlib.contextmanager
-def scratch_mount(mount):
+def scratch_mount(mount, fs_type="ext4"):
     if mount:
         yield mount
         return
     from jstall.workloads.scratch import FsConfig, ScratchFs
 
-    with ScratchFs(FsConfig(fs_size="512M", journal_size="64M", inode_size=256)) as fs:
+    inode = 256 if fs_type == "ext4" else 512
+    with ScratchFs(FsConfig(fs_type=fs_type, fs_size="512M", journal_size="64M", inode_size=inode)) as fs:
         yield fs.mountpoint
 
 
@@ -266,7 +267,9 @@ def main():
     ap.add_argument("--files", type=int, default=5000)
     ap.add_argument("--loops", type=int, default=10)
     ap.add_argument("--dd-count", type=int, default=5_000_000, help="blocks per dd run at bs=1 (half at bs=4096)")
-    ap.add_argument("--mount", help="an existing ext4 mount to use instead of a scratch loop device")
+    ap.add_argument("--mount", help="an existing ext4 or XFS mount to use instead of a scratch loop device")
+    ap.add_argument("--fs-type", default="ext4", choices=("ext4", "xfs"),
+                    help="the scratch filesystem (xfs: the recorder's XFS log probes run too)")
     ap.add_argument("--floor", action="store_true", help="add jstall's attach floor to the loop and dbench")
     ap.add_argument("--skip-loop", action="store_true")
     ap.add_argument("--skip-bystanders", action="store_true")
@@ -281,7 +284,7 @@ def main():
     print(f"besides tracepoints: {others}")
     # jstall's fentry mode where the kernel takes it (its default there)
     modes = ("fentry",) * others.endswith("loads") + ("syscalls", "raw")
-    with scratch_mount(args.mount) as mount, tempfile.TemporaryDirectory(dir="/var/tmp") as tmp:
+    with scratch_mount(args.mount, args.fs_type) as mount, tempfile.TemporaryDirectory(dir="/var/tmp") as tmp:
         jstall = {a: Jstall(mount, tmp, a) for a in modes}
         floor = {a: Jstall(mount, tmp, a, floor=True) for a in ("syscalls", "raw")}
         conditions = {

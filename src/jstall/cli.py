@@ -15,7 +15,7 @@ COMMANDS = {
     "report": ("jstall.analyzer.report_cmd", "write a self-contained HTML report of a session or a sweep"),
     "fleet": ("jstall.analyzer.fleet_cmd", "summarize many sessions on Dask: worst hosts and filesystems"),
     "compare": ("jstall.analyzer.compare_cmd", "two sessions side by side, with a verdict"),
-    "lab": ("jstall.workloads.lab_cmd", "reproduce stalls on scratch ext4 filesystems (run, sweep, cleanup)"),
+    "lab": ("jstall.workloads.lab_cmd", "reproduce stalls on scratch ext4 or XFS filesystems (run, sweep, tune, cleanup)"),
     "monitor": ("jstall.monitor.monitor_cmd", "always-on monitoring: Prometheus metrics and stall-triggered captures"),
     "top": ("jstall.monitor.top_cmd", "a live view of journals and slow calls, local or from a running monitor"),
 }
