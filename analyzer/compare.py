@@ -178,6 +178,27 @@ class Comparison:
                          "change_pct": None})
         return pd.DataFrame(rows, columns=["journal", "figure", "a", "b", "change_pct"])
 
+    #: the XFS log figures compared (xfs_logs' columns)
+    XFS_FIGURES = ("log_mib", "waits", "sleeps", "kernel_sleep_logspace", "wait_ms", "longest_wait_ms",
+                   "min_headroom_start_pct")
+
+    def xfs_logs(self):
+        """One row per (XFS log pair, figure), paired in order: ``a``, ``b``, ``change_pct``;
+        and the log's verdict (big enough)."""
+        la, lb = (list(s.xfs_logs) for s in (self.sa, self.sb))
+        rows = []
+        for i in range(max(len(la), len(lb))):
+            x, y = (la[i] if i < len(la) else None), (lb[i] if i < len(lb) else None)
+            label = " / ".join(str(j["dev"]) if j else "-" for j in (x, y))
+            for k in self.XFS_FIGURES + ("big_enough",):
+                get = (lambda j: (j.get("enough") or {}).get("big_enough")) if k == "big_enough" else \
+                    (lambda j, k=k: j.get(k))
+                va, vb = (get(j) if j else None for j in (x, y))
+                num = isinstance(va, (int, float)) and isinstance(vb, (int, float)) and not isinstance(va, bool)
+                rows.append({"log": label, "figure": k, "a": va, "b": vb,
+                             "change_pct": _pct_change(va, vb) if num else None})
+        return pd.DataFrame(rows, columns=["log", "figure", "a", "b", "change_pct"])
+
     def phases(self):
         """Lab phases present in both: ``seconds_a/_b`` on one ``basis`` ("durable" when
         both phases carry durable seconds, else "returned"), ``ops``, ``change_pct``."""
@@ -301,7 +322,7 @@ class Comparison:
             "config_changes": [{"option": k, "a": x, "b": y} for k, x, y in self.config_changes()],
             "filesystem_changes": [{"what": k, "a": x, "b": y} for k, x, y in self.filesystem_changes()],
             "stalls": rec(self.stalls()), "causes": rec(self.causes()), "calls": rec(self.calls()),
-            "journals": rec(self.journals()), "phases": rec(self.phases()),
+            "journals": rec(self.journals()), "xfs_logs": rec(self.xfs_logs()), "phases": rec(self.phases()),
             "recommendations": {"a": [r.to_dict() for r in self.a.recommendations],
                                 "b": [r.to_dict() for r in self.b.recommendations]},
         })
@@ -342,6 +363,12 @@ class Comparison:
             out.append(text_table(["journal", "figure", A, B, "change %"],
                                   [[r["journal"], r["figure"], f(r["a"], "{:g}"), f(r["b"], "{:g}"),
                                     f(r["change_pct"], "{:+.0f}")] for _, r in j.iterrows()]))
+        x = self.xfs_logs()
+        if len(x):
+            out += ["", "XFS logs"]
+            out.append(text_table(["log", "figure", A, B, "change %"],
+                                  [[r["log"], r["figure"], f(r["a"], "{:g}"), f(r["b"], "{:g}"),
+                                    f(r["change_pct"], "{:+.0f}")] for _, r in x.iterrows()]))
         calls = self.calls()
         if len(calls):
             out += ["", "latency per call (ms; p50 below the recording threshold is from log2 histograms)"]

@@ -18,9 +18,10 @@ pytestmark = [pytest.mark.kernel, pytest.mark.skipif(os.geteuid() != 0, reason="
 
 JSTALL = os.path.join(os.path.dirname(sys.executable), "jstall")
 
-# each reservation's wait, from its first sleep to its grant, per thread: nothing of jstall's
+# each reservation's wait on the device DEV (the kernel's dev_t), from its first sleep to its
+# grant, per thread: nothing of jstall's
 WAITS_BT = """
-tracepoint:xfs:xfs_log_grant_sleep { @sleeps = count(); if (@s[tid] == 0) { @s[tid] = nsecs; } }
+tracepoint:xfs:xfs_log_grant_sleep /args->dev == DEV/ { @sleeps = count(); if (@s[tid] == 0) { @s[tid] = nsecs; } }
 tracepoint:xfs:xfs_log_reserve_exit, tracepoint:xfs:xfs_log_regrant_exit /@s[tid]/ {
   @waits = count(); @wait_ns = sum(nsecs - @s[tid]); delete(@s[tid]);
 }
@@ -56,8 +57,10 @@ os.sync()
 XFS = dict(fs_type="xfs", fs_size="400M", journal_size="8M", write_iops=300)
 
 
-def _bpftrace():
-    bt = subprocess.Popen(["bpftrace", "-e", WAITS_BT], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def _bpftrace(dev):
+    major, minor = (int(x) for x in dev.split(":"))
+    bt = subprocess.Popen(["bpftrace", "-e", WAITS_BT.replace("DEV", str(major << 20 | minor))], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not bpftrace_attached(bt):
         time.sleep(0.2)
@@ -70,7 +73,7 @@ def test_log_space_waits_agree_with_the_kernel_and_bpftrace(tmp_path):
 
     out = str(tmp_path / "s")
     with ScratchFs(FsConfig(**XFS)) as fs:
-        bt = _bpftrace()
+        bt = _bpftrace(fs.dev)
         try:
             rec = subprocess.run([JSTALL, "record", "-q", "-o", out, "-d", fs.mountpoint, "--", sys.executable, "-c",
                                   CREATE, fs.mountpoint, "40000"], capture_output=True, text=True, timeout=900)
@@ -97,6 +100,10 @@ def test_log_space_waits_agree_with_the_kernel_and_bpftrace(tmp_path):
     st = d["stalls"]
     assert st["count"] >= 5 and max(st["by_cause"], key=lambda c: st["by_cause"][c]["total_ms"]) == "log_space"
     assert log["waits_in_traced_calls"] == log["waits"]
+    from jstall.analyzer.compare import compare
+
+    x = compare(out, out).to_dict()["xfs_logs"]
+    assert {r["figure"]: r["b"] for r in x}["sleeps"] == log["sleeps"]
     summary = session_summary(a)
     assert "XFS logs" in summary and "sleep_logspace: agrees" in summary and "No stalls" not in summary
     # the advice: a log holding what the run logged (the kernel's count), its effect the waits
