@@ -132,3 +132,27 @@ def test_stock_kernel_monitor_serves_the_stalls(smoke, kernel):
     assert metric(text, "jstall_stalls_total", device=dev, cause="checkpoint") >= 1, text[-2000:]
     assert metric(text, "jstall_journal_checkpoints_total", device=dev, mode="forced") >= 1
     assert metric(text, "jstall_journal_size_blocks", device=dev) > 0
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_stock_kernel_records_xfs_log_waits(smoke, kernel):
+    """XFS as a module, its tracepoints as the kernel has them (6.1: (cycle, bytes) grant
+    heads and no ticket; 6.12: bytes): every sleep the kernel counted is a recorded one, and
+    the waits are log space."""
+    from jstall.analyzer import analyze
+
+    out, rc, console = smoke[kernel]
+    st = status(out)
+    assert st.get("lab_xfs") == "0", (st, console[-3000:])
+    a = analyze(os.path.join(out, "lab-xfs"))
+    d = a.to_dict()
+    probes = session.read_metadata(os.path.join(out, "lab-xfs"))["probes"]
+    assert "xfs:xfs_log_grant_sleep" in probes["attached"] and not probes["missing"], probes
+    (log,) = d["xfs_logs"]
+    assert log["log_bytes"] == 8 << 20 and d["journals"] == []
+    assert log["sleeps"] == log["kernel_sleep_logspace"] and log["sleeps_agree"] is True, log
+    if log["waits"]:
+        w = a.xfs_waits
+        assert w["space_left_start_bytes"].notna().all() and (w["headroom_start_bytes"] < w["need_bytes"]).all()
+        cycles = kernel.startswith("6.1.")
+        assert w["start_tail_space_bytes"].isna().all() == cycles and (w["ticket"] == 0).all() == cycles

@@ -28,18 +28,8 @@ tracepoint:xfs:xfs_log_reserve_exit, tracepoint:xfs:xfs_log_regrant_exit /@s[tid
 """
 
 # distinct metadata, more than an 8 MiB log holds while the device writes 300 blocks a second
-CREATE = """
-import os, sys
-top, n = sys.argv[1], int(sys.argv[2])
-for i in range(n):
-    d = f"{top}/d{i % 200}"
-    if i < 200:
-        os.mkdir(d)
-    p = f"{d}/f{i}"
-    open(p, "w").close()
-    os.setxattr(p, "user.a", b"x" * 64)
-os.sync()
-"""
+CREATE_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "create_workload.py")
+CREATE = open(CREATE_PY).read()
 
 # the ext4 seed stall: extended attributes of 128-byte inodes rewritten over and over (each
 # update logs the file's attribute block again; the journal holds them until checkpointed)
@@ -120,7 +110,7 @@ def test_an_xfs_and_an_ext4_recorded_at_once_keep_their_stalls_apart(tmp_path):
     out = str(tmp_path / "s")
     ext4 = FsConfig(fs_size="128M", journal_size="4M", inode_size=128, write_iops=300)
     with ScratchFs(FsConfig(**XFS)) as x, ScratchFs(ext4) as e:
-        script = (f"{sys.executable} -c '{CREATE}' {x.mountpoint} 30000 & "
+        script = (f"{sys.executable} {CREATE_PY} {x.mountpoint} 30000 & "
                   f"{sys.executable} -c '{UPDATE}' {e.mountpoint} 1000 & wait")
         rec = subprocess.run([JSTALL, "record", "-q", "-o", out, "-d", x.mountpoint, "-d", e.mountpoint, "--", "sh",
                               "-c", script], capture_output=True, text=True, timeout=900)

@@ -5,11 +5,13 @@
 #   - `jstall record` system-wide with JSTALL_ATTACH=syscalls (syscall tracepoints), of
 #     setxattr alone (the count the host test compares);
 #   - `jstall lab run xattr` (its recording in the kernel's default attach mode: fentry on a
-#     stock kernel) of the seed stall: 128-byte inodes, a 4 MiB journal, a paced device.
+#     stock kernel) of the seed stall: 128-byte inodes, a 4 MiB journal, a paced device;
+#   - `jstall lab run command` on an XFS with an 8 MiB log: its log-space waits.
 # Everything lands in OUT (a host directory the guest may write); the host test analyzes
 # and checks it there. Every wait has a bound.
 set -u
 OUT=$1
+ROOT=$PWD
 J=$PWD/.venv/bin/jstall
 PORT=9853
 cd "$OUT" || exit 1
@@ -31,6 +33,12 @@ if [ $ready = 1 ]; then
     "$J" lab run xattr --fs-size 64M --journal-size 4M --inode-size 128 --files 1500 --updates 6000 \
         --write-iops 2000 --scratch /var/tmp/jstall-smoke -o lab > lab.log 2>&1
     echo "lab=$?" >> status.txt
+    # XFS (a module there: loaded by the mount): distinct metadata on an 8 MiB log over a
+    # device paced for the emulator's speed
+    "$J" lab run command --fs-type xfs --fs-size 400M --journal-size 8M --write-iops 20 \
+        --command "$ROOT/.venv/bin/python $ROOT/tests/create_workload.py . 20000" \
+        --scratch /var/tmp/jstall-smoke -o lab-xfs > lab-xfs.log 2>&1
+    echo "lab_xfs=$?" >> status.txt
     sleep 2   # the monitor reads its ring buffers every 100 ms
     curl -sf "http://127.0.0.1:$PORT/metrics" > metrics.txt
     echo "scrape=$?" >> status.txt
