@@ -288,7 +288,30 @@ def find_stalls(session, timeline, min_ms=DEFAULT_MIN_MS):
         "committing_transaction": pd.Series(at_start("committing_transaction")).astype("Int64").to_numpy(),
         "own_checkpoint": own > 0, "own_checkpoints": own, "background_checkpoints": background,
     })
-    return pd.DataFrame(cols, index=pd.RangeIndex(n))[stall_columns()]
+    return _xfs_headroom(session, pd.DataFrame(cols, index=pd.RangeIndex(n))[stall_columns()])
+
+
+def _xfs_headroom(session, st):
+    """A stall on an XFS: the headroom of its log-space waits (xfs_logs.waits: the grant
+    head's space left less the ticket's need, in % of the log) at its first wait and the
+    lowest any wait started from, and ``forced`` when it waited for log space itself."""
+    xw = session.xfs_waits
+    if not len(st) or not len(xw):
+        return st
+    from .xfs_logs import waits
+
+    w = waits(session)
+    w = w[w["in_traced_call"].astype(bool)]
+    if not len(w):
+        return st
+    g = w.sort_values("ts_ns").groupby([w["tid"].astype("int64"), w["call_ts_ns"].astype("int64")])["headroom_start_pct"]
+    key = pd.MultiIndex.from_arrays([st["tid"].astype("int64"), st["ts_ns"].astype("int64")])
+    first, low = g.first().reindex(key).to_numpy(), g.min().reindex(key).to_numpy()
+    has = ~np.isnan(first)
+    st.loc[has, "headroom_start_pct"] = first[has]
+    st.loc[has, "min_headroom_pct"] = low[has]
+    st.loc[has, "forced"] = True
+    return st
 
 
 def by_cause(stalls):

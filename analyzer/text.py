@@ -108,8 +108,12 @@ def session_summary(analysis, top=10):
                 for r in tops]
         out.append(text_table([_clock_heading(tops), "comm", "pid", "call", "ms", "dev", "cause", "headroom%", "low%",
                                "forced", "blocked in"], rows, ["<", "<", ">", "<", ">", "<", "<", ">", ">", "<", "<"]))
-        out.append("headroom: log space left (j_free - 32 - committing credits) minus j_max_transaction_buffers, "
-                   "in % of the log, at the call's start and its low; below 0 handles must wait for space")
+        if su.journals or not su.xfs_logs:
+            out.append("headroom: log space left (j_free - 32 - committing credits) minus j_max_transaction_buffers, "
+                       "in % of the log, at the call's start and its low; below 0 handles must wait for space")
+        if su.xfs_logs:
+            out.append("headroom (XFS): the grant head's space left minus what the transaction's ticket needs, in % "
+                       "of the log, at the call's first log-space wait and its lowest; below 0 the reservation sleeps")
         out += process_lines(su, top)
     if su.journals:
         out.append("")

@@ -340,14 +340,6 @@ def test_a_sweep_takes_fs_types_and_checks_every_combination(tmp_path):
     assert "\n" not in str(e.value) and not (tmp_path / "sw2").exists()
 
 
-def test_tune_refuses_xfs_before_anything(tmp_path):
-    from jstall.workloads.tune import tune
-
-    with pytest.raises(JstallError, match="lab tune searches an ext4 journal") as e:
-        tune("xattr", {"files": 100}, FsConfig(fs_type="xfs"), output_dir=str(tmp_path / "t"))
-    assert "lab sweep --fs-type xfs" in str(e.value) and not (tmp_path / "t").exists()
-
-
 def test_the_summary_names_xfs_and_its_log():
     from jstall.workloads.lab import LabResult, print_summary
 

@@ -10,6 +10,7 @@ import dataclasses
 import re
 import shlex
 
+from jstall import xfs
 from jstall.errors import JstallError
 
 from . import throttle
@@ -53,12 +54,10 @@ XFS_INODE_SIZES = (512, 1024, 2048)
 #: mount -o logbsize= (the kernel takes 16k, 32k, 64k, 128k or 256k) and logbufs= (2 to 8)
 XFS_LOG_BUFFER_SIZES = tuple(16384 << k for k in range(5))
 XFS_LOG_BUFFERS = (2, 8)
-#: mkfs.xfs's bounds on any log: -l size= takes 2 MiB to 2 GiB - 10 MiB (XFS_MAX_LOG_BYTES),
-#: 512 (XFS_MIN_LOG_BLOCKS) to 1,048,576 blocks (XFS_MAX_LOG_BLOCKS). The smallest log of a
-#: geometry (its largest transaction's reservation: 1,368 to 4,175 blocks on the lab's sizes)
-#: only mkfs.xfs computes.
-XFS_LOG_MIN_BYTES, XFS_LOG_MAX_BYTES = 2 << 20, (2 << 30) - (10 << 20)
-XFS_LOG_MIN_BLOCKS, XFS_LOG_MAX_BLOCKS = 512, 1 << 20
+#: mkfs.xfs's bounds on any log (jstall.xfs; the smallest log of a geometry, 1,368 to 4,175
+#: blocks on the lab's sizes, only mkfs.xfs computes)
+XFS_LOG_MIN_BYTES, XFS_LOG_MAX_BYTES = xfs.MIN_LOG_BYTES, xfs.MAX_LOG_BYTES
+XFS_LOG_MIN_BLOCKS, XFS_LOG_MAX_BLOCKS = xfs.MIN_LOG_BLOCKS, xfs.MAX_LOG_BLOCKS
 #: what mkfs.xfs (5.19 and later) refuses outside xfsprogs' own tests: a filesystem under
 #: 300 MB (MiB in fact), a log under 64 MiB, fewer than two allocation groups. The kernel
 #: mounts all three; the variables of xfsprogs' test harness lift the refusal.

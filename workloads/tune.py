@@ -42,19 +42,35 @@ external-journal and fast_commit advice against their comparison runs. Each
 ``Prediction`` holds the stall time the advice says it removes and the time it removed:
 forced-checkpoint waits for the journal size and the inode size, all stall time for the
 external journal and fast_commit (they also shorten commit waits).
+
+**XFS** (``FsConfig(fs_type="xfs")``): the size searched is the internal log's (mkfs.xfs -l
+size=), judged by the same bound on its log-space waits (reservations asleep in
+``xlog_grant_head_wait`` until the tail moved, queued ones and those outside the traced
+calls included: ``checkpoint_waits``' row of kind "xfs"); each run also keeps how many
+reservations waited (``log_waits``) and the stalls whose primary cause is log space
+(``log_space_stalls``, ``log_space_stall_ms``); jbd2's forced-checkpoint fields stay 0. The
+grid runs from mkfs.xfs's fixed smallest log (2 MiB) to the largest that fits in one
+allocation group, or ``max_mib``. The smallest log of a geometry only mkfs.xfs knows: a size
+it refuses as too small is not possible (``refused``), the search goes on from the smallest
+it names (``smallest_mib``). Comparisons: an external log of the same size (on a device of
+the filesystem's profile, as for ext4) and eight 256 KiB log buffers (mount -o
+logbsize=256k,logbufs=8); inode size and fast_commit are ext4's. The advice checked is
+analyze's ``log_size`` (the size that holds what the run logged), run as the journal size is.
 """
 
 import dataclasses
 import json
 import os
+import re
 import sys
 
 from jstall import system
-from jstall.enough import BOUND, judge
+from jstall.enough import bound, judge
 from jstall.errors import JstallError
 from jstall.metadata import lab_of
 
-from .fsconfig import JOURNAL_MAX_BLOCKS, JOURNAL_MIN_BLOCKS, FsConfig
+from .fsconfig import (JOURNAL_MAX_BLOCKS, JOURNAL_MIN_BLOCKS, XFS_LOG_MAX_BYTES, XFS_LOG_MIN_BLOCKS,
+                      XFS_LOG_MIN_BYTES, FsConfig, xfs_agcount)
 from .loopdev import LAB_NEEDS_ROOT
 
 TUNE_FORMAT = "jstall-tune"
@@ -75,7 +91,10 @@ class TuneRun:
     ``threshold_ms`` or more) and ``checkpoint_wait_ms`` (those calls' waits, each once),
     ``negligible_checkpoints`` (the rest in the run's tasks); ``checkpoint_waits_ms``,
     ``longest_checkpoint_wait_ms`` and ``run_ms``: what jstall.enough judges (None in runs
-    measured before it: those were judged by their forced checkpoints)."""
+    measured before it: those were judged by their forced checkpoints). ``kind``: the journal's,
+    "jbd2" (ext4) or "xfs"; on XFS the judged waits are log-space waits, ``log_waits`` counts the
+    reservations that waited, ``log_space_stalls`` and ``log_space_stall_ms`` are the stalls
+    whose primary cause is log space, and the forced-checkpoint fields are 0."""
 
     label: str
     journal_mib: int
@@ -97,13 +116,17 @@ class TuneRun:
     checkpoint_waits_ms: float = None
     longest_checkpoint_wait_ms: float = None
     run_ms: float = None
+    kind: str = "jbd2"
+    log_waits: int = 0
+    log_space_stalls: int = 0
+    log_space_stall_ms: float = 0.0
 
     @property
     def enough(self):
         """The jstall.enough verdict of the run (None for a run measured before it)."""
         if self.run_ms is None:
             return None
-        return judge(self.checkpoint_waits_ms, self.longest_checkpoint_wait_ms, self.run_ms)
+        return judge(self.checkpoint_waits_ms, self.longest_checkpoint_wait_ms, self.run_ms, self.kind)
 
     @property
     def big_enough(self):
@@ -116,11 +139,12 @@ class TuneRun:
 @dataclasses.dataclass
 class Prediction:
     """One piece of ``jstall analyze``'s advice from the starting run, and what running it
-    measured: ``kind`` (journal_size, inode_size, external_journal, fast_commit),
+    measured: ``kind`` (journal_size, inode_size, external_journal, fast_commit; XFS: log_size),
     ``predicted_ms`` (its stall_ms_addressed), ``journal_mib`` (the recommended size, for
-    journal_size), ``measured_label`` (the run that checked it; None when none could:
-    beyond the bound), ``measured_ms`` (the stall time it removed against the starting run:
-    forced-checkpoint waits for journal_size and inode_size, all stall time otherwise) and
+    journal_size and log_size), ``measured_label`` (the run that checked it; None when none
+    could: beyond the bound, or a log mkfs.xfs refused), ``measured_ms`` (the stall time it
+    removed against the starting run: the judged waits -- forced-checkpoint waits, XFS's
+    log-space waits -- for journal_size, log_size and inode_size, all stall time otherwise) and
     ``big_enough`` (that run's verdict)."""
 
     kind: str
@@ -133,11 +157,14 @@ class Prediction:
 
 @dataclasses.dataclass
 class TuneResult:
-    """``threshold_mib``: the smallest journal size found big enough (None when none up to
-    the bound was); ``stalled_below_mib``: the largest size tried that was not (None when the
-    smallest size ext4 takes already was); ``start_mib``; ``runs``: the search's
-    runs in the order tried; ``comparisons``: the runs at the starting size, the baseline
-    first; ``tried_mib``: the sizes tried; ``bound_mib``: the largest size allowed."""
+    """``threshold_mib``: the smallest journal (XFS: log) size found big enough (None when
+    none up to the bound was); ``stalled_below_mib``: the largest size tried that was not (None
+    when the smallest size the filesystem takes already was); ``start_mib``; ``runs``: the
+    search's runs in the order tried; ``comparisons``: the runs at the starting size, the
+    baseline first; ``tried_mib``: the sizes run; ``bound_mib``: the largest size allowed;
+    ``smallest_mib``: the smallest size known possible (ext4's 1,024 blocks; XFS: 2 MiB, or the
+    smallest log mkfs.xfs named when it refused one); ``refused``: [{journal_mib, reason}] of
+    the sizes mkfs.xfs refused (not possible: no run)."""
 
     pattern: str
     params: dict
@@ -151,10 +178,16 @@ class TuneResult:
     config: dict = None
     output_dir: str = None
     predictions: list = dataclasses.field(default_factory=list)
+    smallest_mib: int = None
+    refused: list = dataclasses.field(default_factory=list)
 
     @property
     def tried_mib(self):
         return [r.journal_mib for r in self.runs]
+
+    @property
+    def xfs(self):
+        return (self.config or {}).get("fs_type") == "xfs"
 
     def to_dict(self):
         def run(r):
@@ -165,7 +198,8 @@ class TuneResult:
                 "threshold_mib": self.threshold_mib, "stalled_below_mib": self.stalled_below_mib,
                 "tried_mib": self.tried_mib, "runs": [run(r) for r in self.runs],
                 "comparisons": [run(r) for r in self.comparisons], "config": self.config,
-                "output_dir": self.output_dir, "predictions": [dataclasses.asdict(p) for p in self.predictions]}
+                "output_dir": self.output_dir, "predictions": [dataclasses.asdict(p) for p in self.predictions],
+                "smallest_mib": self.smallest_mib, "refused": self.refused}
 
 
 def grid(lo_mib, hi_mib):
@@ -180,10 +214,37 @@ def grid(lo_mib, hi_mib):
 
 
 def bounds_mib(fs):
-    """(smallest, largest) internal journal in MiB the lab takes on this filesystem."""
+    """(smallest, largest) internal journal in MiB the lab takes on this filesystem. XFS: the
+    log's fixed bounds (2 MiB and 512 blocks; mkfs.xfs may ask more of the geometry: see
+    tune()) and, above, what fits in one allocation group (a MiB below the group's size: the
+    group's headers take a few blocks of it) and 2038 MiB."""
+    if fs.fs_type == "xfs":
+        lo = -(-max(XFS_LOG_MIN_BYTES, XFS_LOG_MIN_BLOCKS * fs.block_size) // (1 << 20))
+        ag = xfs_agcount(fs.fs_bytes, fs._mkfs_tokens()) or 1
+        hi = min(fs.fs_bytes // ag - (1 << 20), XFS_LOG_MAX_BYTES) >> 20
+        return lo, max(hi, lo)
     lo = -(-JOURNAL_MIN_BLOCKS * fs.block_size // (1 << 20))
     hi = min(fs.fs_bytes * 2 // 5, JOURNAL_MAX_BLOCKS * fs.block_size) >> 20
     return lo, hi
+
+
+#: mkfs.xfs refusing a log size (scratchfs.mkfs_xfs quotes its reason): "log size 512 blocks
+#: too small, minimum size is 1368 blocks", "... too large, maximum size is N blocks"
+_XFS_LOG_REFUSAL = re.compile(r"mkfs\.xfs .*failed: (.*\blog size\b.*?(too small|too large).*)")
+
+
+def xfs_log_refusal(message, block_size=4096):
+    """(reason, smallest MiB or None, largest MiB or None) when ``message`` (a JstallError's)
+    is mkfs.xfs refusing the log's size, else None: the sizes it names as the smallest or
+    largest it takes, in whole MiB."""
+    m = _XFS_LOG_REFUSAL.search(message)
+    if not m:
+        return None
+    reason = m.group(1).split(" (give ")[0]
+    lo = re.search(r"minimum size is (\d+) blocks", reason)
+    hi = re.search(r"maximum size is (\d+) blocks", reason)
+    return (reason, -(-int(lo.group(1)) * block_size // (1 << 20)) if lo else None,
+            int(hi.group(1)) * block_size >> 20 if hi else None)
 
 
 def measure(session_dir, label, journal_mib, options, threshold_ms):
@@ -194,15 +255,23 @@ def measure(session_dir, label, journal_mib, options, threshold_ms):
 
     a = analyze(session_dir, min_ms=threshold_ms)
     st = a.stalls
-    cps = st
+    cps = lsp = st
     if len(st):
-        cps = st[st["own_checkpoint"].astype(bool) | (st["cause"].astype("str") == "checkpoint")]
+        cause = st["cause"].astype("str")
+        cps = st[st["own_checkpoint"].astype(bool) | (cause == "checkpoint")]
+        lsp = st[cause == "log_space"]
     forced = checkpoints(a.session)
     cost = checkpoint_cost_summary(a.checkpoint_costs)   # not the whole summary: only this
     phases = lab_of(a.session.meta).phases
-    waits = a.checkpoint_waits   # the lab's one filesystem: its journal's row, if any
-    e = (judge(float(waits["wait_ms"].sum()), float(waits["longest_ms"].max()), float(waits["run_ms"].iloc[0]))
-         if len(waits) else judge(0.0, 0.0, session_span_s(a.session) * 1e3))
+    waits = a.checkpoint_waits   # the lab's one filesystem: its journal's (or XFS log's) row, if any
+    if len(waits) and "kind" in waits:
+        kind = str(waits["kind"].iloc[0])
+    else:
+        kind = "xfs" if any(j.get("kind") == "xfs" for j in a.session.journals) else "jbd2"
+    e = (judge(float(waits["wait_ms"].sum()), float(waits["longest_ms"].max()), float(waits["run_ms"].iloc[0]),
+               kind)
+         if len(waits) else judge(0.0, 0.0, session_span_s(a.session) * 1e3, kind))
+    logs = a.xfs_logs if kind == "xfs" else None
     return TuneRun(label=label, journal_mib=journal_mib, options=options, stalls=len(st),
                    stall_ms=round(float(st["latency_ms"].sum()), 3) if len(st) else 0.0,
                    checkpoint_stalls=len(cps),
@@ -216,7 +285,10 @@ def measure(session_dir, label, journal_mib, options, threshold_ms):
                    checkpoint_wait_ms=round(float(cost.get("expensive_wait_ms") or 0.0), 3),
                    negligible_checkpoints=int(cost.get("negligible") or 0),
                    checkpoint_waits_ms=round(e.wait_ms, 3), longest_checkpoint_wait_ms=round(e.longest_ms, 3),
-                   run_ms=round(e.run_ms, 3))
+                   run_ms=round(e.run_ms, 3), kind=kind,
+                   log_waits=int(logs["waits"].sum()) if logs is not None and len(logs) else 0,
+                   log_space_stalls=len(lsp),
+                   log_space_stall_ms=round(float(lsp["latency_ms"].sum()), 3) if len(lsp) else 0.0)
 
 
 def _slug(label):
@@ -227,20 +299,18 @@ def tune(pattern, params=None, fs=None, jobs=1, seed=1, threshold_ms=10.0, max_m
          output_dir=None, scratch_dir=None, min_ms=1.0, console=None):
     """Search the threshold journal size and compare the remedies (module docstring); return
     a TuneResult. ``fs``: the FsConfig of the starting point (its journal_size is the starting
-    size; an internal journal). Every run's session is kept under ``output_dir`` (default
-    jstall-tune-PATTERN), with tune.json. Progress lines go to ``console`` (default stderr)."""
+    size; an internal journal, or XFS log). Every run's session is kept under ``output_dir``
+    (default jstall-tune-PATTERN), with tune.json. Progress lines go to ``console`` (default
+    stderr)."""
     from .lab import LabConfig, prepare, run_lab
 
     console = console or sys.stderr
     fs = fs or FsConfig()
     params = dict(params or {})
-    if fs.fs_type == "xfs":
-        # the search, its bounds, comparisons and advice check are ext4's (module docstring)
-        raise JstallError("lab tune searches an ext4 journal (jbd2's forced checkpoints, 256-byte inodes, "
-                          "fast_commit); compare XFS log sizes with jstall lab sweep --fs-type xfs --journal-size "
-                          "8M,16M,32M,64M and jstall analyze")
+    xfs = fs.fs_type == "xfs"
+    noun = "log" if xfs else "journal"
     if fs.journal_device:
-        raise JstallError("lab tune searches an internal journal's size; drop --journal-device (an external journal "
+        raise JstallError(f"lab tune searches an internal {noun}'s size; drop --journal-device (an external {noun} "
                           "is one of the comparisons)")
     if not isinstance(threshold_ms, (int, float)) or threshold_ms <= 0:
         raise JstallError(f"--threshold-ms {threshold_ms}: give milliseconds > 0")
@@ -264,10 +334,13 @@ def tune(pattern, params=None, fs=None, jobs=1, seed=1, threshold_ms=10.0, max_m
     system.require_root(LAB_NEEDS_ROOT)
     os.makedirs(out_dir, exist_ok=True)
     result = TuneResult(pattern=pattern, params=params, threshold_ms=float(threshold_ms), start_mib=start_mib,
-                        bound_mib=hi_mib, config={**fs.as_dict(), "jobs": jobs, "seed": seed}, output_dir=out_dir)
+                        bound_mib=hi_mib, config={**fs.as_dict(), "jobs": jobs, "seed": seed}, output_dir=out_dir,
+                        smallest_mib=lo_mib)
     cache = {}
 
     def run(label, mib, change):
+        """The measured run, or None when mkfs.xfs refused the log's size (not possible; the
+        first run's refusal is the caller's error)."""
         key = (mib, tuple(sorted(change.items())))
         if key in cache:
             return cache[key]
@@ -275,10 +348,29 @@ def tune(pattern, params=None, fs=None, jobs=1, seed=1, threshold_ms=10.0, max_m
         cfg = dataclasses.replace(base, fs=dataclasses.replace(fs, journal_size=f"{mib}M", **change), output_dir=sdir,
                                   extra={"tune": {"label": label, "journal_mib": mib, "options": change}})
         print(f"tune: {label} ...", file=console, flush=True)
-        run_lab(cfg)
+        try:
+            run_lab(cfg)
+        except JstallError as e:
+            refusal = xfs_log_refusal(str(e), fs.block_size) if xfs and cache else None
+            if refusal is None:
+                raise
+            reason, smallest, _ = refusal
+            print(f"tune: {label}: not possible: mkfs.xfs refused it ({reason})", file=console, flush=True)
+            result.refused.append({"journal_mib": mib, "label": label, "reason": reason})
+            if smallest is not None and smallest > mib:
+                result.smallest_mib = max(result.smallest_mib or 0, smallest)
+            if os.path.isdir(sdir) and not os.listdir(sdir):
+                os.rmdir(sdir)
+            cache[key] = None
+            _save(result)
+            return None
         r = measure(sdir, label, mib, change, threshold_ms)
-        print(f"tune: {label}: {r.enough.describe()} ({r.forced_checkpoints} forced checkpoints, "
-              f"{r.checkpoint_stalls} checkpoint stalls; durable {r.total_durable_s:.2f} s)", file=console, flush=True)
+        if r.kind == "xfs":
+            what = f"{r.log_waits} log-space waits, {r.log_space_stalls} log-space stalls"
+        else:
+            what = f"{r.forced_checkpoints} forced checkpoints, {r.checkpoint_stalls} checkpoint stalls"
+        print(f"tune: {label}: {r.enough.describe()} ({what}; durable {r.total_durable_s:.2f} s)", file=console,
+              flush=True)
         cache[key] = r
         if not change:
             result.runs.append(r)
@@ -286,15 +378,23 @@ def tune(pattern, params=None, fs=None, jobs=1, seed=1, threshold_ms=10.0, max_m
         return r
 
     def size(mib):
-        return run(f"journal {mib}M", mib, {})
+        return run(f"{noun} {mib}M", mib, {})
 
     first = size(start_mib)
     stalled, enough = (None, start_mib) if first.big_enough else (start_mib, None)
     if first.big_enough:  # halve until a size is not big enough or the smallest is
         m = start_mib
-        while m > lo_mib:
-            m = max(lo_mib, m // 2)
-            if size(m).big_enough:
+        while m > result.smallest_mib:
+            m = max(result.smallest_mib, m // 2)
+            r = size(m)
+            if r is None:  # below the geometry's smallest log: try the smallest mkfs.xfs named
+                if not m < result.smallest_mib < enough:
+                    break
+                m = result.smallest_mib
+                r = size(m)
+                if r is None:
+                    break
+            if r.big_enough:
                 enough = m
             else:
                 stalled = m
@@ -303,7 +403,10 @@ def tune(pattern, params=None, fs=None, jobs=1, seed=1, threshold_ms=10.0, max_m
         m = start_mib
         while m < hi_mib:
             m = min(hi_mib, m * 2)
-            if size(m).big_enough:
+            r = size(m)
+            if r is None:  # mkfs.xfs refused it as too large: the bound is below it
+                break
+            if r.big_enough:
                 enough = m
                 break
             stalled = m
@@ -311,14 +414,16 @@ def tune(pattern, params=None, fs=None, jobs=1, seed=1, threshold_ms=10.0, max_m
         cand = grid(stalled, enough)
         while cand:
             mid = cand[len(cand) // 2]
-            if size(mid).big_enough:
+            r = size(mid)
+            if r is not None and r.big_enough:
                 enough = mid
                 cand = [c for c in cand if c < mid]
-            else:
+            else:  # (refused: not possible, as a size not big enough is no answer)
                 stalled = mid
                 cand = [c for c in cand if c > mid]
     result.threshold_mib, result.stalled_below_mib = enough, stalled
-    result.comparisons = [first] + [run(label, start_mib, change) for label, change in variants]
+    result.comparisons = [first] + [c for c in (run(label, start_mib, change) for label, change in variants)
+                                    if c is not None]
     if compare:
         result.predictions = _check_advice(first, result, lambda mib: size(mib), threshold_ms)
     _save(result)
@@ -327,6 +432,10 @@ def tune(pattern, params=None, fs=None, jobs=1, seed=1, threshold_ms=10.0, max_m
 
 #: the comparison run that checks each kind of advice
 _CHECKED_BY = {"inode_size": "256-byte inodes", "external_journal": "external journal", "fast_commit": "fast_commit"}
+#: on XFS (analyze's advice for an XFS log is log_size, run as a size)
+_CHECKED_BY_XFS = {"external_journal": "external log"}
+#: the advice a size run checks, by journal kind
+_SIZE_ADVICE = {"jbd2": "journal_size", "xfs": "log_size"}
 
 
 def _check_advice(first, result, run_size, threshold_ms):
@@ -334,18 +443,19 @@ def _check_advice(first, result, run_size, threshold_ms):
     from jstall.analyzer.analysis import analyze
 
     recs = {r.kind: r for r in reversed(analyze(first.session_dir, min_ms=threshold_ms).recommendations)}
-    by_label = {c.label: c for c in result.comparisons}
+    by_label = {c.label: c for c in result.comparisons if c is not None}
     out = []
-    js = recs.get("journal_size")
+    kind = _SIZE_ADVICE.get(first.kind, "journal_size")
+    js = recs.get(kind)
     if js is not None and js.journal_size_mib:
         mib = int(js.journal_size_mib)
-        p = Prediction("journal_size", round(js.stall_ms_addressed, 3), journal_mib=mib)
-        if mib <= result.bound_mib:
-            r = run_size(mib)
+        p = Prediction(kind, round(js.stall_ms_addressed, 3), journal_mib=mib)
+        r = run_size(mib) if mib <= result.bound_mib else None
+        if r is not None:
             p.measured_label, p.big_enough = r.label, r.big_enough
             p.measured_ms = round(first.checkpoint_waits_ms - r.checkpoint_waits_ms, 3)
         out.append(p)
-    for kind, label in _CHECKED_BY.items():
+    for kind, label in (_CHECKED_BY_XFS if first.kind == "xfs" else _CHECKED_BY).items():
         rec, r = recs.get(kind), by_label.get(label)
         if rec is None or r is None:
             continue
@@ -356,16 +466,25 @@ def _check_advice(first, result, run_size, threshold_ms):
     return out
 
 
+#: XFS's comparison: the largest in-memory log buffers, as many as it takes
+XFS_BIG_LOG_BUFFERS = {"log_buffer_size": "256K", "log_buffers": 8}
+
+
 def _variants(fs):
     """[(label, FsConfig changes)] of the remedies compared at the starting size."""
     out = []
-    if fs.inode_size < 256:
+    if fs.fs_type != "xfs" and fs.inode_size < 256:
         out.append(("256-byte inodes", {"inode_size": 256}))
     ext = {"journal_device": True}
     if fs.journal_device_profile == "none" and not fs.journal_limits():
         # its own device of the same kind as the filesystem's
         ext.update(journal_device_profile=fs.device_profile, journal_read_iops=fs.read_iops,
                    journal_write_iops=fs.write_iops, journal_read_bps=fs.read_bps, journal_write_bps=fs.write_bps)
+    if fs.fs_type == "xfs":
+        out.append(("external log", ext))
+        if (fs.log_buffer_bytes, fs.log_buffers) != (256 << 10, 8):
+            out.append(("8x256K log buffers", dict(XFS_BIG_LOG_BUFFERS)))
+        return out
     out.append(("external journal", ext))
     if not fs.fast_commit and fs.data_mode != "journal":
         out.append(("fast_commit", {"fast_commit": True}))
@@ -409,39 +528,58 @@ def _save(result):
 def print_result(r, out):
     """The text summary of a TuneResult."""
     c = r.config or {}
-    print(f"lab tune {r.pattern}: {', '.join(f'{k}={v}' for k, v in r.params.items()) or 'defaults'}; ext4 "
-          f"{c.get('fs_size')}, {c.get('inode_size')}-byte inodes, data={c.get('data_mode')}; device "
-          f"{c.get('device_profile')} " + ",".join(f"{k}={v}" for k, v in (c.get("data_limits") or {}).items() if v),
-          file=out)
-    rule = (f"big enough: {BOUND}; journal sizes on a grid of at most {STEPS_PER_OCTAVE} steps per doubling, "
-            f"{r.bound_mib}M at most")
-    if r.threshold_mib is None:
-        print(f"no journal up to {r.bound_mib}M is big enough ({rule})", file=out)
-    elif r.stalled_below_mib is None:
-        print(f"threshold: {r.threshold_mib}M, the smallest journal ext4 takes here, is already big enough ({rule})",
-              file=out)
+    xfs = r.xfs
+    limits = ",".join(f"{k}={v}" for k, v in (c.get("data_limits") or {}).items() if v)
+    if xfs:
+        bufs = (f"log buffers {c.get('log_buffers') or 'default'} x {c.get('log_buffer_size') or 'default size'}"
+                if c.get("log_buffers") or c.get("log_buffer_size") else "default log buffers")
+        fs = f"xfs {c.get('fs_size')}, {c.get('inode_size')}-byte inodes, {bufs}"
     else:
-        print(f"threshold: {r.threshold_mib}M is the smallest journal big enough; {r.stalled_below_mib}M is not "
+        fs = f"ext4 {c.get('fs_size')}, {c.get('inode_size')}-byte inodes, data={c.get('data_mode')}"
+    print(f"lab tune {r.pattern}: {', '.join(f'{k}={v}' for k, v in r.params.items()) or 'defaults'}; {fs}; device "
+          f"{c.get('device_profile')} " + limits, file=out)
+    noun, fs_name = ("log", "mkfs.xfs") if xfs else ("journal", "ext4")
+    rule = (f"big enough: {bound('xfs' if xfs else 'jbd2')}; {noun} sizes on a grid of at most {STEPS_PER_OCTAVE} "
+            f"steps per doubling, {r.bound_mib}M at most")
+    if r.threshold_mib is None:
+        print(f"no {noun} up to {r.bound_mib}M is big enough ({rule})", file=out)
+    elif r.stalled_below_mib is None:
+        print(f"threshold: {r.threshold_mib}M, the smallest {noun} {fs_name} takes here, is already big enough "
               f"({rule})", file=out)
+    else:
+        print(f"threshold: {r.threshold_mib}M is the smallest {noun} big enough; {r.stalled_below_mib}M is not "
+              f"({rule})", file=out)
+    for x in r.refused or []:
+        print(f"not possible: {noun} {x['journal_mib']}M, mkfs.xfs refused it ({x['reason']})", file=out)
     phases = list(r.runs[0].durable_s) if r.runs else []
     print("", file=out)
-    print("runs in the order tried (CP_WAITS_MS: every task's waits on forced checkpoints, LONGEST_MS the longest "
-          "one call's; durable seconds: until syncfs returned and the emulated device was idle)", file=out)
-    _table(out, r.runs, phases)
+    if xfs:
+        print("runs in the order tried (WAITS_MS: every task's log-space waits, reservations asleep in "
+              "xlog_grant_head_wait until the log's tail moved, LONGEST_MS the longest one call's, WAITS how many; "
+              "LS_STALLS: stalls whose primary cause is log space; durable seconds: until syncfs returned and the "
+              "emulated device was idle)", file=out)
+    else:
+        print("runs in the order tried (CP_WAITS_MS: every task's waits on forced checkpoints, LONGEST_MS the "
+              "longest one call's; durable seconds: until syncfs returned and the emulated device was idle)",
+              file=out)
+    _table(out, r.runs, phases, xfs)
     if len(r.comparisons) > 1:
         print("", file=out)
-        print(f"at the starting journal size ({r.start_mib}M), one change at a time", file=out)
-        _table(out, r.comparisons, phases)
+        print(f"at the starting {noun} size ({r.start_mib}M), one change at a time", file=out)
+        _table(out, r.comparisons, phases, xfs)
     if r.predictions:
         print("", file=out)
+        removed = ("log-space waits for the log size" if xfs
+                   else "forced-checkpoint waits for the journal and inode size")
         print(f"jstall analyze's advice from the {r.start_mib}M run, predicted against measured (stall ms removed: "
-              "forced-checkpoint waits for the journal and inode size, all stall time otherwise)", file=out)
+              f"{removed}, all stall time otherwise)", file=out)
         print(f"{'ADVICE':<18} {'PREDICTED_MS':>12} {'MEASURED_MS':>11} {'ERROR':>6}  MEASURED BY", file=out)
+        refused = {x["journal_mib"] for x in r.refused or []}
         for p in r.predictions:
             what = p.kind + (f" {p.journal_mib}M" if p.journal_mib else "")
             if p.measured_label is None:
-                print(f"{what:<18} {p.predicted_ms:>12,.0f} {'-':>11} {'-':>6}  not run: beyond {r.bound_mib}M",
-                      file=out)
+                why = "mkfs.xfs refused it" if p.journal_mib in refused else f"beyond {r.bound_mib}M"
+                print(f"{what:<18} {p.predicted_ms:>12,.0f} {'-':>11} {'-':>6}  not run: {why}", file=out)
                 continue
             err = f"{100 * (p.predicted_ms - p.measured_ms) / p.measured_ms:+.0f}%" if p.measured_ms > 0 else "-"
             print(f"{what:<18} {p.predicted_ms:>12,.0f} {p.measured_ms:>11,.0f} {err:>6}  {p.measured_label} "
@@ -450,21 +588,31 @@ def print_result(r, out):
     print(f"sessions and tune.json in {r.output_dir} (explain one: jstall analyze {r.output_dir}/RUN)", file=out)
 
 
-def _table(out, runs, phases):
-    head = f"{'RUN':<18} {'JOURNAL':>7} {'ENOUGH':>6} {'CP_WAITS_MS':>11} {'LONGEST_MS':>10} {'SHARE':>6} " \
-           f"{'CP_STALLS':>9} {'CP_STALL_MS':>11} {'STALLS':>6} " \
-           f"{'STALL_MS':>9} {'FORCED_CP':>9} {'IN_STALLS':>9} {'CP_WAIT_MS':>10} {'NEGLIGIBLE':>10} " \
-           f"{'DURABLE_S':>9} {'RETURNED_S':>10}"
+def _table(out, runs, phases, xfs=False):
+    if xfs:  # jbd2's forced-checkpoint columns mean nothing on XFS: its log's waits instead
+        head = f"{'RUN':<18} {'LOG':>7} {'ENOUGH':>6} {'WAITS_MS':>9} {'LONGEST_MS':>10} {'SHARE':>6} {'WAITS':>6} " \
+               f"{'LS_STALLS':>9} {'LS_STALL_MS':>11} {'STALLS':>6} {'STALL_MS':>9} {'DURABLE_S':>9} {'RETURNED_S':>10}"
+    else:
+        head = f"{'RUN':<18} {'JOURNAL':>7} {'ENOUGH':>6} {'CP_WAITS_MS':>11} {'LONGEST_MS':>10} {'SHARE':>6} " \
+               f"{'CP_STALLS':>9} {'CP_STALL_MS':>11} {'STALLS':>6} " \
+               f"{'STALL_MS':>9} {'FORCED_CP':>9} {'IN_STALLS':>9} {'CP_WAIT_MS':>10} {'NEGLIGIBLE':>10} " \
+               f"{'DURABLE_S':>9} {'RETURNED_S':>10}"
     head += "".join(f" {p[:12] + '_s':>14}" for p in phases)
     print(head, file=out)
     for x in runs:
         e = x.enough
-        waits = (f"{e.wait_ms:>11,.0f} {e.longest_ms:>10,.0f} {100 * e.share:>5.1f}%" if e is not None
-                 else f"{'-':>11} {'-':>10} {'-':>6}")
-        line = (f"{x.label:<18} {str(x.journal_mib) + 'M':>7} {'yes' if x.big_enough else 'no':>6} {waits} "
-                f"{x.checkpoint_stalls:>9,} "
-                f"{x.checkpoint_stall_ms:>11,.0f} {x.stalls:>6,} {x.stall_ms:>9,.0f} {x.forced_checkpoints:>9,} "
-                f"{x.checkpoints_in_stalls:>9,} {x.checkpoint_wait_ms:>10,.0f} {x.negligible_checkpoints:>10,} "
-                f"{x.total_durable_s:>9.2f} {x.total_returned_s:>10.2f}")
+        width = 9 if xfs else 11
+        waits = (f"{e.wait_ms:>{width},.0f} {e.longest_ms:>10,.0f} {100 * e.share:>5.1f}%" if e is not None
+                 else f"{'-':>{width}} {'-':>10} {'-':>6}")
+        if xfs:
+            line = (f"{x.label:<18} {str(x.journal_mib) + 'M':>7} {'yes' if x.big_enough else 'no':>6} {waits} "
+                    f"{x.log_waits:>6,} {x.log_space_stalls:>9,} {x.log_space_stall_ms:>11,.0f} {x.stalls:>6,} "
+                    f"{x.stall_ms:>9,.0f} {x.total_durable_s:>9.2f} {x.total_returned_s:>10.2f}")
+        else:
+            line = (f"{x.label:<18} {str(x.journal_mib) + 'M':>7} {'yes' if x.big_enough else 'no':>6} {waits} "
+                    f"{x.checkpoint_stalls:>9,} "
+                    f"{x.checkpoint_stall_ms:>11,.0f} {x.stalls:>6,} {x.stall_ms:>9,.0f} {x.forced_checkpoints:>9,} "
+                    f"{x.checkpoints_in_stalls:>9,} {x.checkpoint_wait_ms:>10,.0f} {x.negligible_checkpoints:>10,} "
+                    f"{x.total_durable_s:>9.2f} {x.total_returned_s:>10.2f}")
         line += "".join(f" {x.durable_s.get(p, float('nan')):>14.2f}" for p in phases)
         print(line, file=out)

@@ -42,9 +42,12 @@ from dataclasses import asdict, dataclass, field
 
 from jstall.errors import JstallError
 
-#: The largest log mkfs.xfs makes (xfs_fs.h: ``XFS_MAX_LOG_BYTES``, 2 GiB less
-#: ``XFS_MIN_LOG_BYTES``, 10 MiB)
-MAX_LOG_BYTES = (2 << 30) - (10 << 20)
+#: The bounds on any log (xfs_fs.h, as mkfs.xfs applies them): -l size= takes 2 MiB to
+#: ``XFS_MAX_LOG_BYTES`` (2 GiB less ``XFS_MIN_LOG_BYTES``, 10 MiB), and 512
+#: (``XFS_MIN_LOG_BLOCKS``) to 1,048,576 blocks (``XFS_MAX_LOG_BLOCKS``). The smallest log of a
+#: geometry (its largest transaction's reservation) only mkfs.xfs computes.
+MIN_LOG_BYTES, MAX_LOG_BYTES = 2 << 20, (2 << 30) - (10 << 20)
+MIN_LOG_BLOCKS, MAX_LOG_BLOCKS = 512, 1 << 20
 
 #: LSN blocks are 512-byte basic blocks (``BBTOB(bb) = bb << BBSHIFT``, BBSHIFT 9)
 BBSIZE = 512
