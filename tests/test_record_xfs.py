@@ -4,6 +4,7 @@ for log space. jstall's waits are checked against the kernel's own count of slee
 measurement of the same run; an XFS and an ext4 recorded at once keep their stalls apart."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -18,10 +19,12 @@ from test_record_clients import bpftrace_attached, bpftrace_values
 pytestmark = [pytest.mark.kernel, pytest.mark.skipif(os.geteuid() != 0, reason="needs root")]
 
 JSTALL = os.path.join(os.path.dirname(sys.executable), "jstall")
+XFSLOG_BT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "probes", "jstall-xfslog.bt")
 
 # each reservation's wait on the device DEV (the kernel's dev_t), from its first sleep to its
 # grant, per thread: nothing of jstall's
 WAITS_BT = """
+BEGIN { printf("attached\\n"); }
 tracepoint:xfs:xfs_log_grant_sleep /args->dev == DEV/ { @sleeps = count(); if (@s[tid] == 0) { @s[tid] = nsecs; } }
 tracepoint:xfs:xfs_log_reserve_exit, tracepoint:xfs:xfs_log_regrant_exit /@s[tid]/ {
   @waits = count(); @wait_ns = sum(nsecs - @s[tid]); delete(@s[tid]);
@@ -60,18 +63,28 @@ def _bpftrace(dev):
 
 
 def test_log_space_waits_agree_with_the_kernel_and_bpftrace(tmp_path):
+    """jstall record, an independent bpftrace program and probes/jstall-xfslog.bt over one
+    run: the same sleeps as the kernel's own count."""
     from jstall.analyzer import analyze
     from jstall.analyzer.text import session_summary
 
     out = str(tmp_path / "s")
     with ScratchFs(FsConfig(**XFS)) as fs:
+        major, minor = fs.dev.split(":")
         bt = _bpftrace(fs.dev)
+        tool = subprocess.Popen(["bpftrace", XFSLOG_BT, major, minor], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
         try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not bpftrace_attached(tool):
+                time.sleep(0.2)
             rec = subprocess.run([JSTALL, "record", "-q", "-o", out, "-d", fs.mountpoint, "--", sys.executable, "-c",
-                                  CREATE, fs.mountpoint, "40000"], capture_output=True, text=True, timeout=900)
+                                  CREATE, fs.mountpoint, "25000"], capture_output=True, text=True, timeout=900)
         finally:
-            bt.send_signal(signal.SIGINT)
+            for p in (bt, tool):
+                p.send_signal(signal.SIGINT)
             text = bt.communicate(timeout=60)[0]
+            tool_text = tool.communicate(timeout=60)[0]
     assert rec.returncode == 0, rec.stderr
     seen = bpftrace_values(text)
     assert seen.get("sleeps", 0) >= 10, text
@@ -82,6 +95,12 @@ def test_log_space_waits_agree_with_the_kernel_and_bpftrace(tmp_path):
     # every sleep: the kernel's count, bpftrace's and jstall's are the same number
     assert log["sleeps"] == log["kernel_sleep_logspace"] == seen["sleeps"], (log, seen)
     assert log["waits"] == seen["waits"] and log["sleeps_agree"] is True
+    # jstall-xfslog.bt: a line per wait of the device, its sleeps adding up to the kernel's
+    rows = re.findall(rf"^\S+\s+{major},{minor}\s+(\S+)\s+\d+\s+(reserve|write)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\.(\d+)$",
+                      tool_text, re.M)
+    assert sum(int(r[4]) for r in rows) == log["kernel_sleep_logspace"], tool_text[-3000:]
+    assert len(rows) == log["waits"] and all(int(r[2]) > 0 and int(r[3]) > 0 for r in rows)
+    assert re.search(r"^@waits: (\d+)$", tool_text, re.M).group(1) == str(len(rows))
     assert log["wait_ms"] == pytest.approx(seen["wait_ns"] / 1e6, rel=0.1)
     # at its first sleep each ticket needed more than its head had left (or queued behind
     # tickets already waiting); the tail waited on something the AIL reported
@@ -112,7 +131,7 @@ def test_an_xfs_and_an_ext4_recorded_at_once_keep_their_stalls_apart(tmp_path):
     out = str(tmp_path / "s")
     ext4 = FsConfig(fs_size="128M", journal_size="4M", inode_size=128, write_iops=XFS["write_iops"])
     with ScratchFs(FsConfig(**XFS)) as x, ScratchFs(ext4) as e:
-        script = (f"{sys.executable} {CREATE_PY} {x.mountpoint} 30000 & "
+        script = (f"{sys.executable} {CREATE_PY} {x.mountpoint} 25000 & "
                   f"{sys.executable} -c '{UPDATE}' {e.mountpoint} 1000 & wait")
         rec = subprocess.run([JSTALL, "record", "-q", "-o", out, "-d", x.mountpoint, "-d", e.mountpoint, "--", "sh",
                               "-c", script], capture_output=True, text=True, timeout=900)
@@ -128,33 +147,3 @@ def test_an_xfs_and_an_ext4_recorded_at_once_keep_their_stalls_apart(tmp_path):
     assert not len(st[(st["dev"] == edev) & (st["cause"] == "log_space")])
     assert d["journals"][0]["forced_checkpoints"] > 0 and d["xfs_logs"][0]["waits"] > 0
 
-
-def test_xfslog_bt_prints_every_wait_the_kernel_counts(tmp_path):
-    """probes/jstall-xfslog.bt: one line per log-space wait of the traced device, each with
-    its head, need and sleeps; the sleeps add up to the kernel's sleep_logspace delta."""
-    import re
-
-    from jstall import xfs
-
-    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "probes", "jstall-xfslog.bt")
-    with ScratchFs(FsConfig(**XFS)) as fs:
-        major, minor = fs.dev.split(":")
-        name = xfs.sysfs_name(fs.device)
-        bt = subprocess.Popen(["bpftrace", script, major, minor], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True)
-        try:
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and not bpftrace_attached(bt):
-                time.sleep(0.2)
-            before = xfs.read_stats(name)
-            subprocess.run([sys.executable, "-c", CREATE, fs.mountpoint, "30000"], check=True, timeout=900)
-            after = xfs.read_stats(name)
-        finally:
-            bt.send_signal(signal.SIGINT)
-            text = bt.communicate(timeout=60)[0]
-    kernel = xfs.counter(xfs.stats_delta(before, after), "xs_sleep_logspace")
-    rows = re.findall(rf"^\S+\s+{major},{minor}\s+(\S+)\s+\d+\s+(reserve|write)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\.(\d+)$",
-                      text, re.M)
-    assert kernel >= 5 and sum(int(r[4]) for r in rows) == kernel, (kernel, text[-3000:])
-    assert all(int(r[2]) > 0 and int(r[3]) > 0 for r in rows)
-    assert "@wait_ms" in text and re.search(r"^@waits: (\d+)$", text, re.M).group(1) == str(len(rows))
