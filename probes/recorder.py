@@ -190,6 +190,7 @@ class Recorder:
         self._btf_trace_ids = {}                          # tracepoint -> (btf_trace_<name> type id, module) (_cflags)
         self._fentry_ids = {}                             # call -> its syscall function's BTF id (fentry mode)
         self.sampler = None                               # DeviceSampler of the traced journals' devices
+        self._xfs_refused = None                          # why the XFS programs did not compile (_compile)
 
     # ---- set-up -------------------------------------------------------------------
 
@@ -202,7 +203,7 @@ class Recorder:
     def xfs_log(self):
         """The XFS probes are compiled in (XFS_LOG): an XFS is traced and the kernel has its
         tracepoints (xfs as a module: loaded once an XFS is mounted)."""
-        return (not getattr(self, "_xfs_refused", None)
+        return (not self._xfs_refused
                 and any(j.get("kind") == "xfs" for j in self.journals.values())
                 and all(host.tracepoint_exists("xfs", tp) for tp in XFS_TRACEPOINTS))
 
@@ -346,7 +347,7 @@ class Recorder:
         if self.xfs_log:   # attached by bcc as it loaded them
             self.attached += [f"xfs:{tp}" for tp in XFS_TRACEPOINTS]
         elif any(j.get("kind") == "xfs" for j in self.journals.values()):
-            refused = getattr(self, "_xfs_refused", None)
+            refused = self._xfs_refused
             self.missing += [f"xfs:{tp}" + (f" ({refused})" if refused else "") for tp in XFS_TRACEPOINTS
                              if refused or not host.tracepoint_exists("xfs", tp)]
         sched = ["sched_switch"] + (["sched_process_fork"] if self.opts.command_tree or self.opts.pid else [])
