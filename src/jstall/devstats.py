@@ -191,8 +191,11 @@ class DeviceSampler:
         return False
 
     def table(self):
-        """The rows as a pyarrow Table with the session schema."""
-        return table(self.rows)
+        """The rows so far as a pyarrow Table with the session schema (copied under the
+        sampler's lock: the sampling thread may be appending a row, column by column)."""
+        with self._lock:
+            rows = {c: list(v) for c, v in self.rows.items()}
+        return table(rows)
 
     def write(self, session_dir):
         """Write device_stats.parquet into a session directory (before its metadata.json)."""
