@@ -132,12 +132,12 @@ class Analysis:
             if r["sleeps_agree"] is False:
                 w.append(f"{r['dev']}: {r['sleeps']} log-space sleeps recorded, the kernel counted "
                          f"{r['kernel_sleep_logspace']} (/sys/fs/xfs sleep_logspace): the probes missed some")
-        out = self.xfs_waits[~self.xfs_waits["in_traced_call"].astype(bool)]
-        if len(out):
-            u = xfs_untraced_waits(self.xfs_waits)
+        u = xfs_untraced_waits(self.xfs_waits)
+        if len(u):
+            n = int(u["waits"].sum())
             where = ", ".join(f"{r['comm']} in {r['context']} ({r['waits']}, {r['wait_ms']:,.0f} ms)"
                               for r in u.head(3).to_dict("records"))
-            w.append(f"{len(out)} XFS log-space wait{'s' * (len(out) != 1)} ran outside the traced calls: {where}; "
+            w.append(f"{n} XFS log-space wait{'s' * (n != 1)} ran outside the traced calls: {where}; "
                      "their time is in no stall below")
         if not len(self.session.jbd2_events) and not len(self.session.run_stats) and not xfs_only(self.session):
             w.append("no jbd2 events in this session: no commit or checkpoint happened while recording, or the journal's device was not traced")

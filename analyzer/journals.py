@@ -218,6 +218,14 @@ def checkpoint_waits(session, stalls, costs):
     return pd.DataFrame(rows, columns=cols)
 
 
+def verdict(row, run_ms, kind="jbd2"):
+    """The jstall.enough verdict of one journal from its checkpoint_waits row (a dict), or,
+    with no row (no wait on it), of no waits over ``run_ms``."""
+    if row:
+        return enough.judge(row["wait_ms"], row["longest_ms"], row["run_ms"], row.get("kind") or kind)
+    return enough.judge(0.0, 0.0, run_ms, kind)
+
+
 def untraced_checkpoints(session):
     """Forced checkpoints (run in a task, not a jbd2 thread) that fired outside every traced
     call: one row per (``dev``, ``pid``, ``comm``) with ``checkpoints``, ``traced_task`` (the

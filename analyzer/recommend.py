@@ -17,14 +17,15 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from jstall.enough import BOUND, judge
+from jstall.enough import BOUND
 from jstall.metadata import lab_of
 from jstall import jbd2
 
 from . import causes
 from .fill import timeline as fill_timeline
 from .journal_model import model
-from .journals import checkpoint_costs, checkpoint_waits, session_span_s, untraced_checkpoints, untraced_text
+from .journals import (checkpoint_costs, checkpoint_waits, session_span_s, untraced_checkpoints, untraced_text,
+                       verdict)
 from .recording import NOTE_SHARE, losses
 
 XATTR_SYSCALLS = ("setxattr", "lsetxattr", "fsetxattr", "setxattrat", "removexattr", "lremovexattr",
@@ -88,11 +89,9 @@ class Context:
             w = self.waits
             if w is None:
                 w = checkpoint_waits(self.session, self.stalls, checkpoint_costs(self.session, self.min_ms))
-            return {r["dev"]: judge(r["wait_ms"], r["longest_ms"], r["run_ms"], r.get("kind") or "jbd2")
-                    for r in w.to_dict("records")}  # one row per journal
+            return {r["dev"]: r for r in w.to_dict("records")}  # one row per journal
 
-        e = self._memo("enough", make).get(str(dev))
-        return e if e is not None else judge(0.0, 0.0, session_span_s(self.session) * 1e3)
+        return verdict(self._memo("waits_by_dev", make).get(str(dev)), session_span_s(self.session) * 1e3)
 
     @property
     def total_ms(self):

@@ -16,12 +16,11 @@ from dataclasses import dataclass, fields
 import numpy as np
 import pandas as pd
 
-from jstall import enough
 from jstall.probes.syscalls import GROUPS
 from jstall.schema import PHASES
 
 from . import causes, recording, window
-from .journals import session_span_s
+from .journals import session_span_s, verdict
 
 #: Version of the JSON document ``jstall analyze --json`` prints (not the session's).
 JSON_SCHEMA_VERSION = 1
@@ -369,8 +368,7 @@ def journal_summaries(journals, proc, hz, waits=None, run_ms=0.0):
         d["avg_phase_ms"] = {p: _num(j[f"avg_{p}_ms"]) for p in PHASE_FIELDS}
         d["proc_agreement"] = proc_summary(proc[proc["dev"] == j["dev"]], hz)
         w = by_dev.get(str(j["dev"]))
-        d["enough"] = json_safe((enough.judge(w["wait_ms"], w["longest_ms"], w["run_ms"]) if w
-                                 else enough.judge(0.0, 0.0, run_ms)).as_dict())
+        d["enough"] = json_safe(verdict(w, run_ms).as_dict())
         out.append(JournalSummary(**d))
     return tuple(out)
 

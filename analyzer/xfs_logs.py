@@ -13,9 +13,9 @@ already being flushed wait for their metadata writeback; locked items for their 
 import numpy as np
 import pandas as pd
 
-from jstall import enough, xfs
+from jstall import xfs
 
-from .journals import session_span_s
+from .journals import session_span_s, verdict
 
 #: what the log's tail was waiting for during a wait, by the AIL's dominant event
 TAIL_REASONS = {
@@ -131,8 +131,7 @@ def summary(session, waits_, stalls=None, log_waits=None):
             row["stalls"] = int(sm.sum())
             row["stall_ms"] = float(stalls.loc[sm, "latency_ms"].sum())
         jw = judged.get(dev)
-        row["enough"] = (enough.judge(jw["wait_ms"], jw["longest_ms"], jw["run_ms"], "xfs") if jw
-                         else enough.judge(0.0, 0.0, run_ms, "xfs")).as_dict()
+        row["enough"] = verdict(jw, run_ms, "xfs").as_dict()
         rows.append(row)
     return pd.DataFrame(rows)
 

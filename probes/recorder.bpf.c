@@ -1494,24 +1494,22 @@ TRACEPOINT_PROBE(xfs, xfs_ail_locked) { xfs_count(args->dev, 2); return 0; }
 TRACEPOINT_PROBE(xfs, xfs_ail_flushing) { xfs_count(args->dev, 3); return 0; }
 TRACEPOINT_PROBE(xfs, xfs_log_force) { xfs_count(args->dev, 4); return 0; }
 
+/* The grant heads and the tail of a loggrant record a into the event's pre##_ fields: the
+ * heads' cycles before 6.11, the tail space since */
 #if XFS_GRANT_CYCLES
-#define XFS_HEADS(dst, pre, a)                                                           \
-	do {                                                                             \
-		(dst)->pre##_reserve_bytes = (a)->grant_reserve_bytes;                   \
-		(dst)->pre##_write_bytes = (a)->grant_write_bytes;                       \
-		(dst)->pre##_reserve_cycle = (a)->grant_reserve_cycle;                   \
-		(dst)->pre##_write_cycle = (a)->grant_write_cycle;                       \
-		(dst)->pre##_tail_lsn = (a)->tail_lsn;                                   \
-	} while (0)
+#define XFS_HEAD_POSITIONS(dst, pre, a)                                                  \
+	((dst)->pre##_reserve_cycle = (a)->grant_reserve_cycle,                          \
+	 (dst)->pre##_write_cycle = (a)->grant_write_cycle)
 #else
+#define XFS_HEAD_POSITIONS(dst, pre, a) ((dst)->pre##_tail_space = (a)->tail_space)
+#endif
 #define XFS_HEADS(dst, pre, a)                                                           \
 	do {                                                                             \
 		(dst)->pre##_reserve_bytes = (a)->grant_reserve_bytes;                   \
 		(dst)->pre##_write_bytes = (a)->grant_write_bytes;                       \
-		(dst)->pre##_tail_space = (a)->tail_space;                               \
 		(dst)->pre##_tail_lsn = (a)->tail_lsn;                                   \
+		XFS_HEAD_POSITIONS(dst, pre, a);                                         \
 	} while (0)
-#endif
 
 /* A reservation begins: a traced call's first one names its device (as a journal
  * handle does on ext4: path-based calls find their filesystem here). */
@@ -1580,13 +1578,9 @@ TRACEPOINT_PROBE(xfs, xfs_log_grant_sleep)
 	return 0;
 }
 
-/* The reservation got its space: a wait, if it slept, is written now. */
-static __always_inline int xfs_granted(__u32 dev, void *args_, int cycles)
+/* The reservation of task got its space after the wait w (its end fields filled): written now. */
+static __always_inline int xfs_granted(struct task_struct *task, struct xfs_wait *w, __u32 dev)
 {
-	struct task_struct *task = (struct task_struct *)bpf_get_current_task_btf();
-	struct xfs_wait *w = xfs_waiting.task_storage_get(task, 0, 0);
-	if (!w || !w->ts_ns)
-		return 0;
 	struct xfs_wait_event *e = &w->e;
 	e->kind = KIND_XFS_WAIT;
 	e->dev = dev;
@@ -1622,25 +1616,26 @@ static __always_inline int xfs_granted(__u32 dev, void *args_, int cycles)
 	return jbd2_output(e, sizeof(*e));
 }
 
-TRACEPOINT_PROBE(xfs, xfs_log_reserve_exit)
+/* task's wait in progress, if its reservation slept (bcc takes no map call inside a macro) */
+static __always_inline struct xfs_wait *xfs_slept(struct task_struct *task)
 {
-	struct task_struct *task = (struct task_struct *)bpf_get_current_task_btf();
 	struct xfs_wait *w = xfs_waiting.task_storage_get(task, 0, 0);
-	if (!w || !w->ts_ns)
-		return 0;
-	XFS_HEADS(&w->e, end, args);
-	return xfs_granted(args->dev, args, 0);
+	return w && w->ts_ns ? w : NULL;
 }
 
-TRACEPOINT_PROBE(xfs, xfs_log_regrant_exit)
-{
-	struct task_struct *task = (struct task_struct *)bpf_get_current_task_btf();
-	struct xfs_wait *w = xfs_waiting.task_storage_get(task, 0, 0);
-	if (!w || !w->ts_ns)
-		return 0;
-	XFS_HEADS(&w->e, end, args);
-	return xfs_granted(args->dev, args, 0);
-}
+/* The body of both exits (reserve and regrant): a reservation that slept is written. */
+#define XFS_GRANTED(a)                                                                   \
+	do {                                                                             \
+		struct task_struct *task = (struct task_struct *)bpf_get_current_task_btf(); \
+		struct xfs_wait *w = xfs_slept(task);                                    \
+		if (!w)                                                                  \
+			return 0;                                                        \
+		XFS_HEADS(&w->e, end, a);                                                \
+		return xfs_granted(task, w, (a)->dev);                                   \
+	} while (0)
+
+TRACEPOINT_PROBE(xfs, xfs_log_reserve_exit) { XFS_GRANTED(args); }
+TRACEPOINT_PROBE(xfs, xfs_log_regrant_exit) { XFS_GRANTED(args); }
 #endif /* XFS_LOG */
 
 /* ==== TRACE_FORKS: the traced process tree ======================================= */

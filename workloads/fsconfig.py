@@ -328,14 +328,12 @@ class FsConfig:
                 opts.append(f"logbufs={self.log_buffers}")
             if journal_device_path:
                 opts.append(f"logdev={journal_device_path}")
-            for part in _split_tokens(self.mount_options):
-                opts += [o for o in part.split(",") if o]
-            return ",".join(opts)
-        opts = [f"data={self.data_mode}", "barrier" if self.barrier else "nobarrier"]
-        if self.commit_interval is not None:
-            opts.append(f"commit={self.commit_interval}")
-        if journal_device_path:
-            opts.append(f"journal_path={journal_device_path}")
+        else:
+            opts = [f"data={self.data_mode}", "barrier" if self.barrier else "nobarrier"]
+            if self.commit_interval is not None:
+                opts.append(f"commit={self.commit_interval}")
+            if journal_device_path:
+                opts.append(f"journal_path={journal_device_path}")
         for part in _split_tokens(self.mount_options):
             opts += [o for o in part.split(",") if o]
         return ",".join(opts)
