@@ -307,9 +307,26 @@ class Fleet:
                 base[f"session_{c}_ms"] = st["by_cause"][c]["total_ms"]
             for name in syscalls:
                 base[f"{name}_p99_ms"] = (d["calls"].get(name) or {}).get("p99_ms")
-            journals = d["journals"] or [None]
-            for j in journals:  # one row per journal (a session without one keeps one row)
+            # one row per journal: ext4's, then XFS logs (a session without either keeps one row)
+            xfs_logs = d.get("xfs_logs") or []
+            journals = d["journals"] + [dict(x, kind="xfs") for x in xfs_logs] or [None]
+            for j in journals:
                 row = dict(base)
+                if j is not None and j.get("kind") == "xfs":
+                    row.update({"dev": j["dev"], "device": j.get("device"), "mountpoint": j.get("mountpoint"),
+                                "journal_kind": "xfs", "journal_mib": j.get("log_mib"),
+                                "inode_size": j.get("inode_size"), "stalls": j.get("stalls") or 0,
+                                "stall_ms": j.get("stall_ms") or 0.0, "forced_checkpoints": 0,
+                                "log_space_waits": j.get("waits") or 0, "log_space_wait_ms": j.get("wait_ms") or 0.0,
+                                "headroom_low_blocks": None, "headroom_low_pct": j.get("min_headroom_start_pct"),
+                                "max_fill_pct": None})
+                    jc = s.get("journal_causes", {}).get(j["dev"], {})
+                    for c in CAUSES:
+                        row[f"{c}_ms"] = float(jc.get(c, 0.0))
+                    rows.append(row)
+                    continue
+                row.update({"journal_kind": "jbd2" if j is not None else None, "log_space_waits": 0,
+                            "log_space_wait_ms": 0.0})
                 if j is None:
                     row.update({"dev": None, "device": None, "mountpoint": None, "journal_mib": None,
                                 "inode_size": None, "stalls": st["count"], "stall_ms": st["total_ms"],

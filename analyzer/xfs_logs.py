@@ -17,13 +17,8 @@ from jstall import xfs
 
 from .journals import session_span_s, verdict
 
-#: what the log's tail was waiting for during a wait, by the AIL's dominant event
-TAIL_REASONS = {
-    "metadata_writeback": "metadata writeback (xfsaild pushing items home, or waiting on their I/O)",
-    "log_force": "a log force (AIL items pinned until the log reaches the disk)",
-    "lock_contention": "locks (AIL items locked by other tasks)",
-    "unknown": "nothing the AIL reported",
-}
+#: what the log's tail was waiting for (one definition: jstall.xfs)
+TAIL_REASONS = xfs.TAIL_REASONS
 
 
 def xfs_journals(session):
@@ -73,15 +68,10 @@ def waits(session):
 
 
 def tail_reasons(w):
-    """What the tail waited for in each wait: the AIL's most frequent event during it."""
-    pushed = (w["ail_pushes"] + w["ail_flushing"]).to_numpy(dtype="int64")
-    pinned = w["ail_pinned"].to_numpy(dtype="int64")
-    locked = w["ail_locked"].to_numpy(dtype="int64")
-    out = np.full(len(w), "unknown", dtype=object)
-    out[(pushed > 0) & (pushed >= pinned) & (pushed >= locked)] = "metadata_writeback"
-    out[(pinned > 0) & (pinned > pushed) & (pinned >= locked)] = "log_force"
-    out[(locked > 0) & (locked > pushed) & (locked > pinned)] = "lock_contention"
-    return out
+    """What the tail waited for in each wait (:func:`jstall.xfs.tail_reason`)."""
+    return np.asarray(xfs.tail_reason((w["ail_pushes"] + w["ail_flushing"]).to_numpy(dtype="int64"),
+                                      w["ail_pinned"].to_numpy(dtype="int64"), w["ail_locked"].to_numpy(dtype="int64")),
+                      dtype=object)
 
 
 #: summary columns of a log with no waits

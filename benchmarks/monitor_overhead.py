@@ -1,5 +1,7 @@
 """Monitor overhead: the cost of `jstall monitor`'s default probes against no tracing, and
-against `jstall record`, in ABBA pairs on a scratch ext4 (unthrottled). Per pair:
+against `jstall record`, in ABBA pairs on a scratch ext4 (unthrottled; --fs-type xfs: an XFS,
+where the monitor's operations are log-space waits and its XFS programs run on every log
+reservation). Per pair:
 
 - paced: the metadata workload (create, 2 x setxattr, unlink per file) paced at --rate
   calls/s; throughput ratio and calls per CPU second of the workload, traced/untraced;
@@ -26,7 +28,7 @@ as `jstall record -q -d` (no statistics) in the throughput runs.
 Prints each pair and the medians. Needs root.
 
 usage: monitor_overhead.py [--pairs N] [--rate CALLS_PER_S] [--seconds S] [--dd-bytes N] [--full-rounds N]
-                           [--interleave N]
+                           [--interleave N] [--fs-type ext4|xfs]
 """
 
 import json
@@ -140,8 +142,9 @@ def detach(bpf):
 
 def attach(tracer):
     """Attach a started (then detached) Tracer's or Recorder's programs again."""
-    tracer.attached, tracer.missing = [], []
-    tracer._attach(tracer.bpf)
+    p = tracer.probes
+    p.attached, p.missing = [], []
+    p._attach(p.bpf)
 
 
 def interleaved(mount, tmp, i, rounds, files=5000):
@@ -175,7 +178,11 @@ def interleaved(mount, tmp, i, rounds, files=5000):
 def main():
     args = options(__doc__, pairs=6, rate=10000.0, seconds=5.0, dd_bytes=3_000_000,
                    full_rounds=(20, "rounds of 5,000 files in each unpaced run (default 20: 400,000 calls)"),
-                   interleave=(6, "rounds of the interleaved full-rate part per pair (0: none)"))
+                   interleave=(6, "rounds of the interleaved full-rate part per pair (0: none)"),
+                   fs_type=("ext4", "the scratch filesystem: ext4 (default) or xfs"))
+    if args.fs_type not in ("ext4", "xfs"):
+        print(f"monitor_overhead.py: --fs-type {args.fs_type}: use ext4 or xfs", file=sys.stderr)
+        sys.exit(2)
 
     from jstall.monitor import bpfstats
     from jstall.monitor.tracer import MonitorOptions, Tracer
@@ -183,12 +190,13 @@ def main():
     from jstall.workloads.scratch import FsConfig, ScratchFs
 
     rows = []
-    with ScratchFs(FsConfig(fs_size="512M", journal_size="64M", inode_size=256)) as fs, \
+    inode = 256 if args.fs_type == "ext4" else 512
+    with ScratchFs(FsConfig(fs_type=args.fs_type, fs_size="512M", journal_size="64M", inode_size=inode)) as fs, \
             tempfile.TemporaryDirectory() as tmp:
         mount = fs.mountpoint
         full(mount, 1000, 1)
         print(f"conditions: {os.cpu_count()} CPUs shared with other work (load average {loadavg()}), "
-              f"kernel {os.uname().release}; "
+              f"kernel {os.uname().release}; {args.fs_type}; "
               f"{args.pairs} ABBA pairs; paced {args.rate:,.0f} calls/s for {args.seconds:g} s; "
               f"dd bs=1 of {args.dd_bytes:,} bytes")
         print("ratios traced/untraced; 'cpu': per CPU second of the workload (less disturbed by other load)")

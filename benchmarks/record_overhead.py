@@ -53,7 +53,7 @@ import tempfile
 import time
 
 from benchlib import interrupt, parser
-from jstall.probes import recorder as recorder_module
+from jstall.probes import probeset
 from jstall.probes.recorder import RecordOptions, Recorder
 
 LOOP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "metadata_loop.py")
@@ -188,20 +188,20 @@ def floor_source(text):
     return out
 
 
-class FloorRecorder(Recorder):
-    """The recorder compiled from floor_source(): same maps, same attach points."""
+class FloorProbes(probeset.ProbeSet):
+    """The probes compiled from floor_source(): same maps, same attach points."""
 
     def _compile(self):
         from bcc import BPF
 
-        os.environ.update(recorder_module.host.kernel_headers_env())
-        with open(recorder_module.BPF_SOURCE) as f:
+        os.environ.update(probeset.host.kernel_headers_env())
+        with open(probeset.BPF_SOURCE) as f:
             text = floor_source(f.read())
         return BPF(text=text.encode(), cflags=self._cflags())
 
 
 class Jstall:
-    """`jstall record -d MOUNT` in this process, for one run (floor: FloorRecorder)."""
+    """`jstall record -d MOUNT` in this process, for one run (floor: FloorProbes)."""
 
     def __init__(self, mount, tmp, attach, floor=False):
         self.mount, self.tmp, self.attach, self.floor, self.n = mount, tmp, attach, floor, 0
@@ -209,9 +209,9 @@ class Jstall:
     @contextlib.contextmanager
     def running(self):
         self.n += 1
-        cls = FloorRecorder if self.floor else Recorder
-        rec = cls(RecordOptions(output_dir=os.path.join(self.tmp, f"{'floor-' * self.floor}{self.attach}{self.n}"),
-                                devices=[self.mount], quiet=True, attach=self.attach))
+        opts = RecordOptions(output_dir=os.path.join(self.tmp, f"{'floor-' * self.floor}{self.attach}{self.n}"),
+                             devices=[self.mount], quiet=True, attach=self.attach)
+        rec = Recorder(opts, FloorProbes(opts) if self.floor else None)
         rec.start()
         try:
             yield rec

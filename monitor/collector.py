@@ -3,7 +3,8 @@ tracer's running totals at scrape time (nothing is exported per event).
 
 Labels are bounded: ``device`` (MAJ:MIN of a traced ext4 or XFS), ``head`` (an XFS grant
 head), ``op`` (journal_start,
-sync_file, or a syscall name with --syscalls), ``cause`` (the analyzer's taxonomy),
+sync_file, xfs_log_reserve, xfs_log_regrant, or a syscall name with --syscalls), ``tail``
+(what an XFS log's tail waited for), ``cause`` (the analyzer's taxonomy),
 ``phase`` (a jbd2 commit phase), ``mode`` (forced or background), ``buffer``, ``program``,
 ``result``. Never a pid, comm or path.
 """
@@ -118,7 +119,11 @@ class MonitorCollector:
                                             for le, n in zip(PHASE_BUCKETS_S, cum)], total)
         yield from fams.values()
         yield from (tx, logged, cps, cps_stall, cpw, phase)
-        yield from xfslogs.collect(xfslogs.xfs_logs(t.journals))
+        with t.state_lock:
+            waits = {dev: ({h: c.cumsum() for h, c in x.wait_counts.items()}, dict(x.wait_sum_s), dict(x.tail_s),
+                           x.sleeps)
+                     for dev, x in t.xfs_states.items()}
+        yield from xfslogs.collect(xfslogs.xfs_logs(t.journals), waits)
 
         lost = CounterMetricFamily("jstall_events_lost", "Records the probes could not hand over (ring buffer "
                                    "full, stack table full) and flight-buffer records dropped over its bound.",

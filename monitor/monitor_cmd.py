@@ -14,7 +14,7 @@ every metadata syscall instead, as 'jstall record' does (costlier for every task
 
 EXAMPLES = """\
 examples:
-    jstall monitor                                   # every ext4, metrics on 127.0.0.1:9853
+    jstall monitor                                   # every ext4 and XFS, metrics on 127.0.0.1:9853
     jstall monitor -d /srv --listen :9853            # one filesystem, all interfaces
     jstall monitor --capture-dir /var/lib/jstall --trigger-ms 200 --max-disk 2G
     jstall monitor --syscalls -d 7:0                 # per-syscall latency (every syscall traced)
@@ -107,7 +107,7 @@ def run(args):
         if not args.quiet:
             tracer.listeners.append(_print_stall)
         server.start()
-        what = ", ".join(tracer.journals) or "every ext4"
+        what = ", ".join(tracer.journals) or "every ext4 and XFS"
         host, port = server.address[:2]
         kinds = "ext4 journals" + (" and XFS logs" if any(j.get("kind") == "xfs" for j in tracer.journals.values()) else "")
         print(f"Tracing {kinds} on {what}; metrics on http://{host}:{port}/metrics"

@@ -1,21 +1,25 @@
-"""`jstall top`: a live terminal view of ext4 journals and their slowest recent operations."""
+"""`jstall top`: a live terminal view of ext4 journals, XFS logs and their slowest recent
+operations."""
 
 DESCRIPTION = """\
 A live view, refreshed every second, of each ext4 journal: its fill and headroom to the
 forced-checkpoint condition, blocks logged per second, commits per second, forced
-checkpoints; and the slowest recent operations with their cause. It reads the same data
-as 'jstall monitor': from its own probes (root), or from a running monitor (--url)."""
+checkpoints; of each XFS log: its headroom and its log-space waits; and the slowest recent
+operations with their cause. It reads the same data as 'jstall monitor': from its own
+probes (root), or from a running monitor (--url)."""
 
 EXAMPLES = """\
 examples:
-    jstall top                               # every ext4, with its own probes
+    jstall top                               # every ext4 and XFS, with its own probes
     jstall top -d /srv                       # one filesystem
     jstall top --url http://127.0.0.1:9853   # a running 'jstall monitor'
 
 keys: q quits.
 columns: FILL% used log space; HEADROOM% log space left above one maximum transaction
 (0: the next handle must checkpoint); LOG/s blocks logged per second; CP forced checkpoints
-(in user tasks) since the monitor started."""
+(in user tasks) since the monitor started. XFS logs: HEADROOM% space left on the reserve
+grant head over the log's size; WAITS, WAIT(s) reservations that waited for log space and
+their time, SLEEPS the kernel's sleeps in them, since the monitor started."""
 
 import json
 import time
@@ -27,7 +31,7 @@ from jstall.errors import JstallError
 def add_arguments(p):
     p.usage = "jstall top [-h] [-d DEV]... [--url URL] [--interval S]"
     p.add_argument("-d", "--device", action="append", default=[], metavar="DEV",
-                   help="show only this ext4 (MAJ:MIN, block device or mount point); repeatable (local probes)")
+                   help="show only this ext4 or XFS (MAJ:MIN, block device or mount point); repeatable (local probes)")
     p.add_argument("--url", help="read a running monitor's /status.json at URL (e.g. http://127.0.0.1:9853)")
     p.add_argument("--interval", type=float, default=1.0, metavar="S", help="refresh every S seconds (default 1)")
     p.add_argument("--stall-ms", type=float, default=10.0, metavar="MS", help="slow-call threshold (default 10; local)")
@@ -74,6 +78,15 @@ def render(snap, prev, source, width=120, height=40):
         mnt = (j.get("mountpoint") or "-")[-28:]
         lines.append(f"{dev:<7} {mnt:<28} {j.get('size_blocks', 0):>7} {fill} {head} {lr:>7.0f} {cr:>9.1f} "
                      f"{j['checkpoints']['forced']:>5} {j['checkpoint_written']['forced']:>9}")
+    xs = snap.get("xfs_logs") or {}
+    if xs:
+        lines += ["", f"{'XFS LOG':<7} {'MOUNTPOINT':<28} {'SIZE(MiB)':>9} {'HEADROOM%':>9} {'WAITS':>7} {'WAIT(s)':>8} "
+                      f"{'SLEEPS':>7}"]
+        for dev, x in sorted(xs.items()):
+            size = f"{x['log_bytes'] / (1 << 20):9.1f}" if x.get("log_bytes") else f"{'-':>9}"
+            head = f"{100 * x['headroom_ratio']:9.1f}" if x.get("headroom_ratio") is not None else f"{'-':>9}"
+            lines.append(f"{dev:<7} {(x.get('mountpoint') or '-')[-28:]:<28} {size} {head} {x['waits']:>7} "
+                         f"{x['wait_s']:>8.2f} {x['sleeps']:>7}")
     lost = sum(snap.get("events_lost", {}).values())
     lines += ["", f"SLOWEST RECENT CALLS{'  (events lost: %d)' % lost if lost else ''}",
               f"{'TIME':<8} {'OP':<14} {'LAT(ms)':>9} {'DEV':>7} {'CAUSE':<17} {'BLOCKED IN':<30} {'COMM':<16} {'PID':>7}"]

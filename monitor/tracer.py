@@ -1,10 +1,11 @@
-"""The monitor's live state: the recorder's probes in monitor mode, streamed into running
-totals (per journal, per stall cause), a flight buffer of recent detailed events, and a list
-of the slowest recent operations.
+"""The monitor's live state: jstall's probes in monitor mode (MonitorProbes), streamed into
+running totals (per journal, per stall cause), a flight buffer of recent detailed events, and
+a list of the slowest recent operations.
 
-The probes are the recorder's (probes/recorder.bpf.c) compiled with ``MONITOR_OPS=1``: an
-operation is a handle wait (``ext4_journal_start*`` to ``jbd2_handle_start``) or an fsync
-(``ext4_sync_file_enter`` to ``_exit``), so tasks that do not journal run no program. With
+The probes are a probes.probeset.ProbeSet compiled with ``MONITOR_OPS=1``: an operation is a
+handle wait (``ext4_journal_start*`` to ``jbd2_handle_start``) or an fsync
+(``ext4_sync_file_enter`` to ``_exit``), so tasks that do not journal run no program; on XFS,
+each log-space wait of a reservation (``xfs_log_grant_sleep`` to its ``_exit``). With
 ``syscalls=True`` the probes are exactly ``jstall record``'s (every metadata syscall).
 
 Times: ``*_ns`` are CLOCK_MONOTONIC nanoseconds (bpf_ktime_get_ns), ``*_s`` seconds.
@@ -15,17 +16,15 @@ import ctypes
 import dataclasses
 import gc
 import resource
-import tempfile
 import threading
 import time
 
 import numpy as np
 
-from jstall import jbd2
+from jstall import jbd2, xfs
+from jstall.analyzer import causes
 from jstall.probes import events, filesystems, host, tables
-from jstall.probes.recorder import (
-    BTF_TRACEPOINTS, EXT4_RAW_TRACEPOINTS, POLL_MS, RecordOptions, Recorder,
-)
+from jstall.probes.probeset import BTF_TRACEPOINTS, EXT4_RAW_TRACEPOINTS, POLL_MS, ProbeOptions, ProbeSet
 from jstall.schema import PHASES
 
 from . import bpfstats
@@ -99,52 +98,39 @@ class JournalState:
                 "max_transaction_blocks": f["max_transaction_blocks"]}
 
 
-class Tracer(Recorder):
-    """The recorder's probes in monitor mode, streamed into live totals.
+class XfsLogState:
+    """Running totals of one XFS log's log-space waits (device ``dev``): per grant head, a
+    histogram of the waits (first xfs_log_grant_sleep to the reservation's exit) over
+    PHASE_BUCKETS_S and their seconds; the seconds by what the tail waited for
+    (jstall.xfs.tail_reason); the sleeps (the kernel's xs_sleep_logspace counts each)."""
 
-        t = Tracer(MonitorOptions(devices=["/mnt/x"])).start()
-        t.journal_states(), t.stalls, t.recent_calls(), t.call_stats()
-        t.stop()
-    """
+    def __init__(self, dev):
+        self.dev = dev
+        self.wait_counts = {h: np.zeros(len(PHASE_BUCKETS_S), dtype=np.int64) for h in xfs.HEADS}
+        self.wait_sum_s = dict.fromkeys(xfs.HEADS, 0.0)
+        self.tail_s = dict.fromkeys(xfs.TAIL_REASONS, 0.0)
+        self.sleeps = 0
+
+    def add(self, head, seconds, tail, sleeps):
+        self.wait_counts[head][int(np.searchsorted(PHASE_BUCKETS_S, seconds))] += 1
+        self.wait_sum_s[head] += seconds
+        self.tail_s[tail] += seconds
+        self.sleeps += sleeps
+
+
+class MonitorProbes(ProbeSet):
+    """jstall's probes in monitor mode: the operations of MONITOR_OPS (handle waits, fsyncs)
+    and XFS log-space waits, or with ``syscalls`` exactly record's; no sched_waking (the
+    monitor's stalls are classified as they end)."""
+
+    wait_chains = False
 
     def __init__(self, options):
         self.mopts = options
-        # the recorder's checks and journal descriptions; it never writes its own session here
-        # (output_dir only has to pass its check), captures are written by capture.Captures
         # (its fs-level operations trace no syscall: no attach mode to settle for them)
-        super().__init__(RecordOptions(output_dir=tempfile.gettempdir(), devices=list(options.devices),
-                                       min_ms=options.min_ms, offcpu_min_us=options.offcpu_min_us, quiet=True,
-                                       **({} if options.syscalls else {"attach": "syscalls"})))
-        self.op_names = dict(self.syscall_names)
-        self.op_names.update(OP_NAMES)
-        self.state_lock = threading.Lock()
-        self.states = {}                                  # dev -> JournalState
-        self.stalls = collections.Counter()               # (dev, op, cause) -> stalled operations
-        self.stall_seconds = collections.Counter()        # (dev, cause) -> off-CPU seconds inside stalls
-        self.recent = collections.deque(maxlen=RECENT_CALLS)
-        self.flight = collections.deque()                 # (poll monotonic ns, {kind: records}, records, bytes)
-        self.flight_bytes = 0
-        self.flight_dropped = 0
-        self._batch = []
-        self._pending_calls = None                        # call_event records of the last poll
-        self._stalls_waiting = []                         # (call_event record, off-CPU rows) to classify
-        self._stack_causes = {}                           # stack_id -> (cause, label) or None
-        self._offcpu = {}                                 # (tid, call_ts_ns) -> [offcpu rows]
-        self._own_checkpoints = collections.deque()       # (tid, ts_ns) of checkpoints in user tasks
-        self._frames = {}                                 # stack_id -> frames
-        self.listeners = []                               # f(stall dict) for each classified stall
-        self.tick_listeners = []                          # f() after each poll
-        self.stats = None                                 # bpfstats.Sampler while attached
-        self._last_prune_ns = 0
-        self.last_lost = {}
-
-    # ---- set-up: the recorder's compile and attach, in monitor mode ----------------------
-
-    #: the monitor attaches no sched_waking: its stalls are classified as they end
-    wait_chains = False
-    #: nor the recorder's XFS probes: an XFS log's metrics come from the kernel's own
-    #: counters at scrape time (xfslogs)
-    xfs_log = False
+        super().__init__(ProbeOptions(devices=list(options.devices), min_ms=options.min_ms,
+                                      offcpu_min_us=options.offcpu_min_us, quiet=True,
+                                      **({} if options.syscalls else {"attach": "syscalls"})))
 
     @property
     def handle_waits(self):
@@ -178,18 +164,52 @@ class Tracer(Recorder):
                 self.attached.append(f"raw:{cat}:{tp}")
             else:
                 self.missing.append(f"raw:{cat}:{tp}")
+        self._note_xfs()
+
+
+class Tracer:
+    """MonitorProbes streamed into live totals.
+
+        t = Tracer(MonitorOptions(devices=["/mnt/x"])).start()
+        t.journal_states(), t.stalls, t.recent_calls(), t.call_stats()
+        t.stop()
+    """
+
+    def __init__(self, options):
+        self.mopts = options
+        self.probes = MonitorProbes(options)
+        self.journals, self.devices = self.probes.journals, self.probes.devices
+        self.op_names = dict(self.probes.syscall_names)
+        self.op_names.update(OP_NAMES)
+        self.bpf = None
+        self._stop = threading.Event()
+        self._thread = None
+        self.state_lock = threading.Lock()
+        self.states = {}                                  # dev -> JournalState
+        self.xfs_states = {}                              # dev -> XfsLogState
+        self.stalls = collections.Counter()               # (dev, op, cause) -> stalled operations
+        self.stall_seconds = collections.Counter()        # (dev, cause) -> off-CPU seconds inside stalls
+        self.recent = collections.deque(maxlen=RECENT_CALLS)
+        self.flight = collections.deque()                 # (poll monotonic ns, {kind: records}, records, bytes)
+        self.flight_bytes = 0
+        self.flight_dropped = 0
+        self._batch = []
+        self._pending_calls = None                        # call_event records of the last poll
+        self._stalls_waiting = []                         # (call_event record, off-CPU rows) to classify
+        self._stack_causes = {}                           # stack_id -> (cause, label) or None
+        self._offcpu = {}                                 # (tid, call_ts_ns) -> [offcpu rows]
+        self._own_checkpoints = collections.deque()       # (tid, ts_ns) of checkpoints in user tasks
+        self._frames = {}                                 # stack_id -> frames
+        self.listeners = []                               # f(stall dict) for each classified stall
+        self.tick_listeners = []                          # f() after each poll
+        self.stats = None                                 # bpfstats.Sampler while attached
+        self._last_prune_ns = 0
+        self.last_lost = {}
 
     def start(self):
-        """Compile and attach; stream in a background thread. Returns self."""
+        """Open the probes; stream in a background thread. Returns self."""
         self.hz, self.hz_source = host.kernel_hz()
-        self.bpf = b = self._compile()
-        one = ctypes.c_uint8(1)
-        for dev in self.devices:
-            major, minor = filesystems.parse_dev(dev)
-            b[b"devices"][ctypes.c_uint32(filesystems.kernel_dev(major, minor))] = one
-        self._attach(b)
-        for name in ("calls_rb", "offcpu_rb", "jbd2_rb"):
-            b[name.encode()].open_ring_buffer(self._on_event)
+        b = self.bpf = self.probes.open(self._on_event).bpf
         self.stats = bpfstats.Sampler(b, self.mopts.bpf_stats_duty)
         # the kernel symbol table, loaded now rather than at the first stall (bcc reads
         # /proc/kallsyms once: about 0.4 s and 27 MiB, which would otherwise land mid-run)
@@ -220,7 +240,7 @@ class Tracer(Recorder):
             self.last_lost = self.events_lost()
             if self.stats is not None:
                 self.stats.close()
-            self.bpf.cleanup()
+            self.probes.close()
             self.bpf = None
 
     # ---- streaming ------------------------------------------------------------------------
@@ -293,6 +313,8 @@ class Tracer(Recorder):
                 self._count_commits(a["run_stats_event"])
             if "checkpoint_stats_event" in a:
                 self._count_checkpoint_blocks(a["checkpoint_stats_event"])
+        if "xfs_wait_event" in a:
+            self._xfs_waits(a["xfs_wait_event"])
         if "offcpu_event" in a:
             r = a["offcpu_event"]
             offcpu = self._offcpu
@@ -356,15 +378,45 @@ class Tracer(Recorder):
             mode = "background" if bytes(r["comm"]).startswith(b"jbd2/") else "forced"
             self._state(filesystems.dev_name(int(r["dev"]))).checkpoint_written[mode] += int(r["written"])
 
+    def _xfs_waits(self, w):
+        """Count XFS log-space waits (xfs_wait_event records) per log. Without --syscalls a
+        wait at or above the stall threshold is itself a stalled operation (``xfs_log_reserve``
+        or ``xfs_log_regrant``, cause log_space); with it, the traced call it was in is."""
+        stall_ns = int(self.mopts.stall_ms * 1e6)
+        out = []
+        with self.state_lock:
+            for r in w:
+                dev = filesystems.dev_name(int(r["dev"]))
+                head = events.XFS_HEADS.get(int(r["head"]), xfs.RESERVE_HEAD)
+                ns = int(r["end_ns"]) - int(r["ts_ns"])
+                tail = xfs.tail_reason(int(r["ail_pushes"]) + int(r["ail_flushing"]), int(r["ail_pinned"]),
+                                       int(r["ail_locked"]))
+                s = self.xfs_states.get(dev)
+                if s is None:
+                    s = self.xfs_states[dev] = XfsLogState(dev)
+                s.add(head, ns / 1e9, tail, int(r["sleeps"]))
+                if self.mopts.syscalls or ns < stall_ns:
+                    continue
+                op = "xfs_log_reserve" if head == xfs.RESERVE_HEAD else "xfs_log_regrant"
+                call = {"ts_ns": int(r["ts_ns"]), "latency_s": ns / 1e9, "dev": dev, "op": op,
+                        "pid": int(r["pid"]), "tid": int(r["tid"]),
+                        "comm": bytes(r["comm"]).decode(errors="replace"), "cause": "log_space",
+                        "label": "tail waited for " + xfs.TAIL_REASONS[tail].split(" (")[0],
+                        "offcpu_s": {"log_space": ns / 1e9},
+                        "wall": time.time() - (time.monotonic_ns() - int(r["end_ns"])) / 1e9}
+                self.stalls[(dev, op, "log_space")] += 1
+                self.stall_seconds[(dev, "log_space")] += ns / 1e9
+                self.recent.append(call)
+                out.append(call)
+        for call in out:
+            for f in self.listeners:
+                f(call)
+
     # ---- stalls: causes with the analyzer's own taxonomy -----------------------------------
 
     def _stack_frames(self, stack_id):
         if stack_id not in self._frames:
-            try:
-                self._frames[stack_id] = [self.bpf.ksym(addr).decode(errors="replace")
-                                          for addr in self.bpf[b"stacks"].walk(stack_id)]
-            except KeyError:
-                self._frames[stack_id] = None
+            self._frames[stack_id] = self.probes.stack_frames(stack_id)
         return self._frames[stack_id]
 
     def _gather(self, calls):
@@ -402,7 +454,7 @@ class Tracer(Recorder):
             tid, ts, lat = int(c["tid"]), int(c["ts_ns"]), int(c["latency_ns"])
             n_own = sum(1 for t, cts in self._own_checkpoints if t == tid and ts <= cts <= ts + lat)
             own = n_own > 0
-            cause, label, seconds = primary_cause([(off, runnable, None if sid < 0 else self._stack_cause(sid))
+            cause, label, seconds = causes.primary_cause([(off, runnable, None if sid < 0 else self._stack_cause(sid))
                                                    for _ts, off, sid, runnable in rows], own)
             dev = filesystems.dev_name(int(c["dev"])) if c["dev"] else "-"
             op = self.op_names.get(int(c["syscall_nr"]), f"nr{int(c['syscall_nr'])}")
@@ -433,14 +485,11 @@ class Tracer(Recorder):
     def raw_call_stats(self):
         """{(syscall_nr or op, kernel dev): (count, errors, total_ns, max_ns, buckets)} for
         captures, summed over CPUs (tables.call_counters)."""
-        return {} if self.bpf is None else tables.call_counters(self.bpf, self.call_slots)
+        return {} if self.bpf is None else tables.call_counters(self.bpf, self.probes.call_slots)
 
     def events_lost(self):
         """{'calls', 'offcpu', 'jbd2', 'stacks'}: records the kernel could not hand over."""
-        if self.bpf is None:
-            return {}
-        c = events.lost_counts(self.bpf)
-        return {k: c[k] for k in ("calls", "offcpu", "jbd2", "stacks")}
+        return {} if self.bpf is None else self.probes.lost()
 
     def bpf_run(self):
         """{program: (run seconds, runs)}: the run time of the monitor's BPF programs so far,
@@ -463,38 +512,21 @@ class Tracer(Recorder):
                      "checkpoints": dict(s.checkpoints), "checkpoint_written": dict(s.checkpoint_written)}
                 j.update(s.space() or {})
                 js[dev] = j
+            xs = {dev: {"waits": int(sum(c.sum() for c in x.wait_counts.values())),
+                        "wait_s": sum(x.wait_sum_s.values()), "sleeps": x.sleeps}
+                  for dev, x in self.xfs_states.items()}
             recent = list(self.recent)
         mounts = filesystems.ext4_mounts()
         for dev, j in js.items():
             j["mountpoint"] = mounts.get(dev, {}).get("mountpoint")
-        return {"time": time.time(), "journals": js, "recent": recent, "events_lost": self.events_lost()}
-
-
-def primary_cause(rows, own_checkpoint=False):
-    """(cause, label, {cause: off-CPU seconds}) of one operation from its off-CPU intervals
-    ``rows``: [(off-CPU ns, runnable, (stack cause, label) or None without a stack)], by the
-    rules of analyzer.causes.offcpu_causes (runnable: cpu; no stack: a checkpoint in the
-    task's own thread, else other) and its primary cause (the largest share; a tie goes to
-    the cause listed first in the taxonomy; the label of the cause's first interval).
-
-    Per stall and per poll this is plain Python: the pandas version costs about 10 ms a call
-    whatever the size, which at a few stalls a second was most of the monitor's CPU.
-    tests/test_monitor.py checks it against offcpu_causes."""
-    from jstall.analyzer.causes import CAUSES
-
-    if not rows:
-        return "other", "on CPU (no off-CPU interval)", {}
-    total, label = {}, {}
-    for off, runnable, sc in rows:
-        if runnable:
-            cause, lab = "cpu", "runnable"
-        elif sc is not None:
-            cause, lab = sc
-        elif own_checkpoint:
-            cause, lab = "checkpoint", "checkpoint in own thread (stack not captured)"
-        else:
-            cause, lab = "other", "stack not captured"
-        total[cause] = total.get(cause, 0) + off
-        label.setdefault(cause, lab)
-    best = max(total, key=lambda k: (total[k], -CAUSES.index(k)))
-    return best, label[best], {k: v / 1e9 for k, v in total.items() if v}
+        # XFS logs: the probes' waits, and the space left as the kernel's log/* files say now
+        for dev, j in self.journals.items():
+            if j.get("kind") != "xfs":
+                continue
+            x = xs.setdefault(dev, {"waits": 0, "wait_s": 0.0, "sleeps": 0})
+            x.update(mountpoint=j.get("mountpoint"), log_bytes=j.get("log_bytes"), headroom_ratio=None)
+            state = xfs.read_log_state(j["xfs_name"])
+            if state and j.get("log_bytes") and xfs.log_state_kind(state):
+                x["headroom_ratio"] = xfs.log_state_space_left(state, j["log_bytes"]) / j["log_bytes"]
+        return {"time": time.time(), "journals": js, "xfs_logs": xs, "recent": recent,
+                "events_lost": self.events_lost()}

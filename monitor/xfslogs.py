@@ -1,12 +1,15 @@
 """The monitor's XFS logs: each traced XFS's log size, space left on its grant heads and
 the kernel's own log counters (/sys/fs/xfs/<name>/stats/stats and log/*), read at scrape
-time by the collector. They follow jbd2's naming (``jstall_journal_*``) as
-``jstall_xfs_log_*``; a scrape reads two small sysfs files per log.
+time by the collector, and the log-space waits its probes timed (tracer.XfsLogState). They
+follow jbd2's naming (``jstall_journal_*``) as ``jstall_xfs_log_*``; a scrape reads two small
+sysfs files per log.
 """
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from jstall import xfs
+
+from .tracer import PHASE_BUCKETS_S
 
 #: (metric, help, stats member) of the counters exported from stats/stats
 COUNTERS = (
@@ -29,9 +32,10 @@ def xfs_logs(journals):
     return {dev: (j["xfs_name"], j.get("log_bytes")) for dev, j in journals.items() if j.get("kind") == "xfs"}
 
 
-def collect(logs):
+def collect(logs, waits=None):
     """Metric families of ``logs`` ({dev: (sysfs name, log bytes)}); a log whose files are gone
-    (unmounted) is left out."""
+    (unmounted) is left out. ``waits``: {dev: ({head: cumulative bucket counts}, {head: seconds},
+    {tail reason: seconds}, sleeps)} of the waits timed so far (over PHASE_BUCKETS_S)."""
     size = GaugeMetricFamily("jstall_xfs_log_size_bytes", "XFS log size (xfs_info: the kernel's l_logsize).",
                              labels=["device"])
     left = GaugeMetricFamily("jstall_xfs_log_space_left_bytes",
@@ -63,4 +67,22 @@ def collect(logs):
         written.add_metric([dev], xfs.counter(stats, "xs_log_blocks", 0) * xfs.BBSIZE)
         for result, member in AIL_RESULTS:
             ail.add_metric([dev, result], xfs.counter(stats, member, 0))
-    return [size, left, ratio, *counters, written, ail]
+    wait = HistogramMetricFamily("jstall_xfs_log_wait_seconds",
+                                 "Log-space waits of reservations, from their first sleep in xlog_grant_head_wait "
+                                 "to the reservation's exit (xfs_log_grant_sleep to xfs_log_*_exit), by grant head.",
+                                 labels=["device", "head"])
+    tail = CounterMetricFamily("jstall_xfs_log_tail_wait_seconds",
+                               "Seconds of log-space waits by what the log's tail waited for meanwhile (the AIL's "
+                               "most frequent event: metadata_writeback, log_force, lock_contention, unknown).",
+                               labels=["device", "tail"])
+    slept = CounterMetricFamily("jstall_xfs_log_wait_sleeps", "Sleeps in xlog_grant_head_wait inside the timed waits: "
+                                "while every waiting task is traced, the increase of "
+                                "jstall_xfs_log_space_sleeps_total.", labels=["device"])
+    for dev, (counts, sums, tails, sleeps) in sorted((waits or {}).items()):
+        slept.add_metric([dev], sleeps)
+        for head, cum in counts.items():
+            wait.add_metric([dev, head], [("+Inf" if le == float("inf") else repr(le), int(n))
+                                          for le, n in zip(PHASE_BUCKETS_S, cum)], sums[head])
+        for reason, v in tails.items():
+            tail.add_metric([dev, reason], v)
+    return [size, left, ratio, *counters, written, ail, wait, tail, slept]

@@ -14,9 +14,9 @@ def fill_pct(free, log_blocks):
 
 
 def scope(rec):
-    """What recorder ``rec`` covers, in words (the 'Tracing ...' line)."""
+    """What a set of probes ``rec`` (probeset.ProbeSet) covers, in words (the 'Tracing ...' line)."""
     where = ("on " + ", ".join(f"{d} ({rec.journals[d]['mountpoint']})" for d in rec.devices)
-             if rec.devices else "on every ext4")
+             if rec.devices else "on every ext4 and XFS")
     who = ""
     if rec.opts.pid:
         who = f" of PID {rec.opts.pid} and its children"
@@ -24,7 +24,10 @@ def scope(rec):
         who = " of the command and its children"
     if rec.cgroup_id:
         who += f" in cgroup {rec.opts.cgroup}"
-    return f"Tracing ext4 metadata calls{who} and jbd2 {where}"
+    kinds = {j.get("kind", "jbd2") for d, j in rec.journals.items() if not rec.devices or d in rec.devices}
+    logs = " and ".join(k for k, on in (("jbd2", "jbd2" in kinds or not kinds), ("the XFS log", "xfs" in kinds)) if on)
+    fs = "/".join(k for k, on in (("ext4", "jbd2" in kinds or not kinds), ("XFS", "xfs" in kinds)) if on)
+    return f"Tracing {fs} metadata calls{who} and {logs} {where}"
 
 
 def print_start(out, what):

@@ -1,6 +1,6 @@
-"""The recorder's lifecycle: loads the bcc probes (recorder.bpf.c), attaches them, polls
-their ring buffers in a background thread, flushes what they gathered into a session
-directory (docs/session-format.md) as it goes, and detaches.
+"""A session writer: a set of probes (probeset.py) opened, their ring buffers polled in a
+background thread, what they gathered flushed into a session directory
+(docs/session-format.md) as it goes, and the probes closed.
 
 What it writes is built apart: the Arrow tables in tables.py, metadata.json in
 session_metadata.py; the per-call console lines in console.py.
@@ -16,7 +16,6 @@ Library use (the lab records this way):
 import ctypes
 import dataclasses
 import datetime
-import logging
 import os
 import select
 import shutil
@@ -31,85 +30,21 @@ from jstall.errors import JstallError
 from jstall.schema import SCHEMAS
 from jstall.session import RECORDING, compact_table, table_path, write_chunk, write_metadata, write_table_atomic
 
-from . import bpfsys, btf, console, events, filesystems, host, syscalls, tables
+from . import console, events, filesystems, host, tables
+from .probeset import POLL_MS, ProbeOptions, ProbeSet
 from .session_metadata import cgroup_paths, clock, session_metadata
 from .tables import CHUNKED, STREAMED
 
-BPF_SOURCE = os.path.join(os.path.dirname(__file__), "recorder.bpf.c")
-
-JBD2_RAW_TRACEPOINTS = (
-    "jbd2_start_commit", "jbd2_commit_locking", "jbd2_commit_flushing", "jbd2_commit_logging",
-    "jbd2_end_commit", "jbd2_drop_transaction", "jbd2_checkpoint", "jbd2_write_superblock",
-    "jbd2_lock_buffer_stall", "jbd2_update_log_tail", "jbd2_run_stats", "jbd2_checkpoint_stats",
-)
-EXT4_RAW_TRACEPOINTS = ("ext4_journal_start_sb", "ext4_journal_start_inode")
-#: XFS's tracepoints the XFS_LOG programs attach to (bcc attaches them as it loads the probes)
-XFS_TRACEPOINTS = ("xfs_log_reserve", "xfs_log_regrant", "xfs_log_grant_sleep", "xfs_log_reserve_exit",
-                   "xfs_log_regrant_exit", "xfs_ail_push", "xfs_ail_pinned", "xfs_ail_locked", "xfs_ail_flushing",
-                   "xfs_log_force")
-#: Where a journal handle starts, per kernel (the attach plan): (tracepoint, the program
-#: suffix that serves it), newest kernels first. Since 6.2 ext4 has ext4_journal_start_sb(sb,
-#: ...) and ext4_journal_start_inode(inode, ...); before, one ext4_journal_start(sb, ...),
-#: which the _sb programs serve (the same first argument).
-HANDLE_START_PLANS = (
-    (("ext4_journal_start_sb", "ext4_journal_start_sb"), ("ext4_journal_start_inode", "ext4_journal_start_inode")),
-    (("ext4_journal_start", "ext4_journal_start_sb"),),
-)
-#: loaded as BTF-typed raw tracepoints (tp_btf) where the kernel takes them: their programs
-#: (btf_<name> in recorder.bpf.c) read the superblock, journal and statistics they are
-#: given without bpf_probe_read_kernel, and sched_switch finds the thread switched in by
-#: its task storage
-BTF_TRACEPOINTS = EXT4_RAW_TRACEPOINTS + tuple(n for n in JBD2_RAW_TRACEPOINTS if n != "jbd2_lock_buffer_stall") + (
-    "sched_switch", "sched_waking")
-RING_PAGES = 1024          # 4 MiB per ring buffer
-POLL_MS = 100              # the ring buffers are read at least this often
-#: a record wakes the reader once this many came from its CPU since the last wakeup
-#: (rb_flags in recorder.bpf.c): 512 of the largest (168 bytes) are 84 KiB a CPU
-RB_WAKE_EVERY = 512
-STACK_ENTRIES = 16384
-HIST_BUCKETS = 40          # log2(latency_ns) buckets: the last holds everything from 2^39 ns (9 min)
-FILL_SAMPLE_NS = 10_000_000
 FLUSH_SECONDS = 2.0        # a closed chunk per table, counters and metadata.json this often
-
-#: How the traced syscalls are entered and left (the JSTALL_ATTACH override):
-#: "fentry", fentry/fexit programs on each traced call's syscall function
-#: (__x64_sys_<name>), so that no other syscall runs a program or takes the slow syscall
-#: path; "syscalls", a program pair on each traced call's own tracepoints
-#: (syscalls:sys_enter_<name>/sys_exit_<name>): other syscalls run no program but take the
-#: slow syscall path; "raw", one program pair on raw_syscalls that every syscall of every
-#: task runs; "auto" (default), fentry where the kernel takes it (stock distribution
-#: kernels do), else syscalls (benchmarks/record_overhead.py measures them).
-ATTACH_MODES = ("auto", "fentry", "syscalls", "raw")
-ATTACH = os.environ.get("JSTALL_ATTACH", "auto")
-
-
-def handle_start_plan():
-    """The (tracepoint, program suffix) pairs of HANDLE_START_PLANS this kernel has: the
-    first plan any of whose tracepoints exists (none: the newest, then reported missing)."""
-    for plan in HANDLE_START_PLANS:
-        if any(host.tracepoint_exists("ext4", tp) for tp, _ in plan):
-            return plan
-    return HANDLE_START_PLANS[0]
-
-log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
-class RecordOptions:
-    """What to record. Times: min_ms in milliseconds, offcpu_min_us in microseconds."""
+class RecordOptions(ProbeOptions):
+    """What to record: the probes' options (ProbeOptions), and where and how the session is written."""
 
     output_dir: str = None
-    devices: list = dataclasses.field(default_factory=list)   # MAJ:MIN, mount points or block devices
-    pid: int = None
-    cgroup: str = None                                        # cgroup v2 directory
-    command_tree: bool = False                                # trace only tgids added with trace_tgid()
-    min_ms: float = 1.0
-    offcpu_min_us: int = 100
-    quiet: bool = False
     console: object = None                                    # stream for live lines (default stdout)
     max_size_bytes: int = None                                # end the recording at this session size
-    attach: str = ATTACH                                      # one of ATTACH_MODES
-    calls: tuple = None                                       # call names (syscalls.parse_calls); None: default
     device_interval_s: float = 1.0                            # device_stats sampling (0: none; the lab samples its own)
 
 
@@ -119,56 +54,18 @@ def default_output_dir():
 
 class Recorder:
     """One recording: the options are checked when it is made (JstallError naming the fix,
-    nothing created), start() attaches the probes, stop() detaches them and finishes the
-    session directory."""
+    nothing created), start() opens the probes (``probes``: a ProbeSet, by default made
+    from the options), stop() closes them and finishes the session directory."""
 
-    def __init__(self, options):
+    def __init__(self, options, probes=None):
         self.opts = options
         self.console = options.console or sys.stdout
-        host.require_root()
-        host.require_kernel()
-        if options.attach not in ATTACH_MODES:
-            raise JstallError(f"JSTALL_ATTACH={options.attach}: unknown attach mode; use one of {', '.join(ATTACH_MODES)}")
-        host.ensure_tracefs()
+        self.probes = probes or ProbeSet(options)
         self.output_dir = options.output_dir or default_output_dir()
         check_output_dir(self.output_dir)
-        self.syscall_numbers = syscalls.numbers(calls=options.calls)
-        # calls this kernel does not have (setxattrat before 6.13, ...): skipped, listed once
-        self.calls_unavailable = [n for n in self.syscall_numbers if not host.syscall_exists(n)]
-        for name in self.calls_unavailable:
-            del self.syscall_numbers[name]
-        if not self.syscall_numbers:
-            raise JstallError(f"--calls {options.calls}: none of these calls exist on this kernel "
-                              f"({', '.join(self.calls_unavailable)}); choose others")
-        self.attach_mode = options.attach    # resolved in _cflags when "auto"
-        self.attach_note = None              # why fentry was not used, when it was not
-        self.syscall_names = {nr: name for name, nr in self.syscall_numbers.items()}
-        if self.handle_waits:
-            self.syscall_names.update(events.OP_NAMES)
-        mounts = filesystems.journaled_mounts()
-        self.devices = list(dict.fromkeys(filesystems.resolve_device(d, mounts) for d in options.devices))
-        if options.pid is not None and (options.pid <= 0 or not os.path.exists(f"/proc/{options.pid}")):
-            raise JstallError(f"-p {options.pid}: no such process; give the PID of a running process")
-        self.journals = {}
-        for dev in self.devices:
-            self.journals[dev] = filesystems.describe(dev, mounts[dev])
-        if not self.devices:  # every mounted ext4 with a journal and XFS (narrowed to those used with a task filter)
-            for dev, m in mounts.items():
-                try:
-                    self.journals[dev] = filesystems.describe(dev, m)
-                except JstallError:
-                    continue
-        self.cgroup_id = None
-        if options.cgroup:
-            try:
-                self.cgroup_id = os.stat(options.cgroup).st_ino
-            except OSError as e:
-                raise JstallError(f"--cgroup {options.cgroup}: {e.strerror}; give a cgroup v2 directory") from None
-        self.task_filter = bool(options.pid or options.command_tree or self.cgroup_id)
+        p = self.probes
+        self.journals, self.devices = p.journals, p.devices
         self.bpf = None
-        self.attached, self.missing = [], []
-        self.btf_typed = []                               # tracepoints whose programs load BTF-typed
-        self.btf_refused = {}                             # tracepoint -> why its typed program was refused
         self._chunks = {kind: [] for kind in events.KIND_STRUCTS}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -186,244 +83,16 @@ class Recorder:
         self._pidfd = None
         self.last_flush = None
         self.cgroups = {}                                 # str(cgroup id) -> path, of the calls' cgroups
-        self.call_slots = self._call_slot_rows()          # syscall nr -> its call_slots row
-        self._btf_trace_ids = {}                          # tracepoint -> (btf_trace_<name> type id, module) (_cflags)
-        self._fentry_ids = {}                             # call -> its syscall function's BTF id (fentry mode)
         self.sampler = None                               # DeviceSampler of the traced journals' devices
-        self._xfs_refused = None                          # why the XFS programs did not compile (_compile)
-
-    # ---- set-up -------------------------------------------------------------------
-
-    #: a traced task's handle waits outside traced calls are recorded (HANDLE_WAITS)
-    handle_waits = True
-    #: who woke each off-CPU interval inside a traced call is recorded (WAIT_CHAINS)
-    wait_chains = True
-
-    @property
-    def xfs_log(self):
-        """The XFS probes are compiled in (XFS_LOG): an XFS is traced and the kernel has its
-        tracepoints (xfs as a module: loaded once an XFS is mounted)."""
-        return (not self._xfs_refused
-                and any(j.get("kind") == "xfs" for j in self.journals.values())
-                and all(host.tracepoint_exists("xfs", tp) for tp in XFS_TRACEPOINTS))
-
-    def _call_slot_rows(self):
-        """{syscall nr: row}: each traced syscall counts its calls in a row of per-CPU array
-        slots (call_slots) rather than the call_stats hash; tables.call_counters reads both."""
-        return {nr: row for row, nr in enumerate(self.syscall_numbers.values())}
-
-    def _cflags(self):
-        types = btf.BtfTypes.load()   # about 140 MiB parsed: kept only while compiling
-        defines = btf.probe_defines(types)
-        names = set(BTF_TRACEPOINTS) | {tp for plan in HANDLE_START_PLANS for tp, _ in plan}
-        ids = types.located_type_ids("TYPEDEF", [f"btf_trace_{n}" for n in names])
-        self._btf_trace_ids = {n: ids[f"btf_trace_{n}"] for n in names if f"btf_trace_{n}" in ids}
-        defines.update(btf.syscall_arg_defines(types))
-        self._fentry_ids = self._resolve_attach(types)
-        for struct_name, dt in events.DTYPES.items():
-            defines[f"SIZEOF_{struct_name}"] = dt.itemsize
-        defines.update(
-            MIN_NS=int(self.opts.min_ms * 1e6),
-            OFFCPU_MIN_NS=int(self.opts.offcpu_min_us * 1000),
-            FILL_SAMPLE_NS=FILL_SAMPLE_NS,
-            FILL_SAMPLE_SURE_TICKS=FILL_SAMPLE_NS * hz // 1_000_000_000 if (hz := host.config_hz()) else 0,
-            COMMIT_EVENTS=int(all(host.tracepoint_exists("jbd2", f"jbd2_{e}_commit") for e in ("start", "end"))),
-            RB_PAGES=RING_PAGES,
-            RB_WAKE_EVERY=RB_WAKE_EVERY,
-            STACK_ENTRIES=STACK_ENTRIES,
-            HIST_BUCKETS=HIST_BUCKETS,
-            FILTER_PID=0,  # -p traces the process's tree (FILTER_TREE), seeded with the pid
-            FILTER_TREE=int(bool(self.opts.command_tree or self.opts.pid)),
-            FILTER_DEV=int(bool(self.devices)),
-            FILTER_CGROUP=self.cgroup_id or 0,
-            PER_SYSCALL_TRACEPOINTS=int(self.attach_mode == "syscalls"),
-            FENTRY_SYSCALLS=int(self.attach_mode == "fentry"),
-            HANDLE_WAITS=int(self.handle_waits),
-            WAIT_CHAINS=int(self.wait_chains),
-            TASK_PT_REGS=int((host.kernel_version() or (0, 0)) >= (5, 15)),
-            XFS_LOG=int(self.xfs_log),
-            XFS_GRANT_CYCLES=int(self.xfs_log and not host.tracepoint_has_field("xfs", "xfs_log_grant_sleep",
-                                                                                 "tail_space")),
-            XFS_TRACE_TIC=int(self.xfs_log and host.tracepoint_has_field("xfs", "xfs_log_grant_sleep", "tic")),
-            SELF_TGID=os.getpid(),
-            CALL_SLOTS=max(len(self.call_slots), 1),
-            STATS_WAYS=tables.CALL_SLOT_WAYS,
-        )
-        # -w: clang's warnings about the kernel's own headers (6.12's nocf_check, ...) are
-        # not the user's business, and would land on the traced command's stderr
-        return [f"-D{k}={v}" for k, v in defines.items()] + [f"-I{os.path.dirname(BPF_SOURCE)}", "-w"]
-
-    def _resolve_attach(self, types):
-        """Settle the attach mode ("auto": fentry where the kernel takes it, else syscalls)
-        and return {call: its syscall function's BTF id} for the fentry mode ({} otherwise).
-        An empty fentry program is loaded on the first call's function to ask the kernel."""
-        if self.attach_mode not in ("auto", "fentry"):
-            return {}
-        prefix = btf.SYSCALL_PREFIX.get(os.uname().machine)
-        funcs = {n: prefix + n for n in self.syscall_numbers} if prefix else {}
-        found = types.type_ids("FUNC", funcs.values()) if funcs else {}
-        ids = {n: found[f] for n, f in funcs.items() if f in found}
-        reason = None
-        if not prefix:
-            reason = f"no syscall functions known on {os.uname().machine}"
-        elif len(ids) < len(funcs):
-            reason = "no BTF for " + ", ".join(sorted(set(funcs.values()) - set(found)))
-        else:
-            name = next(iter(ids))
-            fd = bpfsys.load_tracing_program(bpfsys.EMPTY_PROGRAM, bpfsys.BPF_TRACE_FENTRY, ids[name], b"jstall_probe")
-            if isinstance(fd, str):
-                reason = f"the kernel refuses fentry on {funcs[name]}: {fd}"
-            else:
-                os.close(fd)
-        if reason is None:
-            self.attach_mode = "fentry"
-            return ids
-        if self.attach_mode == "fentry":
-            raise JstallError(f"JSTALL_ATTACH=fentry: {reason}; use JSTALL_ATTACH=syscalls (or auto)")
-        self.attach_mode, self.attach_note = "syscalls", f"fentry not used: {reason}"
-        log.debug("%s", self.attach_note)
-        return {}
-
-    def _compile(self):
-        os.environ.update(host.kernel_headers_env())
-        from bcc import BPF  # Debian's python3-bpfcc
-
-        cflags = self._cflags()
-        try:
-            return BPF(src_file=BPF_SOURCE.encode(), cflags=cflags)
-        except Exception as e:
-            if self.xfs_log:   # this kernel's XFS tracepoints: the rest is recorded without them
-                self._xfs_refused = f"the XFS programs did not compile ({e})"
-                log.warning("%s; recording without XFS log waits", self._xfs_refused)
-                return self._compile()
-            raise JstallError(
-                f"bcc could not compile the probes ({e}); if it says headers are missing, run "
-                "'sh scripts/setup.sh' (builds the generic-header fallback) or install linux-headers-$(uname -r)"
-            ) from None
-
-    def _attach(self, b):
-        traced = b[b"traced_nr"]
-        for name, nr in self.syscall_numbers.items():
-            row = self.call_slots.get(nr)
-            traced[ctypes.c_uint32(nr)] = traced.Leaf(syscalls.probe_flags(name) | (row + 1 if row is not None else 0) << 8)
-        if self.attach_mode == "fentry":
-            insns = {kind: b.dump_func(f"{kind}_call".encode()) for kind in ("fentry", "fexit")}
-            for name in self.syscall_numbers:
-                for kind, attach_type in (("fentry", bpfsys.BPF_TRACE_FENTRY), ("fexit", bpfsys.BPF_TRACE_FEXIT)):
-                    point = f"{kind}:{btf.SYSCALL_PREFIX[os.uname().machine]}{name}"
-                    prog_fd, link_fd = bpfsys.load_and_attach(insns[kind], attach_type, self._fentry_ids[name],
-                                                              f"{kind}_{name}".encode())
-                    if link_fd is None:
-                        raise JstallError(f"cannot attach {point} ({prog_fd}); use JSTALL_ATTACH=syscalls")
-                    from bcc import BPF
-
-                    b.funcs[point.encode()] = BPF.Function(b, point.encode(), prog_fd)  # closed by b.cleanup()
-                    b.raw_tracepoint_fds[point.encode()] = link_fd                      # detached by b.cleanup()
-                    self.attached.append(point)
-        elif self.attach_mode == "syscalls":
-            for name in self.syscall_numbers:
-                for kind in ("enter", "exit"):
-                    tp = f"sys_{kind}_{name}"
-                    if not host.tracepoint_exists("syscalls", tp):
-                        self.missing.append(f"syscalls:{tp}")
-                        continue
-                    fn = "sc_enter_at" if kind == "enter" and name in syscalls.PATH_ARG1 else f"sc_{kind}"
-                    b.attach_tracepoint(tp=f"syscalls:{tp}".encode(), fn_name=fn.encode())
-                    self.attached.append(f"syscalls:{tp}")
-        else:
-            for name in ("sys_enter", "sys_exit"):
-                if not host.tracepoint_exists("raw_syscalls", name):
-                    raise JstallError(f"tracepoint raw_syscalls:{name} is missing; jstall needs a kernel with CONFIG_FTRACE_SYSCALLS")
-                b.attach_raw_tracepoint(tp=name.encode(), fn_name=f"on_{name}".encode())
-                self.attached.append(f"raw:raw_syscalls:{name}")
-        for cat, tp, prog in self._tracepoints():
-            if not host.tracepoint_exists(cat, tp):
-                self.missing.append(f"raw:{cat}:{tp}")
-                continue
-            # a BTF-typed raw tracepoint where the kernel takes it, else its untyped twin
-            if not (prog in BTF_TRACEPOINTS and self._attach_btf(b, prog, tp)):
-                b.attach_raw_tracepoint(tp=tp.encode(), fn_name=f"rtp_{prog}".encode())
-            self.attached.append(f"raw:{cat}:{tp}")
-        if self.xfs_log:   # attached by bcc as it loaded them
-            self.attached += [f"xfs:{tp}" for tp in XFS_TRACEPOINTS]
-        elif any(j.get("kind") == "xfs" for j in self.journals.values()):
-            refused = self._xfs_refused
-            self.missing += [f"xfs:{tp}" + (f" ({refused})" if refused else "") for tp in XFS_TRACEPOINTS
-                             if refused or not host.tracepoint_exists("xfs", tp)]
-        sched = ["sched_switch"] + (["sched_process_fork"] if self.opts.command_tree or self.opts.pid else [])
-        for name in sched:
-            if not (name in BTF_TRACEPOINTS and self._attach_btf(b, name)):
-                b.attach_raw_tracepoint(tp=name.encode(), fn_name=f"rtp_{name}".encode())
-            self.attached.append(f"raw:sched:{name}")
-        if self.wait_chains:
-            # the waker goes where sched_switch keeps the interval: the typed program writes
-            # the task storage only a typed sched_waking reads, the untyped one the hash
-            if "sched_switch" in self.btf_typed:
-                if self._attach_btf(b, "sched_waking"):
-                    self.attached.append("raw:sched:sched_waking")
-                else:
-                    self.missing.append("raw:sched:sched_waking (typed)")
-            else:
-                b.attach_raw_tracepoint(tp=b"sched_waking", fn_name=b"rtp_sched_waking")
-                self.attached.append("raw:sched:sched_waking")
-        if self.missing and not self.opts.quiet:
-            log.warning("tracepoints missing on this kernel, not recorded: %s", " ".join(self.missing))
-
-    def _tracepoints(self):
-        """(category, tracepoint, program suffix) of the ext4 and jbd2 tracepoints to
-        attach, by this kernel's attach plan (handle_start_plan)."""
-        return ([("ext4", tp, prog) for tp, prog in handle_start_plan()]
-                + [("jbd2", n, n) for n in JBD2_RAW_TRACEPOINTS + ("jbd2_handle_start",) * self.handle_waits])
-
-    def _attach_btf(self, b, name, tracepoint=None):
-        """Load btf_<name> as a BTF-typed raw tracepoint program on tracepoint (default:
-        name; once) and attach it (bcc loads only untyped raw tracepoints); False where the
-        kernel refuses. A module's tracepoint (ext4, jbd2 as modules) is named by the
-        module's BTF object and its type id there."""
-        tracepoint = tracepoint or name
-        type_id, module = self._btf_trace_ids.get(tracepoint, (None, None))
-        fn_name = f"btf_{name}".encode()
-        if not type_id:
-            return False
-        if fn_name in b.funcs:   # loaded before, detached since: attach it again
-            link_fd = bpfsys.open_btf_link(b.funcs[fn_name].fd)
-            if link_fd is None:
-                return False
-        else:
-            try:
-                insns = b.dump_func(fn_name)
-            except Exception:  # not in this build of the probes
-                return False
-            prog_fd, link_fd = bpfsys.load_and_attach(insns, bpfsys.BPF_TRACE_RAW_TP, type_id, fn_name, module)
-            if link_fd is None:
-                log.debug("tracepoint %s: no BTF-typed program (%s); a raw one instead", tracepoint, prog_fd)
-                self.btf_refused[tracepoint] = prog_fd[:300]
-                return False
-            from bcc import BPF
-
-            b.funcs[fn_name] = BPF.Function(b, fn_name, prog_fd)   # closed by b.cleanup()
-        b.raw_tracepoint_fds[tracepoint.encode()] = link_fd        # detached by b.cleanup()
-        if tracepoint not in self.btf_typed:
-            self.btf_typed.append(tracepoint)
-        return True
 
     def start(self):
-        """Compile and attach the probes, then stream events in a background thread."""
-        b = self.bpf = self._compile()
+        """Open the probes, then stream events in a background thread."""
         created = not os.path.exists(self.output_dir)
+        if self.opts.pid:
+            self._pidfd = os.pidfd_open(self.opts.pid)
+        b = self.bpf = self.probes.open(self._on_event).bpf
         try:
             os.makedirs(self.output_dir, exist_ok=True)
-            one = ctypes.c_uint8(1)
-            for dev in self.devices:
-                major, minor = filesystems.parse_dev(dev)
-                b[b"devices"][ctypes.c_uint32(filesystems.kernel_dev(major, minor))] = one
-            if self.opts.pid:
-                self._pidfd = os.pidfd_open(self.opts.pid)
-                for tgid in [self.opts.pid] + host.descendants(self.opts.pid):
-                    self.trace_tgid(tgid)
-            self._attach(b)
-            for name in ("calls_rb", "offcpu_rb", "jbd2_rb"):
-                b[name.encode()].open_ring_buffer(self._on_event)
             self.hz, self.hz_source = host.kernel_hz()
             self.start_clock = clock()
             self._jiffies_start = host.read_jiffies()
@@ -438,28 +107,25 @@ class Recorder:
             self.last_flush = self.start_clock
             write_metadata(self.output_dir, self._metadata(RECORDING, self.start_clock))
         except BaseException:
-            self.bpf.cleanup()
+            self.probes.close()
             self.bpf = None
+            if self._pidfd is not None:
+                os.close(self._pidfd)
             if created:
                 shutil.rmtree(self.output_dir, ignore_errors=True)
             raise
         if not self.opts.quiet:
-            console.print_start(self.console, console.scope(self))
+            console.print_start(self.console, console.scope(self.probes))
         self._thread = threading.Thread(target=self._poll, name="jstall-poll", daemon=True)
         self._thread.start()
         return self
 
     def trace_tgid(self, tgid):
-        """Add a process (and, through sched_process_fork, its descendants) to the traced tree."""
-        self.bpf[b"tgids"][ctypes.c_uint32(tgid)] = ctypes.c_uint8(1)
+        """Add a process (and its descendants) to the traced tree (ProbeSet.trace_tgid)."""
+        self.probes.trace_tgid(tgid)
 
     def untrace_tgid(self, tgid):
-        if self.bpf is None:
-            return
-        try:
-            del self.bpf[b"tgids"][ctypes.c_uint32(tgid)]
-        except KeyError:
-            pass
+        self.probes.untrace_tgid(tgid)
 
     # ---- streaming ------------------------------------------------------------------
 
@@ -471,7 +137,7 @@ class Recorder:
         if kind == events.KINDS["KIND_CALL"]:
             if not self.opts.quiet:
                 console.print_call(self.console, np.frombuffer(raw, dtype=events.DTYPES["call_event"])[0],
-                                   self.syscall_names)
+                                   self.probes.syscall_names)
 
     def _poll(self):
         try:
@@ -505,7 +171,7 @@ class Recorder:
             chunks, self._chunks = self._chunks, {kind: [] for kind in events.KIND_STRUCTS}
         a = {events.KIND_STRUCTS[k]: events.decode(events.KIND_STRUCTS[k], v) for k, v in chunks.items() if v}
         self._seq += 1
-        for name, table in tables.streamed_tables(a, self.syscall_names, self.hz).items():
+        for name, table in tables.streamed_tables(a, self.probes.syscall_names, self.hz).items():
             self._write_chunk(name, table)
             self.rows[name] += table.num_rows
         if "call_event" in a:
@@ -541,21 +207,13 @@ class Recorder:
 
     def _write_snapshots(self, b):
         """The in-kernel call counters so far, as whole tables (rewritten atomically)."""
-        hist, totals, self.calls_without_device = tables.histogram_tables(b, self.syscall_names, bool(self.devices),
-                                                                          self.call_slots)
+        hist, totals, self.calls_without_device = tables.histogram_tables(b, self.probes.syscall_names, bool(self.devices),
+                                                                          self.probes.call_slots)
         self.tables = {"call_histograms": hist, "call_totals": totals}
         if self.sampler is not None:   # what the devices served so far: a table of its own
             self.tables["device_stats"] = self.sampler.table()
         for name, table in self.tables.items():
             write_table_atomic(self.output_dir, name, table)
-
-    def _used_devs(self):
-        """Journals the traced tasks used ('MAJ:MIN'), read from the probes' map."""
-        return {filesystems.dev_name(int(k.value)) for k in self.bpf[b"used_devs"].keys()}
-
-    def _lost(self):
-        c = events.lost_counts(self.bpf)
-        return {name: c[name] for name in ("calls", "offcpu", "jbd2")}, c["stacks"]
 
     # ---- tear-down and writing ------------------------------------------------------
 
@@ -575,8 +233,8 @@ class Recorder:
         self._flush(final=True)
         self.command, self.exit_status = command, exit_status
         self.stop_reason = stop_reason or self.stop_reason
-        metadata = self._metadata(status, end_clock)   # reads the probes' maps: before cleanup
-        b.cleanup()
+        metadata = self._metadata(status, end_clock)   # reads the probes' maps: before they close
+        self.probes.close()
         self.bpf = None
         if self._pidfd is not None:
             os.close(self._pidfd)
@@ -602,12 +260,13 @@ class Recorder:
             if dev in self.journals:
                 self.journals[dev]["max_transaction_blocks"] = mtb
         traced = self.journals
-        if self.task_filter and not self.devices:  # only the journals the traced tasks used
-            used = self._used_devs()
+        if self.probes.task_filter and not self.devices:  # only the journals the traced tasks used
+            used = self.probes.used_devs()
             traced = {d: j for d, j in self.journals.items() if d in used}
         jiffies_end = getattr(self, "_jiffies_end", None)
         measured = host.measured_hz(self._jiffies_start, jiffies_end) if jiffies_end else None
-        lost, stacks_lost = self._lost()
+        lost = self.probes.lost()
+        stacks_lost = lost.pop("stacks")
         return session_metadata(self, status, end_clock, traced, measured, lost, stacks_lost)
 
 

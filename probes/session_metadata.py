@@ -28,6 +28,7 @@ def session_metadata(rec, status, end_clock, traced, measured, lost, stacks_lost
     description} of the journals recorded; ``measured``: host.measured_hz() over the
     recording, or None; ``lost``: {ring buffer: events lost}; ``stacks_lost``: stack ids
     the probes could not store."""
+    p = rec.probes
     return {
         "format": FORMAT,
         "schema_version": SCHEMA_VERSION,
@@ -49,17 +50,17 @@ def session_metadata(rec, status, end_clock, traced, measured, lost, stacks_lost
             "devices": rec.devices,
             "pid": rec.opts.pid,
             "cgroup": rec.opts.cgroup,
-            "cgroup_id": rec.cgroup_id,
+            "cgroup_id": p.cgroup_id,
             "command_tree": bool(rec.opts.command_tree),
         },
         "min_ms": rec.opts.min_ms,
         "offcpu_min_us": rec.opts.offcpu_min_us,
         "max_size_bytes": rec.opts.max_size_bytes,
-        "probes": {"attached": rec.attached, "missing": rec.missing,
-                   "syscalls": sorted(rec.syscall_numbers), "attach": rec.attach_mode,
-                   "attach_note": rec.attach_note, "calls_unavailable": rec.calls_unavailable,
-                   "btf_typed": rec.btf_typed, "btf_refused": rec.btf_refused},
-        "traced_calls": sorted(rec.syscall_numbers),
+        "probes": {"attached": p.attached, "missing": p.missing,
+                   "syscalls": sorted(p.syscall_numbers), "attach": p.attach_mode,
+                   "attach_note": p.attach_note, "calls_unavailable": p.calls_unavailable,
+                   "btf_typed": p.btf_typed, "btf_refused": p.btf_refused},
+        "traced_calls": sorted(p.syscall_numbers),
         "calls_without_device": rec.calls_without_device,
         "events_lost": lost,
         "stacks_lost": stacks_lost,

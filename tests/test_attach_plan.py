@@ -6,7 +6,7 @@ import os
 import pytest
 
 from jstall.errors import JstallError
-from jstall.probes import host, recorder
+from jstall.probes import host, probeset, recorder
 
 
 def fake_tracepoints(monkeypatch, present):
@@ -15,17 +15,17 @@ def fake_tracepoints(monkeypatch, present):
 
 def test_kernels_before_6_2_start_handles_at_ext4_journal_start(monkeypatch):
     fake_tracepoints(monkeypatch, {"ext4:ext4_journal_start"})
-    assert recorder.handle_start_plan() == (("ext4_journal_start", "ext4_journal_start_sb"),)
+    assert probeset.handle_start_plan() == (("ext4_journal_start", "ext4_journal_start_sb"),)
 
 
 def test_newer_kernels_use_the_sb_and_inode_tracepoints(monkeypatch):
     fake_tracepoints(monkeypatch, {"ext4:ext4_journal_start_sb", "ext4:ext4_journal_start_inode"})
-    assert [tp for tp, _ in recorder.handle_start_plan()] == ["ext4_journal_start_sb", "ext4_journal_start_inode"]
+    assert [tp for tp, _ in probeset.handle_start_plan()] == ["ext4_journal_start_sb", "ext4_journal_start_inode"]
 
 
 def test_no_handle_tracepoint_plans_the_newest_and_reports_it_missing(monkeypatch):
     fake_tracepoints(monkeypatch, set())
-    assert recorder.handle_start_plan() == recorder.HANDLE_START_PLANS[0]
+    assert probeset.handle_start_plan() == probeset.HANDLE_START_PLANS[0]
 
 
 def test_a_syscall_is_known_by_its_tracepoint(monkeypatch, tmp_path):

@@ -7,7 +7,7 @@ call had been counted in the hash. Hand-built maps, shaped as bcc reads them."""
 import ctypes
 
 from jstall.probes import tables
-from jstall.probes.recorder import HIST_BUCKETS
+from jstall.probes.probeset import HIST_BUCKETS
 
 NAMES = {188: "setxattr", 87: "unlink", 257: "openat"}
 DEV_A, DEV_B = (7 << 20) | 3, (7 << 20) | 4

@@ -88,7 +88,7 @@ def test_shipped_alert_rules_pass_promtool():
         pytest.skip("promtool is installed by 'make setup-test'")
     r = subprocess.run(["promtool", "check", "rules", os.path.join(ROOT, "deploy", "prometheus", "jstall-alerts.yml")],
                        capture_output=True, text=True)
-    assert r.returncode == 0 and "SUCCESS: 4 rules found" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0 and "SUCCESS: 5 rules found" in r.stdout, r.stdout + r.stderr
 
 
 def test_grafana_dashboard_queries_only_exported_metrics():
@@ -99,7 +99,7 @@ def test_grafana_dashboard_queries_only_exported_metrics():
         dash = json.load(f)
     exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
     assert len(exprs) >= 6
-    src = open(os.path.join(ROOT, "monitor", "collector.py")).read()
+    src = "".join(open(os.path.join(ROOT, "monitor", f)).read() for f in ("collector.py", "xfslogs.py"))
     for e in exprs:
         for name in re.findall(r"jstall_\w+", e):
             base = re.sub(r"_(total|bucket|sum|count)$", "", name)
@@ -121,6 +121,19 @@ def test_top_screen_shows_journals_and_the_slowest_calls_first():
     assert row.split()[5:8] == ["1000", "1.0", "3"]
     slow = [ln for ln in lines if "journal_start" in ln]
     assert "900.0" in slow[0] and "transaction_wait" in slow[0] and "20.0" in slow[1]
+
+
+def test_top_screen_shows_xfs_logs_and_their_waits():
+    snap = {"time": 1.0, "journals": {}, "events_lost": {},
+            "xfs_logs": {"7:3": {"mountpoint": "/mnt/xfs", "log_bytes": 8 << 20, "headroom_ratio": 0.031,
+                                 "waits": 12, "wait_s": 1.5, "sleeps": 14}},
+            "recent": [{"wall": 0, "op": "xfs_log_reserve", "dev": "7:3", "cause": "log_space", "comm": "tar",
+                        "label": "tail waited for metadata writeback", "pid": 7, "latency_s": 0.25}]}
+    lines = top_cmd.render(snap, None, "test")
+    row = next(ln for ln in lines if ln.startswith("7:3 "))
+    assert row.split() == ["7:3", "/mnt/xfs", "8.0", "3.1", "12", "1.50", "14"], row
+    slow = next(ln for ln in lines if "xfs_log_reserve" in ln)
+    assert "250.0" in slow and "log_space" in slow
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -149,7 +162,7 @@ def test_primary_cause_agrees_with_the_analyzer():
     import pandas as pd
 
     from jstall.analyzer.causes import offcpu_causes, stack_causes
-    from jstall.monitor.tracer import primary_cause
+    from jstall.analyzer.causes import primary_cause
 
     stacks = pd.DataFrame({"stack_id": pd.Series([1, 2, 3], dtype="int32"), "frames": [
         ["__schedule", "schedule", "io_schedule", "bit_wait_io", "__wait_on_bit", "jbd2_log_do_checkpoint",

@@ -1,6 +1,7 @@
 """`jstall monitor` on a real XFS whose small log makes reservations wait for log space
 (a paced loop device), scraped by a real Prometheus: the log's size, its headroom and the
-kernel's own counters of log-space sleeps are exposed, equal to /sys/fs/xfs's."""
+kernel's own counters of log-space sleeps are exposed, equal to /sys/fs/xfs's; the waits its
+probes timed hold exactly the kernel's sleeps, and the long ones are stalls caused by log space."""
 
 import os
 import signal
@@ -12,7 +13,8 @@ import pytest
 
 from jstall import xfs
 from jstall.workloads.scratch import FsConfig, ScratchFs
-from test_monitor_kernel import free_port, get, one, sample, wait_for
+from conftest import SLOWDOWN
+from test_monitor_kernel import RULES, _render, _replay, free_port, get, one, query_range, sample, wait_for
 from test_record_xfs import CREATE, XFS
 
 pytestmark = [pytest.mark.kernel, pytest.mark.skipif(os.geteuid() != 0, reason="needs root")]
@@ -40,7 +42,7 @@ def test_monitor_exposes_an_xfs_logs_sleeps_and_headroom(tmp_path, scratch_dir):
             url = f"http://127.0.0.1:{port_m}/metrics"
             wait_for(lambda: "jstall_xfs_log_size_bytes" in get(url), 120, "the monitor")
             wait_for(lambda: one(port_p, f'up{{instance="127.0.0.1:{port_m}"}}') == 1, 60, "the first scrape")
-            before = xfs.read_stats(name)
+            before, w0 = xfs.read_stats(name), time.time()
             subprocess.run([sys.executable, "-c", CREATE, fs.mountpoint, "30000"], check=True, timeout=900)
             after = xfs.read_stats(name)
             scrape = get(url)
@@ -48,12 +50,33 @@ def test_monitor_exposes_an_xfs_logs_sleeps_and_headroom(tmp_path, scratch_dir):
             total = sample(scrape, "jstall_xfs_log_space_sleeps_total", device=dev)
             q = f'jstall_xfs_log_space_sleeps_total{{device="{dev}"}}'
             wait_for(lambda: one(port_p, q) == total, 30, "Prometheus to scrape")
+            def value(name, **labels):
+                try:
+                    return sample(scrape, name, **labels)
+                except KeyError:   # no such series (yet)
+                    return 0
+
+            waits = {
+                "sleeps": value("jstall_xfs_log_wait_sleeps_total", device=dev),
+                "count": sum(value("jstall_xfs_log_wait_seconds_count", device=dev, head=h)
+                             for h in xfs.HEADS),
+                "seconds": sum(value("jstall_xfs_log_wait_seconds_sum", device=dev, head=h)
+                               for h in xfs.HEADS),
+                "tail_seconds": sum(value("jstall_xfs_log_tail_wait_seconds_total", device=dev, tail=r)
+                                    for r in xfs.TAIL_REASONS),
+                "stall_seconds": value("jstall_stall_seconds_total", device=dev, cause="log_space"),
+                "stalls": sum(value("jstall_stalls_total", device=dev, op=op, cause="log_space")
+                              for op in ("xfs_log_reserve", "xfs_log_regrant")),
+            }
             prom = {
                 "sleeps": one(port_p, f"increase({q}[10m])"),
                 "size": one(port_p, f'jstall_xfs_log_size_bytes{{device="{dev}"}}'),
                 "headroom_min": one(port_p, f'min_over_time(jstall_xfs_log_headroom_ratio{{device="{dev}"}}[10m])'),
                 "pinned": one(port_p, f'jstall_xfs_ail_pushed_items_total{{device="{dev}",result="pinned"}}'),
             }
+            # the run's series as Prometheus scraped them, for the alert rules' test
+            series = {n: query_range(port_p, f'{n}{{device="{dev}"}}', w0 - 2, time.time())
+                      for n in ("jstall_xfs_log_space_sleeps_total", "jstall_stall_seconds_total")}
             procs["mon"].send_signal(signal.SIGINT)
             err = procs["mon"].communicate(timeout=120)[1]
             assert procs["mon"].returncode == 0, err
@@ -70,8 +93,69 @@ def test_monitor_exposes_an_xfs_logs_sleeps_and_headroom(tmp_path, scratch_dir):
     # the log ran short while reservations slept: its headroom fell well below an empty log's
     assert 0 <= prom["headroom_min"] < 0.5, prom
     assert prom["pinned"] >= 0
+    # every waiting task was traced: the timed waits hold the kernel's sleeps
+    assert waits["sleeps"] == sleeps, (waits, sleeps)
+    assert 1 <= waits["count"] <= sleeps
+    assert waits["tail_seconds"] == pytest.approx(waits["seconds"], rel=1e-6)
+    # the long waits are the monitor's stalls on this log, their time the log-space stall time
+    assert waits["stalls"] >= 1 and 0 < waits["stall_seconds"] <= waits["seconds"] + 1e-9, waits
     path = tmp_path / "scrape.txt"
     path.write_text(scrape)
     with open(path) as f:
         r = subprocess.run(["promtool", "check", "metrics"], stdin=f, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
+    if SLOWDOWN == 1:   # an emulated guest's rates are not wall-clock
+        _alerts_fire_on_the_run_and_resolve(series, tmp_path)
+
+
+def _alerts_fire_on_the_run_and_resolve(series, tmp_path):
+    """promtool test rules on the shipped rules, fed the run's scraped series replayed for 12
+    minutes as if the workload went on, then 12 minutes stopped: JstallXfsLogSpaceWaits fires
+    on the run's log, and JstallStallTimeHigh on log_space when its stall seconds per second are
+    clear of the rule's 0.05; 12 minutes after the run neither fires."""
+    import yaml
+
+    rules = {r["alert"]: r for g in yaml.safe_load(open(RULES))["groups"] for r in g["rules"]}
+    sleeps = series["jstall_xfs_log_space_sleeps_total"]
+    assert len(sleeps) == 1, series
+    labels, points = sleeps[0]
+    start = min(points)
+    end = max(t for t in points if points[t] == max(points.values()))
+    cycle = max(end - start + 2, 10)
+    inputs = [(labels, points)]
+    stall = [(lab, pts) for lab, pts in series["jstall_stall_seconds_total"] if lab.get("cause") == "log_space"]
+    firing = []
+    for lab, pts in stall:
+        got = [pts[t] for t in sorted(pts) if start <= t < start + cycle]
+        rate = (max(got) - (pts.get(start - 1) or 0.0)) / cycle if got else 0.0
+        if rate >= 0.1:
+            firing.append(lab)
+        if rate >= 0.1 or rate <= 0.025:   # clear of the threshold
+            inputs.append((lab, pts))
+    minutes = 12
+    input_series = []
+    for lab, pts in inputs:
+        full = {t: pts.get(t) for t in range(start, start + cycle)}
+        sel = ",".join(f'{k}="{v}"' for k, v in sorted(lab.items()) if k != "__name__")
+        input_series.append({"series": f"{lab['__name__']}{{{sel}}}", "values": _replay((lab, full), cycle, minutes)})
+
+    def alert(name, lab):
+        r = rules[name]
+        lab = {k: v for k, v in lab.items() if k != "__name__"}
+        lab.update(r.get("labels", {}))
+        return {"exp_labels": lab, "exp_annotations": {k: _render(v, lab) for k, v in r["annotations"].items()}}
+
+    during = {"JstallXfsLogSpaceWaits": [alert("JstallXfsLogSpaceWaits", labels)]}
+    if any(lab for lab, _ in inputs[1:]):
+        during["JstallStallTimeHigh"] = [alert("JstallStallTimeHigh", {k: lab[k] for k in ("instance", "device", "cause")})
+                                         for lab in firing]
+    after = {name: [] for name in during}
+    test = {"rule_files": [os.path.abspath(RULES)], "evaluation_interval": "15s",
+            "tests": [{"interval": "1s", "input_series": input_series,
+                       "alert_rule_test": [{"eval_time": f"{m}m", "alertname": name, "exp_alerts": exp}
+                                           for m, table in ((minutes - 1, during), (2 * minutes - 1, after))
+                                           for name, exp in table.items()]}]}
+    path = tmp_path / "jstall-alerts-xfs.test.yml"
+    path.write_text(yaml.safe_dump(test, sort_keys=False))
+    r = subprocess.run(["promtool", "test", "rules", str(path)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]

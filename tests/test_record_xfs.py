@@ -147,3 +147,12 @@ def test_an_xfs_and_an_ext4_recorded_at_once_keep_their_stalls_apart(tmp_path):
     assert not len(st[(st["dev"] == edev) & (st["cause"] == "log_space")])
     assert d["journals"][0]["forced_checkpoints"] > 0 and d["xfs_logs"][0]["waits"] > 0
 
+    # the fleet's rows: one per journal of either kind, each with its own stalls and waits
+    from jstall.analyzer.fleet import Fleet, summarize
+
+    rows = Fleet([summarize(out)]).rows.set_index("dev")
+    assert rows.loc[xdev, "journal_kind"] == "xfs" and rows.loc[edev, "journal_kind"] == "jbd2"
+    assert rows.loc[xdev, "log_space_waits"] == d["xfs_logs"][0]["waits"] > 0
+    assert rows.loc[xdev, "journal_mib"] == 8 and rows.loc[xdev, "dominant_cause"] == "log_space"
+    assert rows.loc[edev, "forced_checkpoints"] == d["journals"][0]["forced_checkpoints"]
+    assert rows["stall_ms"].sum() == pytest.approx(d["stalls"]["total_ms"])

@@ -210,6 +210,37 @@ def event_headroom(event, log_bytes, head):
     return headroom(event_space_left(event, log_bytes, head), need, log_bytes)
 
 
+# ---- what the log's tail waited for ---------------------------------------------------------
+
+#: what the log's tail was waiting for during a wait, by the AIL's dominant event
+TAIL_REASONS = {
+    "metadata_writeback": "metadata writeback (xfsaild pushing items home, or waiting on their I/O)",
+    "log_force": "a log force (AIL items pinned until the log reaches the disk)",
+    "lock_contention": "locks (AIL items locked by other tasks)",
+    "unknown": "nothing the AIL reported",
+}
+
+
+def tail_reason(pushed, pinned, locked):
+    """What the tail waited for during a wait (a key of :data:`TAIL_REASONS`), from the AIL's
+    events on its filesystem meanwhile: ``pushed`` (xfs_ail_push + xfs_ail_flushing: items
+    written home or being written), ``pinned`` (xfs_ail_pinned: waiting for a log force),
+    ``locked`` (xfs_ail_locked). The most frequent wins; a tie goes to metadata writeback, then
+    the log force. Scalars give a str; sequences (numpy arrays) a list."""
+    def one(pu, pi, lo):
+        if pu > 0 and pu >= pi and pu >= lo:
+            return "metadata_writeback"
+        if pi > 0 and pi > pu and pi >= lo:
+            return "log_force"
+        if lo > 0:
+            return "lock_contention"
+        return "unknown"
+
+    if hasattr(pushed, "__len__"):
+        return [one(*t) for t in zip(pushed, pinned, locked)]
+    return one(pushed, pinned, locked)
+
+
 # ---- /sys/fs/xfs/<name>/stats/stats -----------------------------------------------------------
 
 _XBTS = ("lookup", "compare", "insrec", "delrec", "newroot", "killroot", "increment", "decrement",
