@@ -44,6 +44,31 @@ def device_summary(session, stalls):
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
+def device_time(session, dev, role="data"):
+    """What a filesystem's device (``role`` data or journal) served over the session, as device
+    time: ``{"writes", "flushes", "requests", "device_ms", "basis"}``, or None without its
+    counters. Device time is its busy time (io_ticks); on a lab device paced at a write rate
+    (a throttle below the loop device: io_ticks do not see a request wait for its turn there),
+    its writes at that rate when that is longer."""
+    ds = session.device_stats
+    if not len(ds):
+        return None
+    d = ds[(ds["role"].astype("str") == role) & (ds["dev"].astype("str") == dev)]
+    if not len(d):
+        return None
+    writes, flushes = float(d["write_ios"].sum()), float(d["flush_ios"].sum())
+    busy = float(d["busy_ms"].sum())
+    out = {"writes": writes, "flushes": flushes, "requests": writes + flushes, "device_ms": busy,
+           "basis": "busy time (io_ticks)"}
+    lab = session.meta.get("lab") or {}
+    throttles = (lab.get("filesystem") or {}).get("throttles") or {}
+    lower = str(d["lower_dev"].iloc[0])
+    iops = (throttles.get(lower) or {}).get("write_iops")
+    if iops and writes / iops * 1e3 > busy:
+        out.update(device_ms=writes / iops * 1e3, basis=f"writes at the device's pace ({iops} writes/s)")
+    return out
+
+
 def device_lines(records):
     """One line per device (device_summary's rows as records), for the text summary."""
     out = []

@@ -26,6 +26,7 @@ from .fill import timeline as fill_timeline
 from .journal_model import model
 from .journals import (checkpoint_costs, checkpoint_waits, session_span_s, untraced_checkpoints, untraced_text,
                        verdict)
+from .devices import device_time
 from .recording import NOTE_SHARE, losses
 
 XATTR_SYSCALLS = ("setxattr", "lsetxattr", "fsetxattr", "setxattrat", "removexattr", "lremovexattr",
@@ -492,6 +493,119 @@ def log_size(ctx):
     return out
 
 
+#: the largest in-core log buffer XFS takes (mount -o logbsize=256k), and the default
+XFS_MAX_LOGBSIZE, XFS_DEFAULT_LOGBSIZE = 256 << 10, 32 << 10
+
+
+def _xfs_log_io(ctx, j):
+    """What the log and the filesystem's own device did over the session, for judging a change
+    by device time: the log's writes (the kernel's ``xs_log_writes``: one request per in-core
+    log buffer written) and bytes (``xs_log_blocks`` x 512); the data device's write and flush
+    requests and its device time (devices.device_time). None without either."""
+    from jstall import xfs
+
+    start, end = j.get("xfs_stats_start"), j.get("xfs_stats_end")
+    d = device_time(ctx.session, j["dev"])
+    if not (start and end) or d is None:
+        return None
+    delta = xfs.stats_delta(start, end)
+    return {"log_writes": float(xfs.counter(delta, "xs_log_writes", 0)),
+            "log_bytes": float(xfs.counter(delta, "xs_log_blocks", 0)) * xfs.BBSIZE,
+            "device_writes": d["writes"], "device_flushes": d["flushes"], "device_requests": d["requests"],
+            "device_ms": d["device_ms"], "device_time_basis": d["basis"]}
+
+
+def _logbsize(mount_options):
+    """The log buffer size a mount's options give (logbsize=), or XFS's default."""
+    for opt in (mount_options or "").split(","):
+        k, _, v = opt.partition("=")
+        if k == "logbsize" and v:
+            mult = {"k": 1 << 10, "m": 1 << 20}.get(v[-1].lower(), 1)
+            try:
+                return int(v.rstrip("kKmM")) * mult
+            except ValueError:
+                break
+    return XFS_DEFAULT_LOGBSIZE
+
+
+def _device_time_removed(saved_requests, io, wait_ms):
+    """The waits removed when the device serves ``saved_requests`` fewer: a device serves
+    requests one after another, so its device time shrinks by their share of its requests,
+    and the run by as much (the waits, at most)."""
+    share = saved_requests / io["device_requests"] if io["device_requests"] else 0.0
+    return min(wait_ms, share * io["device_ms"]), share
+
+
+def xfs_log_device(ctx):
+    """XFS: the log's writes against the metadata's on one device, judged by device time
+    (issue of the requests, not blocks). ``log_buffers``: larger in-core log buffers
+    (-o logbsize=256k,logbufs=8) write the same log in fewer requests; ``external_log``: a log
+    on its own device takes its requests (and the cache flushes of its writes) off the
+    filesystem's. Each removes the device time it frees, at most the log-space waits: a range
+    from that to all of them (the tail also moves sooner once log writes unpin items sooner)."""
+    out = []
+    for j in ctx.session.journals:
+        if j.get("kind") != "xfs":
+            continue
+        dev = j["dev"]
+        e = ctx.enough(dev)
+        if e.big_enough or not e.wait_ms:
+            continue
+        io = _xfs_log_io(ctx, j)
+        if io is None or not io["log_writes"]:
+            continue
+        per_write = io["log_bytes"] / io["log_writes"]
+        head = f"{dev}: the XFS log is {e.describe()}. "
+        logbsize = _logbsize(j.get("mount_options"))
+        cap = min(XFS_MAX_LOGBSIZE, int(j.get("max_request_kib") or DEFAULT_MAX_REQUEST_KIB) << 10)
+        if logbsize < cap and per_write < cap / 2:
+            after = math.ceil(io["log_bytes"] / cap)
+            # each log buffer written is a write and a cache flush (REQ_PREFLUSH | REQ_FUA)
+            flushes_per = min(io["device_flushes"] / io["log_writes"], 1.0)
+            saved = (io["log_writes"] - after) * (1 + flushes_per)
+            low, share = _device_time_removed(saved, io, e.wait_ms)
+            freed = share * io["device_ms"]
+            if low > 0:
+                inputs = dict(io, logbsize_bytes=logbsize, bytes_per_log_write=per_write, log_writes_after=after,
+                              saved_requests=saved, saved_share=share, removed_low_ms=low,
+                              removed_high_ms=e.wait_ms)
+                out.append(Recommendation(
+                    "log_buffers", dev=dev, estimate=True, stall_ms_addressed=low, inputs=inputs,
+                    text=head + (f"Its {io['log_writes']:,.0f} log writes averaged {per_write / 1024:,.0f} KiB "
+                                 f"(logbsize {logbsize >> 10}k) and, with their cache flushes, were "
+                                 f"{100 * (io['log_writes'] * (1 + flushes_per)) / io['device_requests']:.0f}% of the "
+                                 f"device's {io['device_requests']:,.0f} requests. Larger log buffers "
+                                 f"(mount -o logbsize={cap >> 10}k,logbufs=8) write the same "
+                                 f"{io['log_bytes'] / 2**20:,.1f} MiB in about {after:,} writes: the device serves "
+                                 f"{100 * share:.0f}% fewer requests, {freed:,.0f} ms of device time "
+                                 f"({io['device_time_basis']}). Estimate: "
+                                 + (f"every wait removed ({e.wait_ms:,.0f} ms): the device time freed is more. "
+                                    if low >= e.wait_ms else
+                                    f"{low:,.0f} ms removed (the device time freed) up to {e.wait_ms:,.0f} ms (every "
+                                    "wait: the log's tail also moves sooner when its items are unpinned sooner). ")
+                                 + "A remount; no mkfs needed.")))
+        if not j.get("journal_device"):
+            flushes = min(io["device_flushes"], io["log_writes"])
+            saved = io["log_writes"] + flushes
+            # on a device as slow as this one the log's and the metadata's device times
+            # overlap instead of adding: the smaller of the two is freed; on a fast one, the log's
+            log_ms = min(saved / io["device_requests"], 1.0) * io["device_ms"] if io["device_requests"] else 0.0
+            meta_ms = io["device_ms"] - log_ms
+            low, high = min(e.wait_ms, log_ms, meta_ms), min(e.wait_ms, log_ms)
+            if high > 0:
+                inputs = dict(io, saved_requests=saved, log_device_ms=log_ms, removed_low_ms=low,
+                              removed_high_ms=high)
+                out.append(Recommendation(
+                    "external_log", dev=dev, estimate=True, stall_ms_addressed=low, inputs=inputs,
+                    text=head + (f"The log's {io['log_writes']:,.0f} writes and {flushes:,.0f} cache flushes were "
+                                 f"{100 * saved / io['device_requests']:.0f}% of the device's "
+                                 f"{io['device_requests']:,.0f} requests, about {log_ms:,.0f} ms of its "
+                                 f"{io['device_ms']:,.0f} ms of device time ({io['device_time_basis']}). An external log (mkfs.xfs -l logdev=DEV,size=; "
+                                 f"the filesystem is made again) takes them off it. Estimate: {low:,.0f} ms removed "
+                                 f"on a log device as slow as this one, up to {high:,.0f} ms on a fast one.")))
+    return out
+
+
 def generic_causes():
     """Every registered cause not in RULE_CAUSES, ADVICE_FIRST first: its own advice (the
     registry's) is a recommendation of its own kind (per_cause)."""
@@ -507,7 +621,8 @@ def __getattr__(name):
 
 
 #: Every rule, in no particular order (the result is ranked).
-RULES = (lost_events, no_stalls, journal_size, inode_size, external_journal, fast_commit, log_size, per_cause)
+RULES = (lost_events, no_stalls, journal_size, inode_size, external_journal, fast_commit, log_size,
+         xfs_log_device, per_cause)
 #: Kinds ranked before all others whatever their stall time.
 FINDINGS = ("lost_events", "no_stalls", "untraced_checkpoints")
 

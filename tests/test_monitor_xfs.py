@@ -12,6 +12,8 @@ import time
 import pytest
 
 from jstall import xfs
+from jstall.analyzer.analysis import analyze
+from jstall.monitor.capture import list_captures
 from jstall.workloads.scratch import FsConfig, ScratchFs
 from conftest import SLOWDOWN
 from test_monitor_kernel import RULES, _render, _replay, free_port, get, one, query_range, sample, wait_for
@@ -37,8 +39,9 @@ def test_monitor_exposes_an_xfs_logs_sleeps_and_headroom(tmp_path, scratch_dir):
                 ["prometheus", f"--config.file={prom_dir / 'prometheus.yml'}", f"--storage.tsdb.path={prom_dir / 'data'}",
                  f"--web.listen-address=127.0.0.1:{port_p}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             procs["mon"] = subprocess.Popen([JSTALL, "monitor", "-q", "-d", fs.mountpoint, "--listen",
-                                             f"127.0.0.1:{port_m}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                            text=True)
+                                             f"127.0.0.1:{port_m}", "--capture-dir", str(tmp_path / "caps"),
+                                             "--trigger-ms", "20", "--before", "2", "--after", "1"],
+                                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             url = f"http://127.0.0.1:{port_m}/metrics"
             wait_for(lambda: "jstall_xfs_log_size_bytes" in get(url), 120, "the monitor")
             wait_for(lambda: one(port_p, f'up{{instance="127.0.0.1:{port_m}"}}') == 1, 60, "the first scrape")
@@ -77,6 +80,7 @@ def test_monitor_exposes_an_xfs_logs_sleeps_and_headroom(tmp_path, scratch_dir):
             # the run's series as Prometheus scraped them, for the alert rules' test
             series = {n: query_range(port_p, f'{n}{{device="{dev}"}}', w0 - 2, time.time())
                       for n in ("jstall_xfs_log_space_sleeps_total", "jstall_stall_seconds_total")}
+            wait_for(lambda: list_captures(str(tmp_path / "caps")), 60, "a capture of a log-space wait")
             procs["mon"].send_signal(signal.SIGINT)
             err = procs["mon"].communicate(timeout=120)[1]
             assert procs["mon"].returncode == 0, err
@@ -99,6 +103,12 @@ def test_monitor_exposes_an_xfs_logs_sleeps_and_headroom(tmp_path, scratch_dir):
     assert waits["tail_seconds"] == pytest.approx(waits["seconds"], rel=1e-6)
     # the long waits are the monitor's stalls on this log, their time the log-space stall time
     assert waits["stalls"] >= 1 and 0 < waits["stall_seconds"] <= waits["seconds"] + 1e-9, waits
+    # a long wait triggered a capture: a session analyze explains as a wait for log space
+    cap = analyze(list_captures(str(tmp_path / "caps"))[0])
+    trig = cap.session.meta["capture"]["trigger"]
+    assert trig["op"] in ("xfs_log_reserve", "xfs_log_regrant") and trig["cause"] == "log_space", trig
+    assert len(cap.xfs_waits) >= 1 and set(cap.xfs_waits["dev"].astype(str)) == {dev}
+    assert cap.to_dict()["xfs_logs"][0]["waits"] == len(cap.xfs_waits)
     path = tmp_path / "scrape.txt"
     path.write_text(scrape)
     with open(path) as f:

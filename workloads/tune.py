@@ -139,13 +139,14 @@ class TuneRun:
 @dataclasses.dataclass
 class Prediction:
     """One piece of ``jstall analyze``'s advice from the starting run, and what running it
-    measured: ``kind`` (journal_size, inode_size, external_journal, fast_commit; XFS: log_size),
-    ``predicted_ms`` (its stall_ms_addressed), ``journal_mib`` (the recommended size, for
+    measured: ``kind`` (journal_size, inode_size, external_journal, fast_commit; XFS: log_size,
+    log_buffers, external_log), ``predicted_ms`` (its stall_ms_addressed; with
+    ``predicted_high_ms``, the low end of the range it gives), ``journal_mib`` (the recommended size, for
     journal_size and log_size), ``measured_label`` (the run that checked it; None when none
     could: beyond the bound, or a log mkfs.xfs refused), ``measured_ms`` (the stall time it
     removed against the starting run: the judged waits -- forced-checkpoint waits, XFS's
-    log-space waits -- for journal_size, log_size and inode_size, all stall time otherwise) and
-    ``big_enough`` (that run's verdict)."""
+    log-space waits -- for journal_size, inode_size and every XFS advice, all stall time
+    otherwise) and ``big_enough`` (that run's verdict)."""
 
     kind: str
     predicted_ms: float
@@ -153,6 +154,19 @@ class Prediction:
     measured_label: str = None
     measured_ms: float = None
     big_enough: bool = None
+    predicted_high_ms: float = None
+
+    def error(self):
+        """The prediction's error as text: 'in' when the measured lies in the predicted range,
+        else its distance from the nearest end in % of the measured; '-' when nothing was
+        removed."""
+        if self.measured_ms is None or self.measured_ms <= 0:
+            return "-"
+        lo, hi = self.predicted_ms, self.predicted_high_ms if self.predicted_high_ms is not None else self.predicted_ms
+        if self.predicted_high_ms is not None and lo <= self.measured_ms <= hi:
+            return "in"
+        near = lo if abs(lo - self.measured_ms) <= abs(hi - self.measured_ms) else hi
+        return f"{100 * (near - self.measured_ms) / self.measured_ms:+.0f}%"
 
 
 @dataclasses.dataclass
@@ -432,8 +446,8 @@ def tune(pattern, params=None, fs=None, jobs=1, seed=1, threshold_ms=10.0, max_m
 
 #: the comparison run that checks each kind of advice
 _CHECKED_BY = {"inode_size": "256-byte inodes", "external_journal": "external journal", "fast_commit": "fast_commit"}
-#: on XFS (analyze's advice for an XFS log is log_size, run as a size)
-_CHECKED_BY_XFS = {"external_journal": "external log"}
+#: on XFS (analyze's log_size advice is run as a size)
+_CHECKED_BY_XFS = {"log_buffers": "8x256K log buffers", "external_log": "external log"}
 #: the advice a size run checks, by journal kind
 _SIZE_ADVICE = {"jbd2": "journal_size", "xfs": "log_size"}
 
@@ -459,10 +473,12 @@ def _check_advice(first, result, run_size, threshold_ms):
         rec, r = recs.get(kind), by_label.get(label)
         if rec is None or r is None:
             continue
-        removed = (first.checkpoint_waits_ms - r.checkpoint_waits_ms if kind == "inode_size"
+        removed = (first.checkpoint_waits_ms - r.checkpoint_waits_ms if kind == "inode_size" or first.kind == "xfs"
                    else first.stall_ms - r.stall_ms)
+        high = rec.inputs.get("removed_high_ms")
         out.append(Prediction(kind, round(rec.stall_ms_addressed, 3), measured_label=r.label,
-                              measured_ms=round(removed, 3), big_enough=r.big_enough))
+                              measured_ms=round(removed, 3), big_enough=r.big_enough,
+                              predicted_high_ms=None if high is None else round(high, 3)))
     return out
 
 
@@ -569,20 +585,21 @@ def print_result(r, out):
         _table(out, r.comparisons, phases, xfs)
     if r.predictions:
         print("", file=out)
-        removed = ("log-space waits for the log size" if xfs
+        removed = ("log-space waits" if xfs
                    else "forced-checkpoint waits for the journal and inode size")
         print(f"jstall analyze's advice from the {r.start_mib}M run, predicted against measured (stall ms removed: "
               f"{removed}, all stall time otherwise)", file=out)
-        print(f"{'ADVICE':<18} {'PREDICTED_MS':>12} {'MEASURED_MS':>11} {'ERROR':>6}  MEASURED BY", file=out)
+        print(f"{'ADVICE':<18} {'PREDICTED_MS':>13} {'MEASURED_MS':>11} {'ERROR':>6}  MEASURED BY", file=out)
         refused = {x["journal_mib"] for x in r.refused or []}
         for p in r.predictions:
             what = p.kind + (f" {p.journal_mib}M" if p.journal_mib else "")
+            ranged = p.predicted_high_ms is not None and round(p.predicted_high_ms) > round(p.predicted_ms)
+            pred = f"{p.predicted_ms:,.0f}" + (f"-{p.predicted_high_ms:,.0f}" if ranged else "")
             if p.measured_label is None:
                 why = "mkfs.xfs refused it" if p.journal_mib in refused else f"beyond {r.bound_mib}M"
-                print(f"{what:<18} {p.predicted_ms:>12,.0f} {'-':>11} {'-':>6}  not run: {why}", file=out)
+                print(f"{what:<18} {pred:>13} {'-':>11} {'-':>6}  not run: {why}", file=out)
                 continue
-            err = f"{100 * (p.predicted_ms - p.measured_ms) / p.measured_ms:+.0f}%" if p.measured_ms > 0 else "-"
-            print(f"{what:<18} {p.predicted_ms:>12,.0f} {p.measured_ms:>11,.0f} {err:>6}  {p.measured_label} "
+            print(f"{what:<18} {pred:>13} {p.measured_ms:>11,.0f} {p.error():>6}  {p.measured_label} "
                   f"({'big enough' if p.big_enough else 'not big enough'})", file=out)
     print("", file=out)
     print(f"sessions and tune.json in {r.output_dir} (explain one: jstall analyze {r.output_dir}/RUN)", file=out)
