@@ -172,6 +172,28 @@ def checkpoint_costs(session, min_ms):
     return pd.DataFrame(rows, columns=cols).sort_values("ts_ns", kind="stable").reset_index(drop=True)
 
 
+def logging_overlap(session, costs, dev):
+    """The share of a journal's forced-checkpoint time (each from its jbd2_checkpoint event for
+    its ``chp_ms``, checkpoint_costs) during which a commit was writing the log (its
+    commit_logging to end_commit): while it was, the checkpoint's writes queued behind the
+    log's on a shared device. NaN when no forced checkpoint has a time."""
+    cp = costs[(costs["dev"].astype("str") == dev) & (costs["chp_ms"] > 0)] if len(costs) else costs
+    if not len(cp):
+        return float("nan")
+    c0 = cp["ts_ns"].to_numpy(dtype="int64")
+    c1 = c0 + (cp["chp_ms"].to_numpy(dtype="float64") * 1e6).astype("int64")
+    ev = session.jbd2_events
+    e = ev[(ev["dev"].astype("str") == dev) & ev["transaction"].notna()] if len(ev) else ev
+    lg = e[e["event"] == "commit_logging"].groupby("transaction")["ts_ns"].min()
+    end = e[e["event"] == "end_commit"].groupby("transaction")["ts_ns"].min()
+    both = pd.concat([lg.rename("start"), end.rename("end")], axis=1).dropna()
+    l0, l1 = both["start"].to_numpy(dtype="int64"), both["end"].to_numpy(dtype="int64")
+    overlap = 0
+    for a, b in zip(c0, c1):
+        overlap += int(np.clip(np.minimum(l1, b) - np.maximum(l0, a), 0, None).sum())
+    return min(overlap / float((c1 - c0).sum()), 1.0)
+
+
 def checkpoint_waits(session, stalls, costs):
     """Per journal (``dev``), the forced-checkpoint waits jstall's bound judges
     (jstall.enough): ``wait_ms`` every task's, the stalls' checkpoint time (their own

@@ -24,8 +24,8 @@ from jstall import jbd2
 from . import causes
 from .fill import timeline as fill_timeline
 from .journal_model import model
-from .journals import (checkpoint_costs, checkpoint_waits, session_span_s, untraced_checkpoints, untraced_text,
-                       verdict)
+from .journals import (checkpoint_costs, checkpoint_waits, logging_overlap, session_span_s, untraced_checkpoints,
+                       untraced_text, verdict)
 from .devices import device_time
 from .recording import NOTE_SHARE, losses
 
@@ -89,7 +89,7 @@ class Context:
         def make():
             w = self.waits
             if w is None:
-                w = checkpoint_waits(self.session, self.stalls, checkpoint_costs(self.session, self.min_ms))
+                w = checkpoint_waits(self.session, self.stalls, self.costs)
             return {r["dev"]: r for r in w.to_dict("records")}  # one row per journal
 
         return verdict(self._memo("waits_by_dev", make).get(str(dev)), session_span_s(self.session) * 1e3)
@@ -97,6 +97,11 @@ class Context:
     @property
     def total_ms(self):
         return float(self.stalls["latency_ms"].sum()) if len(self.stalls) else 0.0
+
+    @property
+    def costs(self):
+        """journals.checkpoint_costs of the session (once per context)."""
+        return self._memo("costs", lambda: checkpoint_costs(self.session, self.min_ms))
 
     def _memo(self, key, make):
         """``make()`` computed once per context (the rules ask the same questions)."""
@@ -345,13 +350,17 @@ def log_requests(logged_blocks, block_size, max_request_kib=None):
 
 
 def external_journal(ctx):
-    """Judged by device time: a paced device serves requests one after another, whatever their
-    size, and a checkpoint's writes wait behind the log's; an own journal device takes those
-    away. The log's share of the data device's requests — its writes merged into requests
+    """Judged by device time, as a range: a device serves requests one after another, whatever
+    their size, and a checkpoint's writes wait behind the log's; an own journal device takes
+    those away. The log's share of the data device's requests — its writes merged into requests
     (counted from the commits) and the cache flushes of its commits, against the device's
-    write and flush requests from its own counters — is the share of the checkpoint waits it
-    would remove; none when the forced checkpoints wrote nothing home (their waits were not
-    the device's). Commit waits go entirely."""
+    write and flush requests from its own counters — is the share of the checkpoint waits a
+    fast journal device would remove, with every commit wait (the high end). On a journal
+    device as slow as the data device (the low end) the checkpoints lose only the log writes
+    that ran beside them (that share of their time a commit was writing the log:
+    journals.logging_overlap), and the commit waits only their time behind the data device's
+    other requests. None when the forced checkpoints wrote nothing home (their waits were not
+    the device's)."""
     out = []
     meta = {j["dev"]: j for j in ctx.session.journals}
     ds = ctx.session.device_stats
@@ -384,15 +393,22 @@ def external_journal(ctx):
                      f"({inputs['logged_blocks']:.0f} blocks merged into {log_req:.0f} writes, and {flushes:.0f} "
                      f"cache flushes), so checkpoint writes would queue behind {100 * share:.1f}% fewer")
             inputs.update(device_requests=requests, device_flushes=flushes, log_request_share=share)
-        addressed = commit_ms + cp_ms * share
-        if addressed <= 0:
+        high = commit_ms + cp_ms * share
+        if high <= 0:
             continue
+        overlap = logging_overlap(ctx.session, ctx.costs, dev) if cp_ms > 0 and share > 0 else 0.0
+        overlap = 1.0 if overlap != overlap else overlap   # no checkpoint time recorded: as if always
+        low = commit_ms * (1 - share) + cp_ms * share * overlap
+        inputs.update(logging_overlap=overlap, removed_low_ms=low, removed_high_ms=high)
+        beside = (f"; a commit was writing the log during {100 * overlap:.0f}% of the forced checkpoints' time"
+                  if cp_ms > 0 and share > 0 else "")
         out.append(Recommendation(
-            "external_journal", estimate=True, dev=dev, stall_ms_addressed=addressed, inputs=inputs,
-            text=(f"{dev}: the log and the checkpoints write to the same device. An external journal on its own fast "
+            "external_journal", estimate=True, dev=dev, stall_ms_addressed=low, inputs=inputs,
+            text=(f"{dev}: the log and the checkpoints write to the same device. An external journal on its own "
                   f"device (mkfs.ext4 -O journal_dev; -J device=...) takes the log's writes off it, even at the same "
-                  f"size: {commit_ms:.0f} ms of stalls waited on commits, and {cp_ms:.0f} ms on checkpoints; {basis}. "
-                  f"Estimate: {addressed:.0f} ms removed."),
+                  f"size: {commit_ms:.0f} ms of stalls waited on commits, and {cp_ms:.0f} ms on checkpoints; {basis}"
+                  f"{beside}. Estimate: {low:.0f} ms removed on a journal device as slow as this one"
+                  + (f", up to {high:.0f} ms on a fast one." if round(high) > round(low) else ".")),
         ))
     return out
 

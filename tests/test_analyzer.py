@@ -744,8 +744,11 @@ def test_external_journal_estimate_is_the_logs_share_of_the_device_requests(tmp_
     """The classic case on a device that served 4,000 writes and 40 cache flushes: 40 commits
     of 205 logged blocks each took 80 requests (one merged write of up to 1,280 KiB and the
     commit block each) and the 40 flushes, so 120 of 4,040 requests were the log's: that
-    share of the 2,800 ms of checkpoint waits. With nothing written home by the forced
-    checkpoints, none."""
+    share of the 2,800 ms of checkpoint waits on a fast journal device (the high end). On one
+    as slow (the low end), only the share of the checkpoints' time a commit wrote the log
+    beside them: none when no commit did, a quarter when ten of the twenty checkpoints had
+    one writing for half their 140 ms. With nothing written home by the forced checkpoints,
+    no advice."""
     from jstall.analyzer.recommend import log_requests
 
     assert log_requests([205] * 40, 4096, 1280) == 80 and log_requests([700], 4096, 1280) == 4
@@ -755,11 +758,17 @@ def test_external_journal_estimate_is_the_logs_share_of_the_device_requests(tmp_
               "read_merges": 0, "read_sectors": 0, "write_ios": 400, "write_merges": 0, "write_sectors": 3200,
               "flush_ios": 4, "busy_ms": 900, "queue_ms": 900, "in_flight_requests": 1} for i in range(10)]
 
-    def advice(name, written):
+    # ten of the checkpoints (from 1 ms into their calls, 140 ms each) with a commit writing the
+    # log for their first 70 ms
+    logging = [e for i in range(0, 20, 2) for e in (
+        jev(calls[i]["ts_ns"] + MS, "commit_logging", 7, jbd2_thread=True, transaction=1000 + i),
+        jev(calls[i]["ts_ns"] + 71 * MS, "end_commit", 7, jbd2_thread=True, transaction=1000 + i))]
+
+    def advice(name, written, events=evs):
         cs = [{"ts_ns": S + i * 200 * MS + 2 * MS, "dev": "7:0", "transaction": i, "tid": 100 + i % 2,
                "pid": 100 + i % 2, "comm": f"w{100 + i % 2}", "chp_time_jiffies": 35, "chp_time_ns": 140 * MS,
                "forced_to_close": 0, "written": written, "dropped": 0} for i in range(20)]
-        a = analyze(_session(tmp_path, name, calls=calls, offcpu=offs, jbd2_events=evs, run_stats=rs,
+        a = analyze(_session(tmp_path, name, calls=calls, offcpu=offs, jbd2_events=events, run_stats=rs,
                              stacks=stacks_df(), device_stats=dstat, checkpoint_stats=cs))
         return next(r for r in a.recommendations if r.kind == "external_journal") if any(
             r.kind == "external_journal" for r in a.recommendations) else None
@@ -767,8 +776,14 @@ def test_external_journal_estimate_is_the_logs_share_of_the_device_requests(tmp_
     ej = advice("written", 30)
     assert ej.inputs["log_write_requests"] == 80 and ej.inputs["device_requests"] == 4040
     assert ej.inputs["log_request_share"] == pytest.approx(120 / 4040)
-    assert ej.stall_ms_addressed == pytest.approx(2800 * 120 / 4040)
+    assert ej.inputs["removed_high_ms"] == pytest.approx(2800 * 120 / 4040)
+    assert ej.inputs["logging_overlap"] == 0 and ej.stall_ms_addressed == 0 == ej.inputs["removed_low_ms"]
     assert "120 of the data device's 4040 requests were the log's" in ej.text
+    assert "Estimate: 0 ms removed on a journal device as slow as this one, up to 83 ms on a fast one." in ej.text
+    beside = advice("beside", 30, evs + logging)
+    assert beside.inputs["logging_overlap"] == pytest.approx(0.25)
+    assert beside.stall_ms_addressed == pytest.approx(2800 * 120 / 4040 * 0.25)
+    assert "a commit was writing the log during 25% of the forced checkpoints' time" in beside.text
     assert advice("nothing-written", 0) is None   # no commit waits either: no advice at all
 
 

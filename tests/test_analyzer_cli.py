@@ -159,8 +159,8 @@ def test_every_cause_and_rule_is_described_where_users_read():
     for c in REGISTRY:
         assert f"  {c.name} " in analyze_cmd.DESCRIPTION and f"`{c.name}`" in doc, c.name
         assert figures.CAUSE_COLORS[c.name] == c.colour
-    kinds = {"lost_events", "no_stalls", "journal_size", "inode_size", "external_journal", "fast_commit",
-             *recommend.GENERIC_CAUSES}
+    kinds = {"lost_events", "no_stalls", "journal_size", "inode_size", "external_journal", "fast_commit", "log_size",
+             "log_buffers", "external_log", *recommend.GENERIC_CAUSES}
     assert all(f"`{k}`" in doc for k in kinds)
     assert parse_calls(None) == tuple(GROUPS["metadata"] + GROUPS["fsync"])
     assert set(parse_calls("all")) >= {"write", "pwritev2", "utimensat", "symlinkat", "fchmodat", "fallocate"}
