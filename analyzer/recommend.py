@@ -354,13 +354,15 @@ def external_journal(ctx):
     their size, and a checkpoint's writes wait behind the log's; an own journal device takes
     those away. The log's share of the data device's requests — its writes merged into requests
     (counted from the commits) and the cache flushes of its commits, against the device's
-    write and flush requests from its own counters — is the share of the checkpoint waits a
-    fast journal device would remove, with every commit wait (the high end). On a journal
-    device as slow as the data device (the low end) the checkpoints lose only the log writes
-    that ran beside them (that share of their time a commit was writing the log:
-    journals.logging_overlap), and the commit waits only their time behind the data device's
-    other requests. None when the forced checkpoints wrote nothing home (their waits were not
-    the device's)."""
+    write and flush requests from its own counters. On a fast journal device (the high end) the
+    waits on commits' I/O (``commit_wait``, ``lock_buffer``) all go, and that share of the
+    checkpoint waits and of the waits for the running transaction to close
+    (``transaction_wait``: on other handles, whose I/O queues behind the log's). On one as
+    slow as the data device (the low end) the commits' I/O waits lose their time behind the
+    device's other requests, the checkpoints only the log writes that ran beside them (that
+    share of their time a commit was writing the log: journals.logging_overlap), and the
+    transaction waits nothing. None for the checkpoints when they wrote nothing home (their
+    waits were not the device's)."""
     out = []
     meta = {j["dev"]: j for j in ctx.session.journals}
     ds = ctx.session.device_stats
@@ -368,45 +370,53 @@ def external_journal(ctx):
         if j.get("journal_device"):
             continue
         dev = j["dev"]
-        commit_ms = sum(ctx.cause_ms(c, dev) for c in ("transaction_wait", "commit_wait", "lock_buffer"))
+        io_ms = sum(ctx.cause_ms(c, dev) for c in ("commit_wait", "lock_buffer"))
+        txn_ms = ctx.cause_ms("transaction_wait", dev)
         cp_ms = ctx.cause_ms("checkpoint", dev)
-        if commit_ms <= 0 and cp_ms <= 0:
+        if io_ms + txn_ms <= 0 and cp_ms <= 0:
             continue
         t = ctx.txns[ctx.txns["dev"] == dev]
         m = meta.get(dev, {})
         log_req = log_requests(t["blocks_logged"].to_numpy(), j.get("block_size"), m.get("max_request_kib"))
         d = ds[(ds["role"].astype("str") == "data") & (ds["dev"].astype("str") == dev)] if len(ds) else ds
         written = int(j.get("forced_checkpoint_written_blocks") or 0)
-        inputs = {"commit_stall_ms": commit_ms, "checkpoint_stall_ms": cp_ms,
-                  "logged_blocks": float(j.get("logged_blocks") or 0), "log_write_requests": log_req,
-                  "max_request_kib": m.get("max_request_kib") or DEFAULT_MAX_REQUEST_KIB,
+        inputs = {"commit_stall_ms": io_ms + txn_ms, "commit_io_stall_ms": io_ms, "transaction_stall_ms": txn_ms,
+                  "checkpoint_stall_ms": cp_ms, "logged_blocks": float(j.get("logged_blocks") or 0),
+                  "log_write_requests": log_req, "max_request_kib": m.get("max_request_kib") or DEFAULT_MAX_REQUEST_KIB,
                   "checkpoint_written_blocks": written}
         flushes = float(d["flush_ios"].sum()) if len(d) else 0.0
         requests = float(d["write_ios"].sum()) + flushes if len(d) else 0.0
-        if not requests:
-            share, basis = 0.0, "the session has no counters of the data device: the checkpoint waits are not estimated"
-        elif not written:
-            share, basis = 0.0, "the forced checkpoints wrote nothing home: their waits were not the device's"
+        share = min((log_req + flushes) / requests, 1.0) if requests else None
+        if share is None:
+            cp_share, basis = 0.0, "the session has no counters of the data device: the checkpoint waits are not estimated"
         else:
-            share = min((log_req + flushes) / requests, 1.0)
+            inputs.update(device_requests=requests, device_flushes=flushes, log_request_share=share)
             basis = (f"{log_req + flushes:.0f} of the data device's {requests:.0f} requests were the log's "
                      f"({inputs['logged_blocks']:.0f} blocks merged into {log_req:.0f} writes, and {flushes:.0f} "
-                     f"cache flushes), so checkpoint writes would queue behind {100 * share:.1f}% fewer")
-            inputs.update(device_requests=requests, device_flushes=flushes, log_request_share=share)
-        high = commit_ms + cp_ms * share
+                     f"cache flushes)")
+            cp_share = share if written else 0.0
+            basis += (f", so checkpoint writes would queue behind {100 * share:.1f}% fewer" if written else
+                      "; the forced checkpoints wrote nothing home: their waits were not the device's")
+        # a fast journal device: the commits' I/O waits all go, the checkpoints' queue behind the
+        # log, and the waits for the running transaction to close by the log's share (they wait
+        # on handles, whose own I/O queues behind the log's)
+        high = io_ms + (txn_ms + cp_ms) * cp_share if share is not None else io_ms
         if high <= 0:
             continue
-        overlap = logging_overlap(ctx.session, ctx.costs, dev) if cp_ms > 0 and share > 0 else 0.0
+        overlap = logging_overlap(ctx.session, ctx.costs, dev) if cp_ms > 0 and cp_share > 0 else 0.0
         overlap = 1.0 if overlap != overlap else overlap   # no checkpoint time recorded: as if always
-        low = commit_ms * (1 - share) + cp_ms * share * overlap
+        # as slow a device: the commits' I/O no longer queues behind the data device's other
+        # requests; the checkpoints lose the log writes that ran beside them
+        low = io_ms * (1 - (share or 0.0)) + cp_ms * cp_share * overlap
         inputs.update(logging_overlap=overlap, removed_low_ms=low, removed_high_ms=high)
         beside = (f"; a commit was writing the log during {100 * overlap:.0f}% of the forced checkpoints' time"
-                  if cp_ms > 0 and share > 0 else "")
+                  if cp_ms > 0 and cp_share > 0 else "")
         out.append(Recommendation(
             "external_journal", estimate=True, dev=dev, stall_ms_addressed=low, inputs=inputs,
             text=(f"{dev}: the log and the checkpoints write to the same device. An external journal on its own "
                   f"device (mkfs.ext4 -O journal_dev; -J device=...) takes the log's writes off it, even at the same "
-                  f"size: {commit_ms:.0f} ms of stalls waited on commits, and {cp_ms:.0f} ms on checkpoints; {basis}"
+                  f"size: {io_ms:.0f} ms of stalls waited on commits' I/O, {txn_ms:.0f} ms for the running "
+                  f"transaction to close (on handles, not on the log), and {cp_ms:.0f} ms on checkpoints; {basis}"
                   f"{beside}. Estimate: {low:.0f} ms removed on a journal device as slow as this one"
                   + (f", up to {high:.0f} ms on a fast one." if round(high) > round(low) else ".")),
         ))

@@ -88,10 +88,10 @@ class Recorder:
     def start(self):
         """Open the probes, then stream events in a background thread."""
         created = not os.path.exists(self.output_dir)
-        if self.opts.pid:
-            self._pidfd = os.pidfd_open(self.opts.pid)
-        b = self.bpf = self.probes.open(self._on_event).bpf
         try:
+            if self.opts.pid:
+                self._pidfd = os.pidfd_open(self.opts.pid)
+            b = self.bpf = self.probes.open(self._on_event).bpf
             os.makedirs(self.output_dir, exist_ok=True)
             self.hz, self.hz_source = host.kernel_hz()
             self.start_clock = clock()
@@ -111,6 +111,7 @@ class Recorder:
             self.bpf = None
             if self._pidfd is not None:
                 os.close(self._pidfd)
+                self._pidfd = None
             if created:
                 shutil.rmtree(self.output_dir, ignore_errors=True)
             raise

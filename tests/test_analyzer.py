@@ -787,6 +787,32 @@ def test_external_journal_estimate_is_the_logs_share_of_the_device_requests(tmp_
     assert advice("nothing-written", 0) is None   # no commit waits either: no advice at all
 
 
+def test_external_journal_splits_commit_io_waits_from_waits_for_the_transaction_to_close(tmp_path):
+    """Two stalls waiting on a commit's I/O (fsync) and two waiting for the running transaction
+    to close (on other handles), 80 ms each, on a device whose requests were 30% the log's (10
+    commits of 205 blocks: 20 writes, and 100 cache flushes, of 400): as slow a journal device
+    takes the commit I/O's 70% it spent behind the other requests (112 ms), a fast one all of
+    it (160); the transaction waits are on handles, not on the log, and nothing was
+    checkpointed: neither end counts them."""
+    rs = [run_stat(S // 4 + i * MS, i, blocks=200, logged=205) for i in range(10)]
+    dstat = [{"ts_ns": 6 * S, "interval_ns": 6 * S, "dev": "7:0", "role": "data", "lower_dev": "7:0", "read_ios": 0,
+              "read_merges": 0, "read_sectors": 0, "write_ios": 300, "write_merges": 0, "write_sectors": 2400,
+              "flush_ios": 100, "busy_ms": 900, "queue_ms": 900, "in_flight_requests": 0}]
+    calls, offs = [], []
+    for i, sid in enumerate([2, 2, 3, 3]):
+        c = call((i + 1) * S, 100 * MS, 10 + i, syscall="setxattr" if sid == 2 else "fsync")
+        calls.append(c)
+        offs.append(off(c, c["ts_ns"] + MS, 80 * MS, sid))
+    a = analyze(_session(tmp_path, "split", calls=calls, offcpu=offs, stacks=stacks_df(), run_stats=rs,
+                         device_stats=dstat))
+    (ej,) = [r for r in a.recommendations if r.kind == "external_journal"]
+    assert ej.inputs["log_request_share"] == pytest.approx(0.3)
+    assert (ej.inputs["commit_io_stall_ms"], ej.inputs["transaction_stall_ms"]) == (160, 160)
+    assert ej.stall_ms_addressed == pytest.approx(112) and ej.inputs["removed_high_ms"] == pytest.approx(160)
+    assert "160 ms for the running transaction to close (on handles, not on the log)" in ej.text
+    assert "Estimate: 112 ms removed on a journal device as slow as this one, up to 160 ms on a fast one." in ej.text
+
+
 def test_a_journal_not_big_enough_whose_hot_set_fits_gets_no_size_but_says_so(tmp_path):
     """Forced-checkpoint waits of 2% of the run, but 7,900 of the 8,000 logged blocks were
     re-logged: a hot set of 100 blocks fits one transaction of the 4 MiB journal. The advice
