@@ -388,7 +388,8 @@ def external_journal(ctx):
         requests = float(d["write_ios"].sum()) + flushes if len(d) else 0.0
         share = min((log_req + flushes) / requests, 1.0) if requests else None
         if share is None:
-            cp_share, basis = 0.0, "the session has no counters of the data device: the checkpoint waits are not estimated"
+            cp_share = 0.0
+            basis = "the session has no counters of the data device: the checkpoint waits are not estimated"
         else:
             inputs.update(device_requests=requests, device_flushes=flushes, log_request_share=share)
             basis = (f"{log_req + flushes:.0f} of the data device's {requests:.0f} requests were the log's "
@@ -599,7 +600,8 @@ def xfs_log_device(ctx):
                     "log_buffers", dev=dev, estimate=True, stall_ms_addressed=low, inputs=inputs,
                     text=head + (f"Its {io['log_writes']:,.0f} log writes averaged {per_write / 1024:,.0f} KiB "
                                  f"(logbsize {logbsize >> 10}k) and, with their cache flushes, were "
-                                 f"{100 * (io['log_writes'] * (1 + flushes_per)) / io['device_requests']:.0f}% of the "
+                                 f"{min(100.0, 100 * io['log_writes'] * (1 + flushes_per) / io['device_requests']):.0f}"
+                                 "% of the "
                                  f"device's {io['device_requests']:,.0f} requests. Larger log buffers "
                                  f"(mount -o logbsize={cap >> 10}k,logbufs=8) write the same "
                                  f"{io['log_bytes'] / 2**20:,.1f} MiB in about {after:,} writes: the device serves "
@@ -624,9 +626,10 @@ def xfs_log_device(ctx):
                 out.append(Recommendation(
                     "external_log", dev=dev, estimate=True, stall_ms_addressed=low, inputs=inputs,
                     text=head + (f"The log's {io['log_writes']:,.0f} writes and {flushes:,.0f} cache flushes were "
-                                 f"{100 * saved / io['device_requests']:.0f}% of the device's "
+                                 f"{min(100.0, 100 * saved / io['device_requests']):.0f}% of the device's "
                                  f"{io['device_requests']:,.0f} requests, about {log_ms:,.0f} ms of its "
-                                 f"{io['device_ms']:,.0f} ms of device time ({io['device_time_basis']}). An external log (mkfs.xfs -l logdev=DEV,size=; "
+                                 f"{io['device_ms']:,.0f} ms of device time ({io['device_time_basis']}). An external log "
+                                 "(mkfs.xfs -l logdev=DEV,size=; "
                                  f"the filesystem is made again) takes them off it. Estimate: {low:,.0f} ms removed "
                                  f"on a log device as slow as this one, up to {high:,.0f} ms on a fast one.")))
     return out

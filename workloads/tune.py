@@ -264,7 +264,7 @@ def xfs_log_refusal(message, block_size=4096):
 def measure(session_dir, label, journal_mib, options, threshold_ms):
     """A TuneRun from a recorded lab session (see the module docstring for the definitions)."""
     from jstall.analyzer.analysis import analyze
-    from jstall.analyzer.journals import checkpoints, session_span_s
+    from jstall.analyzer.journals import checkpoints, session_span_s, verdict
     from jstall.analyzer.summary import checkpoint_cost_summary
 
     a = analyze(session_dir, min_ms=threshold_ms)
@@ -282,9 +282,7 @@ def measure(session_dir, label, journal_mib, options, threshold_ms):
         kind = str(waits["kind"].iloc[0])
     else:
         kind = "xfs" if any(j.get("kind") == "xfs" for j in a.session.journals) else "jbd2"
-    e = (judge(float(waits["wait_ms"].sum()), float(waits["longest_ms"].max()), float(waits["run_ms"].iloc[0]),
-               kind)
-         if len(waits) else judge(0.0, 0.0, session_span_s(a.session) * 1e3, kind))
+    e = verdict(waits.iloc[0].to_dict() if len(waits) else None, session_span_s(a.session) * 1e3, kind)
     logs = a.xfs_logs if kind == "xfs" else None
     return TuneRun(label=label, journal_mib=journal_mib, options=options, stalls=len(st),
                    stall_ms=round(float(st["latency_ms"].sum()), 3) if len(st) else 0.0,
