@@ -565,7 +565,7 @@ def _device_time_removed(saved_requests, io, wait_ms):
 
 def xfs_log_device(ctx):
     """XFS: the log's writes against the metadata's on one device, judged by device time
-    (issue of the requests, not blocks). ``log_buffers``: larger in-core log buffers
+    (requests, not blocks: devices.device_time). ``log_buffers``: larger in-core log buffers
     (-o logbsize=256k,logbufs=8) write the same log in fewer requests; ``external_log``: a log
     on its own device takes its requests (and the cache flushes of its writes) off the
     filesystem's. Each removes the device time it frees, at most the log-space waits: a range
