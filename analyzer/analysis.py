@@ -68,7 +68,13 @@ class Analysis:
         self.min_ms = recording.effective_min_ms(session.meta, min_ms)
 
     timeline = _result(timeline)
-    stalls = _result(find_stalls, "timeline", "min_ms")
+    @cached_property
+    def stalls(self):
+        # the XFS waits computed once, and only for a session that has any
+        return find_stalls(self.session, self.timeline, self.min_ms,
+                           self.xfs_waits if len(self.session.xfs_waits) else None)
+
+    stalls.__doc__ = find_stalls.__doc__
     transactions = _result(transactions)
     phases = _result(commit_phases)
     checkpoints = _result(checkpoints)

@@ -308,43 +308,37 @@ class Fleet:
             for name in syscalls:
                 base[f"{name}_p99_ms"] = (d["calls"].get(name) or {}).get("p99_ms")
             # one row per journal: ext4's, then XFS logs (a session without either keeps one row)
-            xfs_logs = d.get("xfs_logs") or []
-            journals = d["journals"] + [dict(x, kind="xfs") for x in xfs_logs] or [None]
-            for j in journals:
+            xfs_logs = [dict(x, kind="xfs") for x in d.get("xfs_logs") or []]
+            for j in d["journals"] + xfs_logs or [None]:
                 row = dict(base)
-                if j is not None and j.get("kind") == "xfs":
-                    row.update({"dev": j["dev"], "device": j.get("device"), "mountpoint": j.get("mountpoint"),
-                                "journal_kind": "xfs", "journal_mib": j.get("log_mib"),
-                                "inode_size": j.get("inode_size"), "stalls": j.get("stalls") or 0,
-                                "stall_ms": j.get("stall_ms") or 0.0, "forced_checkpoints": 0,
-                                "log_space_waits": j.get("waits") or 0, "log_space_wait_ms": j.get("wait_ms") or 0.0,
-                                "headroom_low_blocks": None, "headroom_low_pct": j.get("min_headroom_start_pct"),
-                                "max_fill_pct": None})
-                    jc = s.get("journal_causes", {}).get(j["dev"], {})
-                    for c in CAUSES:
-                        row[f"{c}_ms"] = float(jc.get(c, 0.0))
-                    rows.append(row)
-                    continue
-                row.update({"journal_kind": "jbd2" if j is not None else None, "log_space_waits": 0,
-                            "log_space_wait_ms": 0.0})
                 if j is None:
-                    row.update({"dev": None, "device": None, "mountpoint": None, "journal_mib": None,
-                                "inode_size": None, "stalls": st["count"], "stall_ms": st["total_ms"],
-                                "forced_checkpoints": 0, "headroom_low_blocks": None, "headroom_low_pct": None,
+                    row.update({"dev": None, "device": None, "mountpoint": None, "journal_kind": None,
+                                "journal_mib": None, "inode_size": None, "stalls": st["count"],
+                                "stall_ms": st["total_ms"], "forced_checkpoints": 0, "log_space_waits": 0,
+                                "log_space_wait_ms": 0.0, "headroom_low_blocks": None, "headroom_low_pct": None,
                                 "max_fill_pct": None})
                     for c in CAUSES:
                         row[f"{c}_ms"] = st["by_cause"][c]["total_ms"]
+                    rows.append(row)
+                    continue
+                xfs_log = j.get("kind") == "xfs"
+                row.update({"dev": j["dev"], "device": j.get("device"), "mountpoint": j.get("mountpoint"),
+                            "journal_kind": "xfs" if xfs_log else "jbd2",
+                            "journal_mib": j.get("log_mib" if xfs_log else "journal_mib"),
+                            "inode_size": j.get("inode_size"), "stalls": j.get("stalls") or 0,
+                            "stall_ms": j.get("stall_ms") or 0.0})
+                if xfs_log:
+                    row.update({"forced_checkpoints": 0, "log_space_waits": j.get("waits") or 0,
+                                "log_space_wait_ms": j.get("wait_ms") or 0.0, "headroom_low_blocks": None,
+                                "headroom_low_pct": j.get("min_headroom_start_pct"), "max_fill_pct": None})
                 else:
                     hb, hp = headroom_low(j)
-                    row.update({"dev": j["dev"], "device": j.get("device"), "mountpoint": j.get("mountpoint"),
-                                "journal_mib": j.get("journal_mib"), "inode_size": j.get("inode_size"),
-                                "stalls": j.get("stalls") or 0, "stall_ms": j.get("stall_ms") or 0.0,
-                                "forced_checkpoints": j.get("forced_checkpoints") or 0,
-                                "headroom_low_blocks": hb, "headroom_low_pct": hp,
+                    row.update({"forced_checkpoints": j.get("forced_checkpoints") or 0, "log_space_waits": 0,
+                                "log_space_wait_ms": 0.0, "headroom_low_blocks": hb, "headroom_low_pct": hp,
                                 "max_fill_pct": j.get("max_fill_pct")})
-                    jc = s.get("journal_causes", {}).get(j["dev"], {})
-                    for c in CAUSES:
-                        row[f"{c}_ms"] = float(jc.get(c, 0.0))
+                jc = s.get("journal_causes", {}).get(j["dev"], {})
+                for c in CAUSES:
+                    row[f"{c}_ms"] = float(jc.get(c, 0.0))
                 rows.append(row)
         df = pd.DataFrame(rows)
         if not len(df):

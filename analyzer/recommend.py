@@ -28,6 +28,7 @@ from .journals import (checkpoint_costs, checkpoint_waits, logging_overlap, sess
                        untraced_text, verdict)
 from .devices import device_time
 from .recording import NOTE_SHARE, losses
+from .xfs_logs import kernel_delta
 
 XATTR_SYSCALLS = ("setxattr", "lsetxattr", "fsetxattr", "setxattrat", "removexattr", "lremovexattr",
                   "fremovexattr", "removexattrat")
@@ -477,6 +478,17 @@ def per_cause(ctx):
     return out
 
 
+def _xfs_logs_waiting(ctx):
+    """(journal description, jstall.enough verdict) of each XFS log not big enough for the
+    run, whose log-space waits took time."""
+    for j in ctx.session.journals:
+        if j.get("kind") != "xfs":
+            continue
+        e = ctx.enough(j["dev"])
+        if not e.big_enough and e.wait_ms:
+            yield j, e
+
+
 def log_size(ctx):
     """XFS: a log that holds what the run logged. An XFS log fills when the metadata it holds
     is not written home (xfsaild) as fast as new metadata is logged; a log that holds all the
@@ -486,16 +498,11 @@ def log_size(ctx):
     from jstall import xfs
 
     out = []
-    for j in ctx.session.journals:
-        if j.get("kind") != "xfs":
-            continue
+    for j, e in _xfs_logs_waiting(ctx):
         dev = j["dev"]
-        e = ctx.enough(dev)
-        if e.big_enough or not e.wait_ms:
-            continue
         log_mib = (j.get("log_bytes") or 0) / 2**20
-        start, end = j.get("xfs_stats_start"), j.get("xfs_stats_end")
-        blocks = xfs.counter(xfs.stats_delta(start, end), "xs_log_blocks") if start and end else None
+        delta = kernel_delta(j)
+        blocks = xfs.counter(delta, "xs_log_blocks") if delta else None
         logged_mib = blocks * 512 / 2**20 if blocks is not None else None
         inputs = {"log_mib": log_mib, "logged_mib": logged_mib, "wait_ms": e.wait_ms, "longest_ms": e.longest_ms,
                   "share": e.share}
@@ -531,11 +538,10 @@ def _xfs_log_io(ctx, j):
     requests and its device time (devices.device_time). None without either."""
     from jstall import xfs
 
-    start, end = j.get("xfs_stats_start"), j.get("xfs_stats_end")
+    delta = kernel_delta(j)
     d = device_time(ctx.session, j["dev"])
-    if not (start and end) or d is None:
+    if not delta or d is None:
         return None
-    delta = xfs.stats_delta(start, end)
     return {"log_writes": float(xfs.counter(delta, "xs_log_writes", 0)),
             "log_bytes": float(xfs.counter(delta, "xs_log_blocks", 0)) * xfs.BBSIZE,
             "device_writes": d["writes"], "device_flushes": d["flushes"], "device_requests": d["requests"],
@@ -571,13 +577,8 @@ def xfs_log_device(ctx):
     filesystem's. Each removes the device time it frees, at most the log-space waits: a range
     from that to all of them (the tail also moves sooner once log writes unpin items sooner)."""
     out = []
-    for j in ctx.session.journals:
-        if j.get("kind") != "xfs":
-            continue
+    for j, e in _xfs_logs_waiting(ctx):
         dev = j["dev"]
-        e = ctx.enough(dev)
-        if e.big_enough or not e.wait_ms:
-            continue
         io = _xfs_log_io(ctx, j)
         if io is None or not io["log_writes"]:
             continue

@@ -118,8 +118,9 @@ def _nan_min(*arrays):
     return out
 
 
-def find_stalls(session, timeline, min_ms=DEFAULT_MIN_MS):
-    """The stall table: one row per stalled call (columns stall_columns()).
+def find_stalls(session, timeline, min_ms=DEFAULT_MIN_MS, xfs_waits=None):
+    """The stall table: one row per stalled call (columns stall_columns()). ``xfs_waits``: the
+    session's XFS log-space waits as xfs_logs.waits gives them (computed when not given).
 
     Units and meaning:
     - ``latency_ms``: entry to exit.  ``offcpu_ms``: off-CPU intervals (> 100 µs) inside the
@@ -288,19 +289,19 @@ def find_stalls(session, timeline, min_ms=DEFAULT_MIN_MS):
         "committing_transaction": pd.Series(at_start("committing_transaction")).astype("Int64").to_numpy(),
         "own_checkpoint": own > 0, "own_checkpoints": own, "background_checkpoints": background,
     })
-    return _xfs_headroom(session, pd.DataFrame(cols, index=pd.RangeIndex(n))[stall_columns()])
+    return _xfs_headroom(session, pd.DataFrame(cols, index=pd.RangeIndex(n))[stall_columns()], xfs_waits)
 
 
-def _xfs_headroom(session, st):
-    """A stall on an XFS: the headroom of its log-space waits (xfs_logs.waits: the grant
+def _xfs_headroom(session, st, w=None):
+    """A stall on an XFS: the headroom of its log-space waits ``w`` (xfs_logs.waits: the grant
     head's space left less the ticket's need, in % of the log) at its first wait and the
     lowest any wait started from, and ``forced`` when it waited for log space itself."""
-    xw = session.xfs_waits
-    if not len(st) or not len(xw):
+    if not len(st) or not len(session.xfs_waits):
         return st
-    from .xfs_logs import waits
+    if w is None:
+        from .xfs_logs import waits
 
-    w = waits(session)
+        w = waits(session)
     w = w[w["in_traced_call"].astype(bool)]
     if not len(w):
         return st

@@ -108,8 +108,7 @@ def summary(session, waits_, stalls=None, log_waits=None):
                        need_bytes_max=float(w["need_bytes"].max()))
         for reason in TAIL_REASONS:
             row[f"tail_{reason}_ms"] = float(w.loc[w["tail"] == reason, "wait_ms"].sum()) if len(w) else 0.0
-        start, end = j.get("xfs_stats_start"), j.get("xfs_stats_end")
-        delta = xfs.stats_delta(_stats(start), _stats(end)) if start and end else None
+        delta = kernel_delta(j)
         for key, member in (("kernel_sleep_logspace", "xs_sleep_logspace"), ("kernel_try_logspace", "xs_try_logspace"),
                             ("kernel_push_ail", "xs_push_ail"), ("kernel_log_forces", "xs_log_force")):
             row[key] = xfs.counter(delta, member) if delta else None
@@ -124,6 +123,13 @@ def summary(session, waits_, stalls=None, log_waits=None):
         row["enough"] = verdict(jw, run_ms, "xfs").as_dict()
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def kernel_delta(journal):
+    """The kernel's counters of an XFS log over the session (its description's
+    ``xfs_stats_start`` and ``_end``: /sys/fs/xfs/<name>/stats/stats), or None without both."""
+    start, end = journal.get("xfs_stats_start"), journal.get("xfs_stats_end")
+    return xfs.stats_delta(_stats(start), _stats(end)) if start and end else None
 
 
 def _stats(doc):

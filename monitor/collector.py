@@ -14,7 +14,7 @@ import collections
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from . import xfslogs
-from .tracer import PHASE_BUCKETS_S, PHASES
+from .tracer import PHASES, phase_buckets
 
 #: the in-kernel log2 buckets exported as classic ``le`` buckets: bucket i holds latencies in
 #: [2^i, 2^(i+1)) ns, so ``le`` = 2^(i+1) ns; from 2^10 ns (1 us) to 2^35 ns (34 s), then +Inf
@@ -114,13 +114,11 @@ class MonitorCollector:
                 cps.add_metric([dev, mode], cp[mode])
                 cpw.add_metric([dev, mode], cpwr[mode])
             for p, (counts, total) in ph.items():
-                cum = counts.cumsum()
-                phase.add_metric([dev, p], [("+Inf" if le == float("inf") else repr(le), int(n))
-                                            for le, n in zip(PHASE_BUCKETS_S, cum)], total)
+                phase.add_metric([dev, p], phase_buckets(counts), total)
         yield from fams.values()
         yield from (tx, logged, cps, cps_stall, cpw, phase)
         with t.state_lock:
-            waits = {dev: ({h: c.cumsum() for h, c in x.wait_counts.items()}, dict(x.wait_sum_s), dict(x.tail_s),
+            waits = {dev: ({h: c.copy() for h, c in x.wait_counts.items()}, dict(x.wait_sum_s), dict(x.tail_s),
                            x.sleeps)
                      for dev, x in t.xfs_states.items()}
         yield from xfslogs.collect(xfslogs.xfs_logs(t.journals), waits)

@@ -35,6 +35,11 @@ MONITOR_RAW_TRACEPOINTS = (("jbd2", "jbd2_handle_start"), ("ext4", "ext4_sync_fi
 #: jbd2_log_space_left(): j_free - JBD2_CONTROL_BLOCKS_RESERVED (32) - committing credits
 #: commit phases of jbd2_run_stats, and the upper bounds (seconds) of their histogram buckets
 PHASE_BUCKETS_S = (0.001, 0.004, 0.016, 0.064, 0.25, 1.0, 4.0, 16.0, float("inf"))
+
+
+def phase_buckets(counts):
+    """Prometheus' cumulative [(le, count)] of per-bucket counts over PHASE_BUCKETS_S."""
+    return [("+Inf" if le == float("inf") else repr(le), int(n)) for le, n in zip(PHASE_BUCKETS_S, np.cumsum(counts))]
 RECENT_CALLS = 50
 POLL_S = POLL_MS / 1000               # the ring buffers are read this often
 OFFCPU_KEEP_NS = 30_000_000_000      # off-CPU rows wait this long for their operation to end
@@ -398,17 +403,28 @@ class Tracer:
                 if self.mopts.syscalls or ns < stall_ns:
                     continue
                 op = "xfs_log_reserve" if head == xfs.RESERVE_HEAD else "xfs_log_regrant"
-                call = {"ts_ns": int(r["ts_ns"]), "latency_s": ns / 1e9, "dev": dev, "op": op,
-                        "pid": int(r["pid"]), "tid": int(r["tid"]),
-                        "comm": bytes(r["comm"]).decode(errors="replace"), "cause": "log_space",
-                        "label": "tail waited for " + xfs.TAIL_REASONS[tail].split(" (")[0],
-                        "offcpu_s": {"log_space": ns / 1e9},
-                        "wall": time.time() - (time.monotonic_ns() - int(r["end_ns"])) / 1e9}
-                self.stalls[(dev, op, "log_space")] += 1
-                self.stall_seconds[(dev, "log_space")] += ns / 1e9
-                self.recent.append(call)
-                out.append(call)
-        for call in out:
+                out.append(self._stalled(r, dev, op, int(r["ts_ns"]), ns, "log_space",
+                                         "tail waited for " + xfs.TAIL_REASONS[tail].split(" (")[0],
+                                         {"log_space": ns / 1e9}))
+        self._tell(out)
+
+    def _stalled(self, r, dev, op, ts_ns, latency_ns, cause, label, seconds):
+        """One stalled operation of the task in record ``r`` (its pid, tid and comm): counted
+        by its primary cause, its off-CPU seconds by cause ({cause: s}) added, kept among the
+        recent ones. Returns what the listeners are told. Call it with state_lock held."""
+        call = {"ts_ns": ts_ns, "latency_s": latency_ns / 1e9, "dev": dev, "op": op,
+                "pid": int(r["pid"]), "tid": int(r["tid"]), "comm": bytes(r["comm"]).decode(errors="replace"),
+                "cause": cause, "label": label, "offcpu_s": seconds,
+                "wall": time.time() - (time.monotonic_ns() - ts_ns - latency_ns) / 1e9}
+        self.stalls[(dev, op, cause)] += 1
+        for k, v in seconds.items():
+            self.stall_seconds[(dev, k)] += v
+        self.recent.append(call)
+        return call
+
+    def _tell(self, calls):
+        """Each listener, of each stalled operation (outside state_lock)."""
+        for call in calls:
             for f in self.listeners:
                 f(call)
 
@@ -458,21 +474,11 @@ class Tracer:
                                                    for _ts, off, sid, runnable in rows], own)
             dev = filesystems.dev_name(int(c["dev"])) if c["dev"] else "-"
             op = self.op_names.get(int(c["syscall_nr"]), f"nr{int(c['syscall_nr'])}")
-            call = {"ts_ns": ts, "latency_s": lat / 1e9, "dev": dev, "op": op,
-                    "pid": int(c["pid"]), "tid": tid, "comm": bytes(c["comm"]).decode(errors="replace"),
-                    "cause": cause, "label": label, "offcpu_s": seconds,
-                    "wall": time.time() - (time.monotonic_ns() - ts - lat) / 1e9}
-            out.append(call)
             with self.state_lock:
-                self.stalls[(dev, op, cause)] += 1
+                out.append(self._stalled(c, dev, op, ts, lat, cause, label, seconds))
                 if n_own and dev != "-":
                     self._state(dev).checkpoints_in_stalls += n_own
-                for k, v in seconds.items():
-                    self.stall_seconds[(dev, k)] += v
-                self.recent.append(call)
-        for call in out:
-            for f in self.listeners:
-                f(call)
+        self._tell(out)
 
     # ---- reading the live state (scrape and top threads) -----------------------------------
 

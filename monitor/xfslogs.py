@@ -9,7 +9,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 from jstall import xfs
 
-from .tracer import PHASE_BUCKETS_S
+from .tracer import phase_buckets
 
 #: (metric, help, stats member) of the counters exported from stats/stats
 COUNTERS = (
@@ -34,7 +34,7 @@ def xfs_logs(journals):
 
 def collect(logs, waits=None):
     """Metric families of ``logs`` ({dev: (sysfs name, log bytes)}); a log whose files are gone
-    (unmounted) is left out. ``waits``: {dev: ({head: cumulative bucket counts}, {head: seconds},
+    (unmounted) is left out. ``waits``: {dev: ({head: counts per bucket}, {head: seconds},
     {tail reason: seconds}, sleeps)} of the waits timed so far (over PHASE_BUCKETS_S)."""
     size = GaugeMetricFamily("jstall_xfs_log_size_bytes", "XFS log size (xfs_info: the kernel's l_logsize).",
                              labels=["device"])
@@ -80,9 +80,8 @@ def collect(logs, waits=None):
                                 "jstall_xfs_log_space_sleeps_total.", labels=["device"])
     for dev, (counts, sums, tails, sleeps) in sorted((waits or {}).items()):
         slept.add_metric([dev], sleeps)
-        for head, cum in counts.items():
-            wait.add_metric([dev, head], [("+Inf" if le == float("inf") else repr(le), int(n))
-                                          for le, n in zip(PHASE_BUCKETS_S, cum)], sums[head])
+        for head, c in counts.items():
+            wait.add_metric([dev, head], phase_buckets(c), sums[head])
         for reason, v in tails.items():
             tail.add_metric([dev, reason], v)
     return [size, left, ratio, *counters, written, ail, wait, tail, slept]

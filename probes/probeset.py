@@ -179,6 +179,7 @@ class ProbeSet:
         self._fentry_ids = self._resolve_attach(types)
         for struct_name, dt in events.DTYPES.items():
             defines[f"SIZEOF_{struct_name}"] = dt.itemsize
+        xfs_log = self.xfs_log
         defines.update(
             MIN_NS=int(self.opts.min_ms * 1e6),
             OFFCPU_MIN_NS=int(self.opts.offcpu_min_us * 1000),
@@ -198,10 +199,9 @@ class ProbeSet:
             HANDLE_WAITS=int(self.handle_waits),
             WAIT_CHAINS=int(self.wait_chains),
             TASK_PT_REGS=int((host.kernel_version() or (0, 0)) >= (5, 15)),
-            XFS_LOG=int(self.xfs_log),
-            XFS_GRANT_CYCLES=int(self.xfs_log and not host.tracepoint_has_field("xfs", "xfs_log_grant_sleep",
-                                                                                 "tail_space")),
-            XFS_TRACE_TIC=int(self.xfs_log and host.tracepoint_has_field("xfs", "xfs_log_grant_sleep", "tic")),
+            XFS_LOG=int(xfs_log),
+            XFS_GRANT_CYCLES=int(xfs_log and not host.tracepoint_has_field("xfs", "xfs_log_grant_sleep", "tail_space")),
+            XFS_TRACE_TIC=int(xfs_log and host.tracepoint_has_field("xfs", "xfs_log_grant_sleep", "tic")),
             SELF_TGID=os.getpid(),
             CALL_SLOTS=max(len(self.call_slots), 1),
             STATS_WAYS=tables.CALL_SLOT_WAYS,

@@ -383,45 +383,34 @@ def _render(text, labels):
     return re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels.get(m.group(1), ""), text)
 
 
-def test_every_alert_rule_fires_on_the_run_and_resolves_after_it(run, tmp_path):
-    """promtool test rules on the shipped rules, fed the series Prometheus scraped from the
-    real stalling run (replayed for 12 minutes as if it went on, then 12 minutes stopped):
-    at 11 minutes the forced-checkpoint, headroom and stall-time alerts fire on the run's own
-    device and cause (a cause fires when its stall seconds per second exceed the rule's 0.05;
-    those too near it to call are left out), events-lost does not; 12 minutes after the run,
-    nothing that depends on ongoing stalls fires."""
-    import yaml
-
-    if SLOWDOWN != 1:
-        pytest.skip("emulated guest: the run stalls ~20x fewer seconds per second; the rules' rates are wall-clock")
-    rules = {r["alert"]: r for g in yaml.safe_load(open(RULES))["groups"] for r in g["rules"]}
-    series = run["series"]
-    cp = [s for s in series["jstall_journal_checkpoints_total"] if s[0].get("mode") == "forced"]
-    assert cp, series
-    # the run: from its first sample until the forced checkpoints stopped growing
-    start = min(min(p) for _, p in cp)
-    end = max(t for _, p in cp for t in p if p[t] == max(p.values()))
-    cycle = max(end - start + 2, 10)
-    stall = []
-    for labels, points in series["jstall_stall_seconds_total"]:
+def stall_rates(series, start, cycle):
+    """[(labels, points, stall seconds per second over the run)] of the scraped
+    jstall_stall_seconds_total series whose rate is clear of JstallStallTimeHigh's 0.05 (at
+    least 0.1, or at most 0.025: those nearer to it are left out of the rules' test)."""
+    out = []
+    for labels, points in series:
         got = [points[t] for t in sorted(points) if start <= t < start + cycle]
         rate = (max(got) - (points.get(start - 1) or 0.0)) / cycle if got else 0.0
-        if rate >= 0.1 or rate <= 0.025:   # clear of the threshold
-            stall.append(((labels, {t: v for t, v in points.items() if start <= t < start + cycle}), rate))
-    firing_causes = [(lab, r) for (lab, _), r in stall if r >= 0.1]
-    assert any(lab["cause"] == "checkpoint" for lab, _ in firing_causes), stall
-    inputs = [((lab, pts), None) for lab, pts in cp] + [(s, None) for s, _ in stall]
-    heads = [s for s in series["jstall_journal_headroom_ratio"] if s[0]["device"] == run["dev"]]
-    inputs += [((lab, {t: v for t, v in pts.items() if start <= t < start + cycle}), None) for lab, pts in heads]
-    lost = series["jstall_events_lost_total"]
-    inputs += [((lab, {t: v for t, v in pts.items() if start <= t < start + cycle}), None) for lab, pts in lost]
-    minutes = 12
+        if rate >= 0.1 or rate <= 0.025:
+            out.append((labels, points, rate))
+    return out
+
+
+def check_alert_rules(tmp_path, runs, start, cycle, during, after, minutes=12):
+    """promtool test rules on the shipped rules, fed ``runs`` ([(labels, points)] of the run's
+    series from ``start``, ``cycle`` seconds of it) replayed for ``minutes`` as if the workload
+    went on, then as many stopped: at ``minutes - 1`` the alerts of ``during`` ({alert name:
+    [the labels each firing alert has]}) fire and no others of those names, at
+    ``2 * minutes - 1`` those of ``after``."""
+    import yaml
+
+    rules = {r["alert"]: r for g in yaml.safe_load(open(RULES))["groups"] for r in g["rules"]}
     input_series = []
-    for (labels, points), _ in inputs:
+    for labels, points in runs:
         full = {t: points.get(t) for t in range(start, start + cycle)}
-        name = labels["__name__"]
         sel = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()) if k != "__name__")
-        input_series.append({"series": f"{name}{{{sel}}}", "values": _replay((labels, full), cycle, minutes)})
+        input_series.append({"series": f"{labels['__name__']}{{{sel}}}",
+                             "values": _replay((labels, full), cycle, minutes)})
 
     def alert(name, labels):
         r = rules[name]
@@ -429,24 +418,49 @@ def test_every_alert_rule_fires_on_the_run_and_resolves_after_it(run, tmp_path):
         lab.update(r.get("labels", {}))
         return {"exp_labels": lab, "exp_annotations": {k: _render(v, lab) for k, v in r["annotations"].items()}}
 
+    test = {"rule_files": [os.path.abspath(RULES)], "evaluation_interval": "15s",
+            "tests": [{"interval": "1s", "input_series": input_series,
+                       "alert_rule_test": [{"eval_time": f"{m}m", "alertname": name,
+                                            "exp_alerts": [alert(name, lab) for lab in labels]}
+                                           for m, table in ((minutes - 1, during), (2 * minutes - 1, after))
+                                           for name, labels in table.items()]}]}
+    path = tmp_path / "jstall-alerts.test.yml"
+    path.write_text(yaml.safe_dump(test, sort_keys=False))
+    r = subprocess.run(["promtool", "test", "rules", str(path)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+
+
+def test_every_alert_rule_fires_on_the_run_and_resolves_after_it(run, tmp_path):
+    """promtool test rules on the shipped rules, fed the series Prometheus scraped from the
+    real stalling run (replayed for 12 minutes as if it went on, then 12 minutes stopped):
+    at 11 minutes the forced-checkpoint, headroom and stall-time alerts fire on the run's own
+    device and cause (a cause fires when its stall seconds per second exceed the rule's 0.05;
+    those too near it to call are left out), events-lost does not; 12 minutes after the run,
+    nothing that depends on ongoing stalls fires."""
+    if SLOWDOWN != 1:
+        pytest.skip("emulated guest: the run stalls ~20x fewer seconds per second; the rules' rates are wall-clock")
+    series = run["series"]
+    cp = [s for s in series["jstall_journal_checkpoints_total"] if s[0].get("mode") == "forced"]
+    assert cp, series
+    # the run: from its first sample until the forced checkpoints stopped growing
+    start = min(min(p) for _, p in cp)
+    end = max(t for _, p in cp for t in p if p[t] == max(p.values()))
+    cycle = max(end - start + 2, 10)
+    stall = stall_rates(series["jstall_stall_seconds_total"], start, cycle)
+    firing_causes = [lab for lab, _, r in stall if r >= 0.1]
+    assert any(lab["cause"] == "checkpoint" for lab in firing_causes), stall
+    heads = [s for s in series["jstall_journal_headroom_ratio"] if s[0]["device"] == run["dev"]]
+    lost = series["jstall_events_lost_total"]
+    runs = cp + [(lab, pts) for lab, pts, _ in stall] + heads + lost
     head_min = min(v for _, pts in heads for t, v in pts.items() if start <= t < start + cycle)
     head_last = min(v for _, pts in heads for t, v in [max(pts.items())])
     during = {
-        "JstallForcedCheckpoints": [alert("JstallForcedCheckpoints", lab) for lab, _ in cp],
-        "JstallStallTimeHigh": [alert("JstallStallTimeHigh", {"instance": lab["instance"], "device": lab["device"],
-                                                              "cause": lab["cause"]}) for lab, _ in firing_causes],
-        "JstallJournalHeadroomLow": [alert("JstallJournalHeadroomLow", lab) for lab, _ in heads] if head_min < 0.10 else [],
+        "JstallForcedCheckpoints": [lab for lab, _ in cp],
+        "JstallStallTimeHigh": [{k: lab[k] for k in ("instance", "device", "cause")} for lab in firing_causes],
+        "JstallJournalHeadroomLow": [lab for lab, _ in heads] if head_min < 0.10 else [],
         "JstallEventsLost": [],
     }
     after = {"JstallForcedCheckpoints": [], "JstallStallTimeHigh": [], "JstallEventsLost": [],
              "JstallJournalHeadroomLow": during["JstallJournalHeadroomLow"] if head_last < 0.10 else []}
     assert during["JstallJournalHeadroomLow"], head_min  # the run reached the forced level
-    test = {"rule_files": [os.path.abspath(RULES)], "evaluation_interval": "15s",
-            "tests": [{"interval": "1s", "input_series": input_series,
-                       "alert_rule_test": [{"eval_time": f"{m}m", "alertname": name, "exp_alerts": exp}
-                                           for m, table in ((minutes - 1, during), (2 * minutes - 1, after))
-                                           for name, exp in table.items()]}]}
-    path = tmp_path / "jstall-alerts.test.yml"
-    path.write_text(yaml.safe_dump(test, sort_keys=False))
-    r = subprocess.run(["promtool", "test", "rules", str(path)], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    check_alert_rules(tmp_path, runs, start, cycle, during, after)

@@ -16,7 +16,7 @@ from jstall.analyzer.analysis import analyze
 from jstall.monitor.capture import list_captures
 from jstall.workloads.scratch import FsConfig, ScratchFs
 from conftest import SLOWDOWN
-from test_monitor_kernel import RULES, _render, _replay, free_port, get, one, query_range, sample, wait_for
+from test_monitor_kernel import check_alert_rules, free_port, get, one, query_range, sample, stall_rates, wait_for
 from test_record_xfs import CREATE, XFS
 
 pytestmark = [pytest.mark.kernel, pytest.mark.skipif(os.geteuid() != 0, reason="needs root")]
@@ -123,49 +123,18 @@ def _alerts_fire_on_the_run_and_resolve(series, tmp_path):
     minutes as if the workload went on, then 12 minutes stopped: JstallXfsLogSpaceWaits fires
     on the run's log, and JstallStallTimeHigh on log_space when its stall seconds per second are
     clear of the rule's 0.05; 12 minutes after the run neither fires."""
-    import yaml
-
-    rules = {r["alert"]: r for g in yaml.safe_load(open(RULES))["groups"] for r in g["rules"]}
     sleeps = series["jstall_xfs_log_space_sleeps_total"]
     assert len(sleeps) == 1, series
     labels, points = sleeps[0]
     start = min(points)
     end = max(t for t in points if points[t] == max(points.values()))
     cycle = max(end - start + 2, 10)
-    inputs = [(labels, points)]
-    stall = [(lab, pts) for lab, pts in series["jstall_stall_seconds_total"] if lab.get("cause") == "log_space"]
-    firing = []
-    for lab, pts in stall:
-        got = [pts[t] for t in sorted(pts) if start <= t < start + cycle]
-        rate = (max(got) - (pts.get(start - 1) or 0.0)) / cycle if got else 0.0
-        if rate >= 0.1:
-            firing.append(lab)
-        if rate >= 0.1 or rate <= 0.025:   # clear of the threshold
-            inputs.append((lab, pts))
-    minutes = 12
-    input_series = []
-    for lab, pts in inputs:
-        full = {t: pts.get(t) for t in range(start, start + cycle)}
-        sel = ",".join(f'{k}="{v}"' for k, v in sorted(lab.items()) if k != "__name__")
-        input_series.append({"series": f"{lab['__name__']}{{{sel}}}", "values": _replay((lab, full), cycle, minutes)})
-
-    def alert(name, lab):
-        r = rules[name]
-        lab = {k: v for k, v in lab.items() if k != "__name__"}
-        lab.update(r.get("labels", {}))
-        return {"exp_labels": lab, "exp_annotations": {k: _render(v, lab) for k, v in r["annotations"].items()}}
-
-    during = {"JstallXfsLogSpaceWaits": [alert("JstallXfsLogSpaceWaits", labels)]}
-    if any(lab for lab, _ in inputs[1:]):
-        during["JstallStallTimeHigh"] = [alert("JstallStallTimeHigh", {k: lab[k] for k in ("instance", "device", "cause")})
-                                         for lab in firing]
+    stall = stall_rates([(lab, pts) for lab, pts in series["jstall_stall_seconds_total"]
+                         if lab.get("cause") == "log_space"], start, cycle)
+    during = {"JstallXfsLogSpaceWaits": [labels]}
+    if stall:
+        during["JstallStallTimeHigh"] = [{k: lab[k] for k in ("instance", "device", "cause")}
+                                         for lab, _, rate in stall if rate >= 0.1]
     after = {name: [] for name in during}
-    test = {"rule_files": [os.path.abspath(RULES)], "evaluation_interval": "15s",
-            "tests": [{"interval": "1s", "input_series": input_series,
-                       "alert_rule_test": [{"eval_time": f"{m}m", "alertname": name, "exp_alerts": exp}
-                                           for m, table in ((minutes - 1, during), (2 * minutes - 1, after))
-                                           for name, exp in table.items()]}]}
-    path = tmp_path / "jstall-alerts-xfs.test.yml"
-    path.write_text(yaml.safe_dump(test, sort_keys=False))
-    r = subprocess.run(["promtool", "test", "rules", str(path)], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    check_alert_rules(tmp_path, [(labels, points)] + [(lab, pts) for lab, pts, _ in stall], start, cycle, during,
+                      after)

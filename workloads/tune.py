@@ -455,7 +455,7 @@ def _check_advice(first, result, run_size, threshold_ms):
     from jstall.analyzer.analysis import analyze
 
     recs = {r.kind: r for r in reversed(analyze(first.session_dir, min_ms=threshold_ms).recommendations)}
-    by_label = {c.label: c for c in result.comparisons if c is not None}
+    by_label = {c.label: c for c in result.comparisons}
     out = []
     kind = _SIZE_ADVICE.get(first.kind, "journal_size")
     js = recs.get(kind)
