@@ -29,15 +29,23 @@ is ``exp(-S / D)``: ``(new - D) / (blocks - D) = exp(-S / D)``, solved for ``D``
 bisection with ``S`` the mean span (giving ``D_low``) and the peak span (``D_high``), both
 kept within ``[new - written_home, new]``: a block enters the log again only after a
 checkpoint wrote it home (or writeback cleaned it), so with nothing written home the count
-of blocks new to the log is the hot set itself.
+of blocks new to the log is the hot set itself.  Where the session counted the blocks
+forced checkpoints wrote home (``home_writes``), the distinct ones bound ``D`` from below
+(every one is of the hot set: this is what a log far smaller than the hot set shows best,
+where the equation sees mostly the few blocks every transaction re-logs), and each write of a
+block beyond its first bounds it from above (the block had returned to the log, counted new).
 
 Two bounds on the journal follow from the kernel's condition.  ``high``: one transaction
 (at most ``j_max_transaction_buffers``) holds the whole hot set, so no handle ever has to
 wait: ``divisor * (D_high * logged/blocks + 32) + fast-commit blocks``.  ``low``: the log
 holds the hot set once (every older copy re-logged away) with one maximum transaction of
 room left: ``divisor / (divisor - 1) * (D_low * logged/blocks + 32) + fast-commit blocks``.
-The recommendation is ``high`` rounded up to a whole MiB (ext4 takes whole MiB).  Checked
-against bisected thresholds in the lab (benchmarks/advice_accuracy.py).
+A stream is what the low bound describes: its blocks stay in the log once each until they
+are written home, and no transaction needs to hold them all; so ``high`` takes the divisor
+down to ``divisor / (divisor - 1)`` as the stream share (``D_high / new``) goes from
+``STREAMING_SHARE`` to 1 (holding_divisor).  The recommendation is ``high`` rounded up to a
+whole MiB (ext4 takes whole MiB).  Checked against bisected thresholds in the lab
+(benchmarks/advice_accuracy.py).
 
 **Two regimes.** A *hot set* workload re-dirties the same blocks (the equation has a root
 well below the blocks new to the log). A *streaming* one (a copy, an archive extracted, a
@@ -89,6 +97,8 @@ class JournalModel:
     window_blocks: float = None
     epochs: int = 1
     epoch: int = 1
+    stream_share: float = None
+    home_blocks: int = None
 
     def as_dict(self):
         return asdict(self)
@@ -116,6 +126,7 @@ def hot_set(blocks, new_blocks, span):
 
 
 #: a hot set this close to the blocks new to the log means nearly nothing was touched twice
+#: (from it on, what the log holds is partly a stream: holding_divisor)
 STREAMING_SHARE = 0.9
 #: the kernel's defaults of dirty_expire_centisecs and dirty_writeback_centisecs
 DEFAULT_EXPIRE_CS, DEFAULT_WRITEBACK_CS = 3000, 500
@@ -131,13 +142,16 @@ def writeback_window_s(writeback=None):
 
 
 def model(journal, txns, checkpoint_stats, timeline, kernel_release=None, run_s=None, writeback=None,
-          sync_ns=None):
+          sync_ns=None, home_writes=None):
     """The :class:`JournalModel` of one journal (a row of ``journals.summary``), or None
     without committed transactions or journal geometry. ``run_s``: the session's time;
     ``writeback``: its /proc/sys/vm writeback settings (the streaming regime's window);
     ``sync_ns``: times at which every dirty metadata block was on the device (a lab phase
     made durable, a syncfs or sync returned): blocks logged before one need no journal space
-    after it, so the model sizes the busiest stretch between them (``epochs``, ``epoch``)."""
+    after it, so the model sizes the busiest stretch between them (``epochs``, ``epoch``);
+    ``home_writes``: the session's home_writes table (each block forced checkpoints wrote
+    home, with its first and last time), whose distinct blocks in a stretch bound its hot
+    set from below."""
     dev = journal["dev"]
     t = txns[txns["dev"] == dev]
     jb = journal.get("journal_blocks")
@@ -154,8 +168,9 @@ def model(journal, txns, checkpoint_stats, timeline, kernel_release=None, run_s=
     window = writeback_window_s(writeback)
     ts = t["ts_ns"].to_numpy(dtype="int64") if "ts_ns" in t else None
     bounds = sorted({int(b) for b in (sync_ns or ())})
+    hw = home_writes[home_writes["dev"].astype("str") == dev] if home_writes is not None and len(home_writes) else None
     if ts is None or not bounds:
-        epochs = [(t, cs, tl, run_s)]
+        epochs = [(t, cs, tl, run_s, _home(hw))]
     else:
         # the first stretch from the start, the last to the end: checkpoint statistics and fill
         # samples outside the transactions' own times belong to them
@@ -168,15 +183,22 @@ def model(journal, txns, checkpoint_stats, timeline, kernel_release=None, run_s=
             if not sel.any():
                 continue
             span_s = (min(hi, int(ts.max())) - max(lo, int(ts.min()))) / 1e9 if len(edges) > 2 else run_s
+            home = _home(hw, lo, hi)
             epochs.append((t[sel], cs if c_ts is None else cs[(c_ts > lo) & (c_ts <= hi)],
-                           tl if l_ts is None else tl[(l_ts > lo) & (l_ts <= hi)], span_s))
+                           tl if l_ts is None else tl[(l_ts > lo) & (l_ts <= hi)], span_s, home))
     fits = [_hot_set_of(*e, window) for e in epochs]
-    k = max(range(len(fits)), key=lambda i: (fits[i]["d_high"], fits[i]["d_low"]))
-    f = fits[k]
-    overhead = f["logged"] / f["blocks"] if f["blocks"] else 1.0
     mib = bs / 2**20
-    low = jbd2.blocks_needed(f["d_low"], overhead, divisor / max(divisor - 1.0, 1.0), fc) * mib
-    high = jbd2.blocks_needed(f["d_high"], overhead, divisor, fc) * mib
+    once = divisor / max(divisor - 1.0, 1.0)
+
+    def bounds(f):  # (high, low) in MiB
+        overhead = f["logged"] / f["blocks"] if f["blocks"] else 1.0
+        return (jbd2.blocks_needed(f["d_high"], overhead, holding_divisor(divisor, f["stream_share"]), fc) * mib,
+                jbd2.blocks_needed(f["d_low"], overhead, once, fc) * mib)
+
+    # the busiest stretch: the one that needs the largest journal
+    k = max(range(len(fits)), key=lambda i: bounds(fits[i]))
+    f = fits[k]
+    high, low = bounds(f)
     if t["blocks"].gt(0).any() and float(journal.get("forced_checkpoints") or 0) > 0:
         low = min(max(low, jb * mib), high)  # the run shows that the journal it had was too small
     return JournalModel(
@@ -186,12 +208,42 @@ def model(journal, txns, checkpoint_stats, timeline, kernel_release=None, run_s=
         span_mean_blocks=f["s_mean"], span_peak_blocks=f["s_peak"], hot_blocks_low=f["d_low"],
         hot_blocks_high=f["d_high"], low_mib=low, high_mib=high, journal_size_mib=int(math.ceil(high)),
         regime=f["regime"], run_s=float(f["run_s"]) if f["run_s"] else None, window_s=window,
-        window_blocks=f["window_blocks"], epochs=len(epochs), epoch=k + 1)
+        window_blocks=f["window_blocks"], epochs=len(epochs), epoch=k + 1, stream_share=f["stream_share"],
+        home_blocks=f["home"] if home_writes is not None else None)
 
 
-def _hot_set_of(t, cs, tl, run_s, window):
+def holding_divisor(divisor, stream_share):
+    """Journal blocks per hot-set block (before the log overhead) at the model's upper bound:
+    ``divisor`` for a hot set (one transaction holds it), ``divisor / (divisor - 1)`` for a
+    stream (the log holds each block once, until it is written home, with one transaction's
+    room left), and between them, linearly, for a stream share (hot set over the blocks new
+    to the log) from STREAMING_SHARE to 1."""
+    once = divisor / max(divisor - 1.0, 1.0)
+    if stream_share is None or stream_share <= STREAMING_SHARE:
+        return divisor
+    w = min((stream_share - STREAMING_SHARE) / (1.0 - STREAMING_SHARE), 1.0)
+    return divisor - (divisor - once) * w
+
+
+def _home(hw, lo=None, hi=None):
+    """(distinct blocks, re-entries) of the home_writes rows ``hw`` in the stretch (lo, hi]:
+    the blocks forced checkpoints wrote home in it (at their first or last write, or
+    between), and the writes beyond each block's first of the blocks written home only
+    within it, each of which followed the block's return to the log. (0, 0) without rows."""
+    if hw is None or not len(hw):
+        return 0, 0
+    if lo is None:
+        return len(hw), int(hw["writes"].sum()) - len(hw)
+    first, last = hw["first_ns"], hw["last_ns"]
+    inside = (first > lo) & (last <= hi)
+    return int(((first <= hi) & (last > lo)).sum()), int(hw["writes"][inside].sum()) - int(inside.sum())
+
+
+def _hot_set_of(t, cs, tl, run_s, home, window):
     """The hot set (blocks) of one stretch of transactions: their counts, the log span, the
-    regime and, streaming, the blocks new to the log in writeback's window."""
+    regime and, streaming, the blocks new to the log in writeback's window. ``home``: the
+    distinct blocks forced checkpoints wrote home in the stretch and the re-entries their
+    repeated writes show ((0, 0): not counted)."""
     blocks = int(t["blocks"].sum())
     logged = int(t["blocks_logged"].sum())
     relogged = int(cs["dropped"].sum()) if "dropped" in cs else 0
@@ -203,11 +255,18 @@ def _hot_set_of(t, cs, tl, run_s, window):
     d_low = float(new) if math.isnan(s_mean) else hot_set(blocks, new, s_mean)
     d_high = float(new) if math.isnan(s_peak) else hot_set(blocks, new, s_peak)
     # a block enters the log again only after it left it unre-logged: written home by a
-    # checkpoint (or cleaned by writeback), so new - written <= D <= new
-    floor = float(max(new - written, 0))
+    # checkpoint (or cleaned by writeback), so new - written <= D <= new. Every distinct block
+    # a checkpoint wrote home is one of the hot set: home <= D (a log far smaller than the hot
+    # set re-logs little of it, and the equation then sees mostly the few blocks every
+    # transaction touches); and each of its writes home beyond the first followed a return to
+    # the log that counted as new: D <= new - re-entries
+    distinct, reentries = home
+    ceiling = float(max(new - reentries, 0))
+    floor = min(float(max(new - written, distinct, 0)), ceiling)
     d_low, d_high = min(d_low, d_high), max(d_low, d_high, float(t["blocks"].max()))
-    d_low, d_high = min(max(d_low, floor), float(new)), min(max(d_high, floor), float(new))
+    d_low, d_high = min(max(d_low, floor), ceiling), min(max(d_high, floor), ceiling)
     regime, window_blocks = "hot set", None
+    stream_share = d_high / new if new > 0 else None
     if new > 0 and d_high >= STREAMING_SHARE * new:
         regime = "streaming"
         window_blocks = float(new) if not run_s or run_s <= window else new * window / run_s
@@ -215,4 +274,5 @@ def _hot_set_of(t, cs, tl, run_s, window):
         d_low, d_high = min(d_low, max(window_blocks, biggest)), min(d_high, max(window_blocks, biggest))
     return {"transactions": len(t), "handles": int(t["handle_count"].sum()), "blocks": blocks, "logged": logged,
             "relogged": relogged, "written": written, "new": new, "s_mean": s_mean, "s_peak": s_peak,
-            "d_low": d_low, "d_high": d_high, "regime": regime, "window_blocks": window_blocks, "run_s": run_s}
+            "d_low": d_low, "d_high": d_high, "regime": regime, "window_blocks": window_blocks, "run_s": run_s,
+            "stream_share": stream_share, "home": distinct}

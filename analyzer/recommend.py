@@ -23,7 +23,7 @@ from jstall import jbd2
 
 from . import causes
 from .fill import timeline as fill_timeline
-from .journal_model import model
+from .journal_model import STREAMING_SHARE, model
 from .journals import (checkpoint_costs, checkpoint_waits, logging_overlap, session_span_s, untraced_checkpoints,
                        untraced_text, verdict)
 from .devices import device_time
@@ -209,7 +209,7 @@ def _make_models(ctx):
     for _, j in ctx.journals.iterrows():  # one row per journal
         m = model(j, ctx.txns, ctx.session.checkpoint_stats, ctx.timeline, ctx.session.meta.get("kernel_release"),
                   run_s=session_span_s(ctx.session), writeback=ctx.session.meta.get("writeback"),
-                  sync_ns=sync_points(ctx.session, str(j["dev"])))
+                  sync_ns=sync_points(ctx.session, str(j["dev"])), home_writes=ctx.session.home_writes)
         if m is not None:
             out[j["dev"]] = m
     return out
@@ -243,16 +243,30 @@ def journal_size(ctx):
             inputs={**m.as_dict(), "enough": e.as_dict()},
             text=(f"{dev}: the {_fmt_mib(m.journal_mib)} journal is {e.describe()} (jstall's bound: {BOUND}). "
                   f"Estimate: a journal of {m.journal_size_mib} MiB (mkfs.ext4 -J size={m.journal_size_mib}, or "
-                  f"tune2fs) lets one transaction hold the workload's hot set (the model's upper bound, "
+                  f"tune2fs) {_holds_text(m)} (the model's upper bound, "
                   f"{m.high_mib:.1f} MiB, rounded up to whole MiB); journals from {m.low_mib:.1f} MiB may already "
                   f"do. Inputs: {m.blocks} blocks in {m.transactions} transactions, {m.relogged_blocks} of them "
                   f"re-logged by a later commit and {m.written_home_blocks} written home by checkpoints; a log span "
-                  f"of {m.span_mean_blocks:.0f} blocks on average ({m.span_peak_blocks:.0f} at most) give a hot set of "
+                  f"of {m.span_mean_blocks:.0f} blocks on average ({m.span_peak_blocks:.0f} at most) "
+                  f"{_home_text(m)}give a hot set of "
                   f"{m.hot_blocks_low:.0f}-{m.hot_blocks_high:.0f} blocks; j_max_transaction_buffers = journal / "
                   f"{m.divisor:g}{_epoch_text(m)}. {_regime_text(m)}Confirm with jstall lab tune before changing a "
                   "production filesystem."),
         ))
     return out
+
+
+def _holds_text(m):
+    """What the recommended journal holds: the hot set in one transaction, or a stream once."""
+    if m.stream_share is not None and m.stream_share > STREAMING_SHARE:
+        return "holds the blocks the workload streams once each, with room for a transaction beside them"
+    return "lets one transaction hold the workload's hot set"
+
+
+def _home_text(m):
+    if not m.home_blocks:
+        return ""
+    return f"and the {m.home_blocks:,} distinct blocks forced checkpoints wrote home "
 
 
 def _epoch_text(m):

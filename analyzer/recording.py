@@ -17,6 +17,7 @@ BUFFER_TABLES = {
     "calls": ("calls",),
     "offcpu": ("offcpu",),
     "jbd2": ("jbd2_events", "run_stats", "checkpoint_stats", "log_tail", "fill"),
+    "home_writes": ("home_writes",),
 }
 
 
@@ -172,7 +173,8 @@ def loss_messages(session):
             what = f"{r['lost']:,} {r['buffer']} events lost, {r['kept']:,} kept ({pct:.2g}% lost)"
             effect = {"calls": "stall counts and times are lower bounds",
                       "offcpu": "stall time by cause is a lower bound",
-                      "jbd2": "journal figures (transactions, checkpoints, fill) are lower bounds"}.get(
+                      "jbd2": "journal figures (transactions, checkpoints, fill) are lower bounds",
+                      "home_writes": "the journal model's blocks written home are a lower bound"}.get(
                           r["buffer"], "figures are lower bounds")
         if r["share"] < NOTE_SHARE:
             notes.append(f"{what}: negligible")

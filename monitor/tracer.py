@@ -129,6 +129,7 @@ class MonitorProbes(ProbeSet):
     monitor's stalls are classified as they end)."""
 
     wait_chains = False
+    home_writes = False
 
     def __init__(self, options):
         self.mopts = options

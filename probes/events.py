@@ -105,4 +105,5 @@ def lost_counts(bpf):
     c = [sum(int(v) for v in table.getvalue(table.Key(i))) for i in range(BUFFERS["NR_COUNTERS"])]
     full, collided = c[BUFFERS["STACKS_FULL"]], c[BUFFERS["STACKS_COLLIDED"]]
     return {"calls": c[BUFFERS["BUF_CALLS"]], "offcpu": c[BUFFERS["BUF_OFFCPU"]], "jbd2": c[BUFFERS["BUF_JBD2"]],
-            "stacks": c[BUFFERS["STACKS_LOST"]] + full + collided, "stacks_full": full, "stacks_collided": collided}
+            "stacks": c[BUFFERS["STACKS_LOST"]] + full + collided, "stacks_full": full, "stacks_collided": collided,
+            "home_writes": c[BUFFERS["HOME_WRITES_LOST"]]}

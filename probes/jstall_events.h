@@ -63,7 +63,21 @@ enum jstall_buffer {
 	STACKS_LOST,       /* stack captures failed: no stack, or another error */
 	STACKS_FULL,       /* ... the stack map was full (-ENOMEM) */
 	STACKS_COLLIDED,   /* ... another stack held the hash bucket (-EEXIST) */
+	HOME_WRITES_LOST,  /* a block a forced checkpoint wrote home, not counted: home_writes was full */
 	NR_COUNTERS,
+};
+
+/* home_writes: a block forced checkpoints wrote home (key), how often and when (value) */
+struct home_key {
+	__u32 dev;       /* the journal's filesystem device */
+	__u32 pad;
+	__u64 sector;    /* the block's first 512-byte sector on the device the bio was queued to */
+};
+
+struct home_val {
+	__u64 first_ns;
+	__u64 last_ns;
+	__u64 writes;
 };
 
 /* The journal's fill level, read from journal_t; has_journal is 0 when unknown. */

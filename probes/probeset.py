@@ -52,6 +52,9 @@ RB_WAKE_EVERY = 512
 STACK_ENTRIES = 16384
 HIST_BUCKETS = 40          # log2(latency_ns) buckets: the last holds everything from 2^39 ns (9 min)
 FILL_SAMPLE_NS = 10_000_000
+#: distinct blocks forced checkpoints wrote home, counted at most (home_writes; the map
+#: grows as they come: about 100 bytes of kernel memory each)
+HOME_BLOCKS_MAX = 1 << 20
 
 #: How the traced syscalls are entered and left (the JSTALL_ATTACH override):
 #: "fentry", fentry/fexit programs on each traced call's syscall function
@@ -155,6 +158,9 @@ class ProbeSet:
     handle_waits = True
     #: who woke each off-CPU interval inside a traced call is recorded (WAIT_CHAINS)
     wait_chains = True
+    #: the blocks forced checkpoints write home are counted (HOME_WRITES; needs handle_waits:
+    #: a checkpointing task's handle start ends its checkpoint)
+    home_writes = True
 
     @property
     def xfs_log(self):
@@ -197,6 +203,8 @@ class ProbeSet:
             PER_SYSCALL_TRACEPOINTS=int(self.attach_mode == "syscalls"),
             FENTRY_SYSCALLS=int(self.attach_mode == "fentry"),
             HANDLE_WAITS=int(self.handle_waits),
+            HOME_WRITES=int(self.home_writes and self.handle_waits),
+            HOME_BLOCKS_MAX=HOME_BLOCKS_MAX,
             WAIT_CHAINS=int(self.wait_chains),
             TASK_PT_REGS=int((host.kernel_version() or (0, 0)) >= (5, 15)),
             XFS_LOG=int(xfs_log),
@@ -301,6 +309,12 @@ class ProbeSet:
             if not (prog in BTF_TRACEPOINTS and self._attach_btf(b, prog, tp)):
                 b.attach_raw_tracepoint(tp=tp.encode(), fn_name=f"rtp_{prog}".encode())
             self.attached.append(f"raw:{cat}:{tp}")
+        if self.home_writes and self.handle_waits:
+            if host.tracepoint_exists("block", "block_bio_queue"):
+                b.attach_raw_tracepoint(tp=b"block_bio_queue", fn_name=b"rtp_block_bio_queue")
+                self.attached.append("raw:block:block_bio_queue")
+            else:
+                self.missing.append("raw:block:block_bio_queue")
         self._note_xfs()
         sched = ["sched_switch"] + (["sched_process_fork"] if self.opts.command_tree or self.opts.pid else [])
         for name in sched:
@@ -414,9 +428,23 @@ class ProbeSet:
         return {filesystems.dev_name(int(k.value)) for k in self.bpf[b"used_devs"].keys()}
 
     def lost(self):
-        """{'calls', 'offcpu', 'jbd2', 'stacks'}: records the kernel could not hand over."""
+        """{'calls', 'offcpu', 'jbd2', 'stacks'} (and 'home_writes' where counted): records the
+        kernel could not hand over (home_writes: blocks written home not counted, the map
+        being full)."""
         c = events.lost_counts(self.bpf)
-        return {k: c[k] for k in ("calls", "offcpu", "jbd2", "stacks")}
+        return {k: c[k] for k in ("calls", "offcpu", "jbd2", "stacks") + ("home_writes",) * self.home_writes_counted}
+
+    def read_home_writes(self):
+        """The blocks forced checkpoints wrote home so far: {(dev 'MAJ:MIN', sector): (writes,
+        first_ns, last_ns)}, read from the probes' map ({} when not counted)."""
+        if not (self.home_writes_counted and self.bpf is not None):
+            return {}
+        return {(filesystems.dev_name(int(k.dev)), int(k.sector)): (int(v.writes), int(v.first_ns), int(v.last_ns))
+                for k, v in self.bpf[b"home_writes"].items()}
+
+    @property
+    def home_writes_counted(self):
+        return bool(self.home_writes and self.handle_waits)
 
     def stack_frames(self, stack_id):
         """The kernel frames of a stored stack id (innermost first), or None once it is gone."""

@@ -97,6 +97,8 @@
 #endif
 #define ENOSYS_VALUE 38
 #define PF_KTHREAD_FLAG 0x00200000   /* include/linux/sched.h PF_KTHREAD */
+#define REQ_OP_MASK_VALUE 0xff       /* include/linux/blk_types.h: (1 << REQ_OP_BITS) - 1 */
+#define REQ_OP_WRITE_VALUE 1
 
 _Static_assert(sizeof(struct call_event) == SIZEOF_call_event, "call_event layout");
 _Static_assert(sizeof(struct offcpu_event) == SIZEOF_offcpu_event, "offcpu_event layout");
@@ -204,6 +206,11 @@ BPF_HASH(devices, __u32, __u8, 64);             /* device filter */
 BPF_HASH(tgids, __u32, __u8, 65536);            /* traced process tree */
 BPF_HASH(used_devs, __u32, __u8, 256);          /* journals the traced tasks used (task filters) */
 BPF_ARRAY(traced_nr, __u16, 1024);              /* syscall number -> NR_* flags | call_slots row + 1 << 8; 0 = untraced */
+#if HOME_WRITES
+BPF_HASH(checkpointing, __u32, __u32, 4096);    /* tid -> the journal's dev it checkpoints, until its handle starts */
+/* the blocks forced checkpoints wrote home: allocated as they come (HOME_BLOCKS_MAX at most) */
+BPF_F_TABLE("hash", struct home_key, struct home_val, home_writes, HOME_BLOCKS_MAX, BPF_F_NO_PREALLOC);
+#endif
 
 /* Read a scalar or pointer member; the array type fails to compile for a wider one. */
 #define READ_FIELD(base, NAME) \
@@ -901,6 +908,10 @@ int rtp_ext4_sync_file_exit(struct bpf_raw_tracepoint_args *ctx)
  * the handle wait that ext4_journal_start* began ends */
 int rtp_jbd2_handle_start(struct bpf_raw_tracepoint_args *ctx)
 {
+#if HOME_WRITES
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	checkpointing.delete(&tid);
+#endif
 	struct inflight *c = current_call(0);
 	if (c && c->ts_ns && c->syscall_nr == OP_JOURNAL_START)
 		call_end(c, 0, 0);   /* the monitor's: its call_slots row; the recorder's: call_stats */
@@ -1172,9 +1183,52 @@ TRANSACTION_EVENT(jbd2_drop_transaction, JBD2_DROP_TRANSACTION)
  * user task when start_this_handle -> __jbd2_log_wait_for_space forced it. */
 static __always_inline int jbd2_checkpoint_body(struct bpf_raw_tracepoint_args *ctx, int typed)
 {
+#if HOME_WRITES
+	/* the task writes the oldest transactions' blocks home until its handle starts */
+	__u64 journal = ctx->args[0];
+	if (journal) {
+		__u32 dev = journal_dev(journal, typed);
+		if (journal_traced(dev)) {
+			__u32 tid = (__u32)bpf_get_current_pid_tgid();
+			checkpointing.update(&tid, &dev);
+		}
+	}
+#endif
 	return emit_jbd2(ctx->args[0], 0, JBD2_CHECKPOINT, -1, (__s32)ctx->args[1], typed);
 }
 BOTH_PROGRAMS(jbd2_checkpoint)
+
+#if HOME_WRITES
+/* block_bio_queue(struct bio *bio): a bio enters the block layer (one per buffer a
+ * checkpoint writes: write_dirty_buffer -> submit_bh, before any merge). A write queued by
+ * a task between jbd2_checkpoint and its handle's start is a block going home; the distinct
+ * blocks so written (and how often each) tell the journal model the working set the log
+ * could not hold. */
+int rtp_block_bio_queue(struct bpf_raw_tracepoint_args *ctx)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	__u32 *dev = checkpointing.lookup(&tid);
+	if (!dev)
+		return 0;
+	__u64 bio = ctx->args[0];
+	if (!bio || (READ_FIELD(bio, BIO_OPF) & REQ_OP_MASK_VALUE) != REQ_OP_WRITE_VALUE)
+		return 0;
+	struct home_key k = {};
+	k.dev = *dev;
+	k.sector = read_sized((const void *)bio + BIO_ITER_OFF + ITER_SECTOR_OFF, ITER_SECTOR_SIZE);
+	__u64 now = bpf_ktime_get_ns();
+	struct home_val first = {};
+	first.first_ns = now;
+	struct home_val *v = home_writes.lookup_or_try_init(&k, &first);
+	if (!v) {
+		count(HOME_WRITES_LOST);
+		return 0;
+	}
+	v->last_ns = now;
+	__sync_fetch_and_add(&v->writes, 1);
+	return 0;
+}
+#endif
 
 /* (journal_t *journal, blk_opf_t write_flags) */
 static __always_inline int jbd2_write_superblock_body(struct bpf_raw_tracepoint_args *ctx, int typed)

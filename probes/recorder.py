@@ -234,6 +234,8 @@ class Recorder:
         self._flush(final=True)
         self.command, self.exit_status = command, exit_status
         self.stop_reason = stop_reason or self.stop_reason
+        if self.probes.home_writes_counted:
+            write_table_atomic(self.output_dir, "home_writes", tables.home_writes_table(self.probes.read_home_writes()))
         metadata = self._metadata(status, end_clock)   # reads the probes' maps: before they close
         self.probes.close()
         self.bpf = None

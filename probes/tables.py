@@ -323,3 +323,13 @@ def counter_tables(hist, tot, names):
         "total_latency_ns": t[:, 4], "max_latency_ns": t[:, 5],
     })
     return histograms, totals
+
+
+def home_writes_table(homes):
+    """The home_writes table from {(dev, sector): (writes, first_ns, last_ns)}
+    (ProbeSet.read_home_writes), in device and sector order."""
+    keys = sorted(homes)
+    vals = [homes[k] for k in keys]
+    return _table("home_writes", {
+        "dev": [k[0] for k in keys], "sector": [k[1] for k in keys], "writes": [v[0] for v in vals],
+        "first_ns": [v[1] for v in vals], "last_ns": [v[2] for v in vals]})

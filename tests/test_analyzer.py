@@ -434,11 +434,13 @@ def test_classic_case_recommendations(tmp_path):
     kinds = {r["kind"]: r for r in d["recommendations"]}
     js = kinds["journal_size"]
     assert js["estimate"] and "Estimate" in js["text"]
-    # nothing re-logged (no checkpoint stats): the hot set is every block of the run, and
-    # j_max_transaction_buffers = journal / 4 in this session (1024 / 256)
+    # nothing re-logged (no checkpoint stats): the workload streamed every block of the run,
+    # which the log holds once with room for one more transaction, j_max_transaction_buffers
+    # = journal / 4 in this session (1024 / 256): 4 / 3 of them
     v = js["values"]
     assert v["relogged_blocks"] == 0 and v["hot_blocks_high"] == 40 * 200 and v["divisor"] == 4
-    need = 4 * (40 * 200 * 205 / 200 + 32)
+    assert v["regime"] == "streaming" and v["stream_share"] == 1.0
+    need = 4 / 3 * (40 * 200 * 205 / 200 + 32)
     assert v["high_mib"] == pytest.approx(need * 4096 / 2**20)
     assert js["journal_size_mib"] == math.ceil(need * 4096 / 2**20)
     # the printed range holds the recommendation: its upper end is the recommended size
@@ -673,8 +675,76 @@ def test_journal_model_regimes_hot_set_and_streaming():
     long = model(*_model_inputs(200, 100, 0, 15_000, 700), kernel_release="6.18.0", run_s=70.0,
                  writeback={"dirty_expire_centisecs": 3000, "dirty_writeback_centisecs": 500})
     assert long.regime == "streaming" and long.window_blocks == 10_000 and long.hot_blocks_high == 10_000
-    assert long.high_mib == pytest.approx(3 * (10_000 + 32) * 4096 / 2**20)
+    # a stream is held once, until written home, with one transaction's room left: divisor / (divisor - 1)
+    assert long.high_mib == pytest.approx(1.5 * (10_000 + 32) * 4096 / 2**20)
     assert long.journal_size_mib < short.journal_size_mib
+    # a hot set is held by one transaction: the divisor
+    assert hot.high_mib == pytest.approx(3 * (hot.hot_blocks_high + 32) * 4096 / 2**20)
+
+
+def test_holding_divisor_between_the_regimes():
+    from jstall.analyzer.journal_model import STREAMING_SHARE, holding_divisor
+
+    assert holding_divisor(3.0, None) == holding_divisor(3.0, 0.2) == holding_divisor(3.0, STREAMING_SHARE) == 3.0
+    assert holding_divisor(3.0, 1.0) == 1.5 and holding_divisor(4.0, 1.0) == pytest.approx(4 / 3)
+    assert 1.5 < holding_divisor(3.0, (1 + STREAMING_SHARE) / 2) < 3.0
+
+
+def _simulated_small_log(hot, core, per_txn, txns, span, seed=7):
+    """Transactions that each touch the ``core`` blocks and ``per_txn`` blocks at random from
+    ``hot`` others, in a log of ``span`` blocks: a copy is dropped when a later transaction
+    logs its block again, written home when it falls ``span`` logged blocks behind. The
+    session tables the model reads: transactions, checkpoint statistics, fill, home_writes."""
+    import random
+
+    rnd = random.Random(seed)
+    pos, where = 0, {}          # block -> log position of its live copy
+    relogged = written = new = 0
+    home = {}
+    rows = []
+    for _ in range(txns):
+        touched = set(range(core)) | {core + rnd.randrange(hot) for _ in range(per_txn)}
+        for b, p in list(where.items()):   # forced checkpoints: copies too far behind go home
+            if pos - p > span:
+                written += 1
+                home[b] = home.get(b, 0) + 1
+                del where[b]
+        for b in touched:
+            if b in where:
+                relogged += 1
+            else:
+                new += 1
+            where[b] = pos
+            pos += 1
+        rows.append(len(touched))
+    t = pd.DataFrame({"dev": ["7:0"] * txns, "blocks": rows, "blocks_logged": rows, "handle_count": [per_txn] * txns})
+    cs = pd.DataFrame({"dev": ["7:0"], "dropped": [relogged], "written": [written]})
+    tl = pd.DataFrame({"dev": ["7:0"] * 2, "used_blocks": [span // 2, span]})
+    hw = pd.DataFrame({"dev": ["7:0"] * len(home), "sector": [8 * b for b in home], "writes": list(home.values()),
+                       "first_ns": [0] * len(home), "last_ns": [1] * len(home)})
+    journal = {"dev": "7:0", "journal_blocks": 1024, "block_size": 4096, "max_transaction_blocks": 341,
+               "fast_commit": False, "forced_checkpoints": 5}
+    return journal, t, cs, tl, hw
+
+
+def test_blocks_written_home_bound_the_hot_set_a_small_log_cannot_see():
+    """3,000 blocks updated at random and 90 touched by every transaction, in a log of 900
+    blocks: most of what a transaction re-logs is the 90, and the equation alone sees a hot
+    set far smaller than 3,090. The distinct blocks forced checkpoints wrote home are all of
+    it: the model's hot set is then the workload's."""
+    from jstall.analyzer.journal_model import model
+
+    journal, t, cs, tl, hw = _simulated_small_log(3000, 90, 250, 48, 900)
+    blind = model(journal, t, cs, tl, kernel_release="6.18.0", run_s=5.0)
+    seen = model(journal, t, cs, tl, kernel_release="6.18.0", run_s=5.0, home_writes=hw)
+    assert blind.hot_blocks_high < 0.8 * 3090 and blind.home_blocks is None
+    assert 0.95 * 3000 <= seen.home_blocks <= 3090
+    assert seen.hot_blocks_low >= seen.home_blocks and 0.95 * 3000 <= seen.hot_blocks_high <= 1.05 * 3090
+    assert seen.journal_size_mib > blind.journal_size_mib
+    # another journal's blocks count for nothing here
+    other = hw.assign(dev="7:5")
+    assert model(journal, t, cs, tl, kernel_release="6.18.0", run_s=5.0, home_writes=other).hot_blocks_high == \
+        blind.hot_blocks_high
 
 
 # --- big enough (jstall.enough): one definition, every task's waits -------------------------

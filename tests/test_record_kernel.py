@@ -52,21 +52,55 @@ def recorded(tmp_path_factory):
         # the run falls inside the recording, however long the recorder takes to stop
         workload = [sys.executable, os.path.join(HERE, "xattr_workload.py"), os.path.join(mnt, "d"), str(FILES),
                     str(UPDATES)]
-        proc = subprocess.run(
-            [JSTALL, "record", "-q", "-o", out, "-d", mnt, "--min-ms", "1", "--",
-             "sh", "-c", f'{" ".join(workload)} && sync -f {mnt}'],
-            capture_output=True, text=True, timeout=600,
-        )
+        with home_writes_counted() as home:
+            proc = subprocess.run(
+                [JSTALL, "record", "-q", "-o", out, "-d", mnt, "--min-ms", "1", "--",
+                 "sh", "-c", f'{" ".join(workload)} && sync -f {mnt}'],
+                capture_output=True, text=True, timeout=600,
+            )
         after = transactions(name)
     assert proc.returncode == 0, proc.stderr
     return {"path": out, "dev": dev, "sb": sb, "proc_delta": after - before,
-            "workload": json.loads(proc.stdout), "stderr": proc.stderr}
+            "workload": json.loads(proc.stdout), "stderr": proc.stderr, "home": home}
+
+
+# an independent count of the blocks forced checkpoints write home: each write bio ('W' in
+# its rwbs, after 'F' for a preflush) a task queues between jbd2_checkpoint and its handle's
+# start, by sector
+HOME_BT = """
+tracepoint:jbd2:jbd2_checkpoint { @cp[tid] = 1; }
+tracepoint:jbd2:jbd2_handle_start { delete(@cp[tid]); }
+tracepoint:block:block_bio_queue /@cp[tid] && (strncmp(args->rwbs, "W", 1) == 0 || strncmp(args->rwbs, "FW", 2) == 0)/ {
+  @home[args->dev, args->sector] = count(); }
+BEGIN { printf("ready\\n"); }
+END { clear(@cp); }
+"""
+
+
+@contextlib.contextmanager
+def home_writes_counted():
+    """bpftrace counting the blocks forced checkpoints write home while the body runs:
+    yields a dict filled on exit, {(dev, sector): writes}."""
+    home = {}
+    bt = subprocess.Popen(["bpftrace", "-e", HOME_BT], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                          env={**os.environ, "BPFTRACE_MAP_KEYS_MAX": "1000000"})
+    try:
+        line = None
+        while line not in ("ready\n", ""):   # after "Attaching N probes..."
+            line = read_line(bt.stdout, 60)
+        assert line == "ready\n", "bpftrace did not start"
+        yield home
+    finally:
+        bt.send_signal(signal.SIGINT)
+        out, _ = bt.communicate(timeout=60 * SLOWDOWN)
+    for m in re.finditer(r"@home\[(\d+), (\d+)\]: (\d+)", out):
+        home[(int(m.group(1)), int(m.group(2)))] = int(m.group(3))
 
 
 def test_session_loads_with_every_table_and_no_lost_events(recorded):
     meta = session.read_metadata(recorded["path"])
     assert meta["status"] == "complete" and meta["command_exit_status"] == 0
-    assert meta["events_lost"] == {"calls": 0, "offcpu": 0, "jbd2": 0}
+    assert meta["events_lost"] == {"calls": 0, "offcpu": 0, "jbd2": 0, "home_writes": 0}
     assert meta["hz"] in (100, 250, 300, 1000)
     # the writeback settings the journal's tail depends on, as /proc/sys/vm has them
     with open("/proc/sys/vm/dirty_expire_centisecs") as f:
@@ -74,7 +108,7 @@ def test_session_loads_with_every_table_and_no_lost_events(recorded):
     assert set(meta["writeback"]) >= {"dirty_writeback_centisecs", "dirty_background_ratio", "dirty_ratio"}
     (j,) = meta["journals"]
     assert j["dev"] == recorded["dev"] and j["inode_size"] == 128
-    assert "events lost: calls 0, offcpu 0, jbd2 0" in recorded["stderr"]
+    assert "events lost: calls 0, offcpu 0, jbd2 0, home_writes 0" in recorded["stderr"]
 
 
 def test_commits_and_checkpoints_are_recorded(recorded):
@@ -121,6 +155,22 @@ def test_histograms_count_every_setxattr_exactly(recorded):
     slow = calls[calls.syscall == "setxattr"]
     assert (slow.latency_ns >= 1_000_000).all()
     assert int(t["max_latency_ns"].iloc[0]) == slow.latency_ns.max()
+
+
+def test_blocks_written_home_are_counted_as_an_independent_probe_counts_them(recorded):
+    """The session's home_writes (each block forced checkpoints wrote home, and how often)
+    against bpftrace's count of the same bios: the journal model's hot set bound."""
+    home = table(recorded["path"], "home_writes")
+    bt = recorded["home"]
+    assert len(bt) > FILES / 2, len(bt)   # the attribute blocks, each 1 KiB, mostly written home
+    assert (home.dev == recorded["dev"]).all() and (home.writes >= 1).all()
+    assert (home.first_ns <= home.last_ns).all()
+    # the probes start a little after bpftrace and stop a little before it
+    assert 0.98 * len(bt) <= len(home) <= len(bt), (len(home), len(bt))
+    assert 0.98 * sum(bt.values()) <= home.writes.sum() <= sum(bt.values()), (home.writes.sum(), sum(bt.values()))
+    # each one as often as bpftrace saw it (at most)
+    seen = {s: n for (_, s), n in bt.items()}
+    assert all(w <= seen.get(s, 0) for s, w in zip(home.sector, home.writes))
 
 
 def test_run_stats_count_equals_the_kernels_transaction_count(recorded):

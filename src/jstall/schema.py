@@ -93,6 +93,11 @@ COLUMNS = {
         ("ail_pushes", _i64, False), ("ail_pinned", _i64, False), ("ail_locked", _i64, False),
         ("ail_flushing", _i64, False), ("log_forces", _i64, False),
     ],
+    # each block forced checkpoints wrote home (a write bio a task queued between jbd2_checkpoint
+    # and its handle's start), once: how often, the first and last time; sector in 512-byte units
+    # of the device the bio was queued to
+    "home_writes": [("dev", _str, False), ("sector", _i64, False), ("writes", _i64, False),
+                    ("first_ns", _i64, False), ("last_ns", _i64, False)],
 }
 
 #: Tables a lab run adds to its session (docs/session-format.md); a session without them

@@ -25,11 +25,13 @@ TABLES = (
     "log_tail",
     "fill",
     "xfs_waits",
+    "home_writes",
 )
 
 #: Tables added to the format after sessions were first written: a session without one
-#: (recorded before, or a monitor capture, which has no XFS probes) loads it empty.
-LATER_TABLES = ("xfs_waits",)
+#: (recorded before, or a monitor capture, which has no XFS probes and counts no blocks
+#: written home) loads it empty.
+LATER_TABLES = ("xfs_waits", "home_writes")
 
 #: jbd2 lifecycle events, in the order a transaction meets them.
 JBD2_EVENTS = (
