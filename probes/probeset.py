@@ -54,7 +54,7 @@ HIST_BUCKETS = 40          # log2(latency_ns) buckets: the last holds everything
 FILL_SAMPLE_NS = 10_000_000
 #: distinct blocks forced checkpoints wrote home, counted at most (home_writes; the map
 #: grows as they come: about 100 bytes of kernel memory each)
-HOME_BLOCKS_MAX = 1 << 20
+HOME_BLOCKS_MAX = 1 << 18
 
 #: How the traced syscalls are entered and left (the JSTALL_ATTACH override):
 #: "fentry", fentry/fexit programs on each traced call's syscall function

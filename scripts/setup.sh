@@ -13,9 +13,9 @@ PKGS="bpfcc-tools python3-bpfcc bpftrace bpftool e2fsprogs xfsprogs util-linux k
 [ "${1:-}" = "test" ] && PKGS="$PKGS prometheus tmux"
 # benchmarks/record_memory.py records under dbench, an independent metadata-heavy client.
 PKGS="$PKGS dbench"
-# Clients nobody here wrote: fs_mark (wait chains), rsync beside tar and cp, and strace,
-# whose call counts the recorded ones must equal.
-[ "${1:-}" = "test" ] && PKGS="$PKGS fsmark rsync strace"
+# Clients nobody here wrote: fs_mark (wait chains), rsync beside tar and cp, git (the
+# journal-size advice), and strace, whose call counts the recorded ones must equal.
+[ "${1:-}" = "test" ] && PKGS="$PKGS fsmark rsync strace git"
 # benchmarks/advice_accuracy.py checks the advice on real clients: fs_mark, rsync, tar, git.
 [ "${1:-}" = "bench" ] && PKGS="$PKGS fsmark rsync git"
 missing=""
