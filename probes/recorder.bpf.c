@@ -208,6 +208,7 @@ BPF_HASH(used_devs, __u32, __u8, 256);          /* journals the traced tasks use
 BPF_ARRAY(traced_nr, __u16, 1024);              /* syscall number -> NR_* flags | call_slots row + 1 << 8; 0 = untraced */
 #if HOME_WRITES
 BPF_HASH(checkpointing, __u32, __u32, 4096);    /* tid -> the journal's dev it checkpoints, until its handle starts */
+BPF_ARRAY(checkpointing_tasks, __s64, 1);       /* entries in checkpointing: 0 = no bio to look at */
 /* the blocks forced checkpoints wrote home: allocated as they come (HOME_BLOCKS_MAX at most) */
 BPF_F_TABLE("hash", struct home_key, struct home_val, home_writes, HOME_BLOCKS_MAX, BPF_F_NO_PREALLOC);
 #endif
@@ -909,8 +910,13 @@ int rtp_ext4_sync_file_exit(struct bpf_raw_tracepoint_args *ctx)
 int rtp_jbd2_handle_start(struct bpf_raw_tracepoint_args *ctx)
 {
 #if HOME_WRITES
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	checkpointing.delete(&tid);
+	__u32 zero = 0;
+	__s64 *marked = checkpointing_tasks.lookup(&zero);
+	if (marked && *marked > 0) {
+		__u32 tid = (__u32)bpf_get_current_pid_tgid();
+		if (checkpointing.delete(&tid) == 0)
+			__sync_fetch_and_add(marked, -1);
+	}
 #endif
 	struct inflight *c = current_call(0);
 	if (c && c->ts_ns && c->syscall_nr == OP_JOURNAL_START)
@@ -1188,10 +1194,11 @@ static __always_inline int jbd2_checkpoint_body(struct bpf_raw_tracepoint_args *
 	__u64 journal = ctx->args[0];
 	if (journal) {
 		__u32 dev = journal_dev(journal, typed);
-		if (journal_traced(dev)) {
-			__u32 tid = (__u32)bpf_get_current_pid_tgid();
-			checkpointing.update(&tid, &dev);
-		}
+		__u32 tid = (__u32)bpf_get_current_pid_tgid(), zero = 0;
+		__s64 *marked = checkpointing_tasks.lookup(&zero);
+		if (marked && journal_traced(dev) && !checkpointing.lookup(&tid) &&
+		    checkpointing.insert(&tid, &dev) == 0)
+			__sync_fetch_and_add(marked, 1);
 	}
 #endif
 	return emit_jbd2(ctx->args[0], 0, JBD2_CHECKPOINT, -1, (__s32)ctx->args[1], typed);
@@ -1206,6 +1213,10 @@ BOTH_PROGRAMS(jbd2_checkpoint)
  * could not hold. */
 int rtp_block_bio_queue(struct bpf_raw_tracepoint_args *ctx)
 {
+	__u32 zero = 0;
+	__s64 *marked = checkpointing_tasks.lookup(&zero);
+	if (!marked || *marked <= 0)
+		return 0;   /* no task checkpoints: every other bio leaves here */
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	__u32 *dev = checkpointing.lookup(&tid);
 	if (!dev)
