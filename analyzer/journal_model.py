@@ -188,17 +188,16 @@ def model(journal, txns, checkpoint_stats, timeline, kernel_release=None, run_s=
                            tl if l_ts is None else tl[(l_ts > lo) & (l_ts <= hi)], span_s, home))
     fits = [_hot_set_of(*e, window) for e in epochs]
     mib = bs / 2**20
-    once = divisor / max(divisor - 1.0, 1.0)
 
-    def bounds(f):  # (high, low) in MiB
+    def sizes(f):  # (high, low) in MiB
         overhead = f["logged"] / f["blocks"] if f["blocks"] else 1.0
         return (jbd2.blocks_needed(f["d_high"], overhead, holding_divisor(divisor, f["stream_share"]), fc) * mib,
-                jbd2.blocks_needed(f["d_low"], overhead, once, fc) * mib)
+                jbd2.blocks_needed(f["d_low"], overhead, holding_divisor(divisor, 1.0), fc) * mib)
 
     # the busiest stretch: the one that needs the largest journal
-    k = max(range(len(fits)), key=lambda i: bounds(fits[i]))
+    k = max(range(len(fits)), key=lambda i: sizes(fits[i]))
     f = fits[k]
-    high, low = bounds(f)
+    high, low = sizes(f)
     if t["blocks"].gt(0).any() and float(journal.get("forced_checkpoints") or 0) > 0:
         low = min(max(low, jb * mib), high)  # the run shows that the journal it had was too small
     return JournalModel(
