@@ -23,11 +23,11 @@ from jstall import jbd2
 
 from . import causes
 from .fill import timeline as fill_timeline
-from .journal_model import STREAMING_SHARE, model
+from .journal_model import holding_divisor, model
 from .journals import (checkpoint_costs, checkpoint_waits, logging_overlap, session_span_s, untraced_checkpoints,
                        untraced_text, verdict)
 from .devices import device_time
-from .recording import NOTE_SHARE, losses
+from .recording import NOTE_SHARE, home_writes, losses
 from .xfs_logs import kernel_delta
 
 XATTR_SYSCALLS = ("setxattr", "lsetxattr", "fsetxattr", "setxattrat", "removexattr", "lremovexattr",
@@ -209,7 +209,7 @@ def _make_models(ctx):
     for _, j in ctx.journals.iterrows():  # one row per journal
         m = model(j, ctx.txns, ctx.session.checkpoint_stats, ctx.timeline, ctx.session.meta.get("kernel_release"),
                   run_s=session_span_s(ctx.session), writeback=ctx.session.meta.get("writeback"),
-                  sync_ns=sync_points(ctx.session, str(j["dev"])), home_writes=ctx.session.home_writes)
+                  sync_ns=sync_points(ctx.session, str(j["dev"])), home_writes=home_writes(ctx.session))
         if m is not None:
             out[j["dev"]] = m
     return out
@@ -258,7 +258,7 @@ def journal_size(ctx):
 
 def _holds_text(m):
     """What the recommended journal holds: the hot set in one transaction, or a stream once."""
-    if m.stream_share is not None and m.stream_share > STREAMING_SHARE:
+    if holding_divisor(m.divisor, m.stream_share) < m.divisor:
         return "holds the blocks the workload streams once each, with room for a transaction beside them"
     return "lets one transaction hold the workload's hot set"
 

@@ -132,6 +132,13 @@ def _last_event_ns(session):
     return last
 
 
+def home_writes(session):
+    """The session's home_writes table where its probes counted the blocks forced checkpoints
+    wrote home (its events_lost has the key), else None: an empty table then means not
+    counted, not none written."""
+    return session.home_writes if "home_writes" in (session.meta.get("events_lost") or {}) else None
+
+
 def losses(session):
     """Events lost per ring buffer against the rows kept: one dict per buffer with losses,
     ``{"buffer", "lost", "kept", "share"}`` where ``share = lost / (lost + kept)``.  For

@@ -203,7 +203,7 @@ class ProbeSet:
             PER_SYSCALL_TRACEPOINTS=int(self.attach_mode == "syscalls"),
             FENTRY_SYSCALLS=int(self.attach_mode == "fentry"),
             HANDLE_WAITS=int(self.handle_waits),
-            HOME_WRITES=int(self.home_writes and self.handle_waits),
+            HOME_WRITES=int(self.home_writes_counted),
             HOME_BLOCKS_MAX=HOME_BLOCKS_MAX,
             WAIT_CHAINS=int(self.wait_chains),
             TASK_PT_REGS=int((host.kernel_version() or (0, 0)) >= (5, 15)),
@@ -309,7 +309,7 @@ class ProbeSet:
             if not (prog in BTF_TRACEPOINTS and self._attach_btf(b, prog, tp)):
                 b.attach_raw_tracepoint(tp=tp.encode(), fn_name=f"rtp_{prog}".encode())
             self.attached.append(f"raw:{cat}:{tp}")
-        if self.home_writes and self.handle_waits:
+        if self.home_writes_counted:
             if host.tracepoint_exists("block", "block_bio_queue"):
                 b.attach_raw_tracepoint(tp=b"block_bio_queue", fn_name=b"rtp_block_bio_queue")
                 self.attached.append("raw:block:block_bio_queue")
@@ -444,6 +444,7 @@ class ProbeSet:
 
     @property
     def home_writes_counted(self):
+        """The blocks forced checkpoints write home are counted (HOME_WRITES)."""
         return bool(self.home_writes and self.handle_waits)
 
     def stack_frames(self, stack_id):

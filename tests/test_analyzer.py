@@ -440,6 +440,7 @@ def test_classic_case_recommendations(tmp_path):
     v = js["values"]
     assert v["relogged_blocks"] == 0 and v["hot_blocks_high"] == 40 * 200 and v["divisor"] == 4
     assert v["regime"] == "streaming" and v["stream_share"] == 1.0
+    assert v["home_blocks"] is None   # its probes did not count blocks written home (no events_lost key)
     need = 4 / 3 * (40 * 200 * 205 / 200 + 32)
     assert v["high_mib"] == pytest.approx(need * 4096 / 2**20)
     assert js["journal_size_mib"] == math.ceil(need * 4096 / 2**20)
