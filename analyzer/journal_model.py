@@ -63,6 +63,7 @@ window's worth).
 import math
 from dataclasses import asdict, dataclass
 
+import numpy as np
 import pandas as pd
 
 from jstall import jbd2
@@ -99,19 +100,40 @@ class JournalModel:
     epoch: int = 1
     stream_share: float = None
     home_blocks: int = None
+    home_hot_blocks: int = None
 
     def as_dict(self):
         return asdict(self)
 
 
-def hot_set(blocks, new_blocks, span):
+def hot_set(blocks, new_blocks, span, txn_blocks=None):
     """The hot-set size ``D`` with ``(new - D) / (blocks - D) = exp(-span / D)`` (bisection);
-    ``new_blocks`` when every block was new (nothing re-logged) or the equation has no root."""
+    ``new_blocks`` when every block was new (nothing re-logged) or the equation has no root.
+
+    ``txn_blocks``: the distinct blocks of each transaction. A transaction logs a block once
+    however often its handles touched it, so a span of logged blocks stood for more touches
+    than blocks: a transaction of ``b`` distinct blocks drawn from ``D`` took
+    ``-D ln(1 - b / D)`` touches. And a block's older copy is looked for behind its own
+    transaction, half of which (on average) the span already counts. With them the
+    equation's exponent is ``(span - b2 / 2) * touches_per_block / D`` (``b2``: the size
+    of the transaction an average block was logged in)."""
     if blocks <= 0 or new_blocks <= 0 or span <= 0 or new_blocks >= blocks:
         return float(max(new_blocks, 0))
+    sizes = None
+    if txn_blocks is not None:
+        sizes = [float(b) for b in txn_blocks if b > 0]
+        sizes = sizes if sizes and sum(sizes) > 0 else None
+
+    def exponent(d):
+        if sizes is None:
+            return span / d
+        total = sum(sizes)
+        touches = sum(-d * math.log(1.0 - min(b / d, 0.999)) for b in sizes)
+        own = sum(b * b for b in sizes) / total / 2.0
+        return max(span - own, 0.0) * (touches / total) / d
 
     def f(d):
-        return (new_blocks - d) / (blocks - d) - math.exp(-span / d)
+        return (new_blocks - d) / (blocks - d) - math.exp(-exponent(d))
 
     lo, hi = 1e-6 * new_blocks + 1e-9, float(new_blocks) - 1e-9
     if f(lo) * f(hi) > 0:
@@ -170,7 +192,7 @@ def model(journal, txns, checkpoint_stats, timeline, kernel_release=None, run_s=
     bounds = sorted({int(b) for b in (sync_ns or ())})
     hw = home_writes[home_writes["dev"].astype("str") == dev] if home_writes is not None and len(home_writes) else None
     if ts is None or not bounds:
-        epochs = [(t, cs, tl, run_s, _home(hw))]
+        epochs = [(t, cs, tl, run_s, _home(hw, block_size=bs))]
     else:
         # the first stretch from the start, the last to the end: checkpoint statistics and fill
         # samples outside the transactions' own times belong to them
@@ -183,7 +205,7 @@ def model(journal, txns, checkpoint_stats, timeline, kernel_release=None, run_s=
             if not sel.any():
                 continue
             span_s = (min(hi, int(ts.max())) - max(lo, int(ts.min()))) / 1e9 if len(edges) > 2 else run_s
-            home = _home(hw, lo, hi)
+            home = _home(hw, lo, hi, bs)
             epochs.append((t[sel], cs if c_ts is None else cs[(c_ts > lo) & (c_ts <= hi)],
                            tl if l_ts is None else tl[(l_ts > lo) & (l_ts <= hi)], span_s, home))
     fits = [_hot_set_of(*e, window) for e in epochs]
@@ -191,8 +213,14 @@ def model(journal, txns, checkpoint_stats, timeline, kernel_release=None, run_s=
 
     def sizes(f):  # (high, low) in MiB
         overhead = f["logged"] / f["blocks"] if f["blocks"] else 1.0
-        return (jbd2.blocks_needed(f["d_high"], overhead, holding_divisor(divisor, f["stream_share"]), fc) * mib,
-                jbd2.blocks_needed(f["d_low"], overhead, holding_divisor(divisor, 1.0), fc) * mib)
+        holding = holding_divisor(divisor, f["stream_share"])
+        high = jbd2.blocks_needed(f["d_high"], overhead, holding, fc)
+        if f["home_stream"]:
+            # the hot set the blocks written home show, in one transaction, and beside it the
+            # stream they show, held once
+            high = max(high, jbd2.blocks_needed(f["home_hot"], overhead, holding, fc)
+                       + holding_divisor(divisor, 1.0) * f["home_stream"] * overhead)
+        return high * mib, jbd2.blocks_needed(f["d_low"], overhead, holding_divisor(divisor, 1.0), fc) * mib
 
     # the busiest stretch: the one that needs the largest journal
     k = max(range(len(fits)), key=lambda i: sizes(fits[i]))
@@ -208,7 +236,8 @@ def model(journal, txns, checkpoint_stats, timeline, kernel_release=None, run_s=
         hot_blocks_high=f["d_high"], low_mib=low, high_mib=high, journal_size_mib=int(math.ceil(high)),
         regime=f["regime"], run_s=float(f["run_s"]) if f["run_s"] else None, window_s=window,
         window_blocks=f["window_blocks"], epochs=len(epochs), epoch=k + 1, stream_share=f["stream_share"],
-        home_blocks=f["home"] if home_writes is not None else None)
+        home_blocks=f["home"] if home_writes is not None else None,
+        home_hot_blocks=f["home_hot"] if home_writes is not None else None)
 
 
 def holding_divisor(divisor, stream_share):
@@ -224,18 +253,41 @@ def holding_divisor(divisor, stream_share):
     return divisor - (divisor - once) * w
 
 
-def _home(hw, lo=None, hi=None):
-    """(distinct blocks, re-entries) of the home_writes rows ``hw`` in the stretch (lo, hi]:
-    the blocks forced checkpoints wrote home in it (at their first or last write, or
-    between), and the writes beyond each block's first of the blocks written home only
-    within it, each of which followed the block's return to the log. (0, 0) without rows."""
+#: write bios of adjacent blocks queued within this of each other went in one checkpoint's
+#: batch (jbd2 submits a checkpoint's buffers together): one request's worth on the device
+RUN_GAP_NS = 10_000_000
+#: a stream's run: this many adjacent blocks or more (a random hot set's blocks written home
+#: together are rarely three in a row)
+STREAM_RUN_BLOCKS = 3
+
+
+def _home(hw, lo=None, hi=None, block_size=4096):
+    """(distinct blocks, hot ones, re-entries) of the home_writes rows ``hw`` in the stretch
+    (lo, hi]: the blocks forced checkpoints wrote home in it (at their first or last write, or
+    between); of them the hot set's, which are all but a stream's (blocks written home once,
+    each beside an adjacent block written home at the same time: what a run of blocks
+    dirtied together and never again leaves, and what the device takes in few requests); and
+    the writes beyond each block's first of the blocks written home only within it, each of
+    which followed the block's return to the log. (0, 0, 0) without rows."""
     if hw is None or not len(hw):
-        return 0, 0
-    if lo is None:
-        return len(hw), int(hw["writes"].sum()) - len(hw)
-    first, last = hw["first_ns"], hw["last_ns"]
-    inside = (first > lo) & (last <= hi)
-    return int(((first <= hi) & (last > lo)).sum()), int(hw["writes"][inside].sum()) - int(inside.sum())
+        return 0, 0, 0
+    if lo is not None:
+        first, last = hw["first_ns"], hw["last_ns"]
+        inside = (first > lo) & (last <= hi)
+        reentries = int(hw["writes"][inside].sum()) - int(inside.sum())
+        hw = hw[(first <= hi) & (last > lo)]
+    else:
+        reentries = int(hw["writes"].sum()) - len(hw)
+    h = hw.sort_values("sector")
+    sector, first = h["sector"].to_numpy(dtype="int64"), h["first_ns"].to_numpy(dtype="int64")
+    once = h["writes"].to_numpy() == 1
+    # runs of blocks written home once, each adjacent to the next and written with it
+    joined = (np.diff(sector) == max(int(block_size) // 512, 1)) & (np.abs(np.diff(first)) <= RUN_GAP_NS) \
+        & once[1:] & once[:-1]
+    run_id = np.concatenate(([0], np.cumsum(~joined)))
+    length = np.bincount(run_id)[run_id]
+    stream = once & (length >= STREAM_RUN_BLOCKS)
+    return len(h), len(h) - int(stream.sum()), reentries
 
 
 def _hot_set_of(t, cs, tl, run_s, home, window):
@@ -251,17 +303,20 @@ def _hot_set_of(t, cs, tl, run_s, home, window):
     used = tl["used_blocks"] if len(tl) else None
     s_mean = float(used.mean()) if used is not None else float("nan")
     s_peak = float(used.max()) if used is not None else float("nan")
-    d_low = float(new) if math.isnan(s_mean) else hot_set(blocks, new, s_mean)
-    d_high = float(new) if math.isnan(s_peak) else hot_set(blocks, new, s_peak)
+    sizes = t["blocks"].to_numpy()
+    d_low = float(new) if math.isnan(s_mean) else hot_set(blocks, new, s_mean, sizes)
+    d_high = float(new) if math.isnan(s_peak) else hot_set(blocks, new, s_peak, sizes)
     # a block enters the log again only after it left it unre-logged: written home by a
     # checkpoint (or cleaned by writeback), so new - written <= D <= new. Every distinct block
     # a checkpoint wrote home is one of the hot set: home <= D (a log far smaller than the hot
     # set re-logs little of it, and the equation then sees mostly the few blocks every
     # transaction touches); and each of its writes home beyond the first followed a return to
     # the log that counted as new: D <= new - re-entries
-    distinct, reentries = home
+    distinct, hot, reentries = home
+    # a stream's blocks written home in a longer run than writeback's window: a window's worth
+    stream = (distinct - hot) * (min(1.0, window / run_s) if run_s else 1.0)
     ceiling = float(max(new - reentries, 0))
-    floor = min(float(max(new - written, distinct, 0)), ceiling)
+    floor = min(float(max(new - written, hot, 0)), ceiling)
     d_low, d_high = min(d_low, d_high), max(d_low, d_high, float(t["blocks"].max()))
     d_low, d_high = min(max(d_low, floor), ceiling), min(max(d_high, floor), ceiling)
     regime, window_blocks = "hot set", None
@@ -274,4 +329,4 @@ def _hot_set_of(t, cs, tl, run_s, home, window):
     return {"transactions": len(t), "handles": int(t["handle_count"].sum()), "blocks": blocks, "logged": logged,
             "relogged": relogged, "written": written, "new": new, "s_mean": s_mean, "s_peak": s_peak,
             "d_low": d_low, "d_high": d_high, "regime": regime, "window_blocks": window_blocks, "run_s": run_s,
-            "stream_share": stream_share, "home": distinct}
+            "stream_share": stream_share, "home": distinct, "home_hot": hot, "home_stream": stream}

@@ -638,6 +638,71 @@ def test_hot_set_recovers_a_simulated_random_workload():
         assert abs(got - D) <= 0.1 * D, (D, S, got)
 
 
+def test_hot_set_counts_the_touches_a_large_transaction_logged_once():
+    """Transactions of 1,400 touches drawn from 3,000 blocks log each block once: the span of
+    logged blocks stood for more touches than blocks, and a block's older copy is looked for
+    behind its own transaction. Given the transactions' sizes, the equation finds the hot
+    set; without them it sees less (a journal half as big as it needs, lab tune's runs)."""
+    import random
+
+    from jstall.analyzer.journal_model import hot_set
+
+    rnd = random.Random(7)
+    for D, S, k in ((3000, 4000, 1400), (1000, 3000, 200), (3000, 3000, 300)):
+        last, pos, blocks, new, sizes = {}, 0, 0, 0, []
+        for _ in range(40 * D // k):
+            txn = {rnd.randrange(D) for _ in range(k)}
+            for b in txn:
+                new += b not in last or pos - last[b] > S
+                last[b] = pos
+                pos += 1
+            blocks += len(txn)
+            sizes.append(len(txn))
+        plain, seen = hot_set(blocks, new, S), hot_set(blocks, new, S, sizes)
+        assert abs(seen - D) <= 0.05 * D and abs(seen - D) <= abs(plain - D), (D, S, k, plain, seen)
+    assert hot_set(9612, 4893, 3249, [1373] * 7) > hot_set(9612, 4893, 3249)
+
+
+def test_blocks_written_home_in_runs_are_a_stream():
+    """Blocks written home once, three or more adjacent ones together, are a stream's (an
+    inode table filled in order); the rest are the hot set's: a block written home more than
+    once, or alone, or beside another written a second later."""
+    from jstall.analyzer.journal_model import _home
+
+    rows = [(8 * b, 1, 5_000_000) for b in range(100, 105)]                  # a run of five: a stream
+    rows += [(8 * 200, 1, 0), (8 * 201, 1, 1_000_000)]                       # two in a row: too few
+    rows += [(8 * 300, 3, 0)]                                                # written home three times
+    rows += [(8 * b, 1, b * 10**9) for b in range(400, 404)]                 # adjacent, a second apart
+    rows += [(8 * 500, 1, 0), (8 * 501, 2, 0), (8 * 502, 1, 0)]              # one of the three returned
+    hw = pd.DataFrame(rows, columns=["sector", "writes", "first_ns"]).assign(
+        dev="7:0", last_ns=lambda d: d["first_ns"])
+    distinct, hot, reentries = _home(hw)
+    assert (distinct, hot, reentries) == (15, 10, 3)
+    # 1 KiB blocks: two sectors apart
+    assert _home(hw.assign(sector=hw["sector"] // 4), block_size=1024)[1] == 10
+
+
+def test_journal_model_holds_a_stream_once_beside_the_hot_set():
+    """A small log over 600 directory blocks updated at random and an inode table filled in
+    order: checkpoints write the directory blocks home again and again, the table's blocks
+    once each, in runs. One transaction must hold the 600; the table's 1,200 blocks only the
+    log, once each: the journal is sized 3 * 600 + 1.5 * 1,200 blocks (and its overhead),
+    not 3 * 1,800."""
+    from jstall.analyzer.journal_model import model
+
+    journal, t, cs, tl = _model_inputs(280, 60, relogged=12_000, written=4_500, used=900)
+    dirs = pd.DataFrame({"sector": [8 * (10_000 + 7 * i) for i in range(600)], "writes": 4,
+                         "first_ns": [i * 10**7 for i in range(600)]})
+    table = pd.DataFrame({"sector": [8 * (50_000 + i) for i in range(1200)], "writes": 1,
+                          "first_ns": [(i // 40) * 10**8 for i in range(1200)]})
+    hw = pd.concat([dirs, table]).assign(dev="7:0", last_ns=lambda d: d["first_ns"] + (d["writes"] - 1) * 10**9)
+    m = model(journal, t, cs, tl, kernel_release="6.18.0", run_s=5.0, home_writes=hw)
+    assert (m.home_blocks, m.home_hot_blocks) == (1800, 600)
+    blocks = m.high_mib * 2**20 / 4096
+    assert 3 * (600 + 32) + 1.5 * 1200 <= blocks < 3 * (1800 + 32)
+    assert abs(blocks - (3 * (600 + 32) + 1.5 * 1200)) <= 0.02 * blocks
+
+
 def test_journal_model_range_and_divisor(tmp_path):
     from jstall.jbd2 import blocks_needed
 
@@ -708,7 +773,8 @@ def _simulated_small_log(hot, core, per_txn, txns, span, seed=7):
         for b, p in list(where.items()):   # forced checkpoints: copies too far behind go home
             if pos - p > span:
                 written += 1
-                home[b] = home.get(b, 0) + 1
+                n, first, _ = home.get(b, (0, pos, pos))
+                home[b] = (n + 1, first, pos)
                 del where[b]
         for b in touched:
             if b in where:
@@ -721,8 +787,11 @@ def _simulated_small_log(hot, core, per_txn, txns, span, seed=7):
     t = pd.DataFrame({"dev": ["7:0"] * txns, "blocks": rows, "blocks_logged": rows, "handle_count": [per_txn] * txns})
     cs = pd.DataFrame({"dev": ["7:0"], "dropped": [relogged], "written": [written]})
     tl = pd.DataFrame({"dev": ["7:0"] * 2, "used_blocks": [span // 2, span]})
-    hw = pd.DataFrame({"dev": ["7:0"] * len(home), "sector": [8 * b for b in home], "writes": list(home.values()),
-                       "first_ns": [0] * len(home), "last_ns": [1] * len(home)})
+    # a block written home at the log position p, at p ms
+    hw = pd.DataFrame({"dev": ["7:0"] * len(home), "sector": [8 * b for b in home],
+                       "writes": [n for n, _, _ in home.values()],
+                       "first_ns": [f * 10**6 for _, f, _ in home.values()],
+                       "last_ns": [last * 10**6 for _, _, last in home.values()]})
     journal = {"dev": "7:0", "journal_blocks": 1024, "block_size": 4096, "max_transaction_blocks": 341,
                "fast_commit": False, "forced_checkpoints": 5}
     return journal, t, cs, tl, hw
