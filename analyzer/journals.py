@@ -194,6 +194,38 @@ def logging_overlap(session, costs, dev):
     return min(overlap / float((c1 - c0).sum()), 1.0)
 
 
+def device_saturation(session, costs, dev):
+    """How busy a journal's data device was during its forced checkpoints, against the
+    busiest it was in the session: its write and flush requests a second over the
+    ``device_stats`` intervals the checkpoints ran in (weighted by their time in each),
+    over the highest rate of any interval. At 1 the device was serving requests as fast as
+    it did at all: a checkpoint's writes then queued behind every request it served, the
+    log's included, whenever these came. NaN without the device's counters or a forced
+    checkpoint with a time."""
+    cp = costs[(costs["dev"].astype("str") == dev) & (costs["chp_ms"] > 0)] if len(costs) else costs
+    ds = session.device_stats
+    d = ds[(ds["role"].astype("str") == "data") & (ds["dev"].astype("str") == dev)] if len(ds) else ds
+    if not len(cp) or not len(d):
+        return float("nan")
+    t1 = d["ts_ns"].to_numpy(dtype="int64")
+    span = d["interval_ns"].to_numpy(dtype="int64")
+    t0 = t1 - span
+    rate = (d["write_ios"].to_numpy(dtype="float64") + d["flush_ios"].to_numpy(dtype="float64")) / \
+        np.maximum(span, 1) * 1e9
+    whole = span >= 100_000_000   # a short last interval says little of a rate
+    peak = rate[whole].max() if whole.any() else rate.max()
+    if not peak > 0:
+        return float("nan")
+    c0 = cp["ts_ns"].to_numpy(dtype="int64")
+    c1 = c0 + (cp["chp_ms"].to_numpy(dtype="float64") * 1e6).astype("int64")
+    weight = np.zeros(len(d))
+    for a, b in zip(c0, c1):
+        weight += np.clip(np.minimum(t1, b) - np.maximum(t0, a), 0, None)
+    if not weight.sum() > 0:
+        return float("nan")
+    return min(float((rate * weight).sum() / weight.sum() / peak), 1.0)
+
+
 def checkpoint_waits(session, stalls, costs):
     """Per journal (``dev``), the forced-checkpoint waits jstall's bound judges
     (jstall.enough): ``wait_ms`` every task's, the stalls' checkpoint time (their own

@@ -24,7 +24,7 @@ from jstall import jbd2
 from . import causes
 from .fill import timeline as fill_timeline
 from .journal_model import holding_divisor, model
-from .journals import (checkpoint_costs, checkpoint_waits, logging_overlap, session_span_s, untraced_checkpoints,
+from .journals import (checkpoint_costs, checkpoint_waits, device_saturation, logging_overlap, session_span_s, untraced_checkpoints,
                        untraced_text, verdict)
 from .devices import device_time
 from .recording import NOTE_SHARE, home_writes, losses
@@ -335,8 +335,10 @@ def inode_size(ctx):
                     f"(held once in the log) to {need_high:.0f} (held in one transaction) of the journal's "
                     f"{jb:.0f} blocks: ")
             if not ok:
-                rec.text = text + head + (f"256-byte inodes alone would NOT suffice (short by {-margin:.0f} blocks); "
-                                          f"with them a {_fmt_mib(rec.journal_size_mib)} journal would.")
+                rec.text = text + head + (f"256-byte inodes alone would NOT suffice (short by {-margin:.0f} blocks), "
+                                          "and each inode-table block the journal logs would hold half as many "
+                                          "inodes (more blocks to log, not fewer, where the attributes did not "
+                                          f"move); with them a {_fmt_mib(rec.journal_size_mib)} journal would.")
             elif need_high <= jb:
                 rec.text = text + head + (f"they suffice with a margin of {jb - need_high:.0f} blocks "
                                           f"({100 * (jb - need_high) / jb:.0f}% of the journal) even for one transaction.")
@@ -374,9 +376,10 @@ def external_journal(ctx):
     checkpoint waits and of the waits for the running transaction to close
     (``transaction_wait``: on other handles, whose I/O queues behind the log's). On one as
     slow as the data device (the low end) the commits' I/O waits lose their time behind the
-    device's other requests, the checkpoints only the log writes that ran beside them (that
-    share of their time a commit was writing the log: journals.logging_overlap), and the
-    transaction waits nothing. None for the checkpoints when they wrote nothing home (their
+    device's other requests, the checkpoints the log writes that ran beside them (that
+    share of their time a commit was writing the log: journals.logging_overlap) or, as far as
+    the device ran as busy as it got during them (journals.device_saturation), the log's share
+    of all it served, and the transaction waits nothing. None for the checkpoints when they wrote nothing home (their
     waits were not the device's)."""
     out = []
     meta = {j["dev"]: j for j in ctx.session.journals}
@@ -421,11 +424,15 @@ def external_journal(ctx):
             continue
         overlap = logging_overlap(ctx.session, ctx.costs, dev) if cp_ms > 0 and cp_share > 0 else 0.0
         overlap = 1.0 if overlap != overlap else overlap   # no checkpoint time recorded: as if always
+        busy = device_saturation(ctx.session, ctx.costs, dev) if cp_ms > 0 and cp_share > 0 else 0.0
+        busy = 0.0 if busy != busy else busy
         # as slow a device: the commits' I/O no longer queues behind the data device's other
-        # requests; the checkpoints lose the log writes that ran beside them
-        low = io_ms * (1 - (share or 0.0)) + cp_ms * cp_share * overlap
-        inputs.update(logging_overlap=overlap, removed_low_ms=low, removed_high_ms=high)
-        beside = (f"; a commit was writing the log during {100 * overlap:.0f}% of the forced checkpoints' time"
+        # requests; the checkpoints lose the log writes that ran beside them, or all of the
+        # log's when the device was as busy as it got (they queued behind whatever it served)
+        low = io_ms * (1 - (share or 0.0)) + cp_ms * cp_share * max(overlap, busy)
+        inputs.update(logging_overlap=overlap, device_saturation=busy, removed_low_ms=low, removed_high_ms=high)
+        beside = (f"; a commit was writing the log during {100 * overlap:.0f}% of the forced checkpoints' time, "
+                  f"and the device served {100 * busy:.0f}% of its busiest rate of requests during them"
                   if cp_ms > 0 and cp_share > 0 else "")
         out.append(Recommendation(
             "external_journal", estimate=True, dev=dev, stall_ms_addressed=low, inputs=inputs,

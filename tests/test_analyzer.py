@@ -894,9 +894,11 @@ def test_external_journal_estimate_is_the_logs_share_of_the_device_requests(tmp_
     assert log_requests([205] * 40, 4096, 1280) == 80 and log_requests([700], 4096, 1280) == 4
     calls, offs, evs = _classic_stalls()
     rs = [run_stat(S + i * 100 * MS, i, handles=100, blocks=200, logged=205) for i in range(40)]
+    # the device served 104 requests a second while the checkpoints ran (1 s to 4.94 s), 704 at its busiest
+    writes = [400, 100, 100, 100, 100, 700, 700, 600, 600, 600]
     dstat = [{"ts_ns": (i + 1) * S, "interval_ns": S, "dev": "7:0", "role": "data", "lower_dev": "7:9", "read_ios": 0,
-              "read_merges": 0, "read_sectors": 0, "write_ios": 400, "write_merges": 0, "write_sectors": 3200,
-              "flush_ios": 4, "busy_ms": 900, "queue_ms": 900, "in_flight_requests": 1} for i in range(10)]
+              "read_merges": 0, "read_sectors": 0, "write_ios": w, "write_merges": 0, "write_sectors": 8 * w,
+              "flush_ios": 4, "busy_ms": 900, "queue_ms": 900, "in_flight_requests": 1} for i, w in enumerate(writes)]
 
     # ten of the checkpoints (from 1 ms into their calls, 140 ms each) with a commit writing the
     # log for their first 70 ms
@@ -904,7 +906,7 @@ def test_external_journal_estimate_is_the_logs_share_of_the_device_requests(tmp_
         jev(calls[i]["ts_ns"] + MS, "commit_logging", 7, jbd2_thread=True, transaction=1000 + i),
         jev(calls[i]["ts_ns"] + 71 * MS, "end_commit", 7, jbd2_thread=True, transaction=1000 + i))]
 
-    def advice(name, written, events=evs):
+    def advice(name, written, events=evs, dstat=dstat):
         cs = [{"ts_ns": S + i * 200 * MS + 2 * MS, "dev": "7:0", "transaction": i, "tid": 100 + i % 2,
                "pid": 100 + i % 2, "comm": f"w{100 + i % 2}", "chp_time_jiffies": 35, "chp_time_ns": 140 * MS,
                "forced_to_close": 0, "written": written, "dropped": 0} for i in range(20)]
@@ -917,13 +919,21 @@ def test_external_journal_estimate_is_the_logs_share_of_the_device_requests(tmp_
     assert ej.inputs["log_write_requests"] == 80 and ej.inputs["device_requests"] == 4040
     assert ej.inputs["log_request_share"] == pytest.approx(120 / 4040)
     assert ej.inputs["removed_high_ms"] == pytest.approx(2800 * 120 / 4040)
-    assert ej.inputs["logging_overlap"] == 0 and ej.stall_ms_addressed == 0 == ej.inputs["removed_low_ms"]
+    assert ej.inputs["logging_overlap"] == 0 and ej.inputs["device_saturation"] == pytest.approx(104 / 704)
+    assert ej.stall_ms_addressed == pytest.approx(2800 * 120 / 4040 * 104 / 704) == ej.inputs["removed_low_ms"]
     assert "120 of the data device's 4040 requests were the log's" in ej.text
-    assert "Estimate: 0 ms removed on a journal device as slow as this one, up to 83 ms on a fast one." in ej.text
+    assert "Estimate: 12 ms removed on a journal device as slow as this one, up to 83 ms on a fast one." in ej.text
     beside = advice("beside", 30, evs + logging)
     assert beside.inputs["logging_overlap"] == pytest.approx(0.25)
     assert beside.stall_ms_addressed == pytest.approx(2800 * 120 / 4040 * 0.25)
     assert "a commit was writing the log during 25% of the forced checkpoints' time" in beside.text
+    # a device as busy during the checkpoints as it ever was: they queued behind every request
+    # it served, the log's whenever they came
+    steady = [dict(d, write_ios=400, write_sectors=3200) for d in dstat]
+    busy = advice("busy", 30, dstat=steady)
+    assert busy.inputs["device_saturation"] == 1.0 and busy.inputs["logging_overlap"] == 0
+    assert busy.stall_ms_addressed == pytest.approx(2800 * 120 / 4040) == busy.inputs["removed_high_ms"]
+    assert "the device served 100% of its busiest rate of requests during them" in busy.text
     assert advice("nothing-written", 0) is None   # no commit waits either: no advice at all
 
 
