@@ -6,7 +6,8 @@ that threshold, the ratio recommended / threshold (target: 1x to 2x), and a conf
 at the size recommended from 4 MiB: how much of the 4 MiB run's forced-checkpoint waits it
 removed (target: 90 % or more) and whether it is big enough. With --remedies, the 256-byte
 inode and external-journal advice too: the stall time analyze says each would remove,
-against what tune's comparison run at 4 MiB measured (target: within 30 %).
+against what tune's comparison run at 4 MiB measured (target: within 30 %, or the range
+holding it), beside how far a second run at 4 MiB differed from the first (the noise).
 
 usage: sudo .venv/bin/python benchmarks/advice_accuracy.py [--quick] [--write-iops N[,N...]]
            [--only NAME[,NAME...]] [--remedies] [--scratch DIR] [--keep DIR]
@@ -120,12 +121,19 @@ def case(name, scale, pattern, params, iops, tmp, scratch, remedies):
         confirm = (mib, first, run)
     # tune's own check of the advice (workloads.tune.Prediction): the stall time each piece of
     # advice says it removes against its comparison run
-    rem = [(p.kind, p.predicted_ms, p.measured_ms) for p in r.predictions
-           if p.kind in ("inode_size", "external_journal") and p.measured_ms is not None]
+    rem = [p for p in r.predictions if p.kind in ("inode_size", "external_journal") and p.measured_ms is not None]
+    noise = None
+    if rem:
+        # the starting run again: how far two runs of the same setting differ (all stall time,
+        # which the external journal's removal is measured in; forced-checkpoint waits, the
+        # inode size's)
+        again = _run(os.path.join(d, "again-4M"), pattern, params, START_MIB, iops, scratch)
+        noise = {"external_journal": abs(first.stall_ms - again.stall_ms),
+                 "inode_size": abs(first.checkpoint_waits_ms - again.checkpoint_waits_ms)}
     print(f"# {name} ({scale}, {iops} IOPS): threshold {thr} MiB, {r.stalled_below_mib} MiB is not big enough; "
           f"tried {r.tried_mib}", file=sys.stderr, flush=True)
     return {"name": name, "scale": scale, "iops": iops, "threshold": thr, "bound": r.bound_mib, "advice": advice,
-            "confirm": confirm, "remedies": rem}
+            "confirm": confirm, "remedies": rem, "noise": noise}
 
 
 def report(results):
@@ -170,16 +178,27 @@ def report(results):
     print(f"\n{good} of {tried} confirming runs removed 90% or more of the forced-checkpoint waits")
     rem = [(c, x) for c in results for x in c["remedies"]]
     if rem:
-        print("\nremedies at 4 MiB: the stall time analyze says each removes, against tune's comparison run\n")
-        print("| workload | scale | write IOPS | advice | predicted ms | measured ms | error |")
-        print("|---|---|---:|---|---:|---:|---:|")
-        near = 0
-        for c, (kind, pred, meas) in rem:
-            err = (pred - meas) / meas if meas > 0 else float("nan")
-            near += abs(err) <= 0.3
-            print(f"| {c['name']} | {c['scale']} | {c['iops']} | {kind} | {pred:,.0f} | {meas:,.0f} | "
-                  f"{100 * err:+.0f}% |")
-        print(f"\n{near} of {len(rem)} remedy estimates within 30% of the measured removal")
+        print("\nremedies at 4 MiB: the stall time analyze says each removes (its range: a journal device as slow "
+              "as the data device to a fast one), against tune's comparison run; noise: how far a second run at "
+              "4 MiB differed from the first\n")
+        print("| workload | scale | write IOPS | advice | predicted ms | measured ms | error | noise ms |")
+        print("|---|---|---:|---|---:|---:|---:|---:|")
+        near = within_noise = 0
+        for c, p in rem:
+            noise = (c["noise"] or {}).get(p.kind)
+            err = p.error()
+            ok = err == "in" or (err != "-" and abs(float(err.rstrip("%"))) <= 30)
+            high = p.predicted_high_ms if p.predicted_high_ms is not None else p.predicted_ms
+            miss = min(abs(p.predicted_ms - p.measured_ms), abs(high - p.measured_ms))
+            quiet = not ok and noise is not None and miss <= noise   # off by less than two runs differ
+            near += ok
+            within_noise += quiet
+            pred = f"{p.predicted_ms:,.0f}" + (f"-{p.predicted_high_ms:,.0f}" if p.predicted_high_ms is not None
+                                               and round(p.predicted_high_ms) > round(p.predicted_ms) else "")
+            print(f"| {c['name']} | {c['scale']} | {c['iops']} | {p.kind} | {pred} | {p.measured_ms:,.0f} | "
+                  f"{'within noise' if quiet else err} | {'' if noise is None else f'{noise:,.0f}'} |")
+        print(f"\n{near} of {len(rem)} remedy estimates within 30% of the measured removal (or holding it in their "
+              f"range); {within_noise} more off by less than the noise")
 
 
 def main():
