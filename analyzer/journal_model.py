@@ -34,6 +34,10 @@ forced checkpoints wrote home (``home_writes``), the distinct ones bound ``D`` f
 (every one is of the hot set: this is what a log far smaller than the hot set shows best,
 where the equation sees mostly the few blocks every transaction re-logs), and each write of a
 block beyond its first bounds it from above (the block had returned to the log, counted new).
+All but a stream's: blocks written home once in runs of adjacent blocks (an inode table
+filled in order) need only the log to hold them, once, beside the hot set's transaction.
+A transaction logs a block once however often it was touched, so the span's logged blocks
+stood for more touches than blocks (``hot_set``'s ``txn_blocks``).
 
 Two bounds on the journal follow from the kernel's condition.  ``high``: one transaction
 (at most ``j_max_transaction_buffers``) holds the whole hot set, so no handle ever has to
