@@ -24,8 +24,8 @@ from jstall import jbd2
 from . import causes
 from .fill import timeline as fill_timeline
 from .journal_model import holding_divisor, model
-from .journals import (checkpoint_costs, checkpoint_waits, device_saturation, logging_overlap, session_span_s, untraced_checkpoints,
-                       untraced_text, verdict)
+from .journals import (checkpoint_costs, checkpoint_waits, device_saturation, logging_overlap, session_span_s,
+                       untraced_checkpoints, untraced_text, verdict)
 from .devices import device_time
 from .recording import NOTE_SHARE, home_writes, losses
 from .xfs_logs import kernel_delta
@@ -379,8 +379,8 @@ def external_journal(ctx):
     device's other requests, the checkpoints the log writes that ran beside them (that
     share of their time a commit was writing the log: journals.logging_overlap) or, as far as
     the device ran as busy as it got during them (journals.device_saturation), the log's share
-    of all it served, and the transaction waits nothing. None for the checkpoints when they wrote nothing home (their
-    waits were not the device's)."""
+    of all it served, and the transaction waits nothing. None for the checkpoints when they
+    wrote nothing home (their waits were not the device's)."""
     out = []
     meta = {j["dev"]: j for j in ctx.session.journals}
     ds = ctx.session.device_stats
