@@ -23,7 +23,7 @@ from jstall import jbd2
 
 from . import causes
 from .fill import timeline as fill_timeline
-from .journal_model import holding_divisor, model
+from .journal_model import MARGIN, holding_divisor, model
 from .journals import (checkpoint_costs, checkpoint_waits, device_saturation, logging_overlap, session_span_s,
                        untraced_checkpoints, untraced_text, verdict)
 from .devices import device_time
@@ -224,7 +224,7 @@ def journal_size(ctx):
         m = models.get(dev)
         if e.big_enough or m is None:
             continue
-        if m.journal_size_mib <= m.journal_mib:
+        if math.ceil(m.high_mib) <= m.journal_mib:
             # the model sizes what one transaction must hold; the waits came from elsewhere
             # (many small, fsync-driven commits whose blocks stay in the log until written home)
             out.append(Recommendation(
@@ -238,13 +238,15 @@ def journal_size(ctx):
         out.append(Recommendation(
             "journal_size", estimate=True, dev=dev, stall_ms_addressed=e.wait_ms, journal_size_mib=m.journal_size_mib,
             # the range holds the recommendation: from the model's lower bound (rounded down) to
-            # its upper bound rounded up to whole MiB (the recommended size); inputs keep both bounds
+            # its upper bound with the margin, rounded up to whole MiB (the recommended size); inputs keep
+            # both bounds
             low_mib=math.floor(m.low_mib * 10) / 10, high_mib=float(m.journal_size_mib),
             inputs={**m.as_dict(), "enough": e.as_dict()},
             text=(f"{dev}: the {_fmt_mib(m.journal_mib)} journal is {e.describe()} (jstall's bound: {BOUND}). "
                   f"Estimate: a journal of {m.journal_size_mib} MiB (mkfs.ext4 -J size={m.journal_size_mib}, or "
                   f"tune2fs) {_holds_text(m)} (the model's upper bound, "
-                  f"{m.high_mib:.1f} MiB, rounded up to whole MiB); journals from {m.low_mib:.1f} MiB may already "
+                  f"{m.high_mib:.1f} MiB, and {100 * (MARGIN - 1):.0f}% for how the smallest journal big enough "
+                  f"moves between runs, rounded up to whole MiB); journals from {m.low_mib:.1f} MiB may already "
                   f"do. Inputs: {m.blocks} blocks in {m.transactions} transactions, {m.relogged_blocks} of them "
                   f"re-logged by a later commit and {m.written_home_blocks} written home by checkpoints; a log span "
                   f"of {m.span_mean_blocks:.0f} blocks on average ({m.span_peak_blocks:.0f} at most) "

@@ -443,7 +443,8 @@ def test_classic_case_recommendations(tmp_path):
     assert v["home_blocks"] is None   # its probes did not count blocks written home (no events_lost key)
     need = 4 / 3 * (40 * 200 * 205 / 200 + 32)
     assert v["high_mib"] == pytest.approx(need * 4096 / 2**20)
-    assert js["journal_size_mib"] == math.ceil(need * 4096 / 2**20)
+    # with the margin for the threshold's spread between runs
+    assert js["journal_size_mib"] == math.ceil(1.1 * need * 4096 / 2**20)
     # the printed range holds the recommendation: its upper end is the recommended size
     assert js["high_mib"] == js["journal_size_mib"] and js["low_mib"] <= v["low_mib"]
     assert js["stall_ms_addressed"] == 20 * 140
@@ -978,4 +979,4 @@ def test_a_journal_not_big_enough_whose_hot_set_fits_gets_no_size_but_says_so(tm
     (js,) = [r for r in a.recommendations if r.kind == "journal_size"]
     assert js.journal_size_mib is None and js.stall_ms_addressed == 200.0 and not js.estimate
     assert "is not big enough" in js.text and "yet its hot set fits" in js.text and "jstall lab tune" in js.text
-    assert js.inputs["journal_size_mib"] <= 4
+    assert js.inputs["high_mib"] <= 4
