@@ -11,6 +11,7 @@ holding it), beside how far a second run at 4 MiB differed from the first (the n
 
 usage: sudo .venv/bin/python benchmarks/advice_accuracy.py [--quick] [--write-iops N[,N...]]
            [--only NAME[,NAME...]] [--remedies] [--scratch DIR] [--keep DIR]
+       .venv/bin/python benchmarks/advice_accuracy.py --reanalyze DIR
 
 Workloads: the lab's patterns (xattr, fdtree) and real clients run as the lab's command
 pattern in the scratch filesystem (fs_mark, dbench, GNU tar --xattrs, rsync -aX, cp -a then
@@ -136,6 +137,53 @@ def case(name, scale, pattern, params, iops, tmp, scratch, remedies):
             "confirm": confirm, "remedies": rem, "noise": noise}
 
 
+def reanalyze(kept):
+    """The cases of a run kept with --keep, their advice computed again from the sessions as
+    recorded (the thresholds and runs as measured then): a changed model checked against the
+    same runs. A confirming run counts only where one was recorded at the size recommended
+    now; remedies are not checked again."""
+    import json
+
+    from jstall.workloads.tune import measure
+
+    out = []
+    for d in sorted((x for x in os.listdir(kept) if x[1:].isdigit()), key=lambda x: int(x[1:])):
+        d = os.path.join(kept, d)
+        with open(os.path.join(d, "tune", "tune.json")) as f:
+            t = json.load(f)
+        found = [(n, sc) for n, cases in WORKLOADS.items() for sc, pat, par in cases
+                 if (pat, par) == (t["pattern"], t["params"])]
+        if not found:
+            continue
+        (name, scale), iops, thr = found[0], t["config"]["write_iops"], t["threshold_mib"]
+        runs = {r["journal_mib"]: r for r in t["runs"]}
+
+        def session(mib, *names):
+            if mib in runs:
+                return runs[mib]["session_dir"]
+            return next((p for p in (os.path.join(d, n) for n in names) if os.path.isdir(p)), None)
+
+        froms = [START_MIB] + (sorted({m for m in (round(thr / 4), round(thr / 2)) if START_MIB < m < thr})
+                               if thr else [])
+        advice = []
+        for mib in froms:
+            sd = session(mib, f"at-{mib}M")
+            if sd:
+                advice.append((mib, measure(sd, f"journal {mib}M", mib, {}, 10.0).big_enough,
+                               _advice(sd, "journal_size")))
+        confirm = None
+        rec = advice[0][2] if advice else None
+        if rec is not None and rec.journal_size_mib:
+            mib = int(rec.journal_size_mib)
+            sd = session(mib, f"confirm-{mib}M")
+            if sd:
+                first = measure(session(START_MIB), "first", START_MIB, {}, 10.0)
+                confirm = (mib, first, measure(sd, f"journal {mib}M", mib, {}, 10.0))
+        out.append({"name": name, "scale": scale, "iops": iops, "threshold": thr, "bound": t["bound_mib"],
+                    "advice": advice, "confirm": confirm, "remedies": [], "noise": None})
+    return out
+
+
 def report(results):
     print("journal-size advice against lab tune (big enough: forced-checkpoint waits at most 1% of the run, "
           "none of 10 ms)\n")
@@ -209,7 +257,14 @@ def main():
     ap.add_argument("--remedies", action="store_true", help="also check the inode-size and external-journal advice")
     ap.add_argument("--scratch", help="lab scratch directory (default: the lab's)")
     ap.add_argument("--keep", metavar="DIR", help="keep every run's session under DIR (a new directory)")
+    ap.add_argument("--reanalyze", metavar="DIR", help="no runs: the advice computed again from the sessions a "
+                    "run kept with --keep (the same thresholds and runs, the current model)")
     args = ap.parse_args()
+    if args.reanalyze:
+        if not os.path.isdir(args.reanalyze):
+            raise SystemExit(f"--reanalyze: {args.reanalyze} is not a directory kept with --keep")
+        report(reanalyze(args.reanalyze))
+        return 0
     if os.geteuid() != 0:
         raise SystemExit("needs root (the lab makes loop devices)")
     speeds = [2000] if args.quick else [int(x) for x in args.write_iops.split(",")]
