@@ -123,31 +123,34 @@ def hot_set(blocks, new_blocks, span, txn_blocks=None):
     of the transaction an average block was logged in)."""
     if blocks <= 0 or new_blocks <= 0 or span <= 0 or new_blocks >= blocks:
         return float(max(new_blocks, 0))
-    sizes = None
-    if txn_blocks is not None:
-        sizes = [float(b) for b in txn_blocks if b > 0]
-        sizes = sizes if sizes and sum(sizes) > 0 else None
+    sizes = None if txn_blocks is None else np.asarray(txn_blocks, dtype="float64")
+    if sizes is not None:
+        sizes = sizes[sizes > 0]
+    if sizes is not None and len(sizes):
+        total = float(sizes.sum())
+        reach = max(span - float((sizes * sizes).sum()) / total / 2.0, 0.0)
 
-    def exponent(d):
-        if sizes is None:
+        def exponent(d):
+            touches = float(-d * np.log(1.0 - np.minimum(sizes / d, 0.999)).sum())
+            return reach * (touches / total) / d
+    else:
+        def exponent(d):
             return span / d
-        total = sum(sizes)
-        touches = sum(-d * math.log(1.0 - min(b / d, 0.999)) for b in sizes)
-        own = sum(b * b for b in sizes) / total / 2.0
-        return max(span - own, 0.0) * (touches / total) / d
 
     def f(d):
         return (new_blocks - d) / (blocks - d) - math.exp(-exponent(d))
 
     lo, hi = 1e-6 * new_blocks + 1e-9, float(new_blocks) - 1e-9
-    if f(lo) * f(hi) > 0:
+    f_lo = f(lo)
+    if f_lo * f(hi) > 0:
         return float(new_blocks)
     for _ in range(80):  # bisection to ~1e-24 of the interval
         mid = 0.5 * (lo + hi)
-        if f(lo) * f(mid) <= 0:
+        f_mid = f(mid)
+        if f_lo * f_mid <= 0:
             hi = mid
         else:
-            lo = mid
+            lo, f_lo = mid, f_mid
     return 0.5 * (lo + hi)
 
 

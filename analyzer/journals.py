@@ -172,26 +172,37 @@ def checkpoint_costs(session, min_ms):
     return pd.DataFrame(rows, columns=cols).sort_values("ts_ns", kind="stable").reset_index(drop=True)
 
 
+def _checkpoint_spans(costs, dev):
+    """(start, end) ns arrays of a journal's forced checkpoints with a time (each from its
+    jbd2_checkpoint event for its ``chp_ms``, checkpoint_costs)."""
+    cp = costs[(costs["dev"].astype("str") == dev) & (costs["chp_ms"] > 0)] if len(costs) else costs
+    c0 = cp["ts_ns"].to_numpy(dtype="int64")
+    return c0, c0 + (cp["chp_ms"].to_numpy(dtype="float64") * 1e6).astype("int64")
+
+
+def _overlap_ns(c0, c1, t0, t1):
+    """Per interval [t0, t1), the ns of it the spans [c0, c1) cover (summed over the spans)."""
+    out = np.zeros(len(t0), dtype="int64")
+    for a, b in zip(c0, c1):
+        out += np.clip(np.minimum(t1, b) - np.maximum(t0, a), 0, None)
+    return out
+
+
 def logging_overlap(session, costs, dev):
     """The share of a journal's forced-checkpoint time (each from its jbd2_checkpoint event for
     its ``chp_ms``, checkpoint_costs) during which a commit was writing the log (its
     commit_logging to end_commit): while it was, the checkpoint's writes queued behind the
     log's on a shared device. NaN when no forced checkpoint has a time."""
-    cp = costs[(costs["dev"].astype("str") == dev) & (costs["chp_ms"] > 0)] if len(costs) else costs
-    if not len(cp):
+    c0, c1 = _checkpoint_spans(costs, dev)
+    if not len(c0):
         return float("nan")
-    c0 = cp["ts_ns"].to_numpy(dtype="int64")
-    c1 = c0 + (cp["chp_ms"].to_numpy(dtype="float64") * 1e6).astype("int64")
     ev = session.jbd2_events
     e = ev[(ev["dev"].astype("str") == dev) & ev["transaction"].notna()] if len(ev) else ev
     lg = e[e["event"] == "commit_logging"].groupby("transaction")["ts_ns"].min()
     end = e[e["event"] == "end_commit"].groupby("transaction")["ts_ns"].min()
     both = pd.concat([lg.rename("start"), end.rename("end")], axis=1).dropna()
     l0, l1 = both["start"].to_numpy(dtype="int64"), both["end"].to_numpy(dtype="int64")
-    overlap = 0
-    for a, b in zip(c0, c1):
-        overlap += int(np.clip(np.minimum(l1, b) - np.maximum(l0, a), 0, None).sum())
-    return min(overlap / float((c1 - c0).sum()), 1.0)
+    return min(int(_overlap_ns(c0, c1, l0, l1).sum()) / float((c1 - c0).sum()), 1.0)
 
 
 def device_saturation(session, costs, dev):
@@ -202,26 +213,19 @@ def device_saturation(session, costs, dev):
     it did at all: a checkpoint's writes then queued behind every request it served, the
     log's included, whenever these came. NaN without the device's counters or a forced
     checkpoint with a time."""
-    cp = costs[(costs["dev"].astype("str") == dev) & (costs["chp_ms"] > 0)] if len(costs) else costs
+    c0, c1 = _checkpoint_spans(costs, dev)
     ds = session.device_stats
     d = ds[(ds["role"].astype("str") == "data") & (ds["dev"].astype("str") == dev)] if len(ds) else ds
-    if not len(cp) or not len(d):
+    if not len(c0) or not len(d):
         return float("nan")
     t1 = d["ts_ns"].to_numpy(dtype="int64")
     span = d["interval_ns"].to_numpy(dtype="int64")
-    t0 = t1 - span
     rate = (d["write_ios"].to_numpy(dtype="float64") + d["flush_ios"].to_numpy(dtype="float64")) / \
         np.maximum(span, 1) * 1e9
     whole = span >= 100_000_000   # a short last interval says little of a rate
     peak = rate[whole].max() if whole.any() else rate.max()
-    if not peak > 0:
-        return float("nan")
-    c0 = cp["ts_ns"].to_numpy(dtype="int64")
-    c1 = c0 + (cp["chp_ms"].to_numpy(dtype="float64") * 1e6).astype("int64")
-    weight = np.zeros(len(d))
-    for a, b in zip(c0, c1):
-        weight += np.clip(np.minimum(t1, b) - np.maximum(t0, a), 0, None)
-    if not weight.sum() > 0:
+    weight = _overlap_ns(c0, c1, t1 - span, t1)
+    if not peak > 0 or not weight.sum() > 0:
         return float("nan")
     return min(float((rate * weight).sum() / weight.sum() / peak), 1.0)
 
