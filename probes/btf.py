@@ -70,10 +70,11 @@ FIELDS = {
     "PATH_DENTRY": ("path", "dentry"),
     "DENTRY_NAME": ("dentry", "d_name"),
     "QSTR_NAME": ("qstr", "name"),
-    # a bio's operation and first sector (bio->bi_iter.bi_sector): the blocks checkpoints write home
+    # a bio's operation, first sector and bytes (bio->bi_iter): the blocks checkpoints write home
     "BIO_OPF": ("bio", "bi_opf"),
     "BIO_ITER": ("bio", "bi_iter"),
     "ITER_SECTOR": ("bvec_iter", "bi_sector"),
+    "ITER_SIZE": ("bvec_iter", "bi_size"),
 }
 
 #: The saved user registers holding a syscall's first two arguments, per architecture

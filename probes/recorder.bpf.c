@@ -209,6 +209,7 @@ BPF_ARRAY(traced_nr, __u16, 1024);              /* syscall number -> NR_* flags 
 #if HOME_WRITES
 BPF_HASH(checkpointing, __u32, __u32, 4096);    /* tid -> the journal's dev it checkpoints, until its handle starts */
 BPF_ARRAY(checkpointing_tasks, __s64, 1);       /* entries in checkpointing: 0 = no bio to look at */
+BPF_HASH(writing_journal_sb, __u32, __u8, 4096); /* tid: its next write bio is the journal's superblock */
 /* the blocks forced checkpoints wrote home: allocated as they come (HOME_BLOCKS_MAX at most) */
 BPF_F_TABLE("hash", struct home_key, struct home_val, home_writes, HOME_BLOCKS_MAX, BPF_F_NO_PREALLOC);
 #endif
@@ -914,8 +915,10 @@ int rtp_jbd2_handle_start(struct bpf_raw_tracepoint_args *ctx)
 	__s64 *marked = checkpointing_tasks.lookup(&zero);
 	if (marked && *marked > 0) {
 		__u32 tid = (__u32)bpf_get_current_pid_tgid();
-		if (checkpointing.delete(&tid) == 0)
+		if (checkpointing.delete(&tid) == 0) {
 			__sync_fetch_and_add(marked, -1);
+			writing_journal_sb.delete(&tid);
+		}
 	}
 #endif
 	struct inflight *c = current_call(0);
@@ -1208,7 +1211,8 @@ BOTH_PROGRAMS(jbd2_checkpoint)
 #if HOME_WRITES
 /* block_bio_queue(struct bio *bio): a bio enters the block layer (one per buffer a
  * checkpoint writes: write_dirty_buffer -> submit_bh, before any merge). A write queued by
- * a task between jbd2_checkpoint and its handle's start is a block going home; the distinct
+ * a task between jbd2_checkpoint and its handle's start is a block going home (but for the
+ * cache flush and the journal superblock's rewrite that moving the log's tail adds); the distinct
  * blocks so written (and how often each) tell the journal model the working set the log
  * could not hold. */
 int rtp_block_bio_queue(struct bpf_raw_tracepoint_args *ctx)
@@ -1224,6 +1228,11 @@ int rtp_block_bio_queue(struct bpf_raw_tracepoint_args *ctx)
 	__u64 bio = ctx->args[0];
 	if (!bio || (READ_FIELD(bio, BIO_OPF) & REQ_OP_MASK_VALUE) != REQ_OP_WRITE_VALUE)
 		return 0;
+	/* an empty write is the cache flush jbd2_cleanup_journal_tail issues, no block */
+	if (!read_sized((const void *)bio + BIO_ITER_OFF + ITER_SIZE_OFF, ITER_SIZE_SIZE))
+		return 0;
+	if (writing_journal_sb.delete(&tid) == 0)
+		return 0;   /* the journal's superblock */
 	struct home_key k = {};
 	k.dev = *dev;
 	k.sector = read_sized((const void *)bio + BIO_ITER_OFF + ITER_SECTOR_OFF, ITER_SECTOR_SIZE);
@@ -1244,6 +1253,18 @@ int rtp_block_bio_queue(struct bpf_raw_tracepoint_args *ctx)
 /* (journal_t *journal, blk_opf_t write_flags) */
 static __always_inline int jbd2_write_superblock_body(struct bpf_raw_tracepoint_args *ctx, int typed)
 {
+#if HOME_WRITES
+	/* a checkpoint moving the log's tail rewrites the journal's superblock: a write to the
+	 * log, not a block going home (jbd2_write_superblock submits it next) */
+	__u32 zero = 0;
+	__s64 *marked = checkpointing_tasks.lookup(&zero);
+	if (marked && *marked > 0) {
+		__u32 tid = (__u32)bpf_get_current_pid_tgid();
+		__u8 one = 1;
+		if (checkpointing.lookup(&tid))
+			writing_journal_sb.update(&tid, &one);
+	}
+#endif
 	return emit_jbd2(ctx->args[0], 0, JBD2_WRITE_SUPERBLOCK, -1, (__u32)ctx->args[1], typed);
 }
 BOTH_PROGRAMS(jbd2_write_superblock)

@@ -64,13 +64,16 @@ def recorded(tmp_path_factory):
             "workload": json.loads(proc.stdout), "stderr": proc.stderr, "home": home}
 
 
-# an independent count of the blocks forced checkpoints write home: each write bio ('W' in
-# its rwbs, after 'F' for a preflush) a task queues between jbd2_checkpoint and its handle's
-# start, by sector
+# an independent count of the blocks forced checkpoints write home: each write bio with data
+# ('W' in its rwbs, after 'F' for a preflush) a task queues between jbd2_checkpoint and its
+# handle's start, by sector; not the journal superblock's rewrite as the tail moves (a forced
+# unit access: 'F' after the 'W') nor the cache flush before it (no sectors)
 HOME_BT = """
 tracepoint:jbd2:jbd2_checkpoint { @cp[tid] = 1; }
 tracepoint:jbd2:jbd2_handle_start { delete(@cp[tid]); }
-tracepoint:block:block_bio_queue /@cp[tid] && (strncmp(args->rwbs, "W", 1) == 0 || strncmp(args->rwbs, "FW", 2) == 0)/ {
+tracepoint:block:block_bio_queue /@cp[tid] && args->nr_sector > 0 &&
+    ((strncmp(args->rwbs, "W", 1) == 0 && strncmp(args->rwbs, "WF", 2) != 0) ||
+     (strncmp(args->rwbs, "FW", 2) == 0 && strncmp(args->rwbs, "FWF", 3) != 0))/ {
   @home[args->dev, args->sector] = count(); }
 BEGIN { printf("ready\\n"); }
 END { clear(@cp); }
