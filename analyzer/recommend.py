@@ -225,14 +225,19 @@ def journal_size(ctx):
         if e.big_enough or m is None:
             continue
         if math.ceil(m.high_mib) <= m.journal_mib:
+            forced = int(j.get("forced_checkpoints") or 0)
             # the model sizes what one transaction must hold; the waits came from elsewhere
             # (many small, fsync-driven commits whose blocks stay in the log until written home)
             out.append(Recommendation(
                 "journal_size", dev=dev, stall_ms_addressed=e.wait_ms, inputs={**m.as_dict(), "enough": e.as_dict()},
                 text=(f"{dev}: the {_fmt_mib(m.journal_mib)} journal is {e.describe()} (jstall's bound: {BOUND}), "
                       f"yet its hot set fits: one transaction holds {m.hot_blocks_high:.0f} blocks of it "
-                      f"({m.transactions} transactions of {m.blocks / max(m.transactions, 1):.1f} blocks on average). "
-                      "The model gives no size for this; find one with jstall lab tune (the smallest journal big "
+                      f"({m.transactions} transactions of {m.blocks / max(m.transactions, 1):.1f} blocks on average)"
+                      + (f", and its {forced:,} forced checkpoints wrote {m.written_home_blocks:,} blocks home "
+                         f"({m.written_home_blocks / forced:.1f} each on average"
+                         + (f"; {m.home_blocks:,} distinct)" if m.home_blocks else ")")
+                         if m.written_home_blocks and forced else "")
+                      + ". The model gives no size for this; find one with jstall lab tune (the smallest journal big "
                       "enough, by running the workload).")))
             continue
         out.append(Recommendation(

@@ -997,4 +997,5 @@ def test_a_journal_not_big_enough_whose_hot_set_fits_gets_no_size_but_says_so(tm
     (js,) = [r for r in a.recommendations if r.kind == "journal_size"]
     assert js.journal_size_mib is None and js.stall_ms_addressed == 200.0 and not js.estimate
     assert "is not big enough" in js.text and "yet its hot set fits" in js.text and "jstall lab tune" in js.text
+    assert "its 5 forced checkpoints wrote 100 blocks home (20.0 each on average)" in js.text
     assert js.inputs["high_mib"] <= 4
