@@ -274,25 +274,22 @@ STREAM_RUN_BLOCKS = 3
 
 
 def _home(hw, lo=None, hi=None, block_size=4096):
-    """(distinct blocks, hot ones, re-entries, entries) of the home_writes rows ``hw`` in the stretch
+    """(distinct blocks, hot ones, re-entries) of the home_writes rows ``hw`` in the stretch
     (lo, hi]: the blocks forced checkpoints wrote home in it (at their first or last write, or
     between); of them the hot set's, which are all but a stream's (blocks written home once,
     each beside an adjacent block written home at the same time: what a run of blocks
     dirtied together and never again leaves, and what the device takes in few requests); and
     the writes beyond each block's first of the blocks written home only within it, each of
-    which followed the block's return to the log, and all their writes (each followed an entry
-    into the log). (0, 0, 0, 0) without rows."""
+    which followed the block's return to the log. (0, 0, 0) without rows."""
     if hw is None or not len(hw):
-        return 0, 0, 0, 0
+        return 0, 0, 0
     if lo is not None:
         first, last = hw["first_ns"], hw["last_ns"]
         inside = (first > lo) & (last <= hi)
-        entries = int(hw["writes"][inside].sum())
-        reentries = entries - int(inside.sum())
+        reentries = int(hw["writes"][inside].sum()) - int(inside.sum())
         hw = hw[(first <= hi) & (last > lo)]
     else:
-        entries = int(hw["writes"].sum())
-        reentries = entries - len(hw)
+        reentries = int(hw["writes"].sum()) - len(hw)
     h = hw.sort_values("sector")
     sector, first = h["sector"].to_numpy(dtype="int64"), h["first_ns"].to_numpy(dtype="int64")
     once = h["writes"].to_numpy() == 1
@@ -302,7 +299,7 @@ def _home(hw, lo=None, hi=None, block_size=4096):
     run_id = np.concatenate(([0], np.cumsum(~joined)))
     length = np.bincount(run_id)[run_id]
     stream = once & (length >= STREAM_RUN_BLOCKS)
-    return len(h), len(h) - int(stream.sum()), reentries, entries
+    return len(h), len(h) - int(stream.sum()), reentries
 
 
 def _hot_set_of(t, cs, tl, run_s, home, window):
@@ -314,12 +311,7 @@ def _hot_set_of(t, cs, tl, run_s, home, window):
     logged = int(t["blocks_logged"].sum())
     relogged = int(cs["dropped"].sum()) if "dropped" in cs else 0
     written = int(cs["written"].sum()) if len(cs) else 0
-    distinct, hot, reentries, entries = home
-    # each write home followed the block's entry into the log (a block re-logged in place is
-    # never written home); jbd2's dropped also counts blocks freed while on an older checkpoint
-    # list (jbd2_journal_forget files them for the next commit, which drops them), so blocks -
-    # dropped falls short of the entries the writes home show where a workload frees metadata
-    new = max(blocks - relogged, min(entries, blocks), 0)
+    new = max(blocks - relogged, 0)
     used = tl["used_blocks"] if len(tl) else None
     s_mean = float(used.mean()) if used is not None else float("nan")
     s_peak = float(used.max()) if used is not None else float("nan")
@@ -332,6 +324,7 @@ def _hot_set_of(t, cs, tl, run_s, home, window):
     # set re-logs little of it, and the equation then sees mostly the few blocks every
     # transaction touches); and each of its writes home beyond the first followed a return to
     # the log that counted as new: D <= new - re-entries
+    distinct, hot, reentries = home
     # a stream's blocks written home in a longer run than writeback's window: a window's worth
     stream = (distinct - hot) * (min(1.0, window / run_s) if run_s else 1.0)
     ceiling = float(max(new - reentries, 0))

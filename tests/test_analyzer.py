@@ -677,28 +677,10 @@ def test_blocks_written_home_in_runs_are_a_stream():
     rows += [(8 * 500, 1, 0), (8 * 501, 2, 0), (8 * 502, 1, 0)]              # one of the three returned
     hw = pd.DataFrame(rows, columns=["sector", "writes", "first_ns"]).assign(
         dev="7:0", last_ns=lambda d: d["first_ns"])
-    assert _home(hw) == (15, 10, 3, 18)   # distinct, hot, re-entries, writes
+    distinct, hot, reentries = _home(hw)
+    assert (distinct, hot, reentries) == (15, 10, 3)
     # 1 KiB blocks: two sectors apart
     assert _home(hw.assign(sector=hw["sector"] // 4), block_size=1024)[1] == 10
-
-
-def test_journal_model_counts_blocks_new_to_the_log_at_least_as_often_as_they_went_home():
-    """jbd2's dropped counts blocks freed on an older checkpoint list as it counts re-logged
-    ones, so where a workload frees metadata, blocks - dropped can fall below the blocks the
-    writes home show entering the log (dbench at 4 MiB: 606 new by the counts, 753 writes home
-    of 33 blocks). Each write home followed an entry: the model counts at least that many new,
-    and its hot set is at least the blocks so written, never 0."""
-    from jstall.analyzer.journal_model import model
-
-    journal, t, cs, tl = _model_inputs(10, 3000, relogged=29_400, written=554, used=600)
-    hw = pd.DataFrame({"sector": [8 * (1000 + 9 * i) for i in range(33)], "writes": 22,
-                       "first_ns": [i * 10**6 for i in range(33)]}).assign(
-        dev="7:0", last_ns=lambda d: d["first_ns"] + 10**10)
-    m = model(journal, t, cs, tl, kernel_release="6.18.0", run_s=12.0, home_writes=hw)
-    assert m.new_to_log_blocks == 33 * 22 > 30_000 - 29_400
-    assert 33 <= m.hot_blocks_low <= m.hot_blocks_high
-    # without the writes home, the kernel's counts as they are
-    assert model(journal, t, cs, tl, kernel_release="6.18.0", run_s=12.0).new_to_log_blocks == 600
 
 
 def test_journal_model_holds_a_stream_once_beside_the_hot_set():
