@@ -364,13 +364,30 @@ def inode_size(ctx):
 #: the largest request a device takes when the session does not say (the block layer's
 #: default max_sectors_kb, BLK_DEF_MAX_SECTORS)
 DEFAULT_MAX_REQUEST_KIB = 1280
-def log_requests(logged_blocks, block_size, max_request_kib=None):
+#: the memory segments a request takes when the session does not say (BLK_MAX_SEGMENTS)
+DEFAULT_MAX_SEGMENTS = 128
+PAGE_BYTES = 4096
+
+
+def log_requests(logged_blocks, block_size, max_request_kib=None, max_segments=None, journal_blocks=None,
+                 superblock_writes=0):
     """Write requests the log took on its device: per commit, its logged blocks merged into
-    requests of up to max_request_kib (they are written in order, contiguous), and the commit
-    block on its own (a cache flush and a FUA write)."""
-    per = max(1, int(max_request_kib or DEFAULT_MAX_REQUEST_KIB) * 1024 // int(block_size or 4096))
+    requests (they are written in order, contiguous) of up to max_request_kib and up to
+    max_segments memory segments (each buffer in its own page: a 4 KiB-block log write
+    carries 128 blocks, 512 KiB, on a device of 128 segments whatever its max_sectors_kb),
+    and the commit block on its own (a cache flush and a FUA write); one more each time the log
+    wraps at the journal's end (``journal_blocks``), and the journal superblock's writes as
+    the tail moves. Measured: fs_mark (2 threads, 20,000 files each) with a 1,025-block
+    journal on its own loop device (128 segments, 1,280 KiB): 335 write requests on that device
+    for 66 commits (bpftrace, block_rq_issue); the session's 64 commits of 289 logged blocks
+    on average and its 62 superblock writes give 333 (2 a commit without the segments, 128)."""
+    bs = int(block_size or 4096)
+    cap = min(int(max_request_kib or DEFAULT_MAX_REQUEST_KIB) * 1024,
+              int(max_segments or DEFAULT_MAX_SEGMENTS) * max(bs, PAGE_BYTES))
+    per = max(1, cap // bs)
     logged = np.asarray(logged_blocks, dtype="float64")
-    return float(len(logged) + np.ceil(logged / per).sum())
+    wraps = np.floor(logged.sum() / float(journal_blocks)) if journal_blocks else 0.0
+    return float(len(logged) + np.ceil(logged / per).sum() + wraps + int(superblock_writes or 0))
 
 
 def external_journal(ctx):
@@ -402,7 +419,11 @@ def external_journal(ctx):
             continue
         t = ctx.txns[ctx.txns["dev"] == dev]
         m = meta.get(dev, {})
-        log_req = log_requests(t["blocks_logged"].to_numpy(), j.get("block_size"), m.get("max_request_kib"))
+        ev = ctx.session.jbd2_events
+        sb_writes = int(((ev["event"] == "write_superblock") & (ev["dev"].astype("str") == dev)).sum()) if len(ev) else 0
+        jb = j.get("journal_blocks")
+        log_req = log_requests(t["blocks_logged"].to_numpy(), j.get("block_size"), m.get("max_request_kib"),
+                               m.get("max_segments"), jb if jb and jb == jb else None, sb_writes)
         d = ds[(ds["role"].astype("str") == "data") & (ds["dev"].astype("str") == dev)] if len(ds) else ds
         written = int(j.get("forced_checkpoint_written_blocks") or 0)
         inputs = {"commit_stall_ms": io_ms + txn_ms, "commit_io_stall_ms": io_ms, "transaction_stall_ms": txn_ms,

@@ -141,10 +141,13 @@ def reanalyze(kept):
     """The cases of a run kept with --keep, their advice computed again from the sessions as
     recorded (the thresholds and runs as measured then): a changed model checked against the
     same runs. A confirming run counts only where one was recorded at the size recommended
-    now; remedies are not checked again."""
+    now. Remedies: the stall time the advice from the 4 MiB run says each removes, computed
+    again, against what tune's comparison run measured then (and the noise of the second
+    4 MiB run, where one was kept)."""
+    import dataclasses
     import json
 
-    from jstall.workloads.tune import measure
+    from jstall.workloads.tune import Prediction, measure
 
     out = []
     for d in sorted((x for x in os.listdir(kept) if x[1:].isdigit()), key=lambda x: int(x[1:])):
@@ -179,8 +182,27 @@ def reanalyze(kept):
             if sd:
                 first = measure(session(START_MIB), "first", START_MIB, {}, 10.0)
                 confirm = (mib, first, measure(sd, f"journal {mib}M", mib, {}, 10.0))
+        rem, noise = [], None
+        kept_rem = [p for p in t.get("predictions", []) if p["kind"] in ("inode_size", "external_journal")
+                    and p.get("measured_ms") is not None]
+        if kept_rem and session(START_MIB):
+            fields = {f.name for f in dataclasses.fields(Prediction)}
+            for p in kept_rem:
+                rec = _advice(session(START_MIB), p["kind"])
+                if rec is None:
+                    continue
+                high = rec.inputs.get("removed_high_ms")
+                rem.append(Prediction(**{**{k: v for k, v in p.items() if k in fields},
+                                         "predicted_ms": round(rec.stall_ms_addressed, 3),
+                                         "predicted_high_ms": None if high is None else round(high, 3)}))
+            again = os.path.join(d, "again-4M")
+            if os.path.isdir(again):
+                first, second = measure(session(START_MIB), "first", START_MIB, {}, 10.0), \
+                    measure(again, "again", START_MIB, {}, 10.0)
+                noise = {"external_journal": abs(first.stall_ms - second.stall_ms),
+                         "inode_size": abs(first.checkpoint_waits_ms - second.checkpoint_waits_ms)}
         out.append({"name": name, "scale": scale, "iops": iops, "threshold": thr, "bound": t["bound_mib"],
-                    "advice": advice, "confirm": confirm, "remedies": [], "noise": None})
+                    "advice": advice, "confirm": confirm, "remedies": rem, "noise": noise})
     return out
 
 

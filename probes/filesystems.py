@@ -149,6 +149,7 @@ def describe(dev, mount):
         "proc_info_end": None,
         # the largest request the device takes: how many logged blocks one log write carries
         "max_request_kib": max_request_kib(dev),
+        "max_segments": max_segments(dev),
     }
 
 
@@ -186,16 +187,27 @@ def describe_xfs(dev, mount):
         "xfs_stats_start": None,
         "xfs_stats_end": None,
         "max_request_kib": max_request_kib(dev),
+        "max_segments": max_segments(dev),
     }
+
+
+def _queue_limit(dev, name):
+    """/sys/dev/block/<dev>/queue/<name> as an int, or None."""
+    try:
+        with open(f"/sys/dev/block/{dev}/queue/{name}") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
 
 
 def max_request_kib(dev):
     """/sys/dev/block/<dev>/queue/max_sectors_kb, or None."""
-    try:
-        with open(f"/sys/dev/block/{dev}/queue/max_sectors_kb") as f:
-            return int(f.read())
-    except (OSError, ValueError):
-        return None
+    return _queue_limit(dev, "max_sectors_kb")
+
+
+def max_segments(dev):
+    """/sys/dev/block/<dev>/queue/max_segments (memory segments a request takes at most), or None."""
+    return _queue_limit(dev, "max_segments")
 
 
 def _jbd2_dirs():

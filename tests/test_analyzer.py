@@ -883,8 +883,8 @@ def test_checkpoint_waits_sum_the_stalls_checkpoint_time(tmp_path):
 
 def test_external_journal_estimate_is_the_logs_share_of_the_device_requests(tmp_path):
     """The classic case on a device that served 4,000 writes and 40 cache flushes: 40 commits
-    of 205 logged blocks each took 80 requests (one merged write of up to 1,280 KiB and the
-    commit block each) and the 40 flushes, so 120 of 4,040 requests were the log's: that
+    of 25 logged blocks each took 80 requests (one merged write and the commit block each; the
+    1,000 blocks never wrapped the 1,024-block journal) and the 40 flushes, so 120 of 4,040 requests were the log's: that
     share of the 2,800 ms of checkpoint waits on a fast journal device (the high end). On one
     as slow (the low end), only the share of the checkpoints' time a commit wrote the log
     beside them: none when no commit did, a quarter when ten of the twenty checkpoints had
@@ -892,9 +892,14 @@ def test_external_journal_estimate_is_the_logs_share_of_the_device_requests(tmp_
     no advice."""
     from jstall.analyzer.recommend import log_requests
 
-    assert log_requests([205] * 40, 4096, 1280) == 80 and log_requests([700], 4096, 1280) == 4
+    # a 4 KiB block's buffer is a memory segment of its own: a device of 128 segments (the block
+    # layer's default) takes 128 of them a request, 512 KiB, one of 512 takes max_sectors_kb
+    assert log_requests([205] * 40, 4096, 1280, 512) == 80 and log_requests([700], 4096, 1280, 512) == 4
+    assert log_requests([205] * 40, 4096, 1280) == 120 == log_requests([205] * 40, 4096, 1280, 128)
+    # a wrap at the journal's end splits a write; each superblock write is one
+    assert log_requests([205] * 40, 4096, 1280, 512, journal_blocks=1024, superblock_writes=5) == 80 + 8 + 5
     calls, offs, evs = _classic_stalls()
-    rs = [run_stat(S + i * 100 * MS, i, handles=100, blocks=200, logged=205) for i in range(40)]
+    rs = [run_stat(S + i * 100 * MS, i, handles=100, blocks=24, logged=25) for i in range(40)]
     # the device served 104 requests a second while the checkpoints ran (1 s to 4.94 s), 704 at its busiest
     writes = [400, 100, 100, 100, 100, 700, 700, 600, 600, 600]
     dstat = [{"ts_ns": (i + 1) * S, "interval_ns": S, "dev": "7:0", "role": "data", "lower_dev": "7:9", "read_ios": 0,
@@ -941,11 +946,11 @@ def test_external_journal_estimate_is_the_logs_share_of_the_device_requests(tmp_
 def test_external_journal_splits_commit_io_waits_from_waits_for_the_transaction_to_close(tmp_path):
     """Two stalls waiting on a commit's I/O (fsync) and two waiting for the running transaction
     to close (on other handles), 80 ms each, on a device whose requests were 30% the log's (10
-    commits of 205 blocks: 20 writes, and 100 cache flushes, of 400): as slow a journal device
+    commits of 25 blocks: 20 writes, and 100 cache flushes, of 400): as slow a journal device
     takes the commit I/O's 70% it spent behind the other requests (112 ms), a fast one all of
     it (160); the transaction waits are on handles, not on the log, and nothing was
     checkpointed: neither end counts them."""
-    rs = [run_stat(S // 4 + i * MS, i, blocks=200, logged=205) for i in range(10)]
+    rs = [run_stat(S // 4 + i * MS, i, blocks=24, logged=25) for i in range(10)]
     dstat = [{"ts_ns": 6 * S, "interval_ns": 6 * S, "dev": "7:0", "role": "data", "lower_dev": "7:0", "read_ios": 0,
               "read_merges": 0, "read_sectors": 0, "write_ios": 300, "write_merges": 0, "write_sectors": 2400,
               "flush_ios": 100, "busy_ms": 900, "queue_ms": 900, "in_flight_requests": 0}]

@@ -49,6 +49,9 @@ class JournalDoc:
     proc_info_end: typing.Optional[str] = None
     #: the device's largest request (queue/max_sectors_kb)
     max_request_kib: typing.Optional[int] = None
+    #: the memory segments one request takes at most (queue/max_segments): a log write of
+    #: buffers in separate pages carries at most this many
+    max_segments: typing.Optional[int] = None
     #: the journal's kind: "jbd2" (ext4; absent in sessions written before XFS) or "xfs"
     kind: str = "jbd2"
     #: XFS: the log's size in bytes (the kernel's l_logsize) and block size, the
