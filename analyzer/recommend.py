@@ -380,7 +380,7 @@ def log_requests(logged_blocks, block_size, max_request_kib=None, max_segments=N
     the tail moves. Measured: fs_mark (2 threads, 20,000 files each) with a 1,025-block
     journal on its own loop device (128 segments, 1,280 KiB): 335 write requests on that device
     for 66 commits (bpftrace, block_rq_issue); the session's 64 commits of 289 logged blocks
-    on average and its 62 superblock writes give 333 (2 a commit without the segments, 128)."""
+    on average and its 62 superblock writes give 333 (without the segment limit, 128)."""
     bs = int(block_size or 4096)
     cap = min(int(max_request_kib or DEFAULT_MAX_REQUEST_KIB) * 1024,
               int(max_segments or DEFAULT_MAX_SEGMENTS) * max(bs, PAGE_BYTES))
