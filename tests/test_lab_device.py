@@ -16,6 +16,7 @@ from jstall.workloads.scratch import FsConfig, ScratchFs
 pytestmark = [pytest.mark.kernel, pytest.mark.skipif(os.geteuid() != 0, reason="needs root")]
 
 LIMIT = 500  # write IOPS
+SLICE_S = 0.1  # blk-throttle's slice (DFL_THROTL_SLICE_HD)
 
 
 def _burst(scratch_dir, mode, files=1500, updates=2500):
@@ -51,15 +52,19 @@ def _windows(intervals, n=2):
 
 
 def test_a_metadata_burst_is_paced_by_the_stacked_device(scratch_dir):
-    """No 1-s window more than 5% over the limit, and no silence in the middle: every 0.5 s
-    of the burst the device serves a good part of its share (at least half: a busy machine
-    may feed it late, but never leaves it silent). The single throttled loop device
-    (--throttle-mode direct) fails the same check: metadata passes in bursts, then nothing."""
+    """No 1-s window more than 5% over the limit (the first one throttle slice's worth more),
+    and no silence in the middle: every 0.5 s of the burst the device serves a good part of
+    its share (at least half: a busy machine may feed it late, but never leaves it silent).
+    The single throttled loop device (--throttle-mode direct) fails the same check: metadata
+    passes in bursts, then nothing."""
     stacked = _burst(scratch_dir, "stacked")
     writes = sum(w for _, w in stacked)
     assert writes >= 1500, stacked                       # scattered checkpoint writes, one request each
     rates = _windows(stacked)
-    assert len(rates) >= 4 and max(rates) <= 1.05 * LIMIT, stacked
+    # blk-throttle rounds the time since its slice began up to a whole slice (100 ms:
+    # tg_within_iops_limit), so as the burst starts a slice's worth goes through at once
+    assert len(rates) >= 4 and rates[0] <= 1.05 * LIMIT + SLICE_S * LIMIT, stacked
+    assert max(rates[1:]) <= 1.05 * LIMIT, stacked
     middle = stacked[1:-2]
     assert middle and all(w >= 0.5 * LIMIT * s for s, w in middle), stacked  # paced: never silent
 
