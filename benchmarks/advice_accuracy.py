@@ -94,6 +94,13 @@ def _advice(session_dir, kind):
     return next((r for r in analyze(session_dir).recommendations if r.kind == kind), None)
 
 
+def _noise(first, again):
+    """How far two runs of the same setting differ: all stall time (what the external
+    journal's removal is measured in) and forced-checkpoint waits (the inode size's)."""
+    return {"external_journal": abs(first.stall_ms - again.stall_ms),
+            "inode_size": abs(first.checkpoint_waits_ms - again.checkpoint_waits_ms)}
+
+
 def case(name, scale, pattern, params, iops, tmp, scratch, remedies):
     """One workload at one scale and speed: {"name", "scale", "iops", "threshold", "advice":
     [(from MiB, Recommendation or None)], "confirm": (MiB, TuneRun at 4 MiB, TuneRun) or None,
@@ -125,12 +132,8 @@ def case(name, scale, pattern, params, iops, tmp, scratch, remedies):
     rem = [p for p in r.predictions if p.kind in ("inode_size", "external_journal") and p.measured_ms is not None]
     noise = None
     if rem:
-        # the starting run again: how far two runs of the same setting differ (all stall time,
-        # which the external journal's removal is measured in; forced-checkpoint waits, the
-        # inode size's)
-        again = _run(os.path.join(d, "again-4M"), pattern, params, START_MIB, iops, scratch)
-        noise = {"external_journal": abs(first.stall_ms - again.stall_ms),
-                 "inode_size": abs(first.checkpoint_waits_ms - again.checkpoint_waits_ms)}
+        # the starting run again: how far two runs of the same setting differ
+        noise = _noise(first, _run(os.path.join(d, "again-4M"), pattern, params, START_MIB, iops, scratch))
     print(f"# {name} ({scale}, {iops} IOPS): threshold {thr} MiB, {r.stalled_below_mib} MiB is not big enough; "
           f"tried {r.tried_mib}", file=sys.stderr, flush=True)
     return {"name": name, "scale": scale, "iops": iops, "threshold": thr, "bound": r.bound_mib, "advice": advice,
@@ -197,10 +200,8 @@ def reanalyze(kept):
                                          "predicted_high_ms": None if high is None else round(high, 3)}))
             again = os.path.join(d, "again-4M")
             if os.path.isdir(again):
-                first, second = measure(session(START_MIB), "first", START_MIB, {}, 10.0), \
-                    measure(again, "again", START_MIB, {}, 10.0)
-                noise = {"external_journal": abs(first.stall_ms - second.stall_ms),
-                         "inode_size": abs(first.checkpoint_waits_ms - second.checkpoint_waits_ms)}
+                noise = _noise(measure(session(START_MIB), "first", START_MIB, {}, 10.0),
+                               measure(again, "again", START_MIB, {}, 10.0))
         out.append({"name": name, "scale": scale, "iops": iops, "threshold": thr, "bound": t["bound_mib"],
                     "advice": advice, "confirm": confirm, "remedies": rem, "noise": noise})
     return out
