@@ -14,7 +14,7 @@ import collections
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from . import xfslogs
-from .tracer import PHASES, phase_buckets
+from .tracer import HEADROOM_LOW_WINDOW_S, PHASES, phase_buckets
 
 #: the in-kernel log2 buckets exported as classic ``le`` buckets: bucket i holds latencies in
 #: [2^i, 2^(i+1)) ns, so ``le`` = 2^(i+1) ns; from 2^10 ns (1 us) to 2^35 ns (34 s), then +Inf
@@ -85,6 +85,10 @@ class MonitorCollector:
                                 "Log space left above j_max_transaction_buffers; below 0 a new handle must checkpoint."),
             "headroom_ratio": ("jstall_journal_headroom_ratio",
                                "Headroom to the forced-checkpoint condition, 1 for an empty journal, 0 at it."),
+            "headroom_low_ratio": ("jstall_journal_headroom_low_ratio",
+                                   f"The lowest headroom ratio of the journal's fill samples in the last "
+                                   f"{HEADROOM_LOW_WINDOW_S} seconds (a scrape sees each dip to the "
+                                   "forced-checkpoint condition)."),
             "max_transaction_blocks": ("jstall_journal_max_transaction_blocks",
                                        "j_max_transaction_buffers: the largest transaction, in blocks."),
         }

@@ -3,7 +3,7 @@ operations."""
 
 DESCRIPTION = """\
 A live view, refreshed every second, of each ext4 journal: its fill and headroom to the
-forced-checkpoint condition, blocks logged per second, commits per second, forced
+forced-checkpoint condition (now and its low over the last minute), blocks logged per second, commits per second, forced
 checkpoints; of each XFS log: its headroom and its log-space waits; and the slowest recent
 operations with their cause. It reads the same data as 'jstall monitor': from its own
 probes (root), or from a running monitor (--url)."""
@@ -16,8 +16,8 @@ examples:
 
 keys: q quits.
 columns: FILL% used log space; HEADROOM% log space left above one maximum transaction
-(0: the next handle must checkpoint); LOG/s blocks logged per second; CP forced checkpoints
-(in user tasks) since the monitor started. XFS logs: HEADROOM% space left on the reserve
+(0: the next handle must checkpoint); LOW% its lowest in the last 60 s; LOG/s blocks logged
+per second; CP forced checkpoints (in user tasks) since the monitor started. XFS logs: HEADROOM% space left on the reserve
 grant head over the log's size; WAITS, WAIT(s) reservations that waited for log space and
 their time, SLEEPS the kernel's sleeps in them, since the monitor started."""
 
@@ -65,7 +65,7 @@ def rates(prev, cur):
 def render(snap, prev, source, width=120, height=40):
     """The screen's lines for one snapshot."""
     lines = [f"jstall top - {time.strftime('%H:%M:%S')}  source: {source}  (q to quit)", ""]
-    lines.append(f"{'DEV':<7} {'MOUNTPOINT':<28} {'BLOCKS':>7} {'FILL%':>6} {'HEADROOM%':>9} {'LOG/s':>7} "
+    lines.append(f"{'DEV':<7} {'MOUNTPOINT':<28} {'BLOCKS':>7} {'FILL%':>6} {'HEADROOM%':>9} {'LOW%':>5} {'LOG/s':>7} "
                  f"{'COMMITS/s':>9} {'CP':>5} {'CP BLOCKS':>9}")
     r = rates(prev, snap)
     for dev, j in sorted(snap["journals"].items()):
@@ -74,9 +74,10 @@ def render(snap, prev, source, width=120, height=40):
             head = f"{100 * j['headroom_ratio']:9.1f}"
         else:
             fill, head = f"{'-':>6}", f"{'-':>9}"
+        low = f"{100 * j['headroom_low_ratio']:5.1f}" if j.get("headroom_low_ratio") is not None else f"{'-':>5}"
         lr, cr = r.get(dev, (0.0, 0.0))
         mnt = (j.get("mountpoint") or "-")[-28:]
-        lines.append(f"{dev:<7} {mnt:<28} {j.get('size_blocks', 0):>7} {fill} {head} {lr:>7.0f} {cr:>9.1f} "
+        lines.append(f"{dev:<7} {mnt:<28} {j.get('size_blocks', 0):>7} {fill} {head} {low} {lr:>7.0f} {cr:>9.1f} "
                      f"{j['checkpoints']['forced']:>5} {j['checkpoint_written']['forced']:>9}")
     xs = snap.get("xfs_logs") or {}
     if xs:

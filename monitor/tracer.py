@@ -43,6 +43,10 @@ def phase_buckets(counts):
 RECENT_CALLS = 50
 POLL_S = POLL_MS / 1000               # the ring buffers are read this often
 OFFCPU_KEEP_NS = 30_000_000_000      # off-CPU rows wait this long for their operation to end
+#: a journal's low headroom is the lowest of its fill samples over this many seconds: a
+#: scrape at any interval up to it sees each dip to the forced-checkpoint condition, however
+#: briefly the journal stayed there
+HEADROOM_LOW_WINDOW_S = 60
 
 
 @dataclasses.dataclass
@@ -73,6 +77,7 @@ class JournalState:
         self.dev = dev
         self.fill = None                     # latest fill sample: dict of the jstall_fill fields
         self.fill_ts_ns = 0
+        self.lows = {}                       # second: the lowest headroom ratio sampled in it
         self.transactions = 0
         self.blocks = 0
         self.blocks_logged = 0
@@ -84,13 +89,14 @@ class JournalState:
         # analyzer's "in stalls"; the rest of the forced ones cost less: negligible)
         self.checkpoints_in_stalls = 0
 
-    def space(self):
-        """(size, free, log space left, headroom blocks, headroom ratio 0-1, max transaction
-        blocks) from the latest fill sample, or None before the first one.
+    def space(self, now_ns=None):
+        """(size, free, log space left, headroom blocks, headroom ratio 0-1, its low, max
+        transaction blocks) from the latest fill sample, or None before the first one.
 
         Headroom is the log space left above the forced-checkpoint condition
         (add_transaction_credits waits when jbd2_log_space_left() < j_max_transaction_buffers);
-        the ratio is headroom over its value in an empty journal."""
+        the ratio is headroom over its value in an empty journal; its low, the lowest ratio of
+        the fill samples in the HEADROOM_LOW_WINDOW_S before ``now_ns`` (and the latest)."""
         f = self.fill
         if not f:
             return None
@@ -98,9 +104,29 @@ class JournalState:
         left = jbd2.space_left(f["free_blocks"], f["committing_credits"])
         headroom = left - f["max_transaction_blocks"]
         ratio = jbd2.headroom_ratio(left, f["max_transaction_blocks"], log_blocks)
+        since = (time.monotonic_ns() if now_ns is None else now_ns) // 1_000_000_000 - HEADROOM_LOW_WINDOW_S
+        low = min([ratio] + [r for sec, r in self.lows.items() if sec >= since])
         return {"size_blocks": f["journal_blocks"], "free_blocks": f["free_blocks"], "log_blocks": log_blocks,
                 "log_space_left_blocks": left, "headroom_blocks": headroom, "headroom_ratio": ratio,
-                "max_transaction_blocks": f["max_transaction_blocks"]}
+                "headroom_low_ratio": low, "max_transaction_blocks": f["max_transaction_blocks"]}
+
+    def add_fill(self, rows):
+        """Fill samples of this journal (a record array of jstall_fill fields and ts_ns): the
+        latest becomes its fill, and each second's lowest headroom ratio is kept for the
+        window."""
+        last = rows[np.argmax(rows["ts_ns"])]
+        if int(last["ts_ns"]) >= self.fill_ts_ns:
+            self.fill_ts_ns = int(last["ts_ns"])
+            self.fill = {k: int(last[k]) for k in ("free_blocks", "first_block", "last_block", "journal_blocks",
+                                                   "max_transaction_blocks", "committing_credits")}
+        mtb = rows["max_transaction_blocks"].astype(np.int64)
+        ratio = jbd2.headroom_ratio(jbd2.space_left(rows["free_blocks"].astype(np.int64), rows["committing_credits"]),
+                                    mtb, rows["last_block"].astype(np.int64) - rows["first_block"])
+        secs = rows["ts_ns"].astype(np.int64) // 1_000_000_000
+        for sec in np.unique(secs).tolist():
+            self.lows[sec] = min(float(ratio[secs == sec].min()), self.lows.get(sec, 1.0))
+        newest = max(self.lows)
+        self.lows = {sec: r for sec, r in self.lows.items() if sec >= newest - HEADROOM_LOW_WINDOW_S}
 
 
 class XfsLogState:
@@ -351,13 +377,7 @@ class Tracer:
     def _update_fill(self, a):
         known = a[a["has_journal"] != 0]
         for kdev in np.unique(known["dev"]):
-            rows = known[known["dev"] == kdev]
-            last = rows[np.argmax(rows["ts_ns"])]
-            s = self._state(filesystems.dev_name(int(kdev)))
-            if int(last["ts_ns"]) >= s.fill_ts_ns:
-                s.fill_ts_ns = int(last["ts_ns"])
-                s.fill = {k: int(last[k]) for k in ("free_blocks", "first_block", "last_block", "journal_blocks",
-                                                    "max_transaction_blocks", "committing_credits")}
+            self._state(filesystems.dev_name(int(kdev))).add_fill(known[known["dev"] == kdev])
 
     def _count_checkpoints(self, j):
         cp = j[j["event"] == events.ENUMS["jstall_jbd2_event"]["JBD2_CHECKPOINT"]]

@@ -49,6 +49,31 @@ def test_headroom_is_log_space_left_above_one_transaction():
     assert s.space()["headroom_blocks"] < 0 and s.space()["headroom_ratio"] == 0.0
 
 
+def fill_rows(*samples):
+    """Fill samples (seconds, free blocks) of a 4096-block journal as the probes hand them over."""
+    dt = [("ts_ns", "u8"), ("free_blocks", "u4"), ("first_block", "u4"), ("last_block", "u4"),
+          ("journal_blocks", "u4"), ("max_transaction_blocks", "u4"), ("committing_credits", "u4")]
+    return np.array([(int(t * 1e9), free, 1, 4096, 4096, 1365, 0) for t, free in samples], dtype=dt)
+
+
+def test_headroom_low_is_the_lowest_sample_of_the_last_minute():
+    s = JournalState("7:0")
+    # a dip to the forced-checkpoint condition at 100.5 s between two roomy samples: the
+    # latest sample's ratio is high, its low holds the dip for 60 s
+    s.add_fill(fill_rows((100.0, 4000), (100.5, 1300), (100.9, 3500)))
+    sp = s.space(now_ns=101 * 10 ** 9)
+    assert sp["free_blocks"] == 3500 and sp["headroom_ratio"] > 0.7 and sp["headroom_low_ratio"] == 0.0
+    # a batch read later may hold an earlier sample: the fill stays the newest, the low takes it
+    s.add_fill(fill_rows((100.7, 2500)))
+    assert s.space(now_ns=101 * 10 ** 9)["free_blocks"] == 3500
+    assert s.space(now_ns=160 * 10 ** 9)["headroom_low_ratio"] == 0.0
+    # past the window the dip is gone, and so is what is older than a window before the newest
+    assert s.space(now_ns=161 * 10 ** 9)["headroom_low_ratio"] == pytest.approx(sp["headroom_ratio"])
+    s.add_fill(fill_rows((200.0, 3000)))
+    assert set(s.lows) == {200}
+    assert s.space(now_ns=200 * 10 ** 9)["headroom_low_ratio"] == s.space(now_ns=200 * 10 ** 9)["headroom_ratio"]
+
+
 def _fake_capture(root, dev, stamp, nbytes):
     sub, name = capture.capture_name("h", dev, stamp)
     path = os.path.join(root, sub, name)
@@ -109,7 +134,7 @@ def test_grafana_dashboard_queries_only_exported_metrics():
 def test_top_screen_shows_journals_and_the_slowest_calls_first():
     j = {"transactions": 10, "blocks_logged": 5000, "checkpoints": {"forced": 3, "background": 1},
          "checkpoint_written": {"forced": 900, "background": 10}, "size_blocks": 4096, "free_blocks": 1000,
-         "log_blocks": 4095, "headroom_ratio": 0.05, "mountpoint": "/mnt/x"}
+         "log_blocks": 4095, "headroom_ratio": 0.05, "headroom_low_ratio": 0.0, "mountpoint": "/mnt/x"}
     prev = {"time": 100.0, "journals": {"7:0": dict(j, transactions=8, blocks_logged=3000)}, "recent": []}
     call = {"wall": 0, "op": "journal_start", "dev": "7:0", "cause": "checkpoint", "label": "jbd2_log_do_checkpoint",
             "comm": "python", "pid": 42}
@@ -117,8 +142,12 @@ def test_top_screen_shows_journals_and_the_slowest_calls_first():
             "recent": [dict(call, latency_s=0.02), dict(call, latency_s=0.9, cause="transaction_wait")]}
     lines = top_cmd.render(snap, prev, "test")
     row = next(ln for ln in lines if ln.startswith("7:0"))
-    assert row.split()[1:5] == ["/mnt/x", "4096", "75.6", "5.0"]
-    assert row.split()[5:8] == ["1000", "1.0", "3"]
+    assert row.split()[1:6] == ["/mnt/x", "4096", "75.6", "5.0", "0.0"]
+    assert row.split()[6:9] == ["1000", "1.0", "3"]
+    # a monitor from before the low: its column is a dash
+    del j["headroom_low_ratio"]
+    row = next(ln for ln in top_cmd.render(snap, prev, "test") if ln.startswith("7:0"))
+    assert row.split()[4:7] == ["5.0", "-", "1000"]
     slow = [ln for ln in lines if "journal_start" in ln]
     assert "900.0" in slow[0] and "transaction_wait" in slow[0] and "20.0" in slow[1]
 

@@ -136,5 +136,5 @@ def _alerts_fire_on_the_run_and_resolve(series, tmp_path):
         during["JstallStallTimeHigh"] = [{k: lab[k] for k in ("instance", "device", "cause")}
                                          for lab, _, rate in stall if rate >= 0.1]
     after = {name: [] for name in during}
-    check_alert_rules(tmp_path, [(labels, points)] + [(lab, pts) for lab, pts, _ in stall], start, cycle, during,
-                      after)
+    check_alert_rules(tmp_path, [(labels, points, None)] + [(lab, pts, None) for lab, pts, _ in stall], start, cycle,
+                      during, after)

@@ -32,10 +32,15 @@ def headroom(space_left_blocks, max_transaction_blocks, log_blocks):
 
 
 def headroom_ratio(space_left_blocks, max_transaction_blocks, log_blocks):
-    """Headroom over its value in an empty journal, clipped to [0, 1] (a scalar): 1 for an
-    empty journal, 0 at the forced-checkpoint condition."""
+    """Headroom over its value in an empty journal, clipped to [0, 1]: 1 for an empty journal,
+    0 at the forced-checkpoint condition (and for a log too small to hold a transaction).
+    Scalars (a float) or numpy arrays (element-wise)."""
     full = log_blocks - RESERVED_BLOCKS - max_transaction_blocks
-    return min(1.0, max(0.0, (space_left_blocks - max_transaction_blocks) / full)) if full > 0 else 0.0
+    h = space_left_blocks - max_transaction_blocks
+    if hasattr(h, "clip") or hasattr(full, "clip"):
+        fits = full > 0
+        return (h / (full * fits + (1 - fits))).clip(0.0, 1.0) * fits
+    return min(1.0, max(0.0, h / full)) if full > 0 else 0.0
 
 
 def forced_fill_pct(max_transaction_blocks, log_blocks):
