@@ -30,17 +30,30 @@ if SLOWDOWN != 1:
     subprocess.Popen.communicate = _stretch(subprocess.Popen.communicate)
 
 def pytest_collection_modifyitems(config, items):
-    """The guest tests last: their guests boot when the session starts and run beside the
-    rest (pytest_collection_finish)."""
-    items.sort(key=lambda item: item.get_closest_marker("guest") is not None)
+    """The timed tests first, the guest tests last: the guests boot once the timed tests are
+    done (pytest_runtest_setup) and run beside the rest."""
+    items.sort(key=lambda item: (item.get_closest_marker("guest") is not None,
+                                 item.get_closest_marker("timed") is None))
+
+
+_guests_pending = []
 
 
 def pytest_collection_finish(session):
     if session.config.option.collectonly or not any(i.get_closest_marker("guest") for i in session.items):
         return
-    from guest_runs import RUNS
+    _guests_pending.append(True)
 
-    RUNS.start()
+
+def pytest_runtest_setup(item):
+    """The guests boot before the first test that is not timed: emulated, they take CPU time
+    and memory bandwidth that a timed test's runs would not get alike (a dbench run beside two
+    booting guests did half its I/O)."""
+    if _guests_pending and item.get_closest_marker("timed") is None:
+        _guests_pending.clear()
+        from guest_runs import RUNS
+
+        RUNS.start()
 
 
 def pytest_sessionfinish(session):

@@ -1,4 +1,4 @@
-"""The guest smoke runs of tests/test_guest_kernels.py, started when the test session starts
+"""The guest smoke runs of tests/test_guest_kernels.py, started once the timed tests have run
 (tests/conftest.py) so that the guests boot and run beside the other tests, at the lowest CPU
 priority (nice 19: the host's own tests, some of them paced or timed, keep the CPUs they
 need; the emulated guests take what is idle). The guest tests run last and wait for them.

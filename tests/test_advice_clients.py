@@ -18,7 +18,7 @@ import pytest
 
 from jstall.analyzer.analysis import analyze
 
-pytestmark = [pytest.mark.kernel, pytest.mark.skipif(os.geteuid() != 0, reason="needs root"),
+pytestmark = [pytest.mark.kernel, pytest.mark.timed, pytest.mark.skipif(os.geteuid() != 0, reason="needs root"),
               pytest.mark.skipif(not shutil.which("dbench"), reason="dbench is installed by 'make setup-test'")]
 
 JSTALL = os.path.join(os.path.dirname(sys.executable), "jstall")

@@ -2,7 +2,7 @@
 guest by scripts/guest.sh with this checkout visible: the smoke run (tests/guest/smoke.sh)
 records the seed stall with a lab run while a system-wide recorder on the syscall
 tracepoints and the monitor trace the same run; here the sessions it wrote are analyzed and
-checked like ones recorded on this machine. The guests boot when the test session starts
+checked like ones recorded on this machine. The guests boot once the timed tests have run
 and run beside the other tests at the lowest priority (tests/guest_runs.py); these tests run
 last and wait for them. Each guest has a bound on its time (emulated: minutes, and no timing
 is asserted)."""
