@@ -8,6 +8,8 @@ follow the kernel's rules in :mod:`jstall.xfs` (since 6.11 the grant heads are b
 did on the filesystem during the wait (the probes count ``xfs_ail_push``, ``_pinned``,
 ``_locked`` and ``_flushing``): items pinned in memory wait for a log force; items pushed or
 already being flushed wait for their metadata writeback; locked items for their lock holder.
+A wait the AIL reported nothing in, while the log's own writes completed
+(``xlog_iclog_sync_done``), waited for those writes.
 """
 
 import numpy as np
@@ -69,9 +71,11 @@ def waits(session):
 
 def tail_reasons(w):
     """What the tail waited for in each wait (:func:`jstall.xfs.tail_reason`)."""
+    # (a session from before the log's writes were counted has them null: 0)
+    log_writes = w["log_writes"].fillna(0).to_numpy(dtype="int64") if "log_writes" in w else 0
     return np.asarray(xfs.tail_reason((w["ail_pushes"] + w["ail_flushing"]).to_numpy(dtype="int64"),
-                                      w["ail_pinned"].to_numpy(dtype="int64"), w["ail_locked"].to_numpy(dtype="int64")),
-                      dtype=object)
+                                      w["ail_pinned"].to_numpy(dtype="int64"), w["ail_locked"].to_numpy(dtype="int64"),
+                                      log_writes), dtype=object)
 
 
 #: summary columns of a log with no waits

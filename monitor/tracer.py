@@ -416,7 +416,7 @@ class Tracer:
                 head = events.XFS_HEADS.get(int(r["head"]), xfs.RESERVE_HEAD)
                 ns = int(r["end_ns"]) - int(r["ts_ns"])
                 tail = xfs.tail_reason(int(r["ail_pushes"]) + int(r["ail_flushing"]), int(r["ail_pinned"]),
-                                       int(r["ail_locked"]))
+                                       int(r["ail_locked"]), int(r["log_writes"]))
                 s = self.xfs_states.get(dev)
                 if s is None:
                     s = self.xfs_states[dev] = XfsLogState(dev)

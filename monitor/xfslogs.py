@@ -73,7 +73,8 @@ def collect(logs, waits=None):
                                  labels=["device", "head"])
     tail = CounterMetricFamily("jstall_xfs_log_tail_wait_seconds",
                                "Seconds of log-space waits by what the log's tail waited for meanwhile (the AIL's "
-                               "most frequent event: metadata_writeback, log_force, lock_contention, unknown).",
+                               "most frequent event: metadata_writeback, log_force, lock_contention; with none, "
+                               "log_write when the log's own writes completed; else unknown).",
                                labels=["device", "tail"])
     slept = CounterMetricFamily("jstall_xfs_log_wait_sleeps", "Sleeps in xlog_grant_head_wait inside the timed waits: "
                                 "while every waiting task is traced, the increase of "

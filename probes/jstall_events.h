@@ -267,6 +267,7 @@ struct xfs_wait_event {
 	__u64 ail_locked;         /* xfs_ail_locked: items locked by another task */
 	__u64 ail_flushing;       /* xfs_ail_flushing: items already being written home */
 	__u64 log_forces;         /* xfs_log_force */
+	__u64 log_writes;         /* xlog_iclog_sync_done: the log's own writes completed */
 };
 
 #endif

@@ -29,7 +29,7 @@ EXT4_RAW_TRACEPOINTS = ("ext4_journal_start_sb", "ext4_journal_start_inode")
 #: XFS's tracepoints the XFS_LOG programs attach to (bcc attaches them as it loads the probes)
 XFS_TRACEPOINTS = ("xfs_log_reserve", "xfs_log_regrant", "xfs_log_grant_sleep", "xfs_log_reserve_exit",
                    "xfs_log_regrant_exit", "xfs_ail_push", "xfs_ail_pinned", "xfs_ail_locked", "xfs_ail_flushing",
-                   "xfs_log_force")
+                   "xfs_log_force", "xlog_iclog_sync_done")
 #: Where a journal handle starts, per kernel (the attach plan): (tracepoint, the program
 #: suffix that serves it), newest kernels first. Since 6.2 ext4 has ext4_journal_start_sb(sb,
 #: ...) and ext4_journal_start_inode(inode, ...); before, one ext4_journal_start(sb, ...),

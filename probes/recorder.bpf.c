@@ -1536,6 +1536,7 @@ struct xfs_ail_counts {
 	__u64 locked;
 	__u64 flushing;
 	__u64 forces;
+	__u64 log_writes;
 };
 BPF_HASH(xfs_ail, __u32, struct xfs_ail_counts, 64);
 
@@ -1570,8 +1571,10 @@ static __always_inline void xfs_count(__u32 dev, int which)
 		__sync_fetch_and_add(&k->locked, 1);
 	else if (which == 3)
 		__sync_fetch_and_add(&k->flushing, 1);
-	else
+	else if (which == 4)
 		__sync_fetch_and_add(&k->forces, 1);
+	else
+		__sync_fetch_and_add(&k->log_writes, 1);
 }
 
 TRACEPOINT_PROBE(xfs, xfs_ail_push) { xfs_count(args->dev, 0); return 0; }
@@ -1579,6 +1582,9 @@ TRACEPOINT_PROBE(xfs, xfs_ail_pinned) { xfs_count(args->dev, 1); return 0; }
 TRACEPOINT_PROBE(xfs, xfs_ail_locked) { xfs_count(args->dev, 2); return 0; }
 TRACEPOINT_PROBE(xfs, xfs_ail_flushing) { xfs_count(args->dev, 3); return 0; }
 TRACEPOINT_PROBE(xfs, xfs_log_force) { xfs_count(args->dev, 4); return 0; }
+/* an iclog's write completed: the log's own I/O, which releases the space of the
+ * transactions it carried (a wait with no AIL event ends on these) */
+TRACEPOINT_PROBE(xfs, xlog_iclog_sync_done) { xfs_count(args->dev, 5); return 0; }
 
 /* The grant heads and the tail of a loggrant record a into the event's pre##_ fields: the
  * heads' cycles before 6.11, the tail space since */
@@ -1696,6 +1702,7 @@ static __always_inline int xfs_granted(struct task_struct *task, struct xfs_wait
 		e->ail_locked = k->locked - w->ail.locked;
 		e->ail_flushing = k->flushing - w->ail.flushing;
 		e->log_forces = k->forces - w->ail.forces;
+		e->log_writes = k->log_writes - w->ail.log_writes;
 	}
 	w->ts_ns = 0;
 	w->sleeps = 0;

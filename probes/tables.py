@@ -260,7 +260,8 @@ def xfs_waits_table(a, names):
         **{f"{end}_{h}_cycle": _masked(a[f"{end}_{h}_cycle"], cycles) for end in ("start", "end")
            for h in ("reserve", "write")},
         "curr_cycle": a["curr_cycle"].astype(np.int64), "curr_block": a["curr_block"].astype(np.int64),
-        **{c: a[c].astype(np.int64) for c in ("ail_pushes", "ail_pinned", "ail_locked", "ail_flushing", "log_forces")},
+        **{c: a[c].astype(np.int64) for c in ("ail_pushes", "ail_pinned", "ail_locked", "ail_flushing", "log_forces",
+                                                 "log_writes")},
     })
 
 

@@ -156,3 +156,4 @@ def test_stock_kernel_records_xfs_log_waits(smoke, kernel):
         assert w["space_left_start_bytes"].notna().all() and (w["headroom_start_bytes"] < w["need_bytes"]).all()
         cycles = kernel.startswith("6.1.")
         assert w["start_tail_space_bytes"].isna().all() == cycles and (w["ticket"] == 0).all() == cycles
+        assert w["log_writes"].notna().all(), w   # xlog_iclog_sync_done (since 5.14) counted on both

@@ -103,10 +103,14 @@ def test_log_space_waits_agree_with_the_kernel_and_bpftrace(tmp_path):
     assert re.search(r"^@waits: (\d+)$", tool_text, re.M).group(1) == str(len(rows))
     assert log["wait_ms"] == pytest.approx(seen["wait_ns"] / 1e6, rel=0.1)
     # at its first sleep each ticket needed more than its head had left (or queued behind
-    # tickets already waiting); the tail waited on something the AIL reported
+    # tickets already waiting); the tail waited on something the AIL or the log reported:
+    # measured 89-100 % of the waits and 99.9 % of their time (a wait of no AIL event ended
+    # as the log's own writes completed: log_write); the rest, waits of a millisecond or two
     w = a.xfs_waits
     assert (w["headroom_start_bytes"] < w["need_bytes"]).all()
-    assert (w["tail"] != "unknown").mean() >= 0.5, w["tail"].value_counts()
+    known = w["tail"] != "unknown"
+    assert known.mean() >= 0.75 and w.loc[known, "wait_ms"].sum() >= 0.95 * w["wait_ms"].sum(), \
+        w.groupby("tail")["wait_ms"].agg(["count", "sum"])
     # the stalls: log space is the cause, inside the traced calls, with the kernel's words
     st = d["stalls"]
     assert st["count"] >= 3 and max(st["by_cause"], key=lambda c: st["by_cause"][c]["total_ms"]) == "log_space"

@@ -327,3 +327,18 @@ def test_a_real_xfs_against_the_kernel(tmp_path):
     with open("/proc/self/mounts") as f:
         assert not [line for line in f if str(tmp_path) in line]
     assert str(image) not in subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
+
+
+def test_what_the_tail_waited_for():
+    # the AIL's most frequent event wins, ties to metadata writeback, then the log force
+    assert xfs.tail_reason(5, 2, 1) == "metadata_writeback"
+    assert xfs.tail_reason(3, 3, 0) == "metadata_writeback"
+    assert xfs.tail_reason(2, 7, 7, log_writes=4) == "log_force"
+    assert xfs.tail_reason(0, 0, 3, log_writes=9) == "lock_contention"
+    # nothing from the AIL: the log's own writes if they completed meanwhile, else nothing known
+    assert xfs.tail_reason(0, 0, 0, log_writes=2) == "log_write"
+    assert xfs.tail_reason(0, 0, 0) == "unknown"
+    assert set(xfs.TAIL_REASONS) == {"metadata_writeback", "log_force", "lock_contention", "log_write", "unknown"}
+    # element-wise, the log's writes per wait or one count for all
+    assert xfs.tail_reason([1, 0, 0], [0, 0, 0], [0, 0, 0], [0, 1, 0]) == ["metadata_writeback", "log_write", "unknown"]
+    assert xfs.tail_reason([0, 0], [0, 1], [0, 0]) == ["unknown", "log_force"]

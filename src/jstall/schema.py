@@ -91,7 +91,7 @@ COLUMNS = {
         ("end_reserve_cycle", _i64, True), ("end_write_cycle", _i64, True),
         ("curr_cycle", _i64, False), ("curr_block", _i64, False),
         ("ail_pushes", _i64, False), ("ail_pinned", _i64, False), ("ail_locked", _i64, False),
-        ("ail_flushing", _i64, False), ("log_forces", _i64, False),
+        ("ail_flushing", _i64, False), ("log_forces", _i64, False), ("log_writes", _i64, True),
     ],
     # each block forced checkpoints wrote home (a write bio a task queued between jbd2_checkpoint
     # and its handle's start), once: how often, the first and last time; sector in 512-byte units
@@ -119,7 +119,7 @@ from .session import LATER_TABLES  # noqa: E402,F401 -- tables a session may lac
 #: Columns added to the format after sessions were first written: a session without them
 #: loads with nulls (still schema version 1).
 OPTIONAL = frozenset(("committing_credits", "journal_committing_credits", "file", "cgroup_id",
-                      "in_traced_call", "traced_task", "context")) | {n for n, _, _ in _WAKER}
+                      "in_traced_call", "traced_task", "context", "log_writes")) | {n for n, _, _ in _WAKER}
 
 
 def arrow_schema(table):

@@ -217,28 +217,35 @@ TAIL_REASONS = {
     "metadata_writeback": "metadata writeback (xfsaild pushing items home, or waiting on their I/O)",
     "log_force": "a log force (AIL items pinned until the log reaches the disk)",
     "lock_contention": "locks (AIL items locked by other tasks)",
-    "unknown": "nothing the AIL reported",
+    "log_write": "the log's own writes (committed transactions' space, released as their log writes complete)",
+    "unknown": "nothing the AIL or the log reported",
 }
 
 
-def tail_reason(pushed, pinned, locked):
+def tail_reason(pushed, pinned, locked, log_writes=0):
     """What the tail waited for during a wait (a key of :data:`TAIL_REASONS`), from the AIL's
     events on its filesystem meanwhile: ``pushed`` (xfs_ail_push + xfs_ail_flushing: items
     written home or being written), ``pinned`` (xfs_ail_pinned: waiting for a log force),
     ``locked`` (xfs_ail_locked). The most frequent wins; a tie goes to metadata writeback, then
-    the log force. Scalars give a str; sequences (numpy arrays) a list."""
-    def one(pu, pi, lo):
+    the log force. With no AIL event, ``log_writes`` (xlog_iclog_sync_done: the log's writes
+    that completed meanwhile) names the log's own writes: the space the wait needed was held by
+    committed transactions until their log write completed. Scalars give a str; sequences
+    (numpy arrays) a list."""
+    def one(pu, pi, lo, lw):
         if pu > 0 and pu >= pi and pu >= lo:
             return "metadata_writeback"
         if pi > 0 and pi > pu and pi >= lo:
             return "log_force"
         if lo > 0:
             return "lock_contention"
+        if lw > 0:
+            return "log_write"
         return "unknown"
 
     if hasattr(pushed, "__len__"):
-        return [one(*t) for t in zip(pushed, pinned, locked)]
-    return one(pushed, pinned, locked)
+        lws = log_writes if hasattr(log_writes, "__len__") else [log_writes] * len(pushed)
+        return [one(*t) for t in zip(pushed, pinned, locked, lws)]
+    return one(pushed, pinned, locked, log_writes)
 
 
 # ---- /sys/fs/xfs/<name>/stats/stats -----------------------------------------------------------
