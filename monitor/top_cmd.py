@@ -3,10 +3,10 @@ operations."""
 
 DESCRIPTION = """\
 A live view, refreshed every second, of each ext4 journal: its fill and headroom to the
-forced-checkpoint condition (now and its low over the last minute), blocks logged per second, commits per second, forced
-checkpoints; of each XFS log: its headroom and its log-space waits; and the slowest recent
-operations with their cause. It reads the same data as 'jstall monitor': from its own
-probes (root), or from a running monitor (--url)."""
+forced-checkpoint condition (now and its low over the last minute), blocks logged per
+second, commits per second, forced checkpoints; of each XFS log: its headroom and its
+log-space waits; and the slowest recent operations with their cause. It reads the same
+data as 'jstall monitor': from its own probes (root), or from a running monitor (--url)."""
 
 EXAMPLES = """\
 examples:
@@ -17,9 +17,10 @@ examples:
 keys: q quits.
 columns: FILL% used log space; HEADROOM% log space left above one maximum transaction
 (0: the next handle must checkpoint); LOW% its lowest in the last 60 s; LOG/s blocks logged
-per second; CP forced checkpoints (in user tasks) since the monitor started. XFS logs: HEADROOM% space left on the reserve
-grant head over the log's size; WAITS, WAIT(s) reservations that waited for log space and
-their time, SLEEPS the kernel's sleeps in them, since the monitor started."""
+per second; CP forced checkpoints (in user tasks) since the monitor started. XFS logs:
+HEADROOM% space left on the reserve grant head over the log's size; WAITS, WAIT(s)
+reservations that waited for log space and their time, SLEEPS the kernel's sleeps in them,
+since the monitor started."""
 
 import json
 import time

@@ -323,7 +323,12 @@ def test_top_pane_shows_the_journal_and_a_stalled_call(run):
     assert run["dev"] in pane and "HEADROOM%" in pane, pane
     rows = [ln for ln in pane.splitlines() if "journal_start" in ln]
     assert any("checkpoint" in ln for ln in rows), pane
-    assert run["status"]["recent"] and run["status"]["journals"][run["dev"]]["checkpoints"]["forced"] > 0
+    j = run["status"]["journals"][run["dev"]]
+    assert run["status"]["recent"] and j["checkpoints"]["forced"] > 0
+    # the forced checkpoints' dips, seconds before: in the last minute's low, on the screen too
+    assert j["headroom_low_ratio"] == 0.0 and j["headroom_ratio"] >= 0.0, j
+    (row,) = [ln.split() for ln in pane.splitlines() if ln.startswith(run["dev"] + " ")]
+    assert row[5] == "0.0", pane   # DEV MOUNTPOINT BLOCKS FILL% HEADROOM% LOW%
 
 
 def test_syscalls_mode_counts_every_call_and_local_top_shows_the_journal(scratch_dir):
