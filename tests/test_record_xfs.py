@@ -22,8 +22,10 @@ JSTALL = os.path.join(os.path.dirname(sys.executable), "jstall")
 XFSLOG_BT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "probes", "jstall-xfslog.bt")
 
 # each reservation's wait on the device DEV (the kernel's dev_t), from its first sleep to its
-# grant, per thread: nothing of jstall's
+# grant, per thread: nothing of jstall's (xfs_lsn_t: what bpftrace 0.17 cannot find where xfs
+# is a module, as in probes/jstall-xfslog.bt)
 WAITS_BT = """
+#define xfs_lsn_t long long
 BEGIN { printf("attached\\n"); }
 tracepoint:xfs:xfs_log_grant_sleep /args->dev == DEV/ { @sleeps = count(); if (@s[tid] == 0) { @s[tid] = nsecs; } }
 tracepoint:xfs:xfs_log_reserve_exit, tracepoint:xfs:xfs_log_regrant_exit /@s[tid]/ {
