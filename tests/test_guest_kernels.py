@@ -157,3 +157,27 @@ def test_stock_kernel_records_xfs_log_waits(smoke, kernel):
         cycles = kernel.startswith("6.1.")
         assert w["start_tail_space_bytes"].isna().all() == cycles and (w["ticket"] == 0).all() == cycles
         assert w["log_writes"].notna().all(), w   # xlog_iclog_sync_done (since 5.14) counted on both
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_stock_kernel_runs_the_xfslog_bpftrace_script(smoke, kernel):
+    """probes/jstall-xfslog.bt with the distribution's bpftrace (0.17, which reads types from
+    vmlinux's BTF only) where xfs is a module: it attaches, prints a line per wait of the lab's
+    XFS run, and their sleeps are at least the kernel's count over the recording (the script
+    ran a little longer)."""
+    from jstall.analyzer import analyze
+
+    out, rc, console = smoke[kernel]
+    st = status(out)
+    assert st.get("lab_xfs") == "0" and st.get("xfslog") == "0", (st, console[-3000:])
+    with open(os.path.join(out, "xfslog.txt"), errors="replace") as f:
+        text = f.read()
+    # no error or warning but bpftrace's harmless RLIMIT_MEMLOCK one
+    complaints = [ln for ln in text.splitlines() if re.search(r"error|warning", ln, re.I) and "RLIMIT_MEMLOCK" not in ln]
+    assert "Tracing XFS log-space waits" in text and not complaints, text[:3000]
+    rows = re.findall(r"^\S+\s+\d+,\d+\s+\S+\s+\d+\s+(?:reserve|write)\s+(\d+)\s+(\d+)\s+(\d+)\s+\d+\.\d+$", text, re.M)
+    waits = re.search(r"^@waits: (\d+)$", text, re.M)
+    assert len(rows) == (int(waits.group(1)) if waits else 0), text[-3000:]
+    (log,) = analyze(os.path.join(out, "lab-xfs")).to_dict()["xfs_logs"]
+    assert sum(int(r[2]) for r in rows) >= log["kernel_sleep_logspace"], (log, text[-3000:])
+    assert len(rows) >= log["waits"] and all(int(r[0]) > 0 for r in rows), (log, text[-3000:])

@@ -6,7 +6,8 @@
 #     setxattr alone (the count the host test compares);
 #   - `jstall lab run xattr` (its recording in the kernel's default attach mode: fentry on a
 #     stock kernel) of the seed stall: 128-byte inodes, a 4 MiB journal, a paced device;
-#   - `jstall lab run command` on an XFS with an 8 MiB log: its log-space waits.
+#   - `jstall lab run command` on an XFS with an 8 MiB log: its log-space waits, and
+#     probes/jstall-xfslog.bt (bpftrace, xfs a module) over the same run.
 # Everything lands in OUT (a host directory the guest may write); the host test analyzes
 # and checks it there. Every wait has a bound.
 set -u
@@ -33,12 +34,24 @@ if [ $ready = 1 ]; then
     "$J" lab run xattr --fs-size 64M --journal-size 4M --inode-size 128 --files 1500 --updates 6000 \
         --write-iops 2000 --scratch /var/tmp/jstall-smoke -o lab > lab.log 2>&1
     echo "lab=$?" >> status.txt
-    # XFS (a module there: loaded by the mount): distinct metadata on an 8 MiB log over a
-    # device paced for the emulator's speed
+    # XFS (a module there, loaded here for bpftrace's tracepoints): distinct metadata on an
+    # 8 MiB log over a device paced for the emulator's speed
+    modprobe xfs
+    bpftrace "$ROOT/probes/jstall-xfslog.bt" > xfslog.txt 2>&1 &
+    BT=$!
+    for _ in $(seq 600); do
+        grep -q "^Tracing" xfslog.txt && break
+        kill -0 $BT 2>/dev/null || break
+        sleep 1
+    done
     "$J" lab run command --fs-type xfs --fs-size 400M --journal-size 8M --write-iops 20 \
         --command "$ROOT/.venv/bin/python $ROOT/tests/create_workload.py . 20000" \
         --scratch /var/tmp/jstall-smoke -o lab-xfs > lab-xfs.log 2>&1
     echo "lab_xfs=$?" >> status.txt
+    kill -INT $BT 2>/dev/null
+    for _ in $(seq 120); do kill -0 $BT 2>/dev/null || break; sleep 1; done
+    kill -KILL $BT 2>/dev/null
+    wait $BT; echo "xfslog=$?" >> status.txt
     sleep 2   # the monitor reads its ring buffers every 100 ms
     curl -sf "http://127.0.0.1:$PORT/metrics" > metrics.txt
     echo "scrape=$?" >> status.txt
