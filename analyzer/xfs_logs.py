@@ -71,8 +71,8 @@ def waits(session):
 
 def tail_reasons(w):
     """What the tail waited for in each wait (:func:`jstall.xfs.tail_reason`)."""
-    # (a session from before the log's writes were counted has them null: 0)
-    log_writes = w["log_writes"].fillna(0).to_numpy(dtype="int64") if "log_writes" in w else 0
+    # (a session from before the log's writes were counted loads them null: 0)
+    log_writes = w["log_writes"].fillna(0).to_numpy(dtype="int64")
     return np.asarray(xfs.tail_reason((w["ail_pushes"] + w["ail_flushing"]).to_numpy(dtype="int64"),
                                       w["ail_pinned"].to_numpy(dtype="int64"), w["ail_locked"].to_numpy(dtype="int64"),
                                       log_writes), dtype=object)

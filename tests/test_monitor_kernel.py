@@ -412,9 +412,9 @@ def stall_rates(series, start, cycle):
 def check_alert_rules(tmp_path, runs, start, cycle, during, after, minutes=12):
     """promtool test rules on the shipped rules, fed ``runs`` ([(labels, points, the value once
     stopped or None for the last)] of the run's series from ``start``, ``cycle`` seconds of
-    it) replayed for ``minutes`` as if the workload went on, then as many stopped: at ``minutes - 1`` the alerts of ``during`` ({alert name:
-    [the labels each firing alert has]}) fire and no others of those names, at
-    ``2 * minutes - 1`` those of ``after``."""
+    it) replayed for ``minutes`` as if the workload went on, then as many stopped: at
+    ``minutes - 1`` the alerts of ``during`` ({alert name: [the labels each firing alert
+    has]}) fire and no others of those names, at ``2 * minutes - 1`` those of ``after``."""
     import yaml
 
     rules = {r["alert"]: r for g in yaml.safe_load(open(RULES))["groups"] for r in g["rules"]}
