@@ -17,7 +17,7 @@ demo: setup
 	sh scripts/demo.sh
 
 test: setup-test
-	$(PY) -m pytest -ra tests
+	$(PY) -m pytest -ra --durations=15 tests
 
 # The kernel tests on each stock kernel of tests/guest-kernels.txt, in QEMU guests (emulated:
 # hours, not minutes; make test runs a smoke run on each of them).

@@ -207,13 +207,18 @@ def logging_overlap(session, costs, dev):
 
 def device_saturation(session, costs, dev):
     """How busy a journal's data device was during its forced checkpoints, against the
-    busiest it was in the session: its write and flush requests a second over the
-    ``device_stats`` intervals the checkpoints ran in (weighted by their time in each),
-    over the highest rate of any interval. At 1 the device was serving requests as fast as
-    it did at all: a checkpoint's writes then queued behind every request it served, the
-    log's included, whenever these came. NaN without the device's counters or a forced
-    checkpoint with a time."""
-    c0, c1 = _checkpoint_spans(costs, dev)
+    busiest it was in the session (device_load over their spans). At 1 the device was serving
+    requests as fast as it did at all: a checkpoint's writes then queued behind every request
+    it served, the log's included, whenever these came. NaN without the device's counters or
+    a forced checkpoint with a time."""
+    return device_load(session, dev, *_checkpoint_spans(costs, dev))
+
+
+def device_load(session, dev, c0, c1):
+    """How busy a journal's data device was during the spans [c0, c1) (ns arrays): its write
+    and flush requests a second over the ``device_stats`` intervals the spans ran in
+    (weighted by their time in each), over the highest rate of any interval. NaN without the
+    device's counters or a span."""
     ds = session.device_stats
     d = ds[(ds["role"].astype("str") == "data") & (ds["dev"].astype("str") == dev)] if len(ds) else ds
     if not len(c0) or not len(d):

@@ -24,7 +24,7 @@ from jstall import jbd2
 from . import causes
 from .fill import timeline as fill_timeline
 from .journal_model import MARGIN, holding_divisor, model
-from .journals import (checkpoint_costs, checkpoint_waits, device_saturation, logging_overlap, session_span_s,
+from .journals import (checkpoint_costs, checkpoint_waits, device_load, device_saturation, logging_overlap, session_span_s,
                        untraced_checkpoints, untraced_text, verdict)
 from .devices import device_time
 from .recording import NOTE_SHARE, home_writes, losses
@@ -390,6 +390,25 @@ def log_requests(logged_blocks, block_size, max_request_kib=None, max_segments=N
     return float(len(logged) + np.ceil(logged / per).sum() + wraps + int(superblock_writes or 0))
 
 
+#: causes whose waits are on the data device's own requests (queued behind the log's on a
+#: shared device)
+DEVICE_CAUSES = ("metadata_io", "data_writeback", "device_flush")
+
+
+def device_queue_gone(share, load):
+    """The share of a queue's waiting time that goes when ``share`` of its requests leave, at
+    ``load`` (0-1) of its capacity: a single server's queue (M/M/1) waits
+    ``load / (1 - load)`` service times, so from ``load`` to ``load * (1 - share)`` it keeps
+    ``(1 - share) (1 - load) / (1 - load (1 - share))`` of them. ``share`` on an idle device
+    (each wait loses the requests ahead of it that were the log's), all of it on a saturated
+    one (its queue was the backlog the log's requests kept up)."""
+    share, load = min(max(share, 0.0), 1.0), min(max(load, 0.0), 1.0)
+    if share == 0.0:
+        return 0.0
+    left = 1.0 - load * (1.0 - share)
+    return 1.0 - ((1.0 - share) * (1.0 - load) / left if left > 0 else 0.0)
+
+
 def external_journal(ctx):
     """Judged by device time, as a range: a device serves requests one after another, whatever
     their size, and a checkpoint's writes wait behind the log's; an own journal device takes
@@ -415,6 +434,7 @@ def external_journal(ctx):
         io_ms = sum(ctx.cause_ms(c, dev) for c in ("commit_wait", "lock_buffer"))
         txn_ms = ctx.cause_ms("transaction_wait", dev)
         cp_ms = ctx.cause_ms("checkpoint", dev)
+        dev_ms = sum(ctx.cause_ms(c, dev) for c in DEVICE_CAUSES)
         if io_ms + txn_ms <= 0 and cp_ms <= 0:
             continue
         t = ctx.txns[ctx.txns["dev"] == dev]
@@ -427,7 +447,7 @@ def external_journal(ctx):
         d = ds[(ds["role"].astype("str") == "data") & (ds["dev"].astype("str") == dev)] if len(ds) else ds
         written = int(j.get("forced_checkpoint_written_blocks") or 0)
         inputs = {"commit_stall_ms": io_ms + txn_ms, "commit_io_stall_ms": io_ms, "transaction_stall_ms": txn_ms,
-                  "checkpoint_stall_ms": cp_ms, "logged_blocks": float(j.get("logged_blocks") or 0),
+                  "checkpoint_stall_ms": cp_ms, "device_stall_ms": dev_ms, "logged_blocks": float(j.get("logged_blocks") or 0),
                   "log_write_requests": log_req, "max_request_kib": m.get("max_request_kib") or DEFAULT_MAX_REQUEST_KIB,
                   "checkpoint_written_blocks": written}
         flushes = float(d["flush_ios"].sum()) if len(d) else 0.0
@@ -448,6 +468,19 @@ def external_journal(ctx):
         # log, and the waits for the running transaction to close by the log's share (they wait
         # on handles, whose own I/O queues behind the log's)
         high = io_ms + (txn_ms + cp_ms) * cp_share if share is not None else io_ms
+        # the waits on the data device's own requests (data pages, metadata blocks, cache
+        # flushes) queued behind the log's too: as slow a journal device takes the log's share
+        # of the requests ahead of them; a fast one, on a device that ran near its busiest,
+        # what a queue's wait loses with that share of its load (device_queue_gone)
+        load = 0.0
+        if dev_ms > 0 and share is not None:
+            s = ctx.stalls
+            on = (s["dev"].astype("str") == dev).to_numpy() & \
+                (s[[f"{c}_ms" for c in DEVICE_CAUSES]].fillna(0).sum(axis=1) > 0).to_numpy()
+            load = device_load(ctx.session, dev, s["ts_ns"].to_numpy(dtype="int64")[on],
+                               s["end_ns"].to_numpy(dtype="int64")[on])
+            load = 0.0 if load != load else load
+            high += dev_ms * device_queue_gone(share, load)
         if high <= 0:
             continue
         overlap = logging_overlap(ctx.session, ctx.costs, dev) if cp_ms > 0 and cp_share > 0 else 0.0
@@ -457,8 +490,9 @@ def external_journal(ctx):
         # as slow a device: the commits' I/O no longer queues behind the data device's other
         # requests; the checkpoints lose the log writes that ran beside them, or all of the
         # log's when the device was as busy as it got (they queued behind whatever it served)
-        low = io_ms * (1 - (share or 0.0)) + cp_ms * cp_share * max(overlap, busy)
-        inputs.update(logging_overlap=overlap, device_saturation=busy, removed_low_ms=low, removed_high_ms=high)
+        low = io_ms * (1 - (share or 0.0)) + cp_ms * cp_share * max(overlap, busy) + dev_ms * (share or 0.0)
+        inputs.update(logging_overlap=overlap, device_saturation=busy, device_load=load, removed_low_ms=low,
+                      removed_high_ms=high)
         beside = (f"; a commit was writing the log during {100 * overlap:.0f}% of the forced checkpoints' time, "
                   f"and the device served {100 * busy:.0f}% of its busiest rate of requests during them"
                   if cp_ms > 0 and cp_share > 0 else "")
@@ -467,7 +501,10 @@ def external_journal(ctx):
             text=(f"{dev}: the log and the checkpoints write to the same device. An external journal on its own "
                   f"device (mkfs.ext4 -O journal_dev; -J device=...) takes the log's writes off it, even at the same "
                   f"size: {io_ms:.0f} ms of stalls waited on commits' I/O, {txn_ms:.0f} ms for the running "
-                  f"transaction to close (on handles, not on the log), and {cp_ms:.0f} ms on checkpoints; {basis}"
+                  f"transaction to close (on handles, not on the log), {cp_ms:.0f} ms on checkpoints"
+                  + (f" and {dev_ms:.0f} ms on the device's other requests (data pages, metadata blocks, cache "
+                     f"flushes: the device ran at {100 * load:.0f}% of its busiest rate of requests during them)"
+                     if dev_ms > 0 and share is not None else "") + f"; {basis}"
                   f"{beside}. Estimate: {low:.0f} ms removed on a journal device as slow as this one"
                   + (f", up to {high:.0f} ms on a fast one." if round(high) > round(low) else ".")),
         ))

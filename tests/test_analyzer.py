@@ -969,6 +969,51 @@ def test_external_journal_splits_commit_io_waits_from_waits_for_the_transaction_
     assert "Estimate: 112 ms removed on a journal device as slow as this one, up to 160 ms on a fast one." in ej.text
 
 
+def test_external_journal_counts_the_waits_on_the_data_devices_own_requests(tmp_path):
+    """Two fsyncs waiting on a commit's I/O and two on their data pages' writeback (stack 9),
+    80 ms each, on a device whose requests were 30% the log's. The data pages' writes queued
+    behind the log's too: as slow a journal device takes the log's share of them (48 ms), a
+    fast one what a single server's queue loses with 30% of its load gone (device_queue_gone):
+    all of it when the device ran at its busiest during those waits, 160 * (1 - 0.7 * 0.5 /
+    0.65) ms at half of it."""
+    from jstall.analyzer.recommend import device_queue_gone
+
+    assert device_queue_gone(0.3, 0.0) == pytest.approx(0.3) and device_queue_gone(0.3, 1.0) == 1.0
+    assert device_queue_gone(0.0, 1.0) == 0.0 and device_queue_gone(0.3, 0.5) == pytest.approx(1 - 0.35 / 0.65)
+    rs = [run_stat(S // 4 + i * MS, i, blocks=24, logged=25) for i in range(10)]
+
+    def dstat(rates):   # one-second intervals of write requests (a quarter of them flushes' worth)
+        return [{"ts_ns": (i + 1) * S, "interval_ns": S, "dev": "7:0", "role": "data", "lower_dev": "7:0",
+                 "read_ios": 0, "read_merges": 0, "read_sectors": 0, "write_ios": r * 3 // 4, "write_merges": 0,
+                 "write_sectors": 6 * r, "flush_ios": r // 4, "busy_ms": 900, "queue_ms": 900,
+                 "in_flight_requests": 0} for i, r in enumerate(rates)]
+
+    calls, offs = [], []
+    for i, sid in enumerate([3, 3, 9, 9]):   # the data-page waits at 3 s and 4 s
+        c = call((i + 1) * S + S // 10, 100 * MS, 10 + i, syscall="fsync")
+        calls.append(c)
+        offs.append(off(c, c["ts_ns"] + MS, 80 * MS, sid))
+
+    def advice(name, rates):
+        a = analyze(_session(tmp_path, name, calls=calls, offcpu=offs, stacks=stacks_df(), run_stats=rs,
+                             device_stats=dstat(rates)))
+        (ej,) = [r for r in a.recommendations if r.kind == "external_journal"]
+        return ej
+
+    # 10 commits of 25 blocks: 20 writes, and the 100 cache flushes, of 400 requests
+    busy = advice("busy", [0, 0, 0, 200, 200, 0])
+    assert busy.inputs["log_request_share"] == pytest.approx(0.3) and busy.inputs["device_stall_ms"] == 160
+    assert busy.inputs["device_load"] == 1.0
+    assert busy.stall_ms_addressed == pytest.approx(160 * 0.7 + 160 * 0.3)
+    assert busy.inputs["removed_high_ms"] == pytest.approx(160 + 160)
+    assert "160 ms on the device's other requests (data pages, metadata blocks, cache flushes: the device ran " \
+           "at 100% of its busiest rate of requests during them)" in busy.text
+    half = advice("half", [0, 0, 0, 100, 100, 200])
+    assert half.inputs["log_request_share"] == pytest.approx(0.3) and half.inputs["device_load"] == 0.5
+    assert half.stall_ms_addressed == pytest.approx(160 * 0.7 + 160 * 0.3)
+    assert half.inputs["removed_high_ms"] == pytest.approx(160 + 160 * (1 - 0.35 / 0.65))
+
+
 def test_a_journal_not_big_enough_whose_hot_set_fits_gets_no_size_but_says_so(tmp_path):
     """Forced-checkpoint waits of 2% of the run, but 7,900 of the 8,000 logged blocks were
     re-logged: a hot set of 100 blocks fits one transaction of the 4 MiB journal. The advice
