@@ -7,7 +7,8 @@ at the size recommended from 4 MiB: how much of the 4 MiB run's forced-checkpoin
 removed (target: 90 % or more) and whether it is big enough. With --remedies, the 256-byte
 inode and external-journal advice too: the stall time analyze says each would remove,
 against what tune's comparison run at 4 MiB measured (target: within 30 %, or the range
-holding it), beside how far a second run at 4 MiB differed from the first (the noise).
+holding it; an estimate of nothing removed holds when the change removed nothing), beside
+how far a second run at 4 MiB differed from the first (the noise).
 
 usage: sudo .venv/bin/python benchmarks/advice_accuracy.py [--quick] [--write-iops N[,N...]]
            [--only NAME[,NAME...]] [--remedies] [--scratch DIR] [--keep DIR]
@@ -254,12 +255,18 @@ def report(results):
               "4 MiB differed from the first\n")
         print("| workload | scale | write IOPS | advice | predicted ms | measured ms | error | noise ms |")
         print("|---|---|---:|---|---:|---:|---:|---:|")
-        near = within_noise = 0
+        near = within_noise = neither = 0
         for c, p in rem:
             noise = (c["noise"] or {}).get(p.kind)
             err = p.error()
-            ok = err == "in" or (err != "-" and abs(float(err.rstrip("%"))) <= 30)
             high = p.predicted_high_ms if p.predicted_high_ms is not None else p.predicted_ms
+            # the advice said the change removes nothing (inode size: "would NOT suffice") and it
+            # removed nothing: as the advice said
+            none = high <= 0 and p.measured_ms <= 0
+            if none:
+                err = "none, as predicted"
+            neither += none
+            ok = none or err == "in" or (err != "-" and abs(float(err.rstrip("%"))) <= 30)
             miss = min(abs(p.predicted_ms - p.measured_ms), abs(high - p.measured_ms))
             quiet = not ok and noise is not None and miss <= noise   # off by less than two runs differ
             near += ok
@@ -268,8 +275,9 @@ def report(results):
                                                and round(p.predicted_high_ms) > round(p.predicted_ms) else "")
             print(f"| {c['name']} | {c['scale']} | {c['iops']} | {p.kind} | {pred} | {p.measured_ms:,.0f} | "
                   f"{'within noise' if quiet else err} | {'' if noise is None else f'{noise:,.0f}'} |")
-        print(f"\n{near} of {len(rem)} remedy estimates within 30% of the measured removal (or holding it in their "
-              f"range); {within_noise} more off by less than the noise")
+        print(f"\n{near} of {len(rem)} remedy estimates within 30% of the measured removal, holding it in their "
+              f"range or, {neither} of them, predicting nothing removed where nothing was; {within_noise} more off "
+              "by less than the noise")
 
 
 def main():

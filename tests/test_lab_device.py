@@ -51,6 +51,7 @@ def _windows(intervals, n=2):
     return [sum(w for _, w in full[i:i + n]) / sum(s for s, _ in full[i:i + n]) for i in range(len(full) - n + 1)]
 
 
+@pytest.mark.timed   # "never silent" needs the CPUs to feed the device: beside the guests a 0.5 s went unfed
 def test_a_metadata_burst_is_paced_by_the_stacked_device(scratch_dir):
     """No 1-s window more than 5% over the limit (the first one throttle slice's worth more),
     and no silence in the middle: every 0.5 s of the burst the device serves a good part of

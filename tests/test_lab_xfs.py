@@ -388,6 +388,7 @@ def _writes(rows, role):
 
 
 @pytest.mark.kernel
+@pytest.mark.timed   # "never silent" needs the CPUs to feed the device: beside the guests a 0.5 s went unfed
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
 def test_xfs_on_the_emulated_device_is_paced_and_undone(scratch_dir):
     """320M XFS with an 8M log (mkfs.xfs run with the test-harness variables), 64K log buffers,
