@@ -24,8 +24,8 @@ from jstall import jbd2
 from . import causes
 from .fill import timeline as fill_timeline
 from .journal_model import MARGIN, holding_divisor, model
-from .journals import (checkpoint_costs, checkpoint_waits, device_load, device_saturation, logging_overlap, session_span_s,
-                       untraced_checkpoints, untraced_text, verdict)
+from .journals import (checkpoint_costs, checkpoint_waits, device_load, device_saturation, logging_overlap,
+                       session_span_s, untraced_checkpoints, untraced_text, verdict)
 from .devices import device_time
 from .recording import NOTE_SHARE, home_writes, losses
 from .xfs_logs import kernel_delta
@@ -447,7 +447,8 @@ def external_journal(ctx):
         d = ds[(ds["role"].astype("str") == "data") & (ds["dev"].astype("str") == dev)] if len(ds) else ds
         written = int(j.get("forced_checkpoint_written_blocks") or 0)
         inputs = {"commit_stall_ms": io_ms + txn_ms, "commit_io_stall_ms": io_ms, "transaction_stall_ms": txn_ms,
-                  "checkpoint_stall_ms": cp_ms, "device_stall_ms": dev_ms, "logged_blocks": float(j.get("logged_blocks") or 0),
+                  "checkpoint_stall_ms": cp_ms, "device_stall_ms": dev_ms,
+                  "logged_blocks": float(j.get("logged_blocks") or 0),
                   "log_write_requests": log_req, "max_request_kib": m.get("max_request_kib") or DEFAULT_MAX_REQUEST_KIB,
                   "checkpoint_written_blocks": written}
         flushes = float(d["flush_ios"].sum()) if len(d) else 0.0
