@@ -62,6 +62,7 @@ def test_xfs_tune_refuses_an_external_log_before_anything(tmp_path):
 
 
 @pytest.mark.kernel
+@pytest.mark.timed   # its estimates read device times: beside the guests the low end was 104 ms of 386, alone 29 of 757
 @ROOT
 def test_tune_finds_the_smallest_xfs_log_and_checks_the_log_size_advice(scratch_dir, tmp_path):
     """One search from 8M (at most 64M) through the command line: about a minute on the 2-CPU

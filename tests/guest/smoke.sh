@@ -48,8 +48,10 @@ if [ $ready = 1 ]; then
         --command "$ROOT/.venv/bin/python $ROOT/tests/create_workload.py . 20000" \
         --scratch /var/tmp/jstall-smoke -o lab-xfs > lab-xfs.log 2>&1
     echo "lab_xfs=$?" >> status.txt
+    # bpftrace drains its buffers and prints its maps before it exits: in a starved emulated
+    # guest that took more than 120 s once
     kill -INT $BT 2>/dev/null
-    for _ in $(seq 120); do kill -0 $BT 2>/dev/null || break; sleep 1; done
+    for _ in $(seq 600); do kill -0 $BT 2>/dev/null || break; sleep 1; done
     kill -KILL $BT 2>/dev/null
     wait $BT; echo "xfslog=$?" >> status.txt
     sleep 2   # the monitor reads its ring buffers every 100 ms
