@@ -90,7 +90,9 @@ class Bpftrace:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
         try:
-            _, err = self.proc.communicate(timeout=60)
+            # it drains its buffers and prints its END summary first: beside the guests that
+            # once took more than 60 s
+            _, err = self.proc.communicate(timeout=300)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             _, err = self.proc.communicate()

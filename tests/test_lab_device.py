@@ -53,7 +53,7 @@ def _windows(intervals, n=2):
 
 @pytest.mark.timed   # "never silent" needs the CPUs to feed the device: beside the guests a 0.5 s went unfed
 def test_a_metadata_burst_is_paced_by_the_stacked_device(scratch_dir):
-    """No 1-s window more than 5% over the limit (the first one throttle slice's worth more),
+    """No 1-s window more than 5% over the limit (the first two a throttle slice's worth more),
     and no silence in the middle: every 0.5 s of the burst the device serves a good part of
     its share (at least half: a busy machine may feed it late, but never leaves it silent).
     The single throttled loop device (--throttle-mode direct) fails the same check: metadata
@@ -63,9 +63,11 @@ def test_a_metadata_burst_is_paced_by_the_stacked_device(scratch_dir):
     assert writes >= 1500, stacked                       # scattered checkpoint writes, one request each
     rates = _windows(stacked)
     # blk-throttle rounds the time since its slice began up to a whole slice (100 ms:
-    # tg_within_iops_limit), so as the burst starts a slice's worth goes through at once
-    assert len(rates) >= 4 and rates[0] <= 1.05 * LIMIT + SLICE_S * LIMIT, stacked
-    assert max(rates[1:]) <= 1.05 * LIMIT, stacked
+    # tg_within_iops_limit), so as the burst starts a slice's worth goes through at once: in
+    # the first 0.5 s interval or, when the burst began late in it, the second, which the
+    # first two 1-s windows share
+    assert len(rates) >= 4 and max(rates[:2]) <= 1.05 * LIMIT + SLICE_S * LIMIT, stacked
+    assert max(rates[2:]) <= 1.05 * LIMIT, stacked
     middle = stacked[1:-2]
     assert middle and all(w >= 0.5 * LIMIT * s for s, w in middle), stacked  # paced: never silent
 

@@ -64,6 +64,10 @@ def _bpftrace(dev):
     return bt
 
 
+# a woken reservation's wait lasts until it runs again (xfs_log_grant_wake follows schedule()),
+# while its stall counts the time it then waited for a CPU as cpu, not log space: beside the
+# guests the advice's 1,668 ms fell 3 % short of the waits' 1,726
+@pytest.mark.timed
 def test_log_space_waits_agree_with_the_kernel_and_bpftrace(tmp_path):
     """jstall record, an independent bpftrace program and probes/jstall-xfslog.bt over one
     run: the same sleeps as the kernel's own count."""
