@@ -172,7 +172,7 @@ def checkpoint_costs(session, min_ms):
     return pd.DataFrame(rows, columns=cols).sort_values("ts_ns", kind="stable").reset_index(drop=True)
 
 
-def _checkpoint_spans(costs, dev):
+def checkpoint_spans(costs, dev):
     """(start, end) ns arrays of a journal's forced checkpoints with a time (each from its
     jbd2_checkpoint event for its ``chp_ms``, checkpoint_costs)."""
     cp = costs[(costs["dev"].astype("str") == dev) & (costs["chp_ms"] > 0)] if len(costs) else costs
@@ -193,7 +193,7 @@ def logging_overlap(session, costs, dev):
     its ``chp_ms``, checkpoint_costs) during which a commit was writing the log (its
     commit_logging to end_commit): while it was, the checkpoint's writes queued behind the
     log's on a shared device. NaN when no forced checkpoint has a time."""
-    c0, c1 = _checkpoint_spans(costs, dev)
+    c0, c1 = checkpoint_spans(costs, dev)
     if not len(c0):
         return float("nan")
     ev = session.jbd2_events
@@ -211,7 +211,7 @@ def device_saturation(session, costs, dev):
     requests as fast as it did at all: a checkpoint's writes then queued behind every request
     it served, the log's included, whenever these came. NaN without the device's counters or
     a forced checkpoint with a time."""
-    return device_load(session, dev, *_checkpoint_spans(costs, dev))
+    return device_load(session, dev, *checkpoint_spans(costs, dev))
 
 
 def device_load(session, dev, c0, c1):
@@ -233,6 +233,33 @@ def device_load(session, dev, c0, c1):
     if not peak > 0 or not weight.sum() > 0:
         return float("nan")
     return min(float((rate * weight).sum() / weight.sum() / peak), 1.0)
+
+
+def log_share_during(session, dev, c0, c1, log_ts_ns, log_requests):
+    """The log's share of a journal's data device's requests during the spans [c0, c1) (ns
+    arrays): its write requests (``log_requests``, each count issued at ``log_ts_ns``) and the
+    device's cache flushes, against the device's write and flush requests, over the
+    ``device_stats`` intervals the spans ran in (weighted by their time in each). A forced
+    checkpoint's writes queue behind the requests the device serves while it waits, not
+    behind the whole run's: a copy's data writes crowd the log out in one phase and its
+    metadata alone fills another. NaN without the device's counters, a span, or a request in
+    them."""
+    ds = session.device_stats
+    d = ds[(ds["role"].astype("str") == "data") & (ds["dev"].astype("str") == dev)] if len(ds) else ds
+    if not len(c0) or not len(d):
+        return float("nan")
+    t1 = d["ts_ns"].to_numpy(dtype="int64")
+    t0 = t1 - d["interval_ns"].to_numpy(dtype="int64")
+    weight = _overlap_ns(c0, c1, t0, t1).astype("float64")
+    ts = np.asarray(log_ts_ns, dtype="float64")
+    n = np.asarray(log_requests, dtype="float64")
+    log = np.array([n[(ts >= a) & (ts < b)].sum() for a, b in zip(t0, t1)])
+    flushes = d["flush_ios"].to_numpy(dtype="float64")
+    requests = d["write_ios"].to_numpy(dtype="float64") + flushes
+    served = float((requests * weight).sum())
+    if not served > 0:
+        return float("nan")
+    return min(float(((log + flushes) * weight).sum()) / served, 1.0)
 
 
 def checkpoint_waits(session, stalls, costs):

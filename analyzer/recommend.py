@@ -24,8 +24,8 @@ from jstall import jbd2
 from . import causes
 from .fill import timeline as fill_timeline
 from .journal_model import MARGIN, holding_divisor, model
-from .journals import (checkpoint_costs, checkpoint_waits, device_load, device_saturation, logging_overlap,
-                       session_span_s, untraced_checkpoints, untraced_text, verdict)
+from .journals import (checkpoint_costs, checkpoint_spans, checkpoint_waits, device_load, device_saturation,
+                       log_share_during, logging_overlap, session_span_s, untraced_checkpoints, untraced_text, verdict)
 from .devices import device_time
 from .recording import NOTE_SHARE, home_writes, losses
 from .xfs_logs import kernel_delta
@@ -369,25 +369,32 @@ DEFAULT_MAX_SEGMENTS = 128
 PAGE_BYTES = 4096
 
 
-def log_requests(logged_blocks, block_size, max_request_kib=None, max_segments=None, journal_blocks=None,
-                 superblock_writes=0):
-    """Write requests the log took on its device: per commit, its logged blocks merged into
-    requests (they are written in order, contiguous) of up to max_request_kib and up to
-    max_segments memory segments (each buffer in its own page: a 4 KiB-block log write
-    carries 128 blocks, 512 KiB, on a device of 128 segments whatever its max_sectors_kb),
-    and the commit block on its own (a cache flush and a FUA write); one more each time the log
-    wraps at the journal's end (``journal_blocks``), and the journal superblock's writes as
-    the tail moves. Measured: fs_mark (2 threads, 20,000 files each) with a 1,025-block
-    journal on its own loop device (128 segments, 1,280 KiB): 335 write requests on that device
-    for 66 commits (bpftrace, block_rq_issue); the session's 64 commits of 289 logged blocks
-    on average and its 62 superblock writes give 333 (without the segment limit, 128)."""
+def commit_requests(logged_blocks, block_size, max_request_kib=None, max_segments=None):
+    """Write requests each commit's log write took (an array, one per commit): its logged
+    blocks merged into requests (they are written in order, contiguous) of up to
+    max_request_kib and up to max_segments memory segments (each buffer in its own page: a
+    4 KiB-block log write carries 128 blocks, 512 KiB, on a device of 128 segments whatever
+    its max_sectors_kb), and the commit block on its own (a cache flush and a FUA write)."""
     bs = int(block_size or 4096)
     cap = min(int(max_request_kib or DEFAULT_MAX_REQUEST_KIB) * 1024,
               int(max_segments or DEFAULT_MAX_SEGMENTS) * max(bs, PAGE_BYTES))
     per = max(1, cap // bs)
+    return 1.0 + np.ceil(np.asarray(logged_blocks, dtype="float64") / per)
+
+
+def log_requests(logged_blocks, block_size, max_request_kib=None, max_segments=None, journal_blocks=None,
+                 superblock_writes=0):
+    """Write requests the log took on its device: each commit's (commit_requests), one more
+    each time the log wraps at the journal's end (``journal_blocks``), and the journal
+    superblock's writes as the tail moves. Measured: fs_mark (2 threads, 20,000 files each)
+    with a 1,025-block journal on its own loop device (128 segments, 1,280 KiB): 335 write
+    requests on that device for 66 commits (bpftrace, block_rq_issue); the session's 64
+    commits of 289 logged blocks on average and its 62 superblock writes give 333 (without the
+    segment limit, 128)."""
     logged = np.asarray(logged_blocks, dtype="float64")
     wraps = np.floor(logged.sum() / float(journal_blocks)) if journal_blocks else 0.0
-    return float(len(logged) + np.ceil(logged / per).sum() + wraps + int(superblock_writes or 0))
+    return float(commit_requests(logged, block_size, max_request_kib, max_segments).sum() + wraps
+                 + int(superblock_writes or 0))
 
 
 #: causes whose waits are on the data device's own requests (queued behind the log's on a
@@ -440,10 +447,10 @@ def external_journal(ctx):
         t = ctx.txns[ctx.txns["dev"] == dev]
         m = meta.get(dev, {})
         ev = ctx.session.jbd2_events
-        sb_writes = int(((ev["event"] == "write_superblock") & (ev["dev"].astype("str") == dev)).sum()) if len(ev) else 0
+        sb = ev[(ev["event"] == "write_superblock") & (ev["dev"].astype("str") == dev)] if len(ev) else ev
         jb = j.get("journal_blocks")
         log_req = log_requests(t["blocks_logged"].to_numpy(), j.get("block_size"), m.get("max_request_kib"),
-                               m.get("max_segments"), jb if jb and jb == jb else None, sb_writes)
+                               m.get("max_segments"), jb if jb and jb == jb else None, len(sb))
         d = ds[(ds["role"].astype("str") == "data") & (ds["dev"].astype("str") == dev)] if len(ds) else ds
         written = int(j.get("forced_checkpoint_written_blocks") or 0)
         inputs = {"commit_stall_ms": io_ms + txn_ms, "commit_io_stall_ms": io_ms, "transaction_stall_ms": txn_ms,
@@ -462,9 +469,25 @@ def external_journal(ctx):
             basis = (f"{log_req + flushes:.0f} of the data device's {requests:.0f} requests were the log's "
                      f"({inputs['logged_blocks']:.0f} blocks merged into {log_req:.0f} writes, and {flushes:.0f} "
                      f"cache flushes)")
-            cp_share = share if written else 0.0
-            basis += (f", so checkpoint writes would queue behind {100 * share:.1f}% fewer" if written else
-                      "; the forced checkpoints wrote nothing home: their waits were not the device's")
+            # the checkpoints queue behind what the device served while they waited: the log's
+            # share then (each commit's requests at its end, the superblock's at its write)
+            during = float("nan")
+            if written and cp_ms > 0:
+                per = commit_requests(t["blocks_logged"].to_numpy(), j.get("block_size"), m.get("max_request_kib"),
+                                      m.get("max_segments"))
+                ts = np.concatenate([t["ts_ns"].to_numpy(dtype="float64"), sb["ts_ns"].to_numpy(dtype="float64")])
+                n = np.concatenate([per, np.ones(len(sb))])
+                n = n * (log_req / n.sum()) if n.sum() > 0 else n   # the log's wraps spread with its writes
+                during = log_share_during(ctx.session, dev, *checkpoint_spans(ctx.costs, dev), ts, n)
+            cp_share = (share if during != during else during) if written else 0.0
+            inputs.update(log_request_share_checkpoints=cp_share)
+            if not written:
+                basis += "; the forced checkpoints wrote nothing home: their waits were not the device's"
+            elif during == during:
+                basis += (f"; during the forced checkpoints {100 * during:.1f}% of its requests were the log's, so "
+                          f"their writes would queue behind that many fewer")
+            else:
+                basis += f", so checkpoint writes would queue behind {100 * share:.1f}% fewer"
         # a fast journal device: the commits' I/O waits all go, the checkpoints' queue behind the
         # log, and the waits for the running transaction to close by the log's share (they wait
         # on handles, whose own I/O queues behind the log's)

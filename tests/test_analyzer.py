@@ -3,6 +3,7 @@
 import json
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -494,8 +495,6 @@ def test_other_label_skips_scheduler_and_tracing_frames():
 
 
 def test_range_min_and_asof_match_a_brute_force_reference():
-    import numpy as np
-
     from jstall.analyzer.fill import asof, range_min
 
     rng = np.random.default_rng(7)
@@ -884,12 +883,14 @@ def test_checkpoint_waits_sum_the_stalls_checkpoint_time(tmp_path):
 def test_external_journal_estimate_is_the_logs_share_of_the_device_requests(tmp_path):
     """The classic case on a device that served 4,000 writes and 40 cache flushes: 40 commits
     of 25 logged blocks each took 80 requests (one merged write and the commit block each; the
-    1,000 blocks never wrapped the 1,024-block journal) and the 40 flushes, so 120 of 4,040 requests were the log's: that
-    share of the 2,800 ms of checkpoint waits on a fast journal device (the high end). On one
-    as slow (the low end), only the share of the checkpoints' time a commit wrote the log
-    beside them: none when no commit did, a quarter when ten of the twenty checkpoints had
-    one writing for half their 140 ms. With nothing written home by the forced checkpoints,
-    no advice."""
+    1,000 blocks never wrapped the 1,024-block journal) and the 40 flushes, so 120 of 4,040
+    requests were the log's. The checkpoints (1 s to 4.94 s) queued behind what the device
+    served while they ran: each second of them 100 writes and 4 flushes, of which the log's
+    were 20 writes (all 40 commits ran then) and the flushes, 24 of 104; that share of the
+    2,800 ms of checkpoint waits on a fast journal device (the high end). On one as slow (the
+    low end), only the share of the checkpoints' time a commit wrote the log beside them: none
+    when no commit did, a quarter when ten of the twenty checkpoints had one writing for half
+    their 140 ms. With nothing written home by the forced checkpoints, no advice."""
     from jstall.analyzer.recommend import log_requests
 
     # a 4 KiB block's buffer is a memory segment of its own: a device of 128 segments (the block
@@ -924,23 +925,52 @@ def test_external_journal_estimate_is_the_logs_share_of_the_device_requests(tmp_
     ej = advice("written", 30)
     assert ej.inputs["log_write_requests"] == 80 and ej.inputs["device_requests"] == 4040
     assert ej.inputs["log_request_share"] == pytest.approx(120 / 4040)
-    assert ej.inputs["removed_high_ms"] == pytest.approx(2800 * 120 / 4040)
+    assert ej.inputs["log_request_share_checkpoints"] == pytest.approx(24 / 104)
+    assert ej.inputs["removed_high_ms"] == pytest.approx(2800 * 24 / 104)
     assert ej.inputs["logging_overlap"] == 0 and ej.inputs["device_saturation"] == pytest.approx(104 / 704)
-    assert ej.stall_ms_addressed == pytest.approx(2800 * 120 / 4040 * 104 / 704) == ej.inputs["removed_low_ms"]
+    assert ej.stall_ms_addressed == pytest.approx(2800 * 24 / 104 * 104 / 704) == ej.inputs["removed_low_ms"]
     assert "120 of the data device's 4040 requests were the log's" in ej.text
-    assert "Estimate: 12 ms removed on a journal device as slow as this one, up to 83 ms on a fast one." in ej.text
+    assert "during the forced checkpoints 23.1% of its requests were the log's" in ej.text
+    assert "Estimate: 95 ms removed on a journal device as slow as this one, up to 646 ms on a fast one." in ej.text
     beside = advice("beside", 30, evs + logging)
     assert beside.inputs["logging_overlap"] == pytest.approx(0.25)
-    assert beside.stall_ms_addressed == pytest.approx(2800 * 120 / 4040 * 0.25)
+    assert beside.stall_ms_addressed == pytest.approx(2800 * 24 / 104 * 0.25)
     assert "a commit was writing the log during 25% of the forced checkpoints' time" in beside.text
     # a device as busy during the checkpoints as it ever was: they queued behind every request
     # it served, the log's whenever they came
     steady = [dict(d, write_ios=400, write_sectors=3200) for d in dstat]
     busy = advice("busy", 30, dstat=steady)
     assert busy.inputs["device_saturation"] == 1.0 and busy.inputs["logging_overlap"] == 0
-    assert busy.stall_ms_addressed == pytest.approx(2800 * 120 / 4040) == busy.inputs["removed_high_ms"]
+    assert busy.inputs["log_request_share_checkpoints"] == pytest.approx(24 / 404)
+    assert busy.stall_ms_addressed == pytest.approx(2800 * 24 / 404) == busy.inputs["removed_high_ms"]
     assert "the device served 100% of its busiest rate of requests during them" in busy.text
     assert advice("nothing-written", 0) is None   # no commit waits either: no advice at all
+
+
+def test_the_logs_share_of_the_requests_served_during_the_checkpoints():
+    """A copy's two phases, a second each: its data pages (1,000 writes, 10 flushes, 20 of the
+    log's requests), then its metadata alone (200 writes, 10 flushes, 40 of the log's).
+    Checkpoints in the second phase queued behind its requests: the log's were 50 of 210 there
+    (80 of 1,220 over the run); checkpoints spread evenly over both, the run's share. NaN with
+    no span or no device counters."""
+    from types import SimpleNamespace
+
+    from jstall.analyzer.journals import log_share_during
+
+    ds = pd.DataFrame([{"ts_ns": (i + 1) * S, "interval_ns": S, "dev": "7:0", "role": "data", "write_ios": w,
+                        "flush_ios": 10} for i, w in enumerate([1000, 200])])
+    ds = pd.concat([ds, ds.assign(dev="7:5", write_ios=5)])   # another filesystem's device: not counted
+    session = SimpleNamespace(device_stats=ds)
+    log_ts = [S // 2] * 20 + [S + S // 2] * 40   # one request each
+    second = log_share_during(session, "7:0", np.array([S + S // 10]), np.array([S + S // 2]), log_ts, [1] * 60)
+    assert second == pytest.approx(50 / 210)
+    both = log_share_during(session, "7:0", np.array([S // 2, S + S // 2]), np.array([S // 2 + S // 10, S + 6 * S // 10]),
+                            log_ts, [1] * 60)
+    assert both == pytest.approx(80 / 1220)
+    assert math.isnan(log_share_during(session, "7:0", np.array([], dtype="int64"), np.array([], dtype="int64"),
+                                       log_ts, [1] * 60))
+    assert math.isnan(log_share_during(SimpleNamespace(device_stats=ds.iloc[:0]), "7:0", np.array([S]),
+                                       np.array([S + 1]), log_ts, [1] * 60))
 
 
 def test_external_journal_splits_commit_io_waits_from_waits_for_the_transaction_to_close(tmp_path):
