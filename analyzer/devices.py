@@ -44,16 +44,20 @@ def device_summary(session, stalls):
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
+def device_rows(session, dev, role="data"):
+    """The ``device_stats`` rows of a filesystem's device (``role`` data or journal; none
+    without its counters)."""
+    ds = session.device_stats
+    return ds[(ds["role"].astype("str") == role) & (ds["dev"].astype("str") == dev)] if len(ds) else ds
+
+
 def device_time(session, dev, role="data"):
     """What a filesystem's device (``role`` data or journal) served over the session, as device
     time: ``{"writes", "flushes", "requests", "device_ms", "basis"}``, or None without its
     counters. Device time is its busy time (io_ticks); on a lab device paced at a write rate
     (a throttle below the loop device: io_ticks do not see a request wait for its turn there),
     its writes at that rate when that is longer."""
-    ds = session.device_stats
-    if not len(ds):
-        return None
-    d = ds[(ds["role"].astype("str") == role) & (ds["dev"].astype("str") == dev)]
+    d = device_rows(session, dev, role)
     if not len(d):
         return None
     writes, flushes = float(d["write_ios"].sum()), float(d["flush_ios"].sum())

@@ -14,6 +14,8 @@ from jstall import enough
 from jstall.jbd2 import RESERVED_BLOCKS, forced_fill_pct
 from jstall.schema import PHASES
 
+from .devices import device_rows
+
 COMMIT_EVENTS = ("start_commit", "commit_locking", "commit_flushing", "commit_logging", "end_commit")
 
 
@@ -219,8 +221,7 @@ def device_load(session, dev, c0, c1):
     and flush requests a second over the ``device_stats`` intervals the spans ran in
     (weighted by their time in each), over the highest rate of any interval. NaN without the
     device's counters or a span."""
-    ds = session.device_stats
-    d = ds[(ds["role"].astype("str") == "data") & (ds["dev"].astype("str") == dev)] if len(ds) else ds
+    d = device_rows(session, dev)
     if not len(c0) or not len(d):
         return float("nan")
     t1 = d["ts_ns"].to_numpy(dtype="int64")
@@ -235,17 +236,17 @@ def device_load(session, dev, c0, c1):
     return min(float((rate * weight).sum() / weight.sum() / peak), 1.0)
 
 
-def log_share_during(session, dev, c0, c1, log_ts_ns, log_requests):
+def log_share_during(session, dev, c0, c1, log_ts_ns, log_requests, tail_ts_ns=()):
     """The log's share of a journal's data device's requests during the spans [c0, c1) (ns
     arrays): its write requests (``log_requests``, each count issued at ``log_ts_ns``) and the
-    device's cache flushes, against the device's write and flush requests, over the
-    ``device_stats`` intervals the spans ran in (weighted by their time in each). A forced
-    checkpoint's writes queue behind the requests the device serves while it waits, not
-    behind the whole run's: a copy's data writes crowd the log out in one phase and its
-    metadata alone fills another. NaN without the device's counters, a span, or a request in
-    them."""
-    ds = session.device_stats
-    d = ds[(ds["role"].astype("str") == "data") & (ds["dev"].astype("str") == dev)] if len(ds) else ds
+    device's cache flushes but the one before each move of the log's tail (at ``tail_ts_ns``:
+    jbd2_cleanup_journal_tail flushes the filesystem's device, wherever the journal is),
+    against the device's write and flush requests, over the ``device_stats`` intervals the
+    spans ran in (weighted by their time in each). A forced checkpoint's writes queue behind
+    the requests the device serves while it waits, not behind the whole run's: a copy's data
+    writes crowd the log out in one phase and its metadata alone fills another. NaN without
+    the device's counters, a span, or a request in them."""
+    d = device_rows(session, dev)
     if not len(c0) or not len(d):
         return float("nan")
     t1 = d["ts_ns"].to_numpy(dtype="int64")
@@ -253,13 +254,15 @@ def log_share_during(session, dev, c0, c1, log_ts_ns, log_requests):
     weight = _overlap_ns(c0, c1, t0, t1).astype("float64")
     ts = np.asarray(log_ts_ns, dtype="float64")
     n = np.asarray(log_requests, dtype="float64")
+    tails = np.asarray(tail_ts_ns, dtype="float64")
     log = np.array([n[(ts >= a) & (ts < b)].sum() for a, b in zip(t0, t1)])
+    staying = np.array([((tails >= a) & (tails < b)).sum() for a, b in zip(t0, t1)], dtype="float64")
     flushes = d["flush_ios"].to_numpy(dtype="float64")
     requests = d["write_ios"].to_numpy(dtype="float64") + flushes
     served = float((requests * weight).sum())
     if not served > 0:
         return float("nan")
-    return min(float(((log + flushes) * weight).sum()) / served, 1.0)
+    return min(float(((log + np.maximum(flushes - staying, 0.0)) * weight).sum()) / served, 1.0)
 
 
 def checkpoint_waits(session, stalls, costs):

@@ -26,7 +26,7 @@ from .fill import timeline as fill_timeline
 from .journal_model import MARGIN, holding_divisor, model
 from .journals import (checkpoint_costs, checkpoint_spans, checkpoint_waits, device_load, device_saturation,
                        log_share_during, logging_overlap, session_span_s, untraced_checkpoints, untraced_text, verdict)
-from .devices import device_time
+from .devices import device_rows, device_time
 from .recording import NOTE_SHARE, home_writes, losses
 from .xfs_logs import kernel_delta
 
@@ -420,10 +420,13 @@ def external_journal(ctx):
     """Judged by device time, as a range: a device serves requests one after another, whatever
     their size, and a checkpoint's writes wait behind the log's; an own journal device takes
     those away. The log's share of the data device's requests — its writes merged into requests
-    (counted from the commits) and the cache flushes of its commits, against the device's
-    write and flush requests from its own counters. On a fast journal device (the high end) the
-    waits on commits' I/O (``commit_wait``, ``lock_buffer``) all go, and that share of the
-    checkpoint waits and of the waits for the running transaction to close
+    (counted from the commits) and the device's cache flushes but the one before each move of
+    the log's tail (jbd2_cleanup_journal_tail flushes the filesystem's device wherever the
+    journal is), against the device's write and flush requests from its own counters; for the
+    checkpoints, that share of what the device served while they waited
+    (journals.log_share_during). On a fast journal device (the high end) the waits on commits'
+    I/O (``commit_wait``, ``lock_buffer``) all go, and that share of the checkpoint waits and
+    of the waits for the running transaction to close
     (``transaction_wait``: on other handles, whose I/O queues behind the log's). On one as
     slow as the data device (the low end) the commits' I/O waits lose their time behind the
     device's other requests, the checkpoints the log writes that ran beside them (that
@@ -433,7 +436,6 @@ def external_journal(ctx):
     wrote nothing home (their waits were not the device's)."""
     out = []
     meta = {j["dev"]: j for j in ctx.session.journals}
-    ds = ctx.session.device_stats
     for _, j in ctx.journals.iterrows():  # one row per journal
         if j.get("journal_device"):
             continue
@@ -451,7 +453,7 @@ def external_journal(ctx):
         jb = j.get("journal_blocks")
         log_req = log_requests(t["blocks_logged"].to_numpy(), j.get("block_size"), m.get("max_request_kib"),
                                m.get("max_segments"), jb if jb and jb == jb else None, len(sb))
-        d = ds[(ds["role"].astype("str") == "data") & (ds["dev"].astype("str") == dev)] if len(ds) else ds
+        d = device_rows(ctx.session, dev)
         written = int(j.get("forced_checkpoint_written_blocks") or 0)
         inputs = {"commit_stall_ms": io_ms + txn_ms, "commit_io_stall_ms": io_ms, "transaction_stall_ms": txn_ms,
                   "checkpoint_stall_ms": cp_ms, "device_stall_ms": dev_ms,
@@ -460,15 +462,20 @@ def external_journal(ctx):
                   "checkpoint_written_blocks": written}
         flushes = float(d["flush_ios"].sum()) if len(d) else 0.0
         requests = float(d["write_ios"].sum()) + flushes if len(d) else 0.0
-        share = min((log_req + flushes) / requests, 1.0) if requests else None
+        # the cache flush before each move of the log's tail stays on the data device
+        # (jbd2_cleanup_journal_tail flushes j_fs_dev), one a journal superblock write
+        log_flushes = max(flushes - len(sb), 0.0)
+        share = min((log_req + log_flushes) / requests, 1.0) if requests else None
         if share is None:
             cp_share = 0.0
             basis = "the session has no counters of the data device: the checkpoint waits are not estimated"
         else:
-            inputs.update(device_requests=requests, device_flushes=flushes, log_request_share=share)
-            basis = (f"{log_req + flushes:.0f} of the data device's {requests:.0f} requests were the log's "
-                     f"({inputs['logged_blocks']:.0f} blocks merged into {log_req:.0f} writes, and {flushes:.0f} "
-                     f"cache flushes)")
+            inputs.update(device_requests=requests, device_flushes=flushes, log_flushes=log_flushes,
+                          log_request_share=share)
+            basis = (f"{log_req + log_flushes:.0f} of the data device's {requests:.0f} requests were the log's "
+                     f"({inputs['logged_blocks']:.0f} blocks merged into {log_req:.0f} writes, and {log_flushes:.0f} "
+                     f"of its {flushes:.0f} cache flushes: the {flushes - log_flushes:.0f} before the log's tail "
+                     f"moved stay)")
             # the checkpoints queue behind what the device served while they waited: the log's
             # share then (each commit's requests at its end, the superblock's at its write)
             during = float("nan")
@@ -478,7 +485,8 @@ def external_journal(ctx):
                 ts = np.concatenate([t["ts_ns"].to_numpy(dtype="float64"), sb["ts_ns"].to_numpy(dtype="float64")])
                 n = np.concatenate([per, np.ones(len(sb))])
                 n = n * (log_req / n.sum()) if n.sum() > 0 else n   # the log's wraps spread with its writes
-                during = log_share_during(ctx.session, dev, *checkpoint_spans(ctx.costs, dev), ts, n)
+                during = log_share_during(ctx.session, dev, *checkpoint_spans(ctx.costs, dev), ts, n,
+                                          sb["ts_ns"].to_numpy(dtype="float64"))
             cp_share = (share if during != during else during) if written else 0.0
             inputs.update(log_request_share_checkpoints=cp_share)
             if not written:

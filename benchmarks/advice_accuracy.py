@@ -25,6 +25,7 @@ analyze` does (10 ms stalls); nothing is fitted here.
 """
 
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -141,6 +142,18 @@ def case(name, scale, pattern, params, iops, tmp, scratch, remedies):
             "confirm": confirm, "remedies": rem, "noise": noise}
 
 
+def _portable(params):
+    """A workload's parameters as they compare between checkouts: the interpreter's and
+    maketree.py's paths in its command (a run kept by another checkout) left out."""
+    out = dict(params)
+    if "command" in out:
+        out["command"] = out["command"].replace(shlex.quote(sys.executable), "PYTHON").replace(
+            shlex.quote(MAKETREE), "MAKETREE")
+        out["command"] = re.sub(r"\S*/python3?(\.\d+)?(?=\s)", "PYTHON", out["command"])
+        out["command"] = re.sub(r"\S*/benchmarks/maketree\.py", "MAKETREE", out["command"])
+    return out
+
+
 def reanalyze(kept):
     """The cases of a run kept with --keep, their advice computed again from the sessions as
     recorded (the thresholds and runs as measured then): a changed model checked against the
@@ -159,8 +172,10 @@ def reanalyze(kept):
         with open(os.path.join(d, "tune", "tune.json")) as f:
             t = json.load(f)
         found = [(n, sc) for n, cases in WORKLOADS.items() for sc, pat, par in cases
-                 if (pat, par) == (t["pattern"], t["params"])]
+                 if (pat, _portable(par)) == (t["pattern"], _portable(t["params"]))]
         if not found:
+            print(f"# {d}: not one of this benchmark's workloads ({t['pattern']} {t['params']}): left out",
+                  file=sys.stderr)
             continue
         (name, scale), iops, thr = found[0], t["config"]["write_iops"], t["threshold_mib"]
         runs = {r["journal_mib"]: r for r in t["runs"]}

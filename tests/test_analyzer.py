@@ -936,6 +936,15 @@ def test_external_journal_estimate_is_the_logs_share_of_the_device_requests(tmp_
     assert beside.inputs["logging_overlap"] == pytest.approx(0.25)
     assert beside.stall_ms_addressed == pytest.approx(2800 * 24 / 104 * 0.25)
     assert "a commit was writing the log during 25% of the forced checkpoints' time" in beside.text
+    # each move of the log's tail (a journal superblock write) flushes the data device first,
+    # wherever the journal is: those flushes stay, and the log's share loses them: 12 tail moves,
+    # 3 a second from 1 s to 5 s, so 20 writes and 1 of the 4 flushes a second were the log's
+    tails = [jev(S + i * S // 3 + 5 * MS, "write_superblock", 7, jbd2_thread=True) for i in range(12)]
+    moved = advice("tails", 30, evs + tails)
+    assert moved.inputs["log_write_requests"] == 80 + 12 and moved.inputs["log_flushes"] == 40 - 12
+    assert moved.inputs["log_request_share"] == pytest.approx((92 + 28) / 4040)
+    assert moved.inputs["log_request_share_checkpoints"] == pytest.approx((20 + 3 + 1) / 104)
+    assert "and 28 of its 40 cache flushes: the 12 before the log's tail moved stay" in moved.text
     # a device as busy during the checkpoints as it ever was: they queued behind every request
     # it served, the log's whenever they came
     steady = [dict(d, write_ios=400, write_sectors=3200) for d in dstat]
@@ -951,7 +960,8 @@ def test_the_logs_share_of_the_requests_served_during_the_checkpoints():
     """A copy's two phases, a second each: its data pages (1,000 writes, 10 flushes, 20 of the
     log's requests), then its metadata alone (200 writes, 10 flushes, 40 of the log's).
     Checkpoints in the second phase queued behind its requests: the log's were 50 of 210 there
-    (80 of 1,220 over the run); checkpoints spread evenly over both, the run's share. NaN with
+    (80 of 1,220 over the run); checkpoints spread evenly over both, the run's share; four
+    moves of the log's tail there leave their four flushes on the device (46 of 210). NaN with
     no span or no device counters."""
     from types import SimpleNamespace
 
@@ -967,6 +977,10 @@ def test_the_logs_share_of_the_requests_served_during_the_checkpoints():
     both = log_share_during(session, "7:0", np.array([S // 2, S + S // 2]), np.array([S // 2 + S // 10, S + 6 * S // 10]),
                             log_ts, [1] * 60)
     assert both == pytest.approx(80 / 1220)
+    # the flush before each move of the log's tail stays on the data device: 4 in the second
+    tail = log_share_during(session, "7:0", np.array([S + S // 10]), np.array([S + S // 2]), log_ts, [1] * 60,
+                            [S + S // 5] * 4)
+    assert tail == pytest.approx(46 / 210)
     assert math.isnan(log_share_during(session, "7:0", np.array([], dtype="int64"), np.array([], dtype="int64"),
                                        log_ts, [1] * 60))
     assert math.isnan(log_share_during(SimpleNamespace(device_stats=ds.iloc[:0]), "7:0", np.array([S]),
