@@ -492,8 +492,8 @@ def external_journal(ctx):
             if not written:
                 basis += "; the forced checkpoints wrote nothing home: their waits were not the device's"
             elif during == during:
-                basis += (f"; during the forced checkpoints {100 * during:.1f}% of its requests were the log's, so "
-                          f"their writes would queue behind that many fewer")
+                basis += (f"; of the requests it served while the forced checkpoints waited, {100 * during:.1f}% "
+                          f"were the log's, so their writes would queue behind {100 * during:.1f}% fewer")
             else:
                 basis += f", so checkpoint writes would queue behind {100 * share:.1f}% fewer"
         # a fast journal device: the commits' I/O waits all go, the checkpoints' queue behind the

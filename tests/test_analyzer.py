@@ -930,7 +930,8 @@ def test_external_journal_estimate_is_the_logs_share_of_the_device_requests(tmp_
     assert ej.inputs["logging_overlap"] == 0 and ej.inputs["device_saturation"] == pytest.approx(104 / 704)
     assert ej.stall_ms_addressed == pytest.approx(2800 * 24 / 104 * 104 / 704) == ej.inputs["removed_low_ms"]
     assert "120 of the data device's 4040 requests were the log's" in ej.text
-    assert "during the forced checkpoints 23.1% of its requests were the log's" in ej.text
+    assert ("of the requests it served while the forced checkpoints waited, 23.1% were the log's, so their writes "
+            "would queue behind 23.1% fewer") in ej.text
     assert "Estimate: 95 ms removed on a journal device as slow as this one, up to 646 ms on a fast one." in ej.text
     beside = advice("beside", 30, evs + logging)
     assert beside.inputs["logging_overlap"] == pytest.approx(0.25)
