@@ -147,8 +147,6 @@ def _portable(params):
     maketree.py's paths in its command (a run kept by another checkout) left out."""
     out = dict(params)
     if "command" in out:
-        out["command"] = out["command"].replace(shlex.quote(sys.executable), "PYTHON").replace(
-            shlex.quote(MAKETREE), "MAKETREE")
         out["command"] = re.sub(r"\S*/python3?(\.\d+)?(?=\s)", "PYTHON", out["command"])
         out["command"] = re.sub(r"\S*/benchmarks/maketree\.py", "MAKETREE", out["command"])
     return out
