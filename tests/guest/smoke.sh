@@ -39,11 +39,13 @@ if [ $ready = 1 ]; then
     modprobe xfs
     bpftrace "$ROOT/probes/jstall-xfslog.bt" > xfslog.txt 2>&1 &
     BT=$!
+    t0=$(date +%s)
     for _ in $(seq 600); do
         grep -q "^Tracing" xfslog.txt && break
         kill -0 $BT 2>/dev/null || break
         sleep 1
     done
+    echo "xfslog_ready_s=$(( $(date +%s) - t0 ))" >> status.txt
     "$J" lab run command --fs-type xfs --fs-size 400M --journal-size 8M --write-iops 20 \
         --command "$ROOT/.venv/bin/python $ROOT/tests/create_workload.py . 20000" \
         --scratch /var/tmp/jstall-smoke -o lab-xfs > lab-xfs.log 2>&1
@@ -51,7 +53,17 @@ if [ $ready = 1 ]; then
     # bpftrace drains its buffers and prints its maps before it exits: in a starved emulated
     # guest that took more than 120 s once
     kill -INT $BT 2>/dev/null
+    t0=$(date +%s)
     for _ in $(seq 600); do kill -0 $BT 2>/dev/null || break; sleep 1; done
+    echo "xfslog_exit_s=$(( $(date +%s) - t0 ))" >> status.txt
+    if kill -0 $BT 2>/dev/null; then
+        # where it is stuck, for the test's message
+        for t in /proc/$BT/task/*; do
+            echo "== $t $(cat $t/comm 2>/dev/null) $(cat $t/wchan 2>/dev/null)"
+            grep -E "^(State|SigPnd|ShdPnd|SigBlk|SigCgt):" $t/status 2>/dev/null
+            cat $t/stack 2>/dev/null
+        done > xfslog-hang.txt 2>&1
+    fi
     kill -KILL $BT 2>/dev/null
     wait $BT; echo "xfslog=$?" >> status.txt
     sleep 2   # the monitor reads its ring buffers every 100 ms
