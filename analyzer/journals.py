@@ -236,6 +236,20 @@ def device_load(session, dev, c0, c1):
     return min(float((rate * weight).sum() / weight.sum() / peak), 1.0)
 
 
+def _per_interval(t0, t1, ts_ns, counts=None):
+    """Per interval [t0, t1) (disjoint, as a device's ``device_stats`` rows are), the sum of
+    ``counts`` (1 each when None) of the events at ``ts_ns`` in it: one pass over the events,
+    not one per interval."""
+    ts = np.asarray(ts_ns, dtype="float64")
+    w = np.ones(len(ts)) if counts is None else np.asarray(counts, dtype="float64")
+    order = np.argsort(t1, kind="stable")
+    i = np.searchsorted(t1[order], ts, side="right")   # the first interval ending after each event
+    hit = i < len(order)
+    i, ts, w = order[i[hit]], ts[hit], w[hit]
+    inside = ts >= t0[i]
+    return np.bincount(i[inside], weights=w[inside], minlength=len(t1)).astype("float64")
+
+
 def log_share_during(session, dev, c0, c1, log_ts_ns, log_requests, tail_ts_ns=()):
     """The log's share of a journal's data device's requests during the spans [c0, c1) (ns
     arrays): its write requests (``log_requests``, each count issued at ``log_ts_ns``) and the
@@ -252,11 +266,8 @@ def log_share_during(session, dev, c0, c1, log_ts_ns, log_requests, tail_ts_ns=(
     t1 = d["ts_ns"].to_numpy(dtype="int64")
     t0 = t1 - d["interval_ns"].to_numpy(dtype="int64")
     weight = _overlap_ns(c0, c1, t0, t1).astype("float64")
-    ts = np.asarray(log_ts_ns, dtype="float64")
-    n = np.asarray(log_requests, dtype="float64")
-    tails = np.asarray(tail_ts_ns, dtype="float64")
-    log = np.array([n[(ts >= a) & (ts < b)].sum() for a, b in zip(t0, t1)])
-    staying = np.array([((tails >= a) & (tails < b)).sum() for a, b in zip(t0, t1)], dtype="float64")
+    log = _per_interval(t0, t1, log_ts_ns, log_requests)
+    staying = _per_interval(t0, t1, tail_ts_ns)
     flushes = d["flush_ios"].to_numpy(dtype="float64")
     requests = d["write_ios"].to_numpy(dtype="float64") + flushes
     served = float((requests * weight).sum())
