@@ -482,11 +482,11 @@ def external_journal(ctx):
             if written and cp_ms > 0:
                 per = commit_requests(t["blocks_logged"].to_numpy(), j.get("block_size"), m.get("max_request_kib"),
                                       m.get("max_segments"))
-                ts = np.concatenate([t["ts_ns"].to_numpy(dtype="float64"), sb["ts_ns"].to_numpy(dtype="float64")])
+                tails = sb["ts_ns"].to_numpy(dtype="float64")
+                ts = np.concatenate([t["ts_ns"].to_numpy(dtype="float64"), tails])
                 n = np.concatenate([per, np.ones(len(sb))])
                 n = n * (log_req / n.sum()) if n.sum() > 0 else n   # the log's wraps spread with its writes
-                during = log_share_during(ctx.session, dev, *checkpoint_spans(ctx.costs, dev), ts, n,
-                                          sb["ts_ns"].to_numpy(dtype="float64"))
+                during = log_share_during(ctx.session, dev, *checkpoint_spans(ctx.costs, dev), ts, n, tails)
             cp_share = (share if during != during else during) if written else 0.0
             inputs.update(log_request_share_checkpoints=cp_share)
             if not written:
