@@ -530,6 +530,27 @@ def test_refusals_are_one_line_and_change_nothing(scratch_dir, tmp_path, args, m
     assert after_scratch == before_scratch
 
 
+COMMAND_REFUSALS = [
+    ("dbench -D . -t 10 4 > /dev/null", "give --command \"sh -c 'dbench -D . -t 10 4 > /dev/null'\""),
+    ("fs_mark -d . -n 100 2>&1", "so '2>&1' would be one of its arguments"),
+    ("true | cat", "so '|' would be one of its arguments"),
+    ("no-such-program -x", "program 'no-such-program' not found"),
+]
+
+
+@pytest.mark.parametrize("command, message", COMMAND_REFUSALS, ids=[c for c, _ in COMMAND_REFUSALS])
+def test_command_refusals_name_the_fix(scratch_dir, tmp_path, command, message):
+    """A command the lab would not run as its user meant (a shell's redirection or pipe given
+    to a program run without one, a program that is not there): exit status 2, one line
+    naming the fix, nothing attached or written."""
+    before = attached_loops()
+    p = subprocess.run([JSTALL, "lab", "run", "command", "--command", command, "--scratch", scratch_dir,
+                        "-o", str(tmp_path / "o")], capture_output=True, text=True)
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert message in p.stderr, p.stderr
+    assert not new_loops(before, scratch_dir, tmp_path) and not (tmp_path / "o").exists()
+
+
 def test_refuses_a_scratch_directory_or_output_it_did_not_make(scratch_dir, tmp_path):
     before = attached_loops()
     precious = tmp_path / "precious"

@@ -478,6 +478,10 @@ class SmallfilePattern(Pattern):
 # ---- command ------------------------------------------------------------------------------
 
 
+#: words a shell would take as redirections, pipes or lists, not as a program's arguments
+SHELL_OPERATORS = frozenset(("|", "||", "&&", "&", ";", ";;"))
+
+
 class CommandPattern(Pattern):
     """Any external command, ``jobs`` copies at once, each with its own directory
     ``<mount>/job<j>`` as working directory and JSTALL_LAB_MOUNT, JSTALL_LAB_JOB,
@@ -485,7 +489,9 @@ class CommandPattern(Pattern):
 
     name = "command"
     defaults = {"command": None}
-    options = {"command": ("str", "the program and its arguments, run in the mount point")}
+    options = {"command": ("str", "the program and its arguments, run in the mount point "
+                                  "without a shell (for redirections or pipes: --command "
+                                  "\"sh -c 'PROGRAM ARGS > FILE'\")")}
 
     def validate(self):
         cmd = self.params["command"]
@@ -495,6 +501,13 @@ class CommandPattern(Pattern):
             argv = shlex.split(cmd) if isinstance(cmd, str) else list(cmd)
         except ValueError as e:
             raise JstallError(f"--command: {e}; quote it as one shell word list") from None
+        shell = next((a for a in argv if a in SHELL_OPERATORS or a.startswith((">", "<", "2>", "&>", "|"))), None)
+        if shell is not None:
+            text = cmd if isinstance(cmd, str) else " ".join(argv)
+            inner = shlex.quote(text)
+            fix = f'"sh -c {inner}"' if not set(inner) & set('"$`\\') else "\"sh -c '...'\""
+            raise JstallError(f"--command runs the program without a shell, so '{shell}' would be one of its "
+                              f"arguments; for redirections or pipes give --command {fix}")
         if not argv or not shutil.which(argv[0]):
             raise JstallError(f"--command: program '{argv[0] if argv else ''}' not found; install it or give its full path")
         self.argv = argv
