@@ -26,6 +26,7 @@ test-kernels: setup-test
 
 bench: setup-bench
 	$(PY) benchmarks/record_overhead.py
+	$(PY) benchmarks/probe_startstop.py
 	$(PY) benchmarks/analyze_speed.py
 	$(PY) benchmarks/advice_accuracy.py
 	$(PY) benchmarks/monitor_overhead.py
