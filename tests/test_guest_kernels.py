@@ -178,7 +178,9 @@ def test_stock_kernel_runs_the_xfslog_bpftrace_script(smoke, kernel):
             return ""
 
     text, hang = read("xfslog.txt"), read("xfslog-hang.txt")   # hang: where a bpftrace that did not exit was
-    assert st.get("lab_xfs") == "0" and st.get("xfslog") == "0", (st, hang[-3000:], text[:1000], console[-2000:])
+    # the output's end too: whether bpftrace printed its maps before it stopped exiting
+    assert st.get("lab_xfs") == "0" and st.get("xfslog") == "0", (st, hang[-3000:], text[:1000], text[-1500:],
+                                                                  console[-2000:])
     # no error or warning but bpftrace's harmless RLIMIT_MEMLOCK one
     complaints = [ln for ln in text.splitlines() if re.search(r"error|warning", ln, re.I) and "RLIMIT_MEMLOCK" not in ln]
     assert "Tracing XFS log-space waits" in text and not complaints, text[:3000]
