@@ -21,32 +21,6 @@ from . import bpfsys, btf, events, filesystems, host, syscalls, tables
 
 BPF_SOURCE = os.path.join(os.path.dirname(__file__), "recorder.bpf.c")
 
-#: threads that detach programs at once (detach_together)
-DETACH_THREADS = 64
-
-
-def detach_together(b):
-    """Detach a bcc BPF object's tracepoint programs and links each from its own thread, at
-    once; b.cleanup() then frees the rest. Closing a tracepoint's perf event waits for an RCU
-    grace period (perf_trace_event_unreg -> tracepoint_synchronize_unregister), as does an
-    fentry link's trampoline update; one after another (bcc's cleanup) the waits add up (48
-    syscall tracepoints: 3.4 s of a recording's stop, benchmarks/probe_startstop.py), while
-    waits that run together end with the same grace period. ctypes' calls release the GIL.
-    A detach that fails is left to b.cleanup(), which tries it again and raises."""
-    jobs = [(b.detach_tracepoint, k) for k in list(b.tracepoint_fds)] + \
-        [(b.detach_raw_tracepoint, k) for k in list(b.raw_tracepoint_fds)]
-    if len(jobs) < 2:
-        return
-
-    def one(job):
-        try:
-            job[0](job[1])
-        except Exception:   # noqa: BLE001 - b.cleanup() tries it again and says why
-            pass
-
-    with concurrent.futures.ThreadPoolExecutor(max_workers=min(len(jobs), DETACH_THREADS)) as pool:
-        list(pool.map(one, jobs))
-
 JBD2_RAW_TRACEPOINTS = (
     "jbd2_start_commit", "jbd2_commit_locking", "jbd2_commit_flushing", "jbd2_commit_logging",
     "jbd2_end_commit", "jbd2_drop_transaction", "jbd2_checkpoint", "jbd2_write_superblock",
@@ -119,6 +93,33 @@ class ProbeOptions:
     quiet: bool = False                                       # no warning about missing tracepoints
     attach: str = ATTACH                                      # one of ATTACH_MODES
     calls: tuple = None                                       # call names (syscalls.parse_calls); None: default
+
+
+#: threads that detach programs at once (detach_together)
+DETACH_THREADS = 64
+
+
+def detach_together(b):
+    """Detach a bcc BPF object's tracepoint programs and links each from its own thread, at
+    once; b.cleanup() then frees the rest. Closing a tracepoint's perf event waits for an RCU
+    grace period (perf_trace_event_unreg -> tracepoint_synchronize_unregister): one after
+    another (bcc's cleanup) 48 syscall tracepoints took 3.4 s of a recording's stop,
+    together 1.75 s (benchmarks/probe_startstop.py; they still queue on the kernel's
+    event_mutex). fentry links go the same way. ctypes' calls release the GIL. A detach
+    that fails is left to b.cleanup(), which tries it again and raises."""
+    jobs = [(b.detach_tracepoint, k) for k in list(b.tracepoint_fds)] + \
+        [(b.detach_raw_tracepoint, k) for k in list(b.raw_tracepoint_fds)]
+    if len(jobs) < 2:
+        return
+
+    def one(job):
+        try:
+            job[0](job[1])
+        except Exception:   # noqa: BLE001 - b.cleanup() tries it again and says why
+            pass
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(len(jobs), DETACH_THREADS)) as pool:
+        list(pool.map(one, jobs))
 
 
 #: the ring buffers the probes write (each record begins with its kind: events.KINDS)

@@ -36,7 +36,8 @@ def record(out, cfg, case, scratch_dir, calls=None, prefix=(), setup=None, min_m
     with ScratchFs(cfg, scratch_dir=scratch_dir) as fs:
         undo = setup(fs) if setup else None
         try:
-            cmd = [*recorder_prefix, JSTALL, "record", "-q", "-o", out, "--min-ms", str(min_ms)] + (["--calls", calls] if calls else [])
+            cmd = [*recorder_prefix, JSTALL, "record", "-q", "-o", out, "--min-ms", str(min_ms)] + \
+                (["--calls", calls] if calls else [])
             proc = subprocess.run(cmd + ["--", *prefix, sys.executable, os.path.join(HERE, "cause_workloads.py"), case,
                                          os.path.join(fs.mountpoint, "d"), str(seconds)],
                                   capture_output=True, text=True, timeout=120)

@@ -2,6 +2,8 @@
 loaded): handle-start tracepoints, calls the kernel lacks, headers, the oldest kernel."""
 
 import os
+import threading
+import time
 
 import pytest
 
@@ -73,3 +75,45 @@ def test_an_unknown_attach_mode_is_refused_in_one_line(tmp_path):
     with pytest.raises(JstallError, match=r"JSTALL_ATTACH=kprobe: unknown attach mode; use one of auto, fentry"):
         recorder.Recorder(recorder.RecordOptions(output_dir=str(tmp_path / "s"), attach="kprobe"))
     assert not (tmp_path / "s").exists()
+
+
+class FakeBPF:
+    """bcc's BPF object as close() sees it: its attached tracepoints and links, each
+    detached by a call that blocks a while (the kernel's grace period) and may fail."""
+
+    def __init__(self, tracepoints, links, failing=()):
+        self.tracepoint_fds = {k: i for i, k in enumerate(tracepoints)}
+        self.raw_tracepoint_fds = {k: 100 + i for i, k in enumerate(links)}
+        self.failing, self.active, self.most, self.cleaned = set(failing), 0, 0, None
+        self.lock = threading.Lock()
+
+    def _detach(self, fds, k):
+        with self.lock:
+            self.active += 1
+            self.most = max(self.most, self.active)
+        time.sleep(0.05)
+        with self.lock:
+            self.active -= 1
+        if k in self.failing:
+            raise RuntimeError(f"cannot detach {k}")
+        del fds[k]
+
+    def detach_tracepoint(self, k):
+        self._detach(self.tracepoint_fds, k)
+
+    def detach_raw_tracepoint(self, k):
+        self._detach(self.raw_tracepoint_fds, k)
+
+
+def test_a_stop_detaches_every_program_together_and_leaves_failures_to_bccs_cleanup():
+    tps = [f"syscalls:sys_enter_{n}".encode() for n in range(24)] + [f"syscalls:sys_exit_{n}".encode() for n in range(24)]
+    links = [b"sched_switch", b"jbd2_checkpoint"]
+    b = FakeBPF(tps, links, failing={b"jbd2_checkpoint"})
+    probeset.detach_together(b)
+    # all at once, not one after another; the one that failed is still there for cleanup()
+    assert b.most > 1 and b.active == 0
+    assert b.tracepoint_fds == {} and list(b.raw_tracepoint_fds) == [b"jbd2_checkpoint"]
+    # one program: nothing to overlap, left to cleanup()
+    one = FakeBPF([b"syscalls:sys_enter_openat"], [])
+    probeset.detach_together(one)
+    assert list(one.tracepoint_fds) == [b"syscalls:sys_enter_openat"]
