@@ -204,13 +204,13 @@ class ProbeSet:
         return {nr: row for row, nr in enumerate(self.syscall_numbers.values())}
 
     def _cflags(self):
-        types = btf.BtfTypes.load()   # about 140 MiB parsed: kept only while compiling
-        defines = btf.probe_defines(types)
         names = set(BTF_TRACEPOINTS) | {tp for plan in HANDLE_START_PLANS for tp, _ in plan}
-        ids = types.located_type_ids("TYPEDEF", [f"btf_trace_{n}" for n in names])
-        self._btf_trace_ids = {n: ids[f"btf_trace_{n}"] for n in names if f"btf_trace_{n}" in ids}
-        defines.update(btf.syscall_arg_defines(types))
-        self._fentry_ids = self._resolve_attach(types)
+        prefix = btf.SYSCALL_PREFIX.get(os.uname().machine)
+        funcs = {n: prefix + n for n in self.syscall_numbers} if prefix else {}
+        known = btf.facts([f"btf_trace_{n}" for n in names], funcs.values())
+        defines, ids = dict(known["defines"]), known["typedefs"]
+        self._btf_trace_ids = {n: tuple(ids[f"btf_trace_{n}"]) for n in names if f"btf_trace_{n}" in ids}
+        self._fentry_ids = self._resolve_attach(funcs, known["funcs"])
         for struct_name, dt in events.DTYPES.items():
             defines[f"SIZEOF_{struct_name}"] = dt.itemsize
         xfs_log = self.xfs_log
@@ -246,18 +246,16 @@ class ProbeSet:
         # not the user's business, and would land on the traced command's stderr
         return [f"-D{k}={v}" for k, v in defines.items()] + [f"-I{os.path.dirname(BPF_SOURCE)}", "-w"]
 
-    def _resolve_attach(self, types):
+    def _resolve_attach(self, funcs, found):
         """Settle the attach mode ("auto": fentry where the kernel takes it, else syscalls)
-        and return {call: its syscall function's BTF id} for the fentry mode ({} otherwise).
-        An empty fentry program is loaded on the first call's function to ask the kernel."""
+        and return {call: its syscall function's BTF id} for the fentry mode ({} otherwise),
+        from ``funcs`` ({call: its syscall function}) and ``found`` ({function: BTF id}). An
+        empty fentry program is loaded on the first call's function to ask the kernel."""
         if self.attach_mode not in ("auto", "fentry"):
             return {}
-        prefix = btf.SYSCALL_PREFIX.get(os.uname().machine)
-        funcs = {n: prefix + n for n in self.syscall_numbers} if prefix else {}
-        found = types.type_ids("FUNC", funcs.values()) if funcs else {}
         ids = {n: found[f] for n, f in funcs.items() if f in found}
         reason = None
-        if not prefix:
+        if not funcs:
             reason = f"no syscall functions known on {os.uname().machine}"
         elif len(ids) < len(funcs):
             reason = "no BTF for " + ", ".join(sorted(set(funcs.values()) - set(found)))

@@ -118,3 +118,44 @@ def test_load_reads_the_split_btf_of_the_modules_present(tmp_path):
     os.symlink(btf.VMLINUX_BTF, tmp_path / "vmlinux")
     types = btf.BtfTypes.load(str(tmp_path / "vmlinux"))
     assert types.modules == [] and types.member("journal_s", "j_free")[1] == 8
+
+
+def test_facts_are_read_once_per_btf_and_question(tmp_path, monkeypatch):
+    """facts() reads the BTF (here: hand-built types behind a fake bpftool dump) the first
+    time, answers the same question on the same bytes from its cache, and reads again when
+    the BTF's bytes or the question change."""
+    (tmp_path / "vmlinux").write_bytes(b"btf one")
+    reads = []
+
+    def load(path, modules, btf_dir):
+        reads.append(open(path, "rb").read())
+        return btf.BtfTypes(TYPES)
+
+    monkeypatch.setattr(btf.BtfTypes, "load", staticmethod(load))
+    kw = dict(fields={"OUTER_D": ("outer", "d")}, path=str(tmp_path / "vmlinux"), cache_dir=str(tmp_path / "cache"),
+              machine="x86_64")
+    first = btf.facts(["s32"], ["none"], **kw)
+    assert first == {"defines": {"OUTER_D_OFF": 12, "OUTER_D_SIZE": 4, "SYSCALL_ARGS": 0, "ARG0_OFF": 0, "ARG1_OFF": 0,
+                                 "SYSCALL_NR_OFF": 0, "SYSCALL_CONTEXT": 0, "SYSCALL_RET_OFF": 0},
+                     "typedefs": {"s32": [7, None]}, "funcs": {}}
+    assert btf.facts(["s32"], ["none"], **kw) == first and len(reads) == 1
+    btf.facts(["s32", "other"], ["none"], **kw)               # another question
+    (tmp_path / "vmlinux").write_bytes(b"btf two")              # another kernel
+    btf.facts(["s32"], ["none"], **kw)
+    assert reads == [b"btf one", b"btf one", b"btf two"]
+    # a missing struct is an error each time, never a cached answer
+    bad = dict(kw, fields={"X": ("nosuch", "y")})
+    for _ in range(2):
+        with pytest.raises(JstallError, match="nosuch"):
+            btf.facts([], [], **bad)
+    assert len(reads) == 5
+
+
+@pytest.mark.skipif(not os.path.exists(btf.VMLINUX_BTF), reason="no kernel BTF")
+def test_facts_from_the_cache_equal_the_kernels_own(tmp_path):
+    names = ["btf_trace_sched_switch", "btf_trace_jbd2_checkpoint"]
+    read = btf.facts(names, ["__x64_sys_openat"], cache_dir=str(tmp_path))
+    assert read == btf.facts(names, ["__x64_sys_openat"], cache_dir=str(tmp_path)) and len(os.listdir(tmp_path)) == 1
+    types = btf.BtfTypes.load()
+    assert read["defines"]["J_FREE_OFF"] == types.member("journal_s", "j_free")[0]
+    assert read["typedefs"]["btf_trace_sched_switch"] == list(types.located_type_ids("TYPEDEF", names)["btf_trace_sched_switch"])
