@@ -26,18 +26,15 @@ JSTALL = os.path.join(os.path.dirname(sys.executable), "jstall")
 SECONDS = 2.0
 
 
-def record(out, cfg, case, scratch_dir, calls=None, prefix=(), setup=None, min_ms=1, seconds=SECONDS,
-           recorder_prefix=()):
-    """Record cause_workloads.py CASE on a scratch filesystem (``prefix``: before the
-    workload's command, ``recorder_prefix``: before jstall's); ``setup(fs)`` may return an
+def record(out, cfg, case, scratch_dir, calls=None, prefix=(), setup=None, min_ms=1, seconds=SECONDS):
+    """Record cause_workloads.py CASE on a scratch filesystem; ``setup(fs)`` may return an
     undo function run before the filesystem goes away."""
     from jstall.workloads.scratch import ScratchFs
 
     with ScratchFs(cfg, scratch_dir=scratch_dir) as fs:
         undo = setup(fs) if setup else None
         try:
-            cmd = [*recorder_prefix, JSTALL, "record", "-q", "-o", out, "--min-ms", str(min_ms)] + \
-                (["--calls", calls] if calls else [])
+            cmd = [JSTALL, "record", "-q", "-o", out, "--min-ms", str(min_ms)] + (["--calls", calls] if calls else [])
             proc = subprocess.run(cmd + ["--", *prefix, sys.executable, os.path.join(HERE, "cause_workloads.py"), case,
                                          os.path.join(fs.mountpoint, "d"), str(seconds)],
                                   capture_output=True, text=True, timeout=120)
@@ -140,12 +137,15 @@ def test_cpu_pinned_contention(tmp_path, scratch_dir):
     # with N busy loops on its CPU the writer runs about 1/(N+1) of the time: 7 make the
     # runnable (cpu) share of a write about 7/8, whatever else the machine is doing
     busy = [subprocess.Popen(["taskset", "-c", "0", sys.executable, "-c", "while True: pass"]) for _ in range(7)]
-    # the recorder (its compile, its reader) on another CPU: only the writer shares CPU 0
-    other = ("taskset", "-c", "1") if (os.cpu_count() or 1) > 1 else ()
+    # this process, the recorder it starts (its compile, its reader) and the analysis on the
+    # other CPUs: only the writer shares CPU 0 with the loops
+    mine = os.sched_getaffinity(0)
+    if len(mine - {0}):
+        os.sched_setaffinity(0, mine - {0})
     try:
-        a = record(str(tmp_path / "s"), cfg(), "cpu", scratch_dir, calls="write", prefix=("taskset", "-c", "0"),
-                   recorder_prefix=other)
+        a = record(str(tmp_path / "s"), cfg(), "cpu", scratch_dir, calls="write", prefix=("taskset", "-c", "0"))
     finally:
+        os.sched_setaffinity(0, mine)
         for b in busy:
             b.kill()
             b.wait()
