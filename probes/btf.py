@@ -221,20 +221,19 @@ def facts(typedefs=(), funcs=(), fields=FIELDS, path=VMLINUX_BTF, modules=MODULE
     split = [m for m in modules if os.path.exists(os.path.join(btf_dir, m))]
     question = json.dumps([sorted(typedefs), sorted(funcs), fields, SYSCALL_ARGS, SYSCALL_NR, SYSCALL_RET, machine,
                            split], sort_keys=True)
-    h = hashlib.sha256(question.encode())
+    h, cached = hashlib.sha256(question.encode()), None
     try:
         for f in [path] + [os.path.join(btf_dir, m) for m in split]:
             with open(f, "rb") as fh:
                 h.update(fh.read())
-    except OSError:
-        return _facts(BtfTypes.load(path, modules, btf_dir), typedefs, funcs, fields, machine)  # names the fix
-    cached = os.path.join(cache_dir, h.hexdigest() + ".json")
-    try:
+        cached = os.path.join(cache_dir, h.hexdigest() + ".json")
         with open(cached) as f:
             return json.load(f)
     except (OSError, ValueError):
-        pass
+        pass   # an unreadable BTF: BtfTypes.load names the fix
     out = _facts(BtfTypes.load(path, modules, btf_dir), typedefs, funcs, fields, machine)
+    if cached is None:
+        return out
     try:
         os.makedirs(cache_dir, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=cache_dir, suffix=".tmp")

@@ -478,8 +478,10 @@ class SmallfilePattern(Pattern):
 # ---- command ------------------------------------------------------------------------------
 
 
-#: words a shell would take as redirections, pipes or lists, not as a program's arguments
-SHELL_OPERATORS = frozenset(("|", "||", "&&", "&", ";", ";;"))
+#: words a shell would take as lists, not as a program's arguments (redirections and pipes:
+#: any word that begins with one, SHELL_PREFIXES)
+SHELL_OPERATORS = frozenset(("&&", "&", ";", ";;"))
+SHELL_PREFIXES = (">", "<", "2>", "&>", "|")
 
 
 class CommandPattern(Pattern):
@@ -501,7 +503,7 @@ class CommandPattern(Pattern):
             argv = shlex.split(cmd) if isinstance(cmd, str) else list(cmd)
         except ValueError as e:
             raise JstallError(f"--command: {e}; quote it as one shell word list") from None
-        shell = next((a for a in argv if a in SHELL_OPERATORS or a.startswith((">", "<", "2>", "&>", "|"))), None)
+        shell = next((a for a in argv if a in SHELL_OPERATORS or a.startswith(SHELL_PREFIXES)), None)
         if shell is not None:
             text = cmd if isinstance(cmd, str) else " ".join(argv)
             inner = shlex.quote(text)
