@@ -8,21 +8,22 @@ and sweep read (summary.Summary), and ``to_dict()`` the stable JSON document
 
 from functools import cached_property
 
-from . import recording, summary
-from .calls import call_stats
-from .devices import device_summary
-from .fill import timeline
-from .journals import (checkpoint_costs, checkpoint_waits, checkpoints, commit_phases, proc_agreement, transactions,
+from jstall.analyzer import summary
+from jstall.analyzer.session import recording
+from jstall.analyzer.stalls.calls import call_stats
+from jstall.analyzer.session.devices import device_summary
+from jstall.analyzer.jbd2.fill import timeline
+from jstall.analyzer.jbd2.journals import (checkpoint_costs, checkpoint_waits, checkpoints, commit_phases, proc_agreement, transactions,
                        untraced_checkpoints, untraced_text)
-from .journals import summary as journal_summary
-from .load import Session, load_session
-from .processes import per_process
-from .recommend import recommendations
-from .xfs_logs import summary as xfs_log_summary
-from .xfs_logs import untraced_waits as xfs_untraced_waits
-from .xfs_logs import waits as xfs_waits
-from .xfs_logs import xfs_only
-from .stalls import DEFAULT_MIN_MS, by_cause, find_stalls
+from jstall.analyzer.jbd2.journals import summary as journal_summary
+from jstall.analyzer.session.load import Session, load_session
+from jstall.analyzer.stalls.processes import per_process
+from jstall.analyzer.advice.recommend import recommendations
+from jstall.analyzer.xfs.logs import summary as xfs_log_summary
+from jstall.analyzer.xfs.logs import untraced_waits as xfs_untraced_waits
+from jstall.analyzer.xfs.logs import waits as xfs_waits
+from jstall.analyzer.xfs.logs import xfs_only
+from jstall.analyzer.stalls.find import DEFAULT_MIN_MS, by_cause, find_stalls
 
 
 def _result(fn, *needs):
@@ -40,7 +41,7 @@ def _result(fn, *needs):
 class Analysis:
     """Result of :func:`analyze`.  Attributes:
 
-    - ``session``: the loaded :class:`~jstall.analyzer.load.Session`; ``min_ms``.
+    - ``session``: the loaded :class:`~jstall.analyzer.session.load.Session`; ``min_ms``.
     - ``timeline``: fill samples (fill.timeline); ``stalls``: the stall table
       (stalls.find_stalls); ``causes``: stall count and off-CPU ms per cause.
     - ``transactions``, ``phases`` (commit phase bands), ``checkpoints``: per journal event;

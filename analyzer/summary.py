@@ -17,10 +17,12 @@ import numpy as np
 import pandas as pd
 
 from jstall.probes.syscalls import GROUPS
+from jstall.enough import verdict
 from jstall.schema import PHASES
 
-from . import causes, recording, window
-from .journals import session_span_s, verdict
+from jstall.analyzer.stalls import causes
+from jstall.analyzer.session import recording, window
+from jstall.analyzer.session.recording import session_span_s
 
 #: Version of the JSON document ``jstall analyze --json`` prints (not the session's).
 JSON_SCHEMA_VERSION = 1

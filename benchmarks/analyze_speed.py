@@ -1,7 +1,7 @@
 """Benchmark: analyze a synthetic session of 1,000,000 syscall rows, 1,000,000 off-CPU rows and
 100,000 jbd2 rows; print wall time and peak memory (target: <= 10 s, <= 2 GiB).
 
-The session is written in the real format (jstall.analyzer.synthetic) to a temporary
+The session is written in the real format (synthetic) to a temporary
 directory; the analysis (load, stalls, causes, journals, the JSON document and the text
 summary, as `jstall analyze --json` does) runs in a fresh child process so its peak RSS is its
 own.  Usage: python benchmarks/analyze_speed.py [--calls N] [--offcpu N] [--jbd2 N] [--keep DIR]
@@ -17,7 +17,7 @@ import pandas as pd
 
 from benchlib import parser, verdict, workdir
 
-from jstall.analyzer.synthetic import journal_meta, metadata, write_session
+from synthetic import journal_meta, metadata, write_session
 
 S = 1_000_000_000
 THREADS = 16
@@ -112,7 +112,7 @@ CHILD = """
 import json, resource, sys, time
 t0 = time.perf_counter()
 from jstall.analyzer.analysis import analyze
-from jstall.analyzer.text import session_summary
+from jstall.analyzer.render.text import session_summary
 a = analyze(sys.argv[1])
 doc = json.dumps(a.to_dict(), allow_nan=False)
 text = session_summary(a)

@@ -1,15 +1,23 @@
 """What every benchmark script here shares: its argument parser, a scratch directory it
 removes, the machine's load, CPU and memory readings, stopping a child, the verdict line.
 
-The scripts run as ``python benchmarks/NAME.py``; this directory is then on ``sys.path``."""
+The scripts run as ``python benchmarks/NAME.py``; this directory is then on ``sys.path``, and
+importing this module puts tests/ there too, for the hand-built sessions (``synthetic``)."""
 
 import argparse
 import contextlib
+import os
 import resource
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
+
+#: tests/, whose ``synthetic`` module writes hand-built sessions in the real format
+TESTS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests")
+if TESTS_DIR not in sys.path:
+    sys.path.insert(0, TESTS_DIR)
 
 
 def parser(doc):

@@ -3,13 +3,13 @@
 the machine; print wall time and the client's peak memory (targets: <= 60 s, <= 1 GiB).
 
 The sessions are written in the real format and the collection layout
-(jstall.analyzer.synthetic.generate_fleet) to a temporary directory first (not timed).  The
+(synthetic.generate_fleet) to a temporary directory first (not timed).  The
 fleet runs in a fresh child process -- exactly what `jstall fleet ROOT --json -o fleet.html`
 does: find the sessions, start the cluster, summarize every session on the workers, build
 the rankings, the JSON document, the text and the HTML report -- so the peak RSS printed is
 the client's own (the Dask scheduler runs inside it; the workers are separate processes,
 whose peak is printed apart).  Then ``--one-process N`` sessions are summarized one after the
-other in one process (``jstall.analyzer.fleet.summarize``, what each worker runs per session):
+other in one process (``jstall.analyzer.multi.fleet.summarize``, what each worker runs per session):
 CPU ms per session, a figure that a busy shared machine disturbs far less than wall time.
 Usage: python benchmarks/fleet_speed.py [--sessions N] [--hosts N] [--workers N] [--keep DIR]
        [--one-process N]
@@ -21,13 +21,13 @@ import subprocess
 import sys
 import time
 
-from benchlib import parser, verdict, workdir
+from benchlib import TESTS_DIR, parser, verdict, workdir
 
 CHILD = """
 import json, resource, sys, time
 t0 = time.perf_counter()
-from jstall.analyzer import fleet as F
-from jstall.analyzer.fleet_report import fleet_report
+from jstall.analyzer.multi import fleet as F
+from jstall.analyzer.render.fleet_report import fleet_report
 seen = {}
 def worker_peak():
     import resource, time
@@ -56,7 +56,7 @@ print(json.dumps({"seconds": t, "client_cpu_s": time.process_time(), "load": os.
 
 ONE_PROCESS = """
 import json, os, sys, time
-from jstall.analyzer.fleet import find_sessions, summarize
+from jstall.analyzer.multi.fleet import find_sessions, summarize
 urls = find_sessions([sys.argv[1]])[: int(sys.argv[2])]
 summarize(urls[0])  # imports
 c, w = time.process_time(), time.perf_counter()
@@ -81,9 +81,9 @@ def main():
         root = args.keep or os.path.join(tmp, "collection")
         t = time.perf_counter()
         if not os.path.isdir(root) or not os.listdir(root):  # in a child: its memory is not ours
-            subprocess.run([sys.executable, "-c", "import sys; from jstall.analyzer.synthetic import generate_fleet; "
+            subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[4]); from synthetic import generate_fleet; "
                             "generate_fleet(sys.argv[1], sessions=int(sys.argv[2]), hosts=int(sys.argv[3]), seed=1)",
-                            root, str(args.sessions), str(args.hosts)], check=True)
+                            root, str(args.sessions), str(args.hosts), TESTS_DIR], check=True)
         size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(root) for f in fs)
         n = sum(1 for _, _, fs in os.walk(root) if "metadata.json" in fs)
         hosts = sum(1 for d in os.listdir(root) if d.startswith("host="))

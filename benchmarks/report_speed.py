@@ -1,7 +1,7 @@
 """Benchmark: `jstall report` of a 30-minute generated session; print the report's size and
 the time to write it (targets: <= 5 MB, <= 10 s).
 
-The session (jstall.analyzer.synthetic.generate_session: one 32 MiB journal, 200,000 calls
+The session (synthetic.generate_session: one 32 MiB journal, 200,000 calls
 of 1 ms or more of which 40,000 stall, 100 fill samples a second, a commit every 0.25 s,
 20 million calls in the histograms) is written in the real format to a temporary directory
 first (not timed); the report -- load, analysis, figures, HTML, as `jstall report SESSION -o
@@ -21,7 +21,7 @@ from benchlib import options, workdir
 
 GENERATE = """
 import sys
-from jstall.analyzer.synthetic import generate_session, journal_meta
+from synthetic import generate_session, journal_meta
 generate_session(sys.argv[1], seed=11, duration_s=float(sys.argv[2]), calls=int(sys.argv[3]), stalls=int(sys.argv[4]),
                  journals=[journal_meta("7:0", journal_blocks=8192, max_transaction_blocks=2730)],
                  fill_per_s=100.0, commit_every_s=0.25)
@@ -31,7 +31,7 @@ CHILD = """
 import json, os, resource, sys, time
 t0 = time.perf_counter()
 if sys.argv[3] == "unbudgeted":   # every point drawn, as SVG: the budget's constants lifted
-    from jstall.analyzer import figures
+    from jstall.analyzer.render import figures
     figures.MAX_POINTS = figures.MAX_STALLS = figures.HOVER_STALLS = figures.MAX_TRANSACTIONS = 10**12
     figures.MAX_BANDS = 10**12
     figures.WEBGL_POINTS = 10**12

@@ -60,7 +60,7 @@ def add_arguments(p):
 
 
 def _check(args):
-    from jstall.workloads.scratch import parse_size
+    from jstall.units import parse_size
 
     from .server import parse_listen
 

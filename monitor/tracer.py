@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 from jstall import jbd2, xfs
-from jstall.analyzer import causes
+from jstall.analyzer.stalls import causes
 from jstall.probes import events, filesystems, host, tables
 from jstall.probes.probeset import BTF_TRACEPOINTS, EXT4_RAW_TRACEPOINTS, POLL_MS, ProbeOptions, ProbeSet
 from jstall.schema import PHASES
@@ -248,7 +248,7 @@ class Tracer:
         addr = b.ksymname(b"schedule")
         if addr and addr != -1:
             b.ksym(addr)
-        from jstall.analyzer.causes import classify_stack
+        from jstall.analyzer.stalls.causes import classify_stack
 
         classify_stack(["schedule"])   # likewise the pandas paths of the first stall (about 10 MiB)
         if self.mopts.freeze_heap:
@@ -471,7 +471,7 @@ class Tracer:
         """(cause, label) of a stack by the analyzer's stack_causes, once per stack id (the
         stack table never reuses an id: no BPF_F_REUSE_STACKID), or None without frames."""
         if sid not in self._stack_causes:
-            from jstall.analyzer.causes import stack_causes
+            from jstall.analyzer.stalls.causes import stack_causes
 
             frames = self._stack_frames(sid)
             if frames is None:

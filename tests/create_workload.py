@@ -3,7 +3,9 @@ attribute, then sync: more than an 8 MiB log holds while a paced device writes i
 
 usage: create_workload.py DIR N
 """
-import os, sys
+import os
+import sys
+
 top, n = sys.argv[1], int(sys.argv[2])
 for i in range(n):
     d = f"{top}/d{i % 200}"

@@ -8,12 +8,13 @@ import time
 
 import pytest
 
-from jstall.analyzer import analyze, analyze_cmd
-from jstall.analyzer.load import Session
-from jstall.analyzer.processes import per_process
-from jstall.analyzer.synthetic import journal_meta, metadata
-from jstall.analyzer.text import session_summary
-from jstall.analyzer.window import parse_time, resolve, restrict
+from jstall.analyzer import analyze
+from jstall.analyzer.commands import analyze_cmd
+from jstall.analyzer.session.load import Session
+from jstall.analyzer.stalls.processes import per_process
+from synthetic import journal_meta, metadata
+from jstall.analyzer.render.text import session_summary
+from jstall.analyzer.session.window import parse_time, resolve, restrict
 from jstall.errors import JstallError
 
 from test_analyzer import MS, S, _session, call, fsample, jev, off, run_stat, stacks_df
@@ -322,8 +323,8 @@ def test_json_document_is_strict_json_with_the_new_fields(tmp_path, capsys):
     ("stacks_lost", -1, "a count"), ("status", 5, "a string"),
 ])
 def test_metadata_of_the_wrong_shape_is_refused_with_one_line(tmp_path, key, value, what):
-    from jstall.analyzer.load import load_session
-    from jstall.analyzer.synthetic import write_session
+    from jstall.analyzer.session.load import load_session
+    from synthetic import write_session
 
     path = write_session(str(tmp_path / "s"), {}, metadata(**{key: value}))
     with pytest.raises(JstallError, match=f"metadata '{key}' is not {what}; the session is corrupt"):
@@ -335,7 +336,7 @@ def test_windows_partition_a_real_session():
     every stall, transaction and checkpoint of the session exactly once."""
     import os
 
-    from jstall.analyzer.load import load_session
+    from jstall.analyzer.session.load import load_session
 
     path = os.path.join(os.path.dirname(__file__), "..", "notebooks", "data", "xattr-i128")
     s = load_session(path)

@@ -8,11 +8,11 @@ import pandas as pd
 import pytest
 
 from jstall.analyzer import analyze
-from jstall.analyzer.causes import CAUSES, classify_stack, stack_causes
-from jstall.analyzer.fill import forced_fill_pct
-from jstall.analyzer.load import load_session
-from jstall.analyzer.synthetic import fill_columns, journal_meta, metadata, rows, write_session
-from jstall.analyzer.text import session_summary
+from jstall.analyzer.stalls.causes import CAUSES, classify_stack, stack_causes
+from jstall.analyzer.jbd2.fill import forced_fill_pct
+from jstall.analyzer.session.load import load_session
+from synthetic import fill_columns, journal_meta, metadata, rows, write_session
+from jstall.analyzer.render.text import session_summary
 
 MS = 1_000_000
 S = 1_000_000_000
@@ -495,7 +495,7 @@ def test_other_label_skips_scheduler_and_tracing_frames():
 
 
 def test_range_min_and_asof_match_a_brute_force_reference():
-    from jstall.analyzer.fill import asof, range_min
+    from jstall.analyzer.jbd2.fill import asof, range_min
 
     rng = np.random.default_rng(7)
     n = 3000
@@ -622,7 +622,7 @@ def test_hot_set_recovers_a_simulated_random_workload():
     equation gives D back from the counts alone."""
     import random
 
-    from jstall.analyzer.journal_model import hot_set
+    from jstall.analyzer.jbd2.model import hot_set
 
     rnd = random.Random(5)
     for D, S in ((2000, 600), (3000, 2000), (800, 1500)):
@@ -645,7 +645,7 @@ def test_hot_set_counts_the_touches_a_large_transaction_logged_once():
     set; without them it sees less (a journal half as big as it needs, lab tune's runs)."""
     import random
 
-    from jstall.analyzer.journal_model import hot_set
+    from jstall.analyzer.jbd2.model import hot_set
 
     rnd = random.Random(7)
     for D, S, k in ((3000, 4000, 1400), (1000, 3000, 200), (3000, 3000, 300)):
@@ -667,7 +667,7 @@ def test_blocks_written_home_in_runs_are_a_stream():
     """Blocks written home once, three or more adjacent ones together, are a stream's (an
     inode table filled in order); the rest are the hot set's: a block written home more than
     once, or alone, or beside another written a second later."""
-    from jstall.analyzer.journal_model import _home
+    from jstall.analyzer.jbd2.model import _home
 
     rows = [(8 * b, 1, 5_000_000) for b in range(100, 105)]                  # a run of five: a stream
     rows += [(8 * 200, 1, 0), (8 * 201, 1, 1_000_000)]                       # two in a row: too few
@@ -688,7 +688,7 @@ def test_journal_model_holds_a_stream_once_beside_the_hot_set():
     once each, in runs. One transaction must hold the 600; the table's 1,200 blocks only the
     log, once each: the journal is sized 3 * 600 + 1.5 * 1,200 blocks (and its overhead),
     not 3 * 1,800."""
-    from jstall.analyzer.journal_model import model
+    from jstall.analyzer.jbd2.model import model
 
     journal, t, cs, tl = _model_inputs(280, 60, relogged=12_000, written=4_500, used=900)
     dirs = pd.DataFrame({"sector": [8 * (10_000 + 7 * i) for i in range(600)], "writes": 4,
@@ -725,7 +725,7 @@ def test_journal_model_regimes_hot_set_and_streaming():
     how long it ran. One that logs each block once streams: the journal must hold a window
     of writeback (dirty_expire + one writeback period) of newly logged blocks, the whole job
     when it ran shorter than that."""
-    from jstall.analyzer.journal_model import model, writeback_window_s
+    from jstall.analyzer.jbd2.model import model, writeback_window_s
 
     assert writeback_window_s(None) == 35.0
     assert writeback_window_s({"dirty_expire_centisecs": 1000, "dirty_writeback_centisecs": 200}) == 12.0
@@ -749,7 +749,7 @@ def test_journal_model_regimes_hot_set_and_streaming():
 
 
 def test_holding_divisor_between_the_regimes():
-    from jstall.analyzer.journal_model import STREAMING_SHARE, holding_divisor
+    from jstall.analyzer.jbd2.model import STREAMING_SHARE, holding_divisor
 
     assert holding_divisor(3.0, None) == holding_divisor(3.0, 0.2) == holding_divisor(3.0, STREAMING_SHARE) == 3.0
     assert holding_divisor(3.0, 1.0) == 1.5 and holding_divisor(4.0, 1.0) == pytest.approx(4 / 3)
@@ -802,7 +802,7 @@ def test_blocks_written_home_bound_the_hot_set_a_small_log_cannot_see():
     blocks: most of what a transaction re-logs is the 90, and the equation alone sees a hot
     set far smaller than 3,090. The distinct blocks forced checkpoints wrote home are all of
     it: the model's hot set is then the workload's."""
-    from jstall.analyzer.journal_model import model
+    from jstall.analyzer.jbd2.model import model
 
     journal, t, cs, tl, hw = _simulated_small_log(3000, 90, 250, 48, 900)
     blind = model(journal, t, cs, tl, kernel_release="6.18.0", run_s=5.0)
@@ -891,7 +891,7 @@ def test_external_journal_estimate_is_the_logs_share_of_the_device_requests(tmp_
     low end), only the share of the checkpoints' time a commit wrote the log beside them: none
     when no commit did, a quarter when ten of the twenty checkpoints had one writing for half
     their 140 ms. With nothing written home by the forced checkpoints, no advice."""
-    from jstall.analyzer.recommend import log_requests
+    from jstall.analyzer.advice.recommend import log_requests
 
     # a 4 KiB block's buffer is a memory segment of its own: a device of 128 segments (the block
     # layer's default) takes 128 of them a request, 512 KiB, one of 512 takes max_sectors_kb
@@ -966,7 +966,7 @@ def test_the_logs_share_of_the_requests_served_during_the_checkpoints():
     no span or no device counters."""
     from types import SimpleNamespace
 
-    from jstall.analyzer.journals import log_share_during
+    from jstall.analyzer.jbd2.journals import log_share_during
 
     ds = pd.DataFrame([{"ts_ns": (i + 1) * S, "interval_ns": S, "dev": "7:0", "role": "data", "write_ios": w,
                         "flush_ios": 10} for i, w in enumerate([1000, 200])])
@@ -1021,7 +1021,7 @@ def test_external_journal_counts_the_waits_on_the_data_devices_own_requests(tmp_
     fast one what a single server's queue loses with 30% of its load gone (device_queue_gone):
     all of it when the device ran at its busiest during those waits, 160 * (1 - 0.7 * 0.5 /
     0.65) ms at half of it."""
-    from jstall.analyzer.recommend import device_queue_gone
+    from jstall.analyzer.advice.recommend import device_queue_gone
 
     assert device_queue_gone(0.3, 0.0) == pytest.approx(0.3) and device_queue_gone(0.3, 1.0) == 1.0
     assert device_queue_gone(0.0, 1.0) == 0.0 and device_queue_gone(0.3, 0.5) == pytest.approx(1 - 0.35 / 0.65)

@@ -15,11 +15,10 @@ import sys
 
 import pytest
 
+from conftest import SLOWDOWN
 from jstall.analyzer import analyze
 
 pytestmark = [pytest.mark.kernel, pytest.mark.skipif(os.geteuid() != 0, reason="needs root")]
-
-from conftest import SLOWDOWN
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 JSTALL = os.path.join(os.path.dirname(sys.executable), "jstall")

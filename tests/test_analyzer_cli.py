@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from jstall.analyzer import analyze_cmd, report_cmd
-from jstall.analyzer.causes import CAUSES
+from jstall.analyzer.commands import analyze_cmd, report_cmd
+from jstall.analyzer.stalls.causes import CAUSES
 from jstall.errors import JstallError
 
 from test_report import classic_session
@@ -21,7 +21,7 @@ def run(args):
 
 
 def test_command_modules_are_light_and_documented():
-    code = ("import sys, jstall.analyzer.analyze_cmd as a, jstall.analyzer.report_cmd as r;"
+    code = ("import sys, jstall.analyzer.commands.analyze_cmd as a, jstall.analyzer.commands.report_cmd as r;"
             "heavy = [m for m in ('pandas', 'pyarrow', 'plotly', 'numpy') if m in sys.modules];"
             "print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -151,8 +151,9 @@ def test_every_cause_and_rule_is_described_where_users_read():
     every recommendation kind; the recorder's --calls groups are documented too."""
     import os
 
-    from jstall.analyzer import figures, recommend
-    from jstall.analyzer.causes import REGISTRY
+    from jstall.analyzer.render import figures
+    from jstall.analyzer.advice import recommend
+    from jstall.analyzer.stalls.causes import REGISTRY
     from jstall.probes.syscalls import GROUPS, parse_calls
 
     doc = open(os.path.join(os.path.dirname(__file__), "..", "docs", "analysis.md")).read()

@@ -9,8 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from jstall import schema
-from jstall.analyzer.load import load_session
-from jstall.analyzer.synthetic import fill_columns, metadata, rows, write_session
+from jstall.analyzer.session.load import load_session
+from synthetic import fill_columns, metadata, rows, write_session
 from jstall.errors import JstallError
 from jstall.session import TABLES
 

@@ -6,9 +6,9 @@ import os
 import pandas as pd
 import pytest
 
-from jstall.analyzer import analyze_cmd
-from jstall.analyzer.sweep import analyze_sweep
-from jstall.analyzer.synthetic import journal_meta, metadata, rows, write_session
+from jstall.analyzer.commands import analyze_cmd
+from jstall.analyzer.multi.sweep import analyze_sweep
+from synthetic import journal_meta, metadata, rows, write_session
 from jstall.errors import JstallError
 
 MS = 1_000_000
@@ -97,7 +97,7 @@ def test_sweep_command_and_damaged_runs(tmp_path, capsys):
 
 
 def test_a_phase_rate_is_its_own_units():
-    from jstall.analyzer.sweep import _rate_key
+    from jstall.analyzer.multi.sweep import _rate_key
 
     # a lab phase record: rate_per_s (ops/s) first, then the phase's own rate
     assert _rate_key({"name": "file_create", "unit": "files", "rate_per_s": 9.0, "files_per_s": 9.0,

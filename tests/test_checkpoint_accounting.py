@@ -5,8 +5,8 @@ devices under the filesystem did (devices)."""
 import pytest
 
 from jstall.analyzer import analyze
-from jstall.analyzer.synthetic import fill_columns, metadata, rows, write_session
-from jstall.analyzer.text import session_summary
+from synthetic import fill_columns, metadata, rows, write_session
+from jstall.analyzer.render.text import session_summary
 
 MS = 1_000_000
 
@@ -94,7 +94,7 @@ def test_the_devices_during_stalls(tmp_path):
     assert d["write_iops_in_stalls"] == 1500.0 and d["busy_pct_in_stalls"] == 95.0
     assert ("7:1 data (served by 7:0): 3,200 writes and 4 reads in 4.0 s, 800 writes/s, busy 51%; during stalls "
             "(2.0 s of samples) 1,500 writes/s, busy 95%") in session_summary(a)
-    from jstall.analyzer.figures import device_served
+    from jstall.analyzer.render.figures import device_served
 
     fig = device_served(a)
     busy = [t for t in fig.data if t.name == "data busy %"]

@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from jstall.analyzer.analysis import analyze
-from jstall.analyzer.compare import compare
+from jstall.analyzer.multi.compare import compare
 from jstall.cli import main
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -200,7 +200,7 @@ def test_bad_input_is_one_line_exit_2(argv, message, capsys):
 
 def test_compare_names_what_differs_between_any_two_sessions(tmp_path):
     """Two recorded (not lab) sessions: compare reads what differs from their metadata."""
-    from jstall.analyzer.synthetic import journal_meta, metadata, write_session
+    from synthetic import journal_meta, metadata, write_session
 
     a, b = str(tmp_path / "a"), str(tmp_path / "b")
     write_session(a, {}, metadata())

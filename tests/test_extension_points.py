@@ -8,9 +8,13 @@ import json
 import pandas as pd
 import pytest
 
-from jstall.analyzer import analyze, analyze_cmd, causes, figures, recommend
-from jstall.analyzer.report import session_headline
-from jstall.analyzer.text import session_summary
+from jstall.analyzer import analyze
+from jstall.analyzer.commands import analyze_cmd
+from jstall.analyzer.stalls import causes
+from jstall.analyzer.render import figures
+from jstall.analyzer.advice import recommend
+from jstall.analyzer.render.report import session_headline
+from jstall.analyzer.render.text import session_summary
 
 from test_analyzer import MS, S, STACKS, _session, call, off
 

@@ -9,8 +9,8 @@ import shutil
 import pytest
 
 from jstall.analyzer.analysis import analyze
-from jstall.analyzer.fleet import Fleet, find_sessions, run_fleet, summarize
-from jstall.analyzer.synthetic import generate_fleet
+from jstall.analyzer.multi.fleet import Fleet, find_sessions, run_fleet, summarize
+from synthetic import generate_fleet
 from jstall.cli import main
 from jstall.errors import JstallError
 from jstall.session import collected_partitions, collected_path
@@ -41,7 +41,7 @@ def cluster():
     """A real LocalCluster of 2 worker processes, shared by the tests of this module."""
     from distributed import Client
 
-    from jstall.analyzer.fleet import local_cluster
+    from jstall.analyzer.multi.fleet import local_cluster
 
     c = local_cluster(2)
     client = Client(c)
@@ -53,7 +53,7 @@ def cluster():
 
 def check_rows_match_analyze(fleet, sessions, capsys):
     """Each session's row(s) carry exactly the figures `jstall analyze --json` prints."""
-    from jstall.analyzer.causes import CAUSES
+    from jstall.analyzer.stalls.causes import CAUSES
 
     rows = fleet.rows
     for path in sessions:
@@ -114,7 +114,7 @@ def test_fleet_of_synthetic_and_recorded_sessions_on_two_workers(tmp_path, clust
     fs = fleet.filesystems()
     assert fs["stall_ms"].is_monotonic_decreasing and fs["stall_ms"].sum() == pytest.approx(hosts["stall_ms"].sum())
     # the fleet-wide histograms are the sum of every analyzed session's call_histograms
-    from jstall.analyzer.load import read_table
+    from jstall.analyzer.session.load import read_table
 
     want = {}
     for s in fleet.ok:
@@ -179,7 +179,7 @@ def _die(urls, min_ms):
 def test_a_worker_that_dies_fails_only_its_sessions(tmp_path, cluster, monkeypatch):
     from distributed import Client
 
-    from jstall.analyzer import fleet as F
+    from jstall.analyzer.multi import fleet as F
 
     root = str(tmp_path / "c")
     paths = generate_fleet(root, sessions=2, hosts=2, seed=4)

@@ -22,7 +22,6 @@ def test_the_kernels_rules():
     assert jbd2.headroom_ratio(428, 341, 1024) == pytest.approx(87 / (1024 - 32 - 341))
     assert jbd2.headroom_ratio(300, 341, 1024) == 0.0 and jbd2.headroom_ratio(2000, 341, 1024) == 1.0
     # element-wise on arrays (the monitor's batches), 0 where the log cannot hold a transaction
-    import numpy as np
     r = jbd2.headroom_ratio(np.array([428, 300, 2000, 10]), 341, np.array([1024, 1024, 1024, 300]))
     assert r.tolist() == [pytest.approx(87 / 651), 0.0, 1.0, 0.0] and jbd2.headroom_ratio(10, 341, 300) == 0.0
     assert jbd2.forced_fill_pct(341, 1024) == pytest.approx(100 * (1 - 373 / 1024))

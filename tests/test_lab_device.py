@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from jstall.analyzer.load import load_session
+from jstall.analyzer.session.load import load_session
 from jstall.devstats import DeviceSampler
 from jstall.workloads.lab import LabConfig, run_lab
 from jstall.workloads.scratch import FsConfig, ScratchFs
@@ -98,9 +98,9 @@ def test_durable_phase_timing_holds_the_phases_commits(scratch_dir, tmp_path):
     assert int(ds["write_ios"].sum()) == served["write_ios"] >= sum(p["device"]["data"]["write_ios"]
                                                                    for p in s.meta["lab"]["phases"])
     # the report shows it: one trace per kind of request, the limit drawn
-    from jstall.analyzer import figures
+    from jstall.analyzer.render import figures
     from jstall.analyzer.analysis import analyze
-    from jstall.analyzer.report import session_report
+    from jstall.analyzer.render.report import session_report
 
     a = analyze(s)
     fig = figures.device_served(a)

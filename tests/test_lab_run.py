@@ -281,7 +281,7 @@ def test_command_via_the_cli_prints_json_and_exits_1_when_it_fails(scratch_dir):
 def test_calls_choose_what_the_recording_traces(scratch_dir, tmp_path):
     """lab run --calls: the write group traced too, so the command's writes are counted; an
     unknown group is one line, exit 2, before anything is made."""
-    from jstall.analyzer.load import load_session
+    from jstall.analyzer.session.load import load_session
 
     out = str(tmp_path / "s")
     p = subprocess.run([JSTALL, "lab", "run", "command", "--command", "dd if=/dev/zero of=f bs=4k count=50 status=none",

@@ -12,7 +12,8 @@ import pytest
 
 from jstall.errors import JstallError
 from jstall.workloads.scratch import FsConfig
-from jstall.workloads.tune import _variants, bounds_mib, grid, load, print_result, tune, xfs_log_refusal
+from jstall.analyzer.multi.tune import load, print_result
+from jstall.workloads.tune import _variants, bounds_mib, grid, tune, xfs_log_refusal
 
 JSTALL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "jstall")
 ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
@@ -163,7 +164,7 @@ def test_a_log_mkfs_xfs_refuses_is_not_possible_and_the_search_goes_on(scratch_d
 
 
 def test_a_prediction_with_a_range_is_judged_against_both_ends():
-    from jstall.workloads.tune import Prediction
+    from jstall.analyzer.multi.tune import Prediction
 
     assert Prediction("external_log", 29.0, measured_ms=251.0, predicted_high_ms=757.0).error() == "in"
     assert Prediction("external_log", 300.0, measured_ms=200.0, predicted_high_ms=757.0).error() == "+50%"
@@ -177,7 +178,7 @@ def test_device_time_is_busy_time_or_a_paced_lab_devices_writes_at_its_pace():
 
     import pandas as pd
 
-    from jstall.analyzer.devices import device_time
+    from jstall.analyzer.session.devices import device_time
 
     ds = pd.DataFrame({"role": ["data", "data", "journal"], "dev": ["7:1", "7:1", "7:1"],
                        "lower_dev": ["7:0", "7:0", "7:2"], "write_ios": [230, 151, 9], "flush_ios": [19, 35, 1],

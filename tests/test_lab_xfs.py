@@ -571,7 +571,7 @@ def test_a_recorded_xfs_lab_run_is_a_session_of_its_log(scratch_dir, tmp_path, e
     """Recorded, an XFS lab run is a session whose journal is the scratch XFS's log (kind
     xfs, the geometry the lab read back; with an external log, the log's device), with the
     lab metadata and the emulated devices' table."""
-    from jstall.analyzer.load import load_session
+    from jstall.analyzer.session.load import load_session
     from jstall.workloads.lab import LabConfig, run_lab
 
     fs = FsConfig(fs_type="xfs", journal_size="8M", journal_device=external, write_iops=2000,

@@ -190,8 +190,8 @@ def test_primary_cause_agrees_with_the_analyzer():
     for the same hand-built intervals: stacks, no stack (own checkpoint or not), runnable, ties."""
     import pandas as pd
 
-    from jstall.analyzer.causes import offcpu_causes, stack_causes
-    from jstall.analyzer.causes import primary_cause
+    from jstall.analyzer.stalls.causes import offcpu_causes, stack_causes
+    from jstall.analyzer.stalls.causes import primary_cause
 
     stacks = pd.DataFrame({"stack_id": pd.Series([1, 2, 3], dtype="int32"), "frames": [
         ["__schedule", "schedule", "io_schedule", "bit_wait_io", "__wait_on_bit", "jbd2_log_do_checkpoint",

@@ -24,7 +24,7 @@ import pytest
 
 from jstall import session
 from jstall.analyzer.analysis import analyze
-from jstall.analyzer.load import load_session
+from jstall.analyzer.session.load import load_session
 from jstall.monitor.capture import list_captures
 from jstall.workloads.scratch import FsConfig, ScratchFs
 from child_output import read_line

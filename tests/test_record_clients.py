@@ -108,7 +108,7 @@ def test_checkpoints_in_calls_not_traced_are_seen_as_journal_waits(xattr_archive
     context mknodat). Checkpoints in tasks outside the recording (a writeback kworker) are
     named, and then 'no stalls' is never said."""
     from jstall.analyzer import analyze
-    from jstall.analyzer.text import session_summary
+    from jstall.analyzer.render.text import session_summary
 
     out = str(tmp_path / "s")
     cfg = FsConfig(fs_size="256M", journal_size="4M", inode_size=128, write_iops=400)
@@ -219,7 +219,7 @@ def test_every_traced_call_counted_as_strace_counts_it(client, tmp_path):
     each, recorded with --calls all and every call stored one by one (--min-ms 0) while strace
     -f -c counts the same processes' syscalls: for every call jstall traces, its count for the
     client's processes equals strace's exactly (strace's own calls are its, not the client's)."""
-    from jstall.analyzer.load import load_session
+    from jstall.analyzer.session.load import load_session
     from jstall.probes.syscalls import GROUPS
 
     out, counts = str(tmp_path / "s"), str(tmp_path / "strace.txt")

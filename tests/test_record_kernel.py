@@ -462,7 +462,7 @@ def test_journal_waits_in_page_faults_are_stalls(tmp_path):
     # matter of timing: natively it does; under emulation (a guest 20x slower, preempted by
     # the host) it may not, and 6.1's guest recorded the waits without one of 10 ms
     if SLOWDOWN == 1:
-        from jstall.analyzer.text import session_summary
+        from jstall.analyzer.render.text import session_summary
 
         assert len(st) >= 1 and (st["cause"] == "checkpoint").any() and st["own_checkpoint"].any()
         assert "page fault (wait)" in session_summary(a)
@@ -473,7 +473,7 @@ def test_the_device_under_the_filesystem_is_in_the_session(tmp_path):
     device that serves every request, agree with /sys/block's own counters read around the
     recording within 1 %; analyze states the request rate and how busy the device was."""
     from jstall.analyzer import analyze
-    from jstall.analyzer.text import session_summary
+    from jstall.analyzer.render.text import session_summary
     from jstall.devstats import read_block_stat
 
     out = str(tmp_path / "s")

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from jstall import session
-from jstall.analyzer.load import load_session
+from jstall.analyzer.session.load import load_session
 from jstall.workloads.scratch import FsConfig, ScratchFs
 from child_output import read_line
 

@@ -72,7 +72,7 @@ def test_log_space_waits_agree_with_the_kernel_and_bpftrace(tmp_path):
     """jstall record, an independent bpftrace program and probes/jstall-xfslog.bt over one
     run: the same sleeps as the kernel's own count."""
     from jstall.analyzer import analyze
-    from jstall.analyzer.text import session_summary
+    from jstall.analyzer.render.text import session_summary
 
     out = str(tmp_path / "s")
     with ScratchFs(FsConfig(**XFS)) as fs:
@@ -121,7 +121,7 @@ def test_log_space_waits_agree_with_the_kernel_and_bpftrace(tmp_path):
     st = d["stalls"]
     assert st["count"] >= 3 and max(st["by_cause"], key=lambda c: st["by_cause"][c]["total_ms"]) == "log_space"
     assert log["waits_in_traced_calls"] == log["waits"]
-    from jstall.analyzer.compare import compare
+    from jstall.analyzer.multi.compare import compare
 
     x = compare(out, out).to_dict()["xfs_logs"]
     assert {r["figure"]: r["b"] for r in x}["sleeps"] == log["sleeps"]
@@ -158,7 +158,7 @@ def test_an_xfs_and_an_ext4_recorded_at_once_keep_their_stalls_apart(tmp_path):
     assert d["journals"][0]["forced_checkpoints"] > 0 and d["xfs_logs"][0]["waits"] > 0
 
     # the fleet's rows: one per journal of either kind, each with its own stalls and waits
-    from jstall.analyzer.fleet import Fleet, summarize
+    from jstall.analyzer.multi.fleet import Fleet, summarize
 
     rows = Fleet([summarize(out)]).rows.set_index("dev")
     assert rows.loc[xdev, "journal_kind"] == "xfs" and rows.loc[edev, "journal_kind"] == "jbd2"

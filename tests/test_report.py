@@ -9,7 +9,7 @@ import tempfile
 
 import pytest
 
-from jstall.analyzer import report_cmd
+from jstall.analyzer.commands import report_cmd
 
 from test_analyzer import MS, S, call, fsample, jev, off, run_stat, stacks_df, _session  # noqa: F401
 from test_analyzer_sweep import make_sweep
@@ -205,7 +205,7 @@ def test_timeline_thinning_keeps_the_lows():
     import numpy as np
     import pandas as pd
 
-    from jstall.analyzer import figures
+    from jstall.analyzer.render import figures
 
     n = 50_000
     rng = np.random.default_rng(3)
@@ -223,7 +223,7 @@ def test_stall_thinning_keeps_the_slowest_of_each_cause_per_bucket():
     import numpy as np
     import pandas as pd
 
-    from jstall.analyzer import figures
+    from jstall.analyzer.render import figures
 
     n = figures.MAX_STALLS * 3
     rng = np.random.default_rng(5)
@@ -241,7 +241,7 @@ def test_stall_thinning_keeps_the_slowest_of_each_cause_per_bucket():
 
 
 def test_merge_intervals():
-    from jstall.analyzer.figures import merge_intervals
+    from jstall.analyzer.render.figures import merge_intervals
 
     s, e = merge_intervals([5.0, 0.0, 1.05, 3.0], [6.0, 1.0, 2.0, 3.5], gap=0.1)
     assert s.tolist() == [0.0, 3.0, 5.0] and e.tolist() == [2.0, 3.5, 6.0]
@@ -253,7 +253,7 @@ def test_long_session_report_fits_the_budget_and_renders(tmp_path):
     in seconds, and Chromium draws it without a console error."""
     import time
 
-    from jstall.analyzer.synthetic import generate_session, journal_meta
+    from synthetic import generate_session, journal_meta
 
     path = generate_session(str(tmp_path / "long"), seed=7, duration_s=1800.0, calls=60_000, stalls=25_000,
                             journals=[journal_meta("7:0", journal_blocks=8192, max_transaction_blocks=2048)],

@@ -7,10 +7,10 @@ import pytest
 
 from jstall.analyzer import analyze, analyze_sweep
 from jstall.analyzer.analysis import Analysis
-from jstall.analyzer.causes import CAUSES
-from jstall.analyzer.compare import compare
-from jstall.analyzer.report import session_headline
-from jstall.analyzer.text import session_summary
+from jstall.analyzer.stalls.causes import CAUSES
+from jstall.analyzer.multi.compare import compare
+from jstall.analyzer.render.report import session_headline
+from jstall.analyzer.render.text import session_summary
 
 from test_analyzer_sweep import make_sweep
 from test_report import classic_session

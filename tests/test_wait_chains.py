@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 
 from jstall.analyzer import analyze
-from jstall.analyzer.chains import queued_causes
-from jstall.analyzer.synthetic import metadata, rows, write_session
-from jstall.analyzer.text import session_summary
+from jstall.analyzer.stalls.chains import queued_causes
+from synthetic import metadata, rows, write_session
+from jstall.analyzer.render.text import session_summary
 
 MS = 1_000_000
 
@@ -106,7 +106,7 @@ def test_the_stall_table_and_summary_separate_direct_from_queued_time(tmp_path):
     assert d["stalls"]["queued_behind"] == {"fs_mark 22": 200.0}
     assert "200 ms of the stall time (51% of it off CPU) queued behind other tasks" in session_summary(a)
     assert "direct 190 ms. Behind: fs_mark 22 200 ms." in session_summary(a)
-    from jstall.analyzer.compare import compare
+    from jstall.analyzer.multi.compare import compare
 
     empty = str(tmp_path / "empty")
     write_session(empty, {}, metadata())

@@ -12,6 +12,7 @@ import shlex
 
 from jstall import xfs
 from jstall.errors import JstallError
+from jstall.units import format_size, parse_size
 
 from . import throttle
 
@@ -27,7 +28,6 @@ FAST_COMMIT_BLOCKS = 256
 #: loop device: every request paced) or "direct" (one throttled loop device: metadata unpaced)
 THROTTLE_MODES = ("stacked", "direct")
 
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 #: mke2fs options the pass-through accepts (each takes a value); the rest have their own option
 MKFS_PASSTHROUGH = {"-E", "-O", "-N", "-i", "-m", "-g", "-G", "-L", "-e"}
 MKFS_OWN = {"-I": "use --inode-size", "-J": "use --journal-size/--journal-device", "-b": "use --block-size",
@@ -89,30 +89,6 @@ MOUNT_EXT4_ONLY = {"data", "commit", "journal_path", "journal_dev", "journal_che
 MOUNT_XFS_OWN = {"logbsize": "use --log-buffer-size", "logbufs": "use --log-buffers",
                  "logdev": "use --journal-device", "rtdev": "the lab makes no realtime device",
                  "ro": "the lab writes", "norecovery": "the lab studies journals"}
-
-
-def parse_size(text, what="size"):
-    """Bytes of a size: an int, or text like '4096', '512K', '4M', '1G', '1.5G', '4MiB'
-    (binary units)."""
-    if isinstance(text, int) and not isinstance(text, bool):
-        if text <= 0:
-            raise JstallError(f"{what} {text}: must be positive (e.g. 4M, 1G)")
-        return text
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(?:i?[bB])?\s*", str(text))
-    if not m:
-        raise JstallError(f"{what} '{text}': not a size; write it like 4096, 512K, 16M or 1G")
-    value = int(float(m.group(1)) * _UNITS[m.group(2).upper()])
-    if value <= 0:
-        raise JstallError(f"{what} '{text}': must be positive (e.g. 4M, 1G)")
-    return value
-
-
-def format_size(n):
-    """'4M', '1G', '1536K' or bytes: the largest binary unit that divides n."""
-    for unit in ("T", "G", "M", "K"):
-        if n % _UNITS[unit] == 0:
-            return f"{n // _UNITS[unit]}{unit}"
-    return str(n)
 
 
 def _split_tokens(value):

@@ -286,9 +286,11 @@ def _sweep(args):
 
 
 def _tune(args):
-    from .fsconfig import parse_size
+    from jstall.units import parse_size
     from .scratchfs import Terminated
-    from .tune import print_result, tune
+    from jstall.analyzer.multi.tune import print_result
+
+    from .tune import tune
 
     if not args.record:
         raise JstallError("lab tune reads each run's recording; drop --no-record")

@@ -78,7 +78,7 @@ def flag(dest):
 
 def parse_value(dest, kind, text):
     """Parse one option value given as text; raise JstallError naming the option."""
-    from .fsconfig import parse_size
+    from jstall.units import parse_size
 
     opt = flag(dest)
     if kind == "size":
@@ -115,7 +115,7 @@ ALL_OPTIONS = FS_OPTIONS + PATTERN_OPTIONS + RUN_OPTIONS
 def default_fs_size(journal_size, journal_device, fs_type="ext4"):
     """2G, or room for an internal journal larger than 512M (ext4: it takes at most 40% of the
     fs) or an internal XFS log larger than 496M (it lives in one of four allocation groups)."""
-    from .fsconfig import format_size, parse_size
+    from jstall.units import format_size, parse_size
 
     jb = parse_size(journal_size, "--journal-size")
     if fs_type == "xfs":

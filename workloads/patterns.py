@@ -17,7 +17,7 @@ import subprocess
 
 from jstall.errors import JstallError
 
-from .fsconfig import format_size, parse_size
+from jstall.units import format_size, parse_size
 
 CHUNK = 1 << 20
 

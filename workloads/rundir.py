@@ -6,7 +6,7 @@ import os
 
 from jstall.errors import JstallError
 
-from .fsconfig import format_size
+from jstall.units import format_size
 
 DEFAULT_SCRATCH = "/var/tmp/jstall-lab"
 MARKER = "jstall-lab.json"

@@ -34,12 +34,12 @@ The parts live in modules named for their job; this module gathers their public 
 """
 
 from jstall.system import mount_options, parse_dumpe2fs
+from jstall.units import format_size, parse_size
 
 from .cleanup import cleanup, scratch_runs, run_state, undo_run
 from .fsconfig import (BLOCK_SIZES, DATA_MODES, FAST_COMMIT_BLOCKS, FS_TYPES, JOURNAL_MAX_BLOCKS,
                        JOURNAL_MIN_BLOCKS, MKFS_FEATURES_OWN, MKFS_OWN, MKFS_PASSTHROUGH, MKFS_XFS_PASSTHROUGH, MOUNT_OWN,
-                       THROTTLE_MODES, XFS_INODE_SIZES, XFS_LOG_BUFFER_SIZES, XFS_TEST_HARNESS, FsConfig, format_size,
-                       parse_size)
+                       THROTTLE_MODES, XFS_INODE_SIZES, XFS_LOG_BUFFER_SIZES, XFS_TEST_HARNESS, FsConfig)
 from .loopdev import BLOCK_STAT_FIELDS, dev_of, loop_backing_files, read_block_stat, read_inflight, syncfs
 from .rundir import DEFAULT_SCRATCH, FREE_MARGIN, MARKER, SCRATCH_MARKER, check_free_space, prepare_scratch
 from .scratchfs import ScratchFs, Terminated, parse_xfs_db

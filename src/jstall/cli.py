@@ -11,10 +11,10 @@ from .errors import JstallError
 # subcommand -> module that defines add_arguments(parser) and run(args) -> exit status
 COMMANDS = {
     "record": ("jstall.probes.record_cmd", "record jbd2 events, slow metadata calls and their stacks"),
-    "analyze": ("jstall.analyzer.analyze_cmd", "explain the stalls in a session or a sweep"),
-    "report": ("jstall.analyzer.report_cmd", "write a self-contained HTML report of a session or a sweep"),
-    "fleet": ("jstall.analyzer.fleet_cmd", "summarize many sessions on Dask: worst hosts and filesystems"),
-    "compare": ("jstall.analyzer.compare_cmd", "two sessions side by side, with a verdict"),
+    "analyze": ("jstall.analyzer.commands.analyze_cmd", "explain the stalls in a session or a sweep"),
+    "report": ("jstall.analyzer.commands.report_cmd", "write a self-contained HTML report of a session or a sweep"),
+    "fleet": ("jstall.analyzer.commands.fleet_cmd", "summarize many sessions on Dask: worst hosts and filesystems"),
+    "compare": ("jstall.analyzer.commands.compare_cmd", "two sessions side by side, with a verdict"),
     "lab": ("jstall.workloads.lab_cmd", "reproduce stalls on scratch ext4 or XFS filesystems (run, sweep, tune, cleanup)"),
     "monitor": ("jstall.monitor.monitor_cmd", "always-on monitoring: Prometheus metrics and stall-triggered captures"),
     "top": ("jstall.monitor.top_cmd", "a live view of journals and slow calls, local or from a running monitor"),

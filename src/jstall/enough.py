@@ -79,3 +79,11 @@ def judge(wait_ms, longest_ms, run_ms, kind="jbd2"):
 def _pct(share):
     pct = 100.0 * share
     return f"{pct:.2f}%" if pct < 0.1 else f"{pct:.1f}%" if pct < 10 else f"{pct:.0f}%"
+
+
+def verdict(row, run_ms, kind="jbd2"):
+    """The jstall.enough verdict of one journal from its checkpoint_waits row (a dict), or,
+    with no row (no wait on it), of no waits over ``run_ms``."""
+    if row:
+        return judge(row["wait_ms"], row["longest_ms"], row["run_ms"], row.get("kind") or kind)
+    return judge(0.0, 0.0, run_ms, kind)

@@ -71,3 +71,21 @@ def blocks_needed(hot_blocks, overhead, divisor_, fast_commit_blocks=0):
     per block) plus jbd2's reserve (``divisor_``: journal / j_max_transaction_buffers for
     one transaction holding them all)."""
     return divisor_ * (hot_blocks * overhead + RESERVED_BLOCKS) + fast_commit_blocks
+
+
+def headroom_low(journal):
+    """The journal's lowest headroom in blocks and % of the log (below 0 a handle had to wait
+    for log space: jbd2_log_space_left against j_max_transaction_buffers), as the analyzer
+    gives it (``headroom_low_blocks``/``headroom_low_pct``, counting the committing
+    transaction's credits); for documents without them, ``min_free_blocks - 32 -
+    max_transaction_blocks`` and ``forced_fill_pct - max_fill_pct``.  ``journal`` is one
+    entry of the analyze JSON's ``journals``."""
+    blocks = journal.get("headroom_low_blocks")
+    pct = journal.get("headroom_low_pct")
+    if blocks is None:
+        mf, mtb = journal.get("min_free_blocks"), journal.get("max_transaction_blocks")
+        blocks = None if mf is None or mtb is None else float(mf) - RESERVED_BLOCKS - float(mtb)
+    if pct is None:
+        ff, mx = journal.get("forced_fill_pct"), journal.get("max_fill_pct")
+        pct = None if ff is None or mx is None else float(ff) - float(mx)
+    return blocks, pct

@@ -155,7 +155,10 @@ class PhaseRecord:
         ``start`` until ``returned`` (jobs returned) and ``end`` (durable), monotonic ns."""
         secs = (end - start) / 1e9
         tot = {k: sum(int(c.get(k, 0)) for c in counts) for k in ("ops", "files", "dirs", "attrs", "bytes")}
-        rate = (lambda n: n / secs if secs > 0 else None)
+
+        def rate(n):
+            return n / secs if secs > 0 else None
+
         rates = {"rate_per_s": rate(tot["ops"])}
         # Per-unit rates only for the phase's own unit (and KiB/s where file data moved), so that
         # the phase's own rate is the first per-unit one (see main_rate).

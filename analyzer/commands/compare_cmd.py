@@ -38,8 +38,8 @@ def run(args):
     from jstall.errors import JstallError
     from jstall.session import is_sweep_dir
 
-    from .analyze_cmd import emit_text
-    from .compare import compare
+    from jstall.analyzer.commands.analyze_cmd import emit_text
+    from jstall.analyzer.multi.compare import compare
 
     if args.min_ms < 0:
         raise JstallError("--min-ms must be 0 or more")
@@ -47,7 +47,7 @@ def run(args):
         if is_sweep_dir(p):
             raise JstallError(f"{p}: a sweep directory; compare two of its runs or configurations "
                               f"({p}:inode_size=128), or see 'jstall analyze {p}' for all of them")
-    from .report_cmd import discard_output, check_output, write_page
+    from jstall.analyzer.commands.report_cmd import discard_output, check_output, write_page
 
     page = check_output(args.output) if args.output and args.output != "-" else None  # refused before any work
     try:
@@ -58,7 +58,7 @@ def run(args):
         raise
     emit_text(json.dumps(c.to_dict(), indent=2, allow_nan=False) + "\n" if args.json else c.text())
     if page is not None:
-        from .compare_report import compare_report
+        from jstall.analyzer.render.compare_report import compare_report
 
         write_page(page, args.output, lambda: compare_report(c), "compare")
     return 0

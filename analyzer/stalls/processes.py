@@ -7,7 +7,7 @@
 import numpy as np
 import pandas as pd
 
-from .causes import CAUSES
+from jstall.analyzer.stalls.causes import CAUSES
 
 COLUMNS = ["pid", "comm", "threads", "stalls", "stall_ms", "share_pct", "max_ms", "cause", "cause_ms"]
 

@@ -22,12 +22,12 @@ from jstall.errors import JstallError
 from jstall.metadata import lab_of
 from jstall.session import is_sweep_dir, read_metadata
 
-from .analysis import Analysis, analyze
-from .fleet import headroom_low
-from .stalls import DEFAULT_MIN_MS
-from .summary import json_safe
-from .sweep import flatten, find_runs
-from .text import text_table
+from jstall.analyzer.analysis import Analysis, analyze
+from jstall.jbd2 import headroom_low
+from jstall.analyzer.stalls.find import DEFAULT_MIN_MS
+from jstall.analyzer.summary import json_safe
+from jstall.analyzer.multi.sweep import flatten, find_runs
+from jstall.analyzer.render.text import text_table
 
 #: Version of the JSON document ``jstall compare --json`` prints.
 JSON_SCHEMA_VERSION = 1

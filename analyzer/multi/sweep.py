@@ -16,10 +16,10 @@ from jstall.errors import JstallError
 from jstall.metadata import LabDoc, PhaseRecord, SweepDoc, mean_sd
 from jstall.session import is_sweep_dir
 
-from . import causes
-from .analysis import analyze
-from .summary import JSON_SCHEMA_VERSION, json_safe
-from .text import text_table
+from jstall.analyzer.stalls import causes
+from jstall.analyzer.analysis import analyze
+from jstall.analyzer.summary import JSON_SCHEMA_VERSION, json_safe
+from jstall.analyzer.render.text import text_table
 
 #: Config keys that differ between repeats of one configuration, never a swept option.
 _NOT_OPTIONS = {"seed", "repeat", "run", "run_id", "session", "scratch", "output", "out", "name"}

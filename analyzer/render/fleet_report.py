@@ -1,16 +1,17 @@
 """The fleet HTML report: rankings, fleet-wide latency distributions, every session's row.
-(Figures here only draw; the tables come from :class:`~jstall.analyzer.fleet.Fleet`.)"""
+(Figures here only draw; the tables come from :class:`~jstall.analyzer.multi.fleet.Fleet`.)"""
 
 import html
 
-from .causes import CAUSES
+from jstall.analyzer.stalls.causes import CAUSES
+from jstall.analyzer.render.figures import CAUSE_COLORS
+from jstall.analyzer.render.report import html_table, figure_div, html_page, headline
 
 
 def stall_time_by_host(fleet, top=30):
     """Stacked bars: stall time per cause for the ``top`` worst hosts."""
     import plotly.graph_objects as go
 
-    from .figures import CAUSE_COLORS
 
     h = fleet.hosts().head(top)
     fig = go.Figure()
@@ -41,7 +42,6 @@ def latency_distributions(fleet):
 
 def fleet_report(fleet, top=50):
     """The fleet report as one self-contained HTML page."""
-    from .report import html_table, figure_div, html_page, headline
 
     f = fleet
     d_st = sum(s["analysis"]["stalls"]["count"] for s in f.ok)

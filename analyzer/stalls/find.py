@@ -9,9 +9,10 @@ import pandas as pd
 
 from jstall.jbd2 import RESERVED_BLOCKS, forced_fill_pct, headroom
 
-from .causes import CAUSES, interval_causes
-from .chains import queued_causes
-from .fill import asof_positions, dev_codes, fill_pct, range_min
+from jstall.analyzer.stalls.causes import CAUSES, interval_causes
+from jstall.analyzer.stalls.chains import queued_causes
+from jstall.analyzer.jbd2.fill import asof_positions, dev_codes, fill_pct, journal_limits, range_min
+from jstall.analyzer.xfs.logs import waits
 
 DEFAULT_MIN_MS = 10.0
 
@@ -84,30 +85,6 @@ def count_between(times, keys, start_col="ts_ns", end_col="end_ns"):
         ts = np.sort(tts[tdev == dev])
         out[sel] = np.searchsorted(ts, ends[sel], side="right") - np.searchsorted(ts, starts[sel], side="left")
     return out
-
-
-def journal_limits(session, timeline):
-    """Per device: ``log_blocks`` and ``max_transaction_blocks`` (the last values the fill
-    samples show, else the metadata's), as a DataFrame indexed by ``dev``."""
-    rows = {}
-    for j in session.journals:
-        if j.get("kind", "jbd2") != "jbd2":   # an XFS log: no jbd2 limits (xfs_logs)
-            continue
-        mtb = j.get("max_transaction_blocks")
-        jb = j.get("journal_blocks")
-        rows[j["dev"]] = (float(jb) if jb else float("nan"), float(mtb) if mtb else float("nan"))
-    if len(timeline):
-        # the last non-null value per device (GroupBy.last), devices in sorted order
-        dev = timeline["dev"].to_numpy(dtype=object)
-        lb = timeline["log_blocks"].to_numpy(dtype="float64")
-        mt = timeline["max_transaction_blocks"].to_numpy(dtype="float64")
-        for d in sorted(set(dev.tolist())):  # one iteration per journal
-            m = dev == d
-            v = [x[m][~np.isnan(x[m])] for x in (lb, mt)]
-            rows[d] = tuple(float(x[-1]) if len(x) else float("nan") for x in v)
-    df = pd.DataFrame(list(rows.values()), index=pd.Index(list(rows), name="dev"),
-                      columns=["log_blocks", "max_transaction_blocks"], dtype="float64")
-    return df
 
 
 def _nan_min(*arrays):
@@ -299,8 +276,6 @@ def _xfs_headroom(session, st, w=None):
     if not len(st) or not len(session.xfs_waits):
         return st
     if w is None:
-        from .xfs_logs import waits
-
         w = waits(session)
     w = w[w["in_traced_call"].astype(bool)]
     if not len(w):

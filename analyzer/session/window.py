@@ -17,6 +17,8 @@ import re
 
 from jstall.errors import JstallError
 
+from jstall.analyzer.session.load import Session
+
 #: tables filtered by ``ts_ns`` (``offcpu`` is filtered by ``call_ts_ns``)
 TIMED_TABLES = ("calls", "jbd2_events", "run_stats", "checkpoint_stats", "log_tail", "fill")
 
@@ -164,8 +166,6 @@ def restrict(session, from_ns, to_ns):
     ``Session.whole`` the unrestricted session, and the journals lose ``proc_info_start``/``proc_info_end`` (the kernel's /proc figures span
     the whole session, not the window)."""
     import copy
-
-    from .load import Session
 
     tables = {}
     for name, df in session.tables.items():

@@ -188,3 +188,27 @@ def range_min(samples, keys, value="free_blocks", start_col="ts_ns", end_col="en
                 res[m] = np.minimum(t[lo[m]], t[hi[m] - (1 << level)])
             out[v][idx] = res
     return out[value] if isinstance(value, str) else out
+
+
+def journal_limits(session, timeline):
+    """Per device: ``log_blocks`` and ``max_transaction_blocks`` (the last values the fill
+    samples show, else the metadata's), as a DataFrame indexed by ``dev``."""
+    rows = {}
+    for j in session.journals:
+        if j.get("kind", "jbd2") != "jbd2":   # an XFS log: no jbd2 limits (xfs_logs)
+            continue
+        mtb = j.get("max_transaction_blocks")
+        jb = j.get("journal_blocks")
+        rows[j["dev"]] = (float(jb) if jb else float("nan"), float(mtb) if mtb else float("nan"))
+    if len(timeline):
+        # the last non-null value per device (GroupBy.last), devices in sorted order
+        dev = timeline["dev"].to_numpy(dtype=object)
+        lb = timeline["log_blocks"].to_numpy(dtype="float64")
+        mt = timeline["max_transaction_blocks"].to_numpy(dtype="float64")
+        for d in sorted(set(dev.tolist())):  # one iteration per journal
+            m = dev == d
+            v = [x[m][~np.isnan(x[m])] for x in (lb, mt)]
+            rows[d] = tuple(float(x[-1]) if len(x) else float("nan") for x in v)
+    df = pd.DataFrame(list(rows.values()), index=pd.Index(list(rows), name="dev"),
+                      columns=["log_blocks", "max_transaction_blocks"], dtype="float64")
+    return df

@@ -2,7 +2,7 @@
 
 Kept light at import: pandas and the analysis modules load inside ``run``."""
 
-from .causes import describe as describe_causes
+from jstall.analyzer.stalls.causes import describe as describe_causes
 
 _DESCRIPTION = """\
 Explain the stalls in a recorded session: which metadata calls stalled, for how long, what
@@ -72,10 +72,10 @@ def check_options(args):
 def load_analysis(args):
     """The session at ``args.path`` (restricted to ``--from``/``--to``) analyzed at
     ``--min-ms``: an Analysis.  Sweeps take no window."""
-    from .analysis import analyze
-    from .load import load_session
-    from .stalls import DEFAULT_MIN_MS
-    from .window import resolve, restrict
+    from jstall.analyzer.analysis import analyze
+    from jstall.analyzer.session.load import load_session
+    from jstall.analyzer.stalls.find import DEFAULT_MIN_MS
+    from jstall.analyzer.session.window import resolve, restrict
 
     session = load_session(args.path)
     w = resolve(session, getattr(args, "time_from", None), getattr(args, "time_to", None))
@@ -113,7 +113,7 @@ def run(args):
     if is_tune_dir(args.path):  # a lab tune: the curve it walked, from tune.json
         import io
 
-        from jstall.workloads.tune import load, print_result
+        from jstall.analyzer.multi.tune import load, print_result
 
         check_sweep_options(args)
         r = load(args.path)
@@ -125,14 +125,14 @@ def run(args):
             emit_text(buf.getvalue())
         return 0
     if is_sweep_dir(args.path):
-        from .stalls import DEFAULT_MIN_MS
-        from .sweep import analyze_sweep
+        from jstall.analyzer.stalls.find import DEFAULT_MIN_MS
+        from jstall.analyzer.multi.sweep import analyze_sweep
 
         check_sweep_options(args)
         sw = analyze_sweep(args.path, min_ms=DEFAULT_MIN_MS if args.min_ms is None else args.min_ms)
         emit_text(json.dumps(sw.to_dict(), indent=2, allow_nan=False) + "\n" if args.json else sw.text())
         return 0
-    from .text import session_summary
+    from jstall.analyzer.render.text import session_summary
 
     a = load_analysis(args)
     if args.json:

@@ -12,9 +12,9 @@
 import html
 import math
 
-from . import figures
-from .fleet import headroom_low
-from .text import session_summary
+from jstall.analyzer.render import figures
+from jstall.jbd2 import headroom_low
+from jstall.analyzer.render.text import session_summary
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1340px;padding:0 16px;
@@ -216,7 +216,7 @@ def session_report(analysis):
 
 
 def sweep_report(sweep):
-    """The HTML report of a sweep analysis (:class:`~jstall.analyzer.sweep.Sweep`)."""
+    """The HTML report of a sweep analysis (:class:`~jstall.analyzer.multi.sweep.Sweep`)."""
     parts = [f"<h1>jstall sweep report: {html.escape(sweep.name)}</h1>"]
     for w in sweep.warnings:
         parts.append(f'<p class="warn">WARNING: {html.escape(w)}</p>')

@@ -7,7 +7,7 @@ of the output, never guessed.  Pure functions of the session (metadata and table
 
 import signal
 
-from .window import session_bounds, wall_hms, wall_iso
+from jstall.analyzer.session.window import session_bounds, wall_hms, wall_iso
 
 #: A buffer that lost less than this share of its events gets a note, not a warning.
 NOTE_SHARE = 0.01
@@ -211,3 +211,16 @@ def header(session):
         "start": wall_iso(m, s.start_ns),
         "end": wall_iso(m, s.end_ns),
     }
+
+
+def session_span_s(session):
+    """The session's duration in seconds (metadata clocks; else the span of its events); a
+    session restricted to a time window lasts as long as the window."""
+    if getattr(session, "window_ns", None):
+        return (session.window_ns[1] - session.window_ns[0]) / 1e9
+    if session.start_ns is not None and session.end_ns is not None and session.end_ns > session.start_ns:
+        return (session.end_ns - session.start_ns) / 1e9
+    ts = [df["ts_ns"] for df in (session.calls, session.jbd2_events, session.run_stats) if len(df)]
+    if not ts:
+        return 0.0
+    return max((max(int(t.max()) for t in ts) - min(int(t.min()) for t in ts)) / 1e9, 0.0)

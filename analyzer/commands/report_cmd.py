@@ -86,24 +86,24 @@ def run(args):
 
     from jstall.session import is_sweep_dir
 
-    from .analyze_cmd import check_options
-    from .report import session_report, sweep_report
+    from jstall.analyzer.commands.analyze_cmd import check_options
+    from jstall.analyzer.render.report import session_report, sweep_report
 
     check_options(args)
     sweep = is_sweep_dir(args.path)
     session = None
     if not sweep:
-        from .load import load_session
+        from jstall.analyzer.session.load import load_session
 
         session = load_session(args.path)  # a bad session path is refused before -o is touched
     f = check_output(args.output)
 
     def page():
         if sweep:
-            from .sweep import analyze_sweep
+            from jstall.analyzer.multi.sweep import analyze_sweep
 
             return sweep_report(analyze_sweep(args.path, min_ms=args.min_ms))
-        from .analysis import analyze
+        from jstall.analyzer.analysis import analyze
 
         return session_report(analyze(session, min_ms=args.min_ms))
 

@@ -42,8 +42,8 @@ def run(args):
 
     from jstall.errors import JstallError
 
-    from .analyze_cmd import emit_text
-    from .fleet import run_fleet
+    from jstall.analyzer.commands.analyze_cmd import emit_text
+    from jstall.analyzer.multi.fleet import run_fleet
 
     if args.min_ms < 0:
         raise JstallError("--min-ms must be 0 or more")
@@ -51,7 +51,7 @@ def run(args):
         raise JstallError("--workers must be 1 or more")
     if args.scheduler and args.workers:
         raise JstallError("--workers sizes the local cluster; leave it out with --scheduler")
-    from .report_cmd import discard_output, check_output, write_page
+    from jstall.analyzer.commands.report_cmd import discard_output, check_output, write_page
 
     page = check_output(args.output) if args.output and args.output != "-" else None  # refused before any work
     t0 = time.perf_counter()
@@ -67,7 +67,7 @@ def run(args):
     else:
         emit_text(fleet.text(top=args.top))
     if page is not None:
-        from .fleet_report import fleet_report
+        from jstall.analyzer.render.fleet_report import fleet_report
 
         write_page(page, args.output, lambda: fleet_report(fleet), "fleet")
     print(f"jstall fleet: {len(fleet.summaries)} sessions in {secs:.1f} s "

@@ -14,7 +14,9 @@ from jstall import enough
 from jstall.jbd2 import RESERVED_BLOCKS, forced_fill_pct
 from jstall.schema import PHASES
 
-from .devices import device_rows
+from jstall.analyzer.jbd2.fill import journal_limits
+from jstall.analyzer.session.devices import device_rows
+from jstall.analyzer.session.recording import session_span_s
 
 COMMIT_EVENTS = ("start_commit", "commit_locking", "commit_flushing", "commit_logging", "end_commit")
 
@@ -322,14 +324,6 @@ def checkpoint_waits(session, stalls, costs):
     return pd.DataFrame(rows, columns=cols)
 
 
-def verdict(row, run_ms, kind="jbd2"):
-    """The jstall.enough verdict of one journal from its checkpoint_waits row (a dict), or,
-    with no row (no wait on it), of no waits over ``run_ms``."""
-    if row:
-        return enough.judge(row["wait_ms"], row["longest_ms"], row["run_ms"], row.get("kind") or kind)
-    return enough.judge(0.0, 0.0, run_ms, kind)
-
-
 def untraced_checkpoints(session):
     """Forced checkpoints (run in a task, not a jbd2 thread) that fired outside every traced
     call: one row per (``dev``, ``pid``, ``comm``) with ``checkpoints``, ``traced_task`` (the
@@ -391,19 +385,6 @@ def time_at_forced_level(timeline, limits):
     return pd.Series(np.where(at, dur, 0.0), index=t.index).groupby(t["dev"]).sum() / 1e9
 
 
-def session_span_s(session):
-    """The session's duration in seconds (metadata clocks; else the span of its events); a
-    session restricted to a time window lasts as long as the window."""
-    if getattr(session, "window_ns", None):
-        return (session.window_ns[1] - session.window_ns[0]) / 1e9
-    if session.start_ns is not None and session.end_ns is not None and session.end_ns > session.start_ns:
-        return (session.end_ns - session.start_ns) / 1e9
-    ts = [df["ts_ns"] for df in (session.calls, session.jbd2_events, session.run_stats) if len(df)]
-    if not ts:
-        return 0.0
-    return max((max(int(t.max()) for t in ts) - min(int(t.min()) for t in ts)) / 1e9, 0.0)
-
-
 def _mean(x):
     """Series.mean() of a non-empty numpy array (sum in float64, then divide)."""
     return float(x.sum(dtype="float64") / len(x))
@@ -413,8 +394,6 @@ def summary(session, timeline, txns, stalls=None):
     """One row per journal (dev): size, transactions and per-transaction averages, checkpoints,
     fill and log rate.  Units in column names; ``*_pct`` are percent of the log.  Columns
     are taken out of the tables once and split per journal with numpy masks."""
-    from .stalls import journal_limits
-
     limits = journal_limits(session, timeline)
     meta = {j["dev"]: j for j in session.journals if j.get("kind", "jbd2") == "jbd2"}   # XFS: xfs_logs
     ev = session.jbd2_events

@@ -7,8 +7,9 @@ import textwrap
 
 from jstall import enough
 
-from . import devices
-from .recording import filters_text
+from jstall.analyzer.session import devices
+from jstall.analyzer.session.recording import filters_text
+from jstall.analyzer.xfs.logs import TAIL_REASONS
 
 
 def text_table(headers, rows, align=None):
@@ -257,7 +258,6 @@ def xfs_log_lines(su):
     sleeps, the lowest headroom a wait started from, and what the tail waited for."""
     if not su.xfs_logs:
         return []
-    from .xfs_logs import TAIL_REASONS
 
     out = ["", "XFS logs (a wait: a transaction's reservation slept in xlog_grant_head_wait until the log's "
            "tail moved)"]

@@ -16,8 +16,9 @@ import numpy as np
 import pandas as pd
 
 from jstall import xfs
+from jstall.enough import verdict
 
-from .journals import session_span_s, verdict
+from jstall.analyzer.session.recording import session_span_s
 
 #: what the log's tail was waiting for (one definition: jstall.xfs)
 TAIL_REASONS = xfs.TAIL_REASONS

@@ -21,11 +21,13 @@ import os
 import numpy as np
 import pandas as pd
 
-from jstall.jbd2 import RESERVED_BLOCKS
+from jstall.jbd2 import headroom_low
 
-from .causes import CAUSES
-from .stalls import DEFAULT_MIN_MS
-from .summary import json_safe
+from jstall.analyzer.stalls.causes import CAUSES
+from jstall.analyzer.stalls.find import DEFAULT_MIN_MS
+from jstall.analyzer.summary import json_safe
+from jstall.analyzer.analysis import analyze
+from jstall.analyzer.render.text import text_table
 
 #: Version of the JSON document ``jstall fleet --json`` prints.
 JSON_SCHEMA_VERSION = 1
@@ -110,31 +112,12 @@ def _journal_causes(stalls):
     return {dev: dict(zip(CAUSES, map(float, vals))) for dev, vals in zip(g.index, g.to_numpy().tolist())}
 
 
-def headroom_low(journal):
-    """The journal's lowest headroom in blocks and % of the log (below 0 a handle had to wait
-    for log space: jbd2_log_space_left against j_max_transaction_buffers), as the analyzer
-    gives it (``headroom_low_blocks``/``headroom_low_pct``, counting the committing
-    transaction's credits); for documents without them, ``min_free_blocks - 32 -
-    max_transaction_blocks`` and ``forced_fill_pct - max_fill_pct``.  ``journal`` is one
-    entry of the analyze JSON's ``journals``."""
-    blocks = journal.get("headroom_low_blocks")
-    pct = journal.get("headroom_low_pct")
-    if blocks is None:
-        mf, mtb = journal.get("min_free_blocks"), journal.get("max_transaction_blocks")
-        blocks = None if mf is None or mtb is None else float(mf) - RESERVED_BLOCKS - float(mtb)
-    if pct is None:
-        ff, mx = journal.get("forced_fill_pct"), journal.get("max_fill_pct")
-        pct = None if ff is None or mx is None else float(ff) - float(mx)
-    return blocks, pct
-
-
 def _analyze_url(url, min_ms):
     """The analysis of the session at ``url``; a remote session is copied to a temporary
     directory first (and removed after)."""
     import shutil
     import tempfile
 
-    from .analysis import analyze
 
     fs, path, local = _split(url)
     if local:
@@ -434,7 +417,6 @@ class Fleet:
 
     def text(self, top=20):
         """The summary ``jstall fleet`` prints."""
-        from .text import text_table
 
         def f(v, fmt="{:.1f}"):
             return "-" if v is None or pd.isna(v) else fmt.format(v)

@@ -10,8 +10,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .causes import CAUSES, COLOURS
-from .fill import asof
+from jstall.analyzer.stalls.causes import CAUSES, COLOURS
+from jstall.analyzer.jbd2.fill import asof
 
 #: cause -> colour (the causes registry holds them).
 CAUSE_COLORS = COLOURS

@@ -17,18 +17,18 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from jstall.enough import BOUND
+from jstall.enough import BOUND, verdict
 from jstall.metadata import lab_of
 from jstall import jbd2
 
-from . import causes
-from .fill import timeline as fill_timeline
-from .journal_model import MARGIN, holding_divisor, model
-from .journals import (checkpoint_costs, checkpoint_spans, checkpoint_waits, device_load, device_saturation,
-                       log_share_during, logging_overlap, session_span_s, untraced_checkpoints, untraced_text, verdict)
-from .devices import device_rows, device_time
-from .recording import NOTE_SHARE, home_writes, losses
-from .xfs_logs import kernel_delta
+from jstall.analyzer.stalls import causes
+from jstall.analyzer.jbd2.fill import timeline as fill_timeline
+from jstall.analyzer.jbd2.model import MARGIN, holding_divisor, model
+from jstall.analyzer.jbd2.journals import (checkpoint_costs, checkpoint_spans, checkpoint_waits, device_load, device_saturation,
+                       log_share_during, logging_overlap, untraced_checkpoints, untraced_text)
+from jstall.analyzer.session.devices import device_rows, device_time
+from jstall.analyzer.session.recording import NOTE_SHARE, home_writes, losses, session_span_s
+from jstall.analyzer.xfs.logs import kernel_delta
 
 XATTR_SYSCALLS = ("setxattr", "lsetxattr", "fsetxattr", "setxattrat", "removexattr", "lremovexattr",
                   "fremovexattr", "removexattrat")

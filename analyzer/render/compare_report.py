@@ -3,6 +3,9 @@ journal figure, then both sessions' timelines.  (Figures here only draw.)"""
 
 import html
 
+from jstall.analyzer.render import figures
+from jstall.analyzer.render.report import figure_div, headline, html_page, html_table, session_headline
+
 
 def causes_side_by_side(comparison):
     """Grouped bars: stall time (s off CPU inside stalls) per cause, A and B."""
@@ -53,9 +56,6 @@ def phases_side_by_side(comparison):
 
 def compare_report(comparison):
     """The comparison as one self-contained HTML page."""
-    from . import figures
-    from .report import html_table, figure_div, html_page, headline, session_headline
-
     c = comparison
     A, B = c.names
     sa, sb = c.sa.stalls, c.sb.stalls

@@ -1,0 +1,1 @@
+"""What to change: the recommendation rules (recommend), each returning ranked advice."""

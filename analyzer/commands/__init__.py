@@ -1,0 +1,1 @@
+"""The command-line entries: jstall analyze, report, compare and fleet (one *_cmd module each)."""
