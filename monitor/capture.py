@@ -21,11 +21,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from jstall import __version__, devstats
+from jstall import devstats
 from jstall.probes import events
-from jstall.probes.host import writeback_settings
+from jstall.probes.session_metadata import clock_at, session_doc
 from jstall.probes import tables as rec
-from jstall.session import FORMAT, SCHEMA_VERSION, table_path, write_metadata
+from jstall.session import table_path, write_metadata
 
 PARTIAL = ".partial"
 
@@ -248,37 +248,27 @@ class Captures:
             if s is not None and s.fill:
                 d["max_transaction_blocks"] = s.fill["max_transaction_blocks"]
             described.append(d)
-        start_wall = time.time_ns() - (time.monotonic_ns() - p["start_ns"])
         end_ns = max(p["end_ns"] if not p.get("cut_short") else time.monotonic_ns(), p["start_ns"])
-        metadata = {
-            "format": FORMAT, "schema_version": SCHEMA_VERSION, "tool_version": __version__,
-            "status": "interrupted" if p.get("cut_short") else "complete",
-            "kernel_release": os.uname().release, "host": self.host,
-            "hz": t.hz, "hz_source": t.hz_source, "hz_measured": None, "writeback": writeback_settings(),
-            "start": {"wall": datetime.datetime.fromtimestamp(start_wall / 1e9, datetime.timezone.utc).isoformat(),
-                      "wall_ns": start_wall, "monotonic_ns": p["start_ns"]},
-            "end": {"wall": datetime.datetime.fromtimestamp((start_wall + end_ns - p["start_ns"]) / 1e9,
-                                                            datetime.timezone.utc).isoformat(),
-                    "wall_ns": start_wall + end_ns - p["start_ns"], "monotonic_ns": end_ns},
-            "command": None, "command_exit_status": None,
-            "filters": {"devices": t.devices, "pid": None, "cgroup": None, "cgroup_id": None, "command_tree": False},
-            "stop_reason": "interrupted" if p.get("cut_short") else None, "last_flush": None,
-            "min_ms": t.mopts.min_ms, "offcpu_min_us": t.mopts.offcpu_min_us, "max_size_bytes": None,
-            "traced_calls": list(OP_LIST) if not t.mopts.syscalls else sorted(t.probes.syscall_numbers),
-            "calls_without_device": {}, "offcpu_without_stack": int(np.sum(a["offcpu_event"]["stack_id"] < 0)),
-            "rows": {n: tables[n].num_rows for n in tables}, "cgroups": {},
-            "probes": {"attached": t.probes.attached, "missing": t.probes.missing,
-                       "syscalls": sorted(t.probes.syscall_numbers) if t.mopts.syscalls else sorted(OP_LIST)},
-            "events_lost": {k: v for k, v in t.events_lost().items() if k != "stacks"},
-            "stacks_lost": t.events_lost().get("stacks", 0),
-            "journals": described,
-            "capture": {
+        metadata = session_doc(
+            status="interrupted" if p.get("cut_short") else "complete", host=self.host,
+            start=clock_at(p["start_ns"]), end=clock_at(end_ns),
+            probes={"attached": t.probes.attached, "missing": t.probes.missing,
+                    "syscalls": sorted(t.probes.syscall_numbers) if t.mopts.syscalls else sorted(OP_LIST)},
+            filters={"devices": t.devices, "pid": None, "cgroup": None, "cgroup_id": None, "command_tree": False},
+            min_ms=t.mopts.min_ms, events_lost={k: v for k, v in t.events_lost().items() if k != "stacks"},
+            stacks_lost=t.events_lost().get("stacks", 0), journals=described,
+            hz=t.hz, hz_source=t.hz_source, stop_reason="interrupted" if p.get("cut_short") else None,
+            offcpu_min_us=t.mopts.offcpu_min_us,
+            traced_calls=list(OP_LIST) if not t.mopts.syscalls else sorted(t.probes.syscall_numbers),
+            offcpu_without_stack=int(np.sum(a["offcpu_event"]["stack_id"] < 0)),
+            rows={n: tables[n].num_rows for n in tables},
+            capture={
                 "trigger": {k: trig_v for k, trig_v in p["trigger"].items() if k not in ("offcpu_s",)},
                 "trigger_ms": self.trigger_ms, "before_s": t.mopts.before_s, "after_s": t.mopts.after_s,
                 "checkpoints": {"forced": int(np.sum(is_cp & ~in_jbd2)), "background": int(np.sum(is_cp & in_jbd2))},
                 "flight_dropped": t.flight_dropped,
             },
-        }
+        ).to_dict()
         write_metadata(path, metadata)
 
 

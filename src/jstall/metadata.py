@@ -65,10 +65,14 @@ class JournalDoc:
 
 @dataclasses.dataclass
 class SessionDoc:
-    """A session's metadata.json (written by probes/recorder.py last of all its files). Times:
-    ``start``/``end`` are {'wall', 'wall_ns', 'monotonic_ns'}; ``min_ms`` in milliseconds;
-    ``events_lost`` {kind: count}; ``journals`` [JournalDoc as dict]; ``lab`` (a lab run
-    only) a LabDoc as dict."""
+    """A session's metadata.json, for a recording (probes/recorder.py, written at its start and
+    rewritten at every flush and at its end) and a monitor capture (monitor/capture.py) alike:
+    both build it with ``session_doc`` (probes/session_metadata.py), the one place its common
+    fields are filled. Times: ``start``/``end``/``last_flush`` are ``clock()`` readings
+    ({'wall', 'wall_ns', 'monotonic_ns'}); ``min_ms`` in milliseconds, ``offcpu_min_us`` in
+    microseconds; ``events_lost`` {kind: count}; ``journals`` [JournalDoc as dict]; ``rows``
+    {table: rows written}; ``cgroups`` {cgroup id: path}; ``lab`` (a lab run only) a LabDoc as
+    dict; ``capture`` (a monitor capture only) what triggered it."""
 
     format: str
     schema_version: int
@@ -87,7 +91,28 @@ class SessionDoc:
     events_lost: dict
     stacks_lost: int
     journals: list
+    stop_reason: typing.Optional[str] = None
+    hz_source: typing.Optional[str] = None
+    hz_measured: typing.Optional[float] = None
+    writeback: typing.Optional[dict] = None
+    last_flush: typing.Optional[dict] = None
+    offcpu_min_us: typing.Optional[float] = None
+    max_size_bytes: typing.Optional[int] = None
+    traced_calls: list = dataclasses.field(default_factory=list)
+    calls_without_device: dict = dataclasses.field(default_factory=dict)
+    offcpu_without_stack: int = 0
+    rows: dict = dataclasses.field(default_factory=dict)
+    cgroups: dict = dataclasses.field(default_factory=dict)
     lab: typing.Optional[dict] = None
+    capture: typing.Optional[dict] = None
+
+    def to_dict(self):
+        """The metadata.json document: every field, but ``lab`` and ``capture`` only when set."""
+        d = dataclasses.asdict(self)
+        for key in ("lab", "capture"):
+            if d[key] is None:
+                del d[key]
+        return d
 
 
 def check_session(meta, session_dir, path):
