@@ -225,3 +225,65 @@ def worker_causes(offcpu, cause, label, waits):
         label[k] = f"through worker {worker[k]} in {label[k]}"
         cause[k] = c
     return cause, label, worker
+
+
+#: waits on the device's queue: a checkpoint writing home on the same device lengthens them
+DEVICE_QUEUE = ("data_writeback", "commit_wait", "device_flush")
+#: labels of a checkpoint interval in which the task itself wrote home (not one waiting for
+#: another's checkpoint in __jbd2_log_wait_for_space)
+WRITING_HOME = ("jbd2_log_do_checkpoint", "jbd2_cleanup_journal_tail", "jbd2_journal_flush")
+
+
+def checkpoint_overlap(offcpu, cause, label, inherited):
+    """How much of each device-queue wait ran while another task's checkpoint was writing home
+    on the same device.
+
+    A task forced to checkpoint writes the journal's blocks home (its own off-CPU intervals of
+    cause ``checkpoint`` labelled with a frame of :data:`WRITING_HOME`, not ``inherited`` from
+    another task); another task's waits on the device's queue (:data:`DEVICE_QUEUE`) on the
+    same ``dev`` meanwhile queue behind those writes. Their cause stays their own (the wait is
+    on the device); this ties them to the checkpoint.
+
+    ``cause``, ``label``: each interval's, after the chains; ``inherited``: True where the
+    interval took its cause from another task or a worker. Returns ``(overlap_ns, by)``: per
+    interval the ns of it another task's checkpoint was writing home (int64), and that task
+    as ``"comm tid"`` (the one with the most of it), else None."""
+    n = len(offcpu)
+    overlap = np.zeros(n, dtype="int64")
+    by = np.full(n, None, dtype=object)
+    if not n:
+        return overlap, by
+    cause = np.asarray(cause, dtype=object)
+    writing = (cause == "checkpoint") & ~np.asarray(inherited, dtype=bool) \
+        & np.isin(np.asarray(label, dtype=object), WRITING_HOME)
+    victim = np.isin(cause, DEVICE_QUEUE)
+    if not writing.any() or not victim.any():
+        return overlap, by
+    dev = offcpu["dev"].astype("str").to_numpy(dtype=object)
+    tid = offcpu["tid"].to_numpy(dtype="int64")
+    start = offcpu["ts_ns"].to_numpy(dtype="int64")
+    end = start + offcpu["offcpu_ns"].to_numpy(dtype="int64")
+    comm = offcpu["comm"].to_numpy(dtype=object)
+    best = np.zeros(n, dtype="int64")
+    # one pass per checkpointing task and device
+    for d, t in sorted(set(zip(dev[writing].tolist(), tid[writing].tolist()))):
+        mine = np.flatnonzero(writing & (dev == d) & (tid == t))
+        mine = mine[np.argsort(start[mine], kind="stable")]
+        s0, s1 = start[mine], end[mine]
+        cum = np.concatenate([[0], np.cumsum(s1 - s0)])
+
+        def covered(x):
+            """ns of this task's writing intervals (one thread's: disjoint) before time x"""
+            i = np.searchsorted(s0, x, side="right") - 1
+            inside = np.clip(x - s0[np.maximum(i, 0)], 0, (s1 - s0)[np.maximum(i, 0)])
+            return np.where(i >= 0, cum[np.maximum(i, 0)] + inside, 0)
+
+        v = np.flatnonzero(victim & (dev == d) & (tid != t))
+        if not len(v):
+            continue
+        ov = covered(end[v]) - covered(start[v])
+        overlap[v] += ov
+        more = ov > best[v]
+        best[v[more]] = ov[more]
+        by[v[more]] = f"{comm[mine[0]]} {t}"
+    return overlap, by

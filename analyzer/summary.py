@@ -103,7 +103,10 @@ class StallSummary(_Doc):
     also counted in ``by_cause``); ``queued_behind`` {"comm tid": ms}, the three tasks most
     of it queued behind; ``through_worker`` (Tally: stalls with off-CPU time waiting for a
     kernel worker that took the worker's cause, and that time, also in ``by_cause``);
-    ``workers`` {"comm tid": ms}, the three workers most of it waited for."""
+    ``workers`` {"comm tid": ms}, the three workers most of it waited for;
+    ``during_checkpoint`` (Tally: stalls with waits on the device's queue while another task's
+    checkpoint wrote home on the same device, and that time, whatever its cause);
+    ``checkpointers`` {"comm tid": ms}, the three checkpointing tasks most of it ran beside."""
 
     count: int
     total_ms: float
@@ -118,6 +121,8 @@ class StallSummary(_Doc):
     queued_behind: dict
     through_worker: Tally
     workers: dict
+    during_checkpoint: Tally
+    checkpointers: dict
 
     def dominant(self):
         """The cause with the most stall time off CPU, or None without stalls."""
@@ -195,8 +200,9 @@ class TopStall(_Doc):
     wait outside the traced calls, ``context`` what its task was doing): when (``t_s`` since the session start,
     ``ts_ns``, ``wall`` ISO 8601), how long, who, its cause and ``by_cause_ms`` (off-CPU ms per
     cause, non-zero only; ``queued_ms`` of it queued behind the task ``queued_behind``,
-    ``worker_ms`` waiting for the kernel worker ``worker``), the journal's fill and headroom
-    around it."""
+    ``worker_ms`` waiting for the kernel worker ``worker``; ``during_checkpoint_ms`` of its
+    device-queue waits beside the checkpoint of ``checkpoint_by``), the journal's fill and
+    headroom around it."""
 
     t_s: float
     ts_ns: int
@@ -215,6 +221,8 @@ class TopStall(_Doc):
     queued_behind: str
     worker_ms: float
     worker: str
+    during_checkpoint_ms: float
+    checkpoint_by: str
     oncpu_ms: float
     fill_start_pct: float
     fill_max_pct: float
@@ -343,13 +351,18 @@ def stall_summary(stalls, by_cause):
         queued=_tally((st["queued_ms"] > 0).sum(), st["queued_ms"].sum()),
         queued_behind=queued_behind(st),
         through_worker=_tally((st["worker_ms"] > 0).sum(), st["worker_ms"].sum()),
-        workers=queued_behind(st, column="worker"))
+        workers=queued_behind(st, column="worker"),
+        during_checkpoint=_tally((st["during_checkpoint_ms"] > 0).sum(),
+                                 st["during_checkpoint_ms"].sum()),
+        checkpointers=queued_behind(st, column="checkpoint_by"))
 
 
 def queued_behind(stalls, top=3, column="queued_behind"):
     """{"comm tid": ms}: the ``top`` tasks the stalls' queued time waited behind, most first
-    (``column`` "worker": the kernel workers their time through a worker waited for)."""
-    ms_col = "queued_ms" if column == "queued_behind" else "worker_ms"
+    (``column`` "worker": the kernel workers their time through a worker waited for;
+    "checkpoint_by": the tasks whose checkpoints their device-queue waits ran beside)."""
+    ms_col = {"queued_behind": "queued_ms", "worker": "worker_ms",
+              "checkpoint_by": "during_checkpoint_ms"}[column]
     q = stalls[stalls[ms_col] > 0]
     if not len(q):
         return {}
@@ -445,6 +458,7 @@ def top_stalls(analysis, n):
             "by_cause_ms": {c: r[f"{c}_ms"] for c in causes.CAUSES if r[f"{c}_ms"] > 0},
             "queued_ms": r["queued_ms"], "queued_behind": r["queued_behind"],
             "worker_ms": r["worker_ms"], "worker": r["worker"],
+            "during_checkpoint_ms": r["during_checkpoint_ms"], "checkpoint_by": r["checkpoint_by"],
             **{k: r[k] for k in ("oncpu_ms", "fill_start_pct", "fill_max_pct", "min_free_blocks",
                                  "forced_fill_pct")},
             "at_forced_level": bool(r["at_forced_level"]), "own_checkpoint": bool(r["own_checkpoint"]),

@@ -86,6 +86,13 @@ def session_summary(analysis, top=10):
                        "waited for kernel workers (__flush_work, a completion) while they stalled "
                        f"themselves, in {n} stall{'s' * (n != 1)}; each took its worker's cause. "
                        f"Workers: {who}.")
+        if st.during_checkpoint.count:
+            who = ", ".join(f"{task} {ms:,.0f} ms" for task, ms in st.checkpointers.items())
+            n = st.during_checkpoint.count
+            out.append(f"{st.during_checkpoint.total_ms:,.0f} ms of waits on the device's queue "
+                       "(data_writeback, commit_wait, device_flush) ran while another task's "
+                       f"checkpoint wrote home on the same device, in {n} stall{'s' * (n != 1)} "
+                       f"(their cause unchanged). Checkpointing: {who}.")
     cc = su.checkpoint_costs
     if cc["forced"]:
         line = (f"{cc['forced']} forced checkpoint{'s' * (cc['forced'] != 1)}: {cc['expensive']} ran in stalls "

@@ -113,3 +113,53 @@ def test_the_stall_table_summary_and_json_name_the_worker(tmp_path):
     assert ("300 ms of the stall time (75% of it off CPU) waited for kernel workers (__flush_work, a completion) "
             "while they stalled themselves, in 1 stall; each took its worker's cause. Workers: kworker/0:1 87 300 ms."
             in text), text
+
+
+CHECKPOINTING = ["__schedule", "io_schedule", "bit_wait_io", "__wait_on_buffer", "jbd2_log_do_checkpoint",
+                 "__jbd2_log_wait_for_space", "add_transaction_credits", "start_this_handle"]
+WRITEBACK = ["__schedule", "io_schedule", "folio_wait_bit_common", "folio_wait_writeback",
+             "__filemap_fdatawait_range", "file_write_and_wait_range", "ext4_sync_file"]
+COMMIT = ["__schedule", "schedule", "jbd2_log_wait_commit", "ext4_sync_file"]
+MUTEX = ["__schedule", "schedule", "__mutex_lock", "mutex_lock_io", "__jbd2_log_wait_for_space",
+         "add_transaction_credits", "start_this_handle"]
+
+
+def test_device_queue_waits_beside_another_tasks_checkpoint_are_tied_to_it(tmp_path):
+    """A victim's fsync waits (data_writeback, commit_wait) on the device a culprit's forced
+    checkpoint writes home to: the overlap is tied to the culprit, the victim's cause stays its
+    own; a wait on another device, the culprit's own waits and a task waiting for the
+    checkpoint mutex (not writing) tie nothing."""
+    path = str(tmp_path / "s")
+    stacks = [{"stack_id": 1, "frames": CHECKPOINTING}, {"stack_id": 2, "frames": WRITEBACK},
+              {"stack_id": 3, "frames": COMMIT}, {"stack_id": 4, "frames": MUTEX}]
+
+    def iv(ts, ms, tid, comm, stack, call, dev="7:0"):
+        return {**interval(ts, ms, tid, comm=comm, stack_id=stack, call_ms=call), "dev": dev}
+
+    off = [iv(100, 50, 22, "culprit", 1, 100), iv(160, 40, 22, "culprit", 1, 100),     # writes home 100-150, 160-200
+           iv(120, 60, 11, "victim", 2, 120), iv(180, 30, 11, "victim", 3, 120),       # 30 + 20, 20 beside it
+           iv(300, 40, 11, "victim", 2, 300),                                           # none running then
+           iv(100, 80, 33, "other", 2, 100, dev="7:1"),                                 # another device
+           iv(130, 60, 44, "waiter", 4, 130)]                                           # waits for the mutex
+    calls = [{"ts_ns": c * MS, "latency_ns": ms * MS, "tid": t, "pid": t, "comm": comm, "syscall": sc, "ret": 0,
+              "dev": dev, "handles": 1}
+             for c, ms, t, comm, sc, dev in [(100, 110, 22, "culprit", "setxattr", "7:0"),
+                                             (120, 95, 11, "victim", "fsync", "7:0"),
+                                             (300, 45, 11, "victim", "fsync", "7:0"),
+                                             (100, 85, 33, "other", "fsync", "7:1"),
+                                             (130, 65, 44, "waiter", "setxattr", "7:0")]]
+    meta = metadata(journals=[journal_meta("7:0"), journal_meta("7:1")])
+    write_session(path, {"calls": rows(calls), "offcpu": rows(off), "stacks": rows(stacks)}, meta)
+    a = analyze(path)
+    st = a.stalls.set_index(["tid", "ts_ns"])
+    v = st.loc[(11, 120 * MS)]
+    assert v["during_checkpoint_ms"] == 70.0 and v["checkpoint_by"] == "culprit 22"
+    assert v["cause"] == "data_writeback" and v["data_writeback_ms"] == 60.0 and v["commit_wait_ms"] == 30.0
+    assert st.loc[(11, 300 * MS), "during_checkpoint_ms"] == 0.0 and pd.isna(st.loc[(11, 300 * MS), "checkpoint_by"])
+    for key in [(33, 100 * MS), (22, 100 * MS), (44, 130 * MS)]:
+        assert st.loc[key, "during_checkpoint_ms"] == 0.0, key
+    d = a.to_dict()["stalls"]
+    assert d["during_checkpoint"] == {"count": 1, "total_ms": 70.0} and d["checkpointers"] == {"culprit 22": 70.0}
+    assert ("70 ms of waits on the device's queue (data_writeback, commit_wait, device_flush) ran while another "
+            "task's checkpoint wrote home on the same device, in 1 stall (their cause unchanged). Checkpointing: "
+            "culprit 22 70 ms.") in session_summary(a)
