@@ -17,6 +17,12 @@ Inherited intervals pass their cause on in turn (A waits for B, which waits for 
 checkpoints), up to :data:`MAX_DEPTH` links.  A waker seen only in an interrupt (an I/O
 completion) names the task it interrupted: that is why only intervals no stack explains
 inherit, and only from what the waker's own records show.
+
+:func:`worker_causes` does the same for a wait on a kernel worker (``__flush_work`` for XFS's
+inodegc worker, a completion): the worker is in no traced call, so its cause comes from its own
+log-space waits and jbd2 thread checkpoints (:func:`worker_waits`); it runs before
+:func:`queued_causes`. :func:`checkpoint_overlap` ties a wait on the device's queue to another
+task's checkpoint writing home on the same device, without changing its cause.
 """
 
 import numpy as np

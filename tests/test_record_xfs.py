@@ -225,22 +225,27 @@ def test_an_unlink_waiting_for_the_inodegc_worker_takes_its_log_space_wait(tmp_p
     from jstall.workloads import throttle
 
     out = str(tmp_path / "s")
-    cfg = FsConfig(fs_type="xfs", fs_size="400M", journal_size="6M", write_iops=max(5, int(20 / SLOWDOWN)))
+    cfg = FsConfig(fs_type="xfs", fs_size="400M", journal_size="6M",
+                   write_iops=max(5, int(20 / SLOWDOWN)))
     with ScratchFs(cfg) as fs:
         throttle.set_rule(fs.lower_dev, "write_iops", 0)
-        subprocess.run([sys.executable, "-c", EXTENTS, fs.mountpoint, "10000", "6"], check=True, timeout=300)
+        subprocess.run([sys.executable, "-c", EXTENTS, fs.mountpoint, "10000", "6"], check=True,
+                       timeout=300)
         throttle.apply(fs.lower_dev, fs.limits[fs.lower_dev])
         major, minor = (int(x) for x in fs.dev.split(":"))
-        bt = subprocess.Popen(["bpftrace", "-e", WORKERS_BT.replace("DEV", str(major << 20 | minor))],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        program = WORKERS_BT.replace("DEV", str(major << 20 | minor))
+        bt = subprocess.Popen(["bpftrace", "-e", program], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
         try:
             assert bpftrace_attached(bt), "bpftrace did not attach"
             dirs = [os.path.join(fs.mountpoint, f"d{i}") for i in range(100)]
             stop = str(tmp_path / "stop")
-            filler = subprocess.Popen([sys.executable, "-c", FILLER, os.path.join(fs.mountpoint, "bg"), stop])
+            bg = os.path.join(fs.mountpoint, "bg")
+            filler = subprocess.Popen([sys.executable, "-c", FILLER, bg, stop])
             try:
-                rec = subprocess.run([JSTALL, "record", "-q", "-o", out, "-d", fs.mountpoint, "--", "rm", "-rf",
-                                      *dirs], capture_output=True, text=True, timeout=600)
+                rec = subprocess.run([JSTALL, "record", "-q", "-o", out, "-d", fs.mountpoint, "--",
+                                      "rm", "-rf", *dirs], capture_output=True, text=True,
+                                     timeout=600)
             finally:
                 open(stop, "w").close()
                 filler.wait(timeout=120)
@@ -269,15 +274,19 @@ def test_an_unlink_waiting_for_the_inodegc_worker_takes_its_log_space_wait(tmp_p
     stacks = a.session.stacks
     flushing = {int(i) for i, f in zip(stacks["stack_id"], stacks["frames"])
                 if any(str(x).startswith("__flush_work") for x in f)}
-    mine = off[off["waker_comm"].fillna("").str.startswith("kworker/") & off["stack_id"].isin(flushing)
-               & ~off["runnable"].astype(bool)]
-    overlapped = [any((g["ts_ns"] <= woken[i]) & (g["end_ns"] >= off.at[i, "ts_ns"]))
-                  for i, g in ((i, workers[workers["tid"] == off.at[i, "waker_tid"]]) for i in mine.index)]
+    mine = off[off["waker_comm"].fillna("").str.startswith("kworker/")
+               & off["stack_id"].isin(flushing) & ~off["runnable"].astype(bool)]
+    overlapped = []
+    for i in mine.index:
+        g = workers[workers["tid"] == off.at[i, "waker_tid"]]
+        hit = (g["ts_ns"] <= woken[i]) & (g["end_ns"] >= off.at[i, "ts_ns"])
+        overlapped.append(bool(hit.any()))
     through = mine[overlapped]
     assert len(through), "no flush overlapped a worker's log-space wait"
     worker_st = st[st["worker_ms"] > 0]
     assert (worker_st["log_space_ms"] >= worker_st["worker_ms"]).all()
-    assert worker_st["worker_ms"].sum() == pytest.approx(through["offcpu_ns"].sum() / 1e6), (worker_st, through)
+    assert worker_st["worker_ms"].sum() == pytest.approx(through["offcpu_ns"].sum() / 1e6), \
+        (worker_st, through)
     names = {f"{c} {int(t)}" for c, t in zip(through["waker_comm"], through["waker_tid"])}
     assert set(worker_st["worker"]) == names
     summary = session_summary(a)
