@@ -229,7 +229,8 @@ def find_stalls(session, timeline, min_ms=DEFAULT_MIN_MS, xfs_waits=None):
     queued_ns = np.zeros(n, dtype="int64")
     np.add.at(queued_ns, rows[queued], ns[queued])
     queued_checkpoint_ns = np.zeros(n, dtype="int64")
-    qc = queued & (codes == CAUSES.index("checkpoint"))
+    # (a checkpoint of jbd2's thread a call waited for is not the call's own either)
+    qc = (queued | (through != None)) & (codes == CAUSES.index("checkpoint"))  # noqa: E711
     np.add.at(queued_checkpoint_ns, rows[qc], ns[qc])
     queued_behind = np.full(n, None, dtype=object)
     if queued.any():
