@@ -103,7 +103,12 @@ class StallSummary(_Doc):
     that primary cause and the off-CPU ms spent in it}, every registered cause in order;
     ``queued`` (Tally: stalls with off-CPU time queued behind another task, and that time,
     also counted in ``by_cause``); ``queued_behind`` {"comm tid": ms}, the three tasks most
-    of it queued behind."""
+    of it queued behind; ``through_worker`` (Tally: stalls with off-CPU time waiting for a
+    kernel worker that took the worker's cause, and that time, also in ``by_cause``);
+    ``workers`` {"comm tid": ms}, the three workers most of it waited for;
+    ``during_checkpoint`` (Tally: stalls with waits on the device's queue while another task's
+    checkpoint wrote home on the same device, and that time, whatever its cause);
+    ``checkpointers`` {"comm tid": ms}, the three checkpointing tasks most of it ran beside."""
 
     count: int
     total_ms: float
@@ -116,6 +121,10 @@ class StallSummary(_Doc):
     by_cause: dict
     queued: Tally
     queued_behind: dict
+    through_worker: Tally
+    workers: dict
+    during_checkpoint: Tally
+    checkpointers: dict
 
     def dominant(self):
         """The cause with the most stall time off CPU, or None without stalls."""
@@ -192,8 +201,10 @@ class TopStall(_Doc):
     """One stalled call (a row of stalls.find_stalls; ``syscall`` journal_start: a journal handle
     wait outside the traced calls, ``context`` what its task was doing): when (``t_s`` since the session start,
     ``ts_ns``, ``wall`` ISO 8601), how long, who, its cause and ``by_cause_ms`` (off-CPU ms per
-    cause, non-zero only; ``queued_ms`` of it queued behind the task ``queued_behind``), the
-    journal's fill and headroom around it."""
+    cause, non-zero only; ``queued_ms`` of it queued behind the task ``queued_behind``,
+    ``worker_ms`` waiting for the kernel worker ``worker``; ``during_checkpoint_ms`` of its
+    device-queue waits beside the checkpoint of ``checkpoint_by``), the journal's fill and
+    headroom around it."""
 
     t_s: float
     ts_ns: int
@@ -210,6 +221,10 @@ class TopStall(_Doc):
     by_cause_ms: dict
     queued_ms: float
     queued_behind: str
+    worker_ms: float
+    worker: str
+    during_checkpoint_ms: float
+    checkpoint_by: str
     oncpu_ms: float
     fill_start_pct: float
     fill_max_pct: float
@@ -336,15 +351,25 @@ def stall_summary(stalls, by_cause):
         forced=_tally(st["forced"].sum(), st.loc[st["forced"].astype(bool), "latency_ms"].sum()),
         by_cause={c: _tally(by_cause.loc[c, "count"], by_cause.loc[c, "total_ms"]) for c in causes.CAUSES},
         queued=_tally((st["queued_ms"] > 0).sum(), st["queued_ms"].sum()),
-        queued_behind=queued_behind(st))
+        queued_behind=queued_behind(st),
+        through_worker=_tally((st["worker_ms"] > 0).sum(), st["worker_ms"].sum()),
+        workers=queued_behind(st, column="worker"),
+        during_checkpoint=_tally((st["during_checkpoint_ms"] > 0).sum(),
+                                 st["during_checkpoint_ms"].sum()),
+        checkpointers=queued_behind(st, column="checkpoint_by"))
 
 
-def queued_behind(stalls, top=3):
-    """{"comm tid": ms}: the ``top`` tasks the stalls' queued time waited behind, most first."""
-    q = stalls[stalls["queued_ms"] > 0]
+def queued_behind(stalls, top=3, column="queued_behind"):
+    """{"comm tid": ms}: the ``top`` tasks the stalls' queued time waited behind, most first
+    (``column`` "worker": the kernel workers their time through a worker waited for;
+    "checkpoint_by": the tasks whose checkpoints their device-queue waits ran beside)."""
+    ms_col = {"queued_behind": "queued_ms", "worker": "worker_ms",
+              "checkpoint_by": "during_checkpoint_ms"}[column]
+    q = stalls[stalls[ms_col] > 0]
     if not len(q):
         return {}
-    ms = q.groupby(q["queued_behind"].astype("str"))["queued_ms"].sum().sort_values(ascending=False, kind="stable")
+    ms = q.groupby(q[column].astype("str"))[ms_col].sum()
+    ms = ms.sort_values(ascending=False, kind="stable")
     return {k: _num(float(v)) for k, v in ms.head(top).items()}
 
 
@@ -434,6 +459,8 @@ def top_stalls(analysis, n):
             "tid": int(r["tid"]), "dev": r["dev"], "cause": str(r["cause"]), "cause_label": r["cause_label"],
             "by_cause_ms": {c: r[f"{c}_ms"] for c in causes.CAUSES if r[f"{c}_ms"] > 0},
             "queued_ms": r["queued_ms"], "queued_behind": r["queued_behind"],
+            "worker_ms": r["worker_ms"], "worker": r["worker"],
+            "during_checkpoint_ms": r["during_checkpoint_ms"], "checkpoint_by": r["checkpoint_by"],
             **{k: r[k] for k in ("oncpu_ms", "fill_start_pct", "fill_max_pct", "min_free_blocks",
                                  "forced_fill_pct")},
             "at_forced_level": bool(r["at_forced_level"]), "own_checkpoint": bool(r["own_checkpoint"]),

@@ -28,7 +28,8 @@
  *                     fsync); needs TASK_JOURNAL_INFO_* and FILE_INODE_* too
  *   WAIT_CHAINS       who woke each off-CPU interval inside a traced call (sched_waking)
  *   XFS_LOG           XFS log reservations: a traced call's XFS device, and each log-space
- *                     wait of a traced task with the grant heads and what the AIL did
+ *                     wait of a traced task or a kernel thread with the grant heads and what
+ *                     the AIL did
  *                     (XFS_GRANT_CYCLES: the kernel's heads are (cycle, bytes), before 6.11;
  *                     XFS_TRACE_TIC: its tracepoints carry the ticket's address)
  */
@@ -1625,8 +1626,11 @@ static __always_inline int xfs_reserve(__u32 dev, __u32 head)
 		w->sleeps = 0;
 		w->head = head;
 	} else if (head == XFS_HEAD_RESERVE) {
-		/* storage only for tasks that may wait: made at their first reservation */
-		if (!(c && c->ts_ns) && !task_allowed(bpf_get_current_pid_tgid() >> 32))
+		/* storage only for tasks that may wait: made at their first reservation; a kernel
+		 * thread's whatever the task filter (a worker a traced call may wait for: XFS's
+		 * inodegc workers inactivate the inodes a traced unlink released) */
+		if (!(c && c->ts_ns) && !task_allowed(bpf_get_current_pid_tgid() >> 32) &&
+		    !(READ_FIELD(task, TASK_FLAGS) & PF_KTHREAD_FLAG))
 			return 0;
 		w = xfs_waiting.task_storage_get(task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 		if (w)

@@ -166,3 +166,128 @@ def test_an_xfs_and_an_ext4_recorded_at_once_keep_their_stalls_apart(tmp_path):
     assert rows.loc[xdev, "journal_mib"] == 8 and rows.loc[xdev, "dominant_cause"] == "log_space"
     assert rows.loc[edev, "forced_checkpoints"] == d["journals"][0]["forced_checkpoints"]
     assert rows["stall_ms"].sum() == pytest.approx(d["stalls"]["total_ms"])
+
+
+# rm -rf of files with several extents each: each unlink queues the inode's inactivation
+# (freeing its extents, then the inode) to XFS's per-CPU inodegc worker, and an unlink that
+# finds more than 256 queued flushes it (xfs_inodegc_throttle, then __flush_work in
+# destroy_inode); the worker's transactions fill a 6 MiB log on a device paced at 20 writes
+# a second (each log write and its cache flush slow) and wait for log space, 26 waits of 52
+# in one run. The files are made with the device unpaced.
+EXTENTS = """
+import os, sys
+top, n, ext = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+block = b"x" * 4096
+for i in range(n):
+    d = f"{top}/d{i % 100}"
+    if i < 100:
+        os.mkdir(d)
+    fd = os.open(f"{d}/f{i}", os.O_WRONLY | os.O_CREAT, 0o644)
+    for k in range(ext):
+        os.pwrite(fd, block, 8192 * k)   # a hole between blocks: one extent each
+    os.close(fd)
+os.sync()
+"""
+
+# beside the rm, untraced: files with an attribute each, created until STOP exists, keep the log
+# short of space, so that the worker's transactions wait for it while an unlink flushes it
+FILLER = """
+import os, sys
+top, stop = sys.argv[1], sys.argv[2]
+os.mkdir(top)
+i = 0
+while not os.path.exists(stop):
+    p = f"{top}/f{i}"
+    open(p, "w").close()
+    os.setxattr(p, "user.a", b"x" * 64)
+    i += 1
+"""
+
+# the kernel threads' log-space sleeps on DEV and the inodegc throttles (an unlink flushing the
+# worker), nothing of jstall's
+WORKERS_BT = """
+#define xfs_lsn_t long long
+BEGIN { printf("attached\\n"); }
+tracepoint:xfs:xfs_log_grant_sleep /args->dev == DEV && strncmp(comm, "kworker/", 8) == 0/ {
+  @worker_sleeps = count();
+}
+tracepoint:xfs:xfs_inodegc_throttle /args->dev == DEV/ { @throttles = count(); }
+"""
+
+
+def test_an_unlink_waiting_for_the_inodegc_worker_takes_its_log_space_wait(tmp_path):
+    """rm -rf recorded with its command: the inodegc workers' log-space waits are recorded
+    (every sleep the kernel and an independent bpftrace counted), and an unlink's wait in
+    __flush_work for a worker that waited for log space meanwhile is log_space, naming the
+    worker."""
+    from jstall.analyzer import analyze
+    from jstall.analyzer.render.text import session_summary
+    from jstall.workloads import throttle
+
+    out = str(tmp_path / "s")
+    cfg = FsConfig(fs_type="xfs", fs_size="400M", journal_size="6M",
+                   write_iops=max(5, int(20 / SLOWDOWN)))
+    with ScratchFs(cfg) as fs:
+        throttle.set_rule(fs.lower_dev, "write_iops", 0)
+        subprocess.run([sys.executable, "-c", EXTENTS, fs.mountpoint, "10000", "6"], check=True,
+                       timeout=300)
+        throttle.apply(fs.lower_dev, fs.limits[fs.lower_dev])
+        major, minor = (int(x) for x in fs.dev.split(":"))
+        program = WORKERS_BT.replace("DEV", str(major << 20 | minor))
+        bt = subprocess.Popen(["bpftrace", "-e", program], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+        try:
+            assert bpftrace_attached(bt), "bpftrace did not attach"
+            dirs = [os.path.join(fs.mountpoint, f"d{i}") for i in range(100)]
+            stop = str(tmp_path / "stop")
+            bg = os.path.join(fs.mountpoint, "bg")
+            filler = subprocess.Popen([sys.executable, "-c", FILLER, bg, stop])
+            try:
+                rec = subprocess.run([JSTALL, "record", "-q", "-o", out, "-d", fs.mountpoint, "--",
+                                      "rm", "-rf", *dirs], capture_output=True, text=True,
+                                     timeout=600)
+            finally:
+                open(stop, "w").close()
+                filler.wait(timeout=120)
+        finally:
+            bt.send_signal(signal.SIGINT)
+            text = bt.communicate(timeout=60)[0]
+    assert rec.returncode == 0, rec.stderr
+    seen = bpftrace_values(text)
+    a = analyze(out)
+    (log,) = a.to_dict()["xfs_logs"]
+    w = a.session.xfs_waits
+    workers = w[w["context"] == "kernel thread"]
+    # every sleep of the traced rm and of the workers recorded (a task filter no longer leaves
+    # the workers' out; the filler's are another task's), the workers' as bpftrace counted them
+    assert log["sleeps"] <= log["kernel_sleep_logspace"], log
+    assert int(workers["sleeps"].sum()) == seen.get("worker_sleeps", 0) > 0, (text, workers)
+    assert seen.get("throttles", 0) > 0, text
+    # the unlinks' waits in __flush_work, woken by a kworker: those its recorded log-space
+    # waits overlapped (found here from the raw tables) are log_space and name it
+    st = a.stalls
+    flush = st[st["cause_label"].str.contains("__flush_work")]
+    assert len(flush), st["cause_label"].value_counts()
+    off = a.session.offcpu
+    end = off["ts_ns"] + off["offcpu_ns"]
+    woken = off["wake_ts_ns"].fillna(end)
+    stacks = a.session.stacks
+    flushing = {int(i) for i, f in zip(stacks["stack_id"], stacks["frames"])
+                if any(str(x).startswith("__flush_work") for x in f)}
+    mine = off[off["waker_comm"].fillna("").str.startswith("kworker/")
+               & off["stack_id"].isin(flushing) & ~off["runnable"].astype(bool)]
+    overlapped = []
+    for i in mine.index:
+        g = workers[workers["tid"] == off.at[i, "waker_tid"]]
+        hit = (g["ts_ns"] <= woken[i]) & (g["end_ns"] >= off.at[i, "ts_ns"])
+        overlapped.append(bool(hit.any()))
+    through = mine[overlapped]
+    assert len(through), "no flush overlapped a worker's log-space wait"
+    worker_st = st[st["worker_ms"] > 0]
+    assert (worker_st["log_space_ms"] >= worker_st["worker_ms"]).all()
+    assert worker_st["worker_ms"].sum() == pytest.approx(through["offcpu_ns"].sum() / 1e6), \
+        (worker_st, through)
+    names = {f"{c} {int(t)}" for c, t in zip(through["waker_comm"], through["waker_tid"])}
+    assert set(worker_st["worker"]) == names
+    summary = session_summary(a)
+    assert "waited for kernel workers (__flush_work, a completion)" in summary, summary

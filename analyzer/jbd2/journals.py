@@ -288,8 +288,8 @@ def checkpoint_waits(session, stalls, costs):
     with a forced checkpoint or a stall on one.
 
     An XFS log's row (``kind`` "xfs") judges its waits for log space the same way: the
-    stalls' ``log_space_ms`` (queued time included) plus each wait of ``xfs_waits`` in no
-    stall."""
+    stalls' ``log_space_ms`` (queued time and time waiting for a kernel worker included) plus
+    each wait of ``xfs_waits`` in no stall."""
     cols = ["dev", "wait_ms", "longest_ms", "run_ms", "share", "big_enough", "kind"]
     run_ms = session_span_s(session) * 1e3
     waits = {}

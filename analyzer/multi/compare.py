@@ -113,7 +113,8 @@ class Comparison:
 
     def stalls(self):
         """Stall totals: count, total/max ms, checkpointed in own task, at the forced level,
-        queued behind other tasks; forced checkpoints by cost (in stalls and their waits,
+        queued behind other tasks, waiting for kernel workers, on the device's queue beside
+        another task's checkpoint; forced checkpoints by cost (in stalls and their waits,
         negligible, outside the recording)."""
         rows = []
         for key, label in (("count", "stalls"), ("total_ms", "stall ms"), ("max_ms", "worst stall ms"),
@@ -124,6 +125,10 @@ class Comparison:
         rows.append({"figure": "at the forced-checkpoint level", "a": x, "b": y, "change_pct": _pct_change(x, y)})
         x, y = self.sa.stalls.queued.total_ms, self.sb.stalls.queued.total_ms
         rows.append({"figure": "stall ms queued behind other tasks", "a": x, "b": y, "change_pct": _pct_change(x, y)})
+        for key, label in (("through_worker", "stall ms waiting for kernel workers"),
+                           ("during_checkpoint", "device-queue ms beside another task's checkpoint")):
+            x, y = getattr(self.sa.stalls, key).total_ms, getattr(self.sb.stalls, key).total_ms
+            rows.append({"figure": label, "a": x, "b": y, "change_pct": _pct_change(x, y)})
         # checkpoints by cost, in analyze's words
         ca, cb = self.sa.checkpoint_costs, self.sb.checkpoint_costs
         for key, label in (("forced", "forced checkpoints"), ("expensive", "forced checkpoints in stalls"),

@@ -79,6 +79,21 @@ def session_summary(analysis, top=10):
                        f"tasks that held what the call needed (a lock) while they stalled, in {st.queued.count} "
                        f"stall{'s' * (st.queued.count != 1)}; direct {st.offcpu_ms - st.queued.total_ms:,.0f} ms. "
                        f"Behind: {who}.")
+        if st.through_worker.count:
+            pct = 100 * st.through_worker.total_ms / st.offcpu_ms if st.offcpu_ms else 0
+            who = ", ".join(f"{task} {ms:,.0f} ms" for task, ms in st.workers.items())
+            n = st.through_worker.count
+            out.append(f"{st.through_worker.total_ms:,.0f} ms of the stall time ({pct:.0f}% of it off CPU) "
+                       "waited for kernel workers (__flush_work, a completion) while they stalled "
+                       f"themselves, in {n} stall{'s' * (n != 1)}; each took its worker's cause. "
+                       f"Workers: {who}.")
+        if st.during_checkpoint.count:
+            who = ", ".join(f"{task} {ms:,.0f} ms" for task, ms in st.checkpointers.items())
+            n = st.during_checkpoint.count
+            out.append(f"{st.during_checkpoint.total_ms:,.0f} ms of waits on the device's queue "
+                       "(data_writeback, commit_wait, device_flush) ran while another task's "
+                       f"checkpoint wrote home on the same device, in {n} stall{'s' * (n != 1)} "
+                       f"(their cause unchanged). Checkpointing: {who}.")
     cc = su.checkpoint_costs
     if cc["forced"]:
         line = (f"{cc['forced']} forced checkpoint{'s' * (cc['forced'] != 1)}: {cc['expensive']} ran in stalls "

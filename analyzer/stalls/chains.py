@@ -17,6 +17,12 @@ Inherited intervals pass their cause on in turn (A waits for B, which waits for 
 checkpoints), up to :data:`MAX_DEPTH` links.  A waker seen only in an interrupt (an I/O
 completion) names the task it interrupted: that is why only intervals no stack explains
 inherit, and only from what the waker's own records show.
+
+:func:`worker_causes` does the same for a wait on a kernel worker (``__flush_work`` for XFS's
+inodegc worker, a completion): the worker is in no traced call, so its cause comes from its own
+log-space waits and jbd2 thread checkpoints (:func:`worker_waits`); it runs before
+:func:`queued_causes`. :func:`checkpoint_overlap` ties a wait on the device's queue to another
+task's checkpoint writing home on the same device, without changing its cause.
 """
 
 import numpy as np
@@ -122,3 +128,168 @@ def queued_causes(offcpu, cause, label, checkpoint_events=None):
         if not len(pending):
             break
     return cause, label, behind
+
+
+#: a kernel thread's log-space wait (xfs_waits.context): a worker's own record of its wait
+KERNEL_THREAD = "kernel thread"
+
+
+def worker_waits(xfs_waits=None, jbd2_events=None):
+    """What kernel workers waited on, from their own records: DataFrame(tid, comm, ts_ns,
+    end_ns, cause), one row per wait.
+
+    - ``log_space``: an XFS log-space wait (``xfs_waits``) of a kernel thread (``context``
+      "kernel thread": XFS's inodegc workers inactivating unlinked inodes, the log worker);
+    - ``checkpoint``: a ``checkpoint`` jbd2 event of jbd2's own thread (``jbd2_thread``), a
+      moment (``end_ns`` = ``ts_ns``).
+
+    Either table may be None or lack rows."""
+    parts = []
+    if xfs_waits is not None and len(xfs_waits) and "context" in xfs_waits:
+        w = xfs_waits[xfs_waits["context"].to_numpy(dtype=object) == KERNEL_THREAD]
+        parts.append(pd.DataFrame({"tid": w["tid"].to_numpy(dtype="int64"),
+                                   "comm": w["comm"].to_numpy(dtype=object),
+                                   "ts_ns": w["ts_ns"].to_numpy(dtype="int64"),
+                                   "end_ns": w["end_ns"].to_numpy(dtype="int64"),
+                                   "cause": "log_space"}))
+    if jbd2_events is not None and len(jbd2_events):
+        ev = jbd2_events[(jbd2_events["event"].to_numpy(dtype=object) == "checkpoint")
+                         & jbd2_events["jbd2_thread"].to_numpy(dtype=bool)]
+        ts = ev["ts_ns"].to_numpy(dtype="int64")
+        parts.append(pd.DataFrame({"tid": ev["tid"].to_numpy(dtype="int64"),
+                                   "comm": ev["comm"].to_numpy(dtype=object),
+                                   "ts_ns": ts, "end_ns": ts, "cause": "checkpoint"}))
+    cols = {"tid": "int64", "comm": object, "ts_ns": "int64", "end_ns": "int64", "cause": object}
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in cols.items()})
+    return pd.concat(parts, ignore_index=True).astype(cols)
+
+
+def worker_causes(offcpu, cause, label, waits):
+    """Causes of off-CPU intervals that waited for a kernel worker.
+
+    A call that waits for a kernel worker's work (``__flush_work`` for XFS's inodegc worker
+    in ``destroy_inode``, a completion, an ext4 workqueue, jbd2's thread) sleeps in a stack
+    that names no cause (``other``) and is woken by the worker (``sched_waking``: the offcpu
+    table's ``waker_*`` columns). Its worker's own waits (``waits``, :func:`worker_waits`)
+    that overlap the interval, from its start to its wakeup, give it their cause: the cause
+    with the most overlapping time (a moment, a checkpoint of jbd2's thread, counts when it
+    lies in the interval and no wait overlaps it).
+
+    Returns ``(cause, label, worker)``: new object arrays; ``worker`` names the worker
+    (``"comm tid"``) of each interval that took its cause, else None; its ``label`` reads
+    ``"through worker kworker/0:1 87 in __flush_work <- destroy_inode"``.  Run before
+    :func:`queued_causes`, so that a task queued behind one that waited for a worker takes
+    the worker's cause in turn."""
+    cause = np.array(cause, dtype=object)
+    label = np.array(label, dtype=object)
+    n = len(offcpu)
+    worker = np.full(n, None, dtype=object)
+    if not n or "waker_tid" not in offcpu or waits is None or not len(waits):
+        return cause, label, worker
+    tid = offcpu["tid"].to_numpy(dtype="int64")
+    waker = offcpu["waker_tid"].to_numpy(dtype="float64", na_value=np.nan)
+    known = np.isin(np.nan_to_num(waker, nan=-1).astype("int64"), waits["tid"].to_numpy())
+    cand = np.flatnonzero((cause == "other") & ~np.isnan(waker) & (waker != tid) & known)
+    if not len(cand):
+        return cause, label, worker
+    lo = offcpu["ts_ns"].to_numpy(dtype="int64")[cand]
+    end = lo + offcpu["offcpu_ns"].to_numpy(dtype="int64")[cand]
+    wake = offcpu["wake_ts_ns"].to_numpy(dtype="float64", na_value=np.nan)[cand]
+    hi = np.where(np.isnan(wake), end, np.nan_to_num(wake).astype("int64"))
+    w = waker[cand].astype("int64")
+    # the worker's waits by (thread, start); one thread's waits do not overlap, so their ends
+    # are in order too: the waits overlapping [lo, hi] are one run, found by two searchsorted
+    # on a (thread, time rank) key
+    ev = waits.sort_values(["tid", "ts_ns"], kind="stable")
+    e_tid, e_start, e_end = (ev[c].to_numpy(dtype="int64") for c in ("tid", "ts_ns", "end_ns"))
+    ranks = np.unique(np.concatenate([e_start, e_end, lo, hi]))
+    threads = np.unique(e_tid)
+
+    def key(thread, t):
+        at = np.searchsorted(threads, thread).astype("int64")
+        return at * (len(ranks) + 1) + np.searchsorted(ranks, t)
+
+    j0 = np.searchsorted(key(e_tid, e_end), key(w, lo), side="left")     # ends at or after lo
+    j1 = np.searchsorted(key(e_tid, e_start), key(w, hi), side="right")  # starts at or before hi
+    cnt = np.maximum(j1 - j0, 0)
+    if not cnt.sum():
+        return cause, label, worker
+    which = np.repeat(np.arange(len(cand)), cnt)
+    rows = np.repeat(j0, cnt) + (np.arange(cnt.sum()) - np.repeat(np.cumsum(cnt) - cnt, cnt))
+    ov = np.minimum(e_end[rows], hi[which]) - np.maximum(e_start[rows], lo[which])
+    ok = ov >= 0
+    c = ev["cause"].to_numpy(dtype=object)[rows[ok]]
+    tot = pd.DataFrame({"w": which[ok], "c": c, "ov": ov[ok]}) \
+        .groupby(["w", "c"], sort=True)["ov"].sum().reset_index()
+    best = tot.sort_values(["w", "ov"], ascending=[True, False], kind="stable").drop_duplicates("w")
+    comm = offcpu["waker_comm"].to_numpy(dtype=object, na_value=None)
+    for i, c in zip(best["w"].tolist(), best["c"].tolist()):
+        k = cand[i]
+        worker[k] = f"{comm[k]} {int(waker[k])}"
+        label[k] = f"through worker {worker[k]} in {label[k]}"
+        cause[k] = c
+    return cause, label, worker
+
+
+#: waits on the device's queue: a checkpoint writing home on the same device lengthens them
+DEVICE_QUEUE = ("data_writeback", "commit_wait", "device_flush")
+#: labels of a checkpoint interval in which the task itself wrote home (not one waiting for
+#: another's checkpoint in __jbd2_log_wait_for_space)
+WRITING_HOME = ("jbd2_log_do_checkpoint", "jbd2_cleanup_journal_tail", "jbd2_journal_flush")
+
+
+def checkpoint_overlap(offcpu, cause, label, inherited):
+    """How much of each device-queue wait ran while another task's checkpoint was writing home
+    on the same device.
+
+    A task forced to checkpoint writes the journal's blocks home (its own off-CPU intervals of
+    cause ``checkpoint`` labelled with a frame of :data:`WRITING_HOME`, not ``inherited`` from
+    another task); another task's waits on the device's queue (:data:`DEVICE_QUEUE`) on the
+    same ``dev`` meanwhile queue behind those writes. Their cause stays their own (the wait is
+    on the device); this ties them to the checkpoint.
+
+    ``cause``, ``label``: each interval's, after the chains; ``inherited``: True where the
+    interval took its cause from another task or a worker. Returns ``(overlap_ns, by)``: per
+    interval the ns of it another task's checkpoint was writing home (int64), and that task
+    as ``"comm tid"`` (the one with the most of it), else None."""
+    n = len(offcpu)
+    overlap = np.zeros(n, dtype="int64")
+    by = np.full(n, None, dtype=object)
+    if not n:
+        return overlap, by
+    cause = np.asarray(cause, dtype=object)
+    writing = (cause == "checkpoint") & ~np.asarray(inherited, dtype=bool) \
+        & np.isin(np.asarray(label, dtype=object), WRITING_HOME)
+    victim = np.isin(cause, DEVICE_QUEUE)
+    if not writing.any() or not victim.any():
+        return overlap, by
+    dev = offcpu["dev"].astype("str").to_numpy(dtype=object)
+    tid = offcpu["tid"].to_numpy(dtype="int64")
+    start = offcpu["ts_ns"].to_numpy(dtype="int64")
+    end = start + offcpu["offcpu_ns"].to_numpy(dtype="int64")
+    comm = offcpu["comm"].to_numpy(dtype=object)
+    best = np.zeros(n, dtype="int64")
+    # one pass per checkpointing task and device
+    for d, t in sorted(set(zip(dev[writing].tolist(), tid[writing].tolist()))):
+        mine = np.flatnonzero(writing & (dev == d) & (tid == t))
+        mine = mine[np.argsort(start[mine], kind="stable")]
+        s0, s1 = start[mine], end[mine]
+        cum = np.concatenate([[0], np.cumsum(s1 - s0)])
+
+        def covered(x):
+            """ns of this task's writing intervals (one thread's: disjoint) before time x"""
+            i = np.searchsorted(s0, x, side="right") - 1
+            inside = np.clip(x - s0[np.maximum(i, 0)], 0, (s1 - s0)[np.maximum(i, 0)])
+            return np.where(i >= 0, cum[np.maximum(i, 0)] + inside, 0)
+
+        v = np.flatnonzero(victim & (dev == d) & (tid != t))
+        if not len(v):
+            continue
+        ov = covered(end[v]) - covered(start[v])
+        overlap[v] += ov
+        more = ov > best[v]
+        best[v[more]] = ov[more]
+        by[v[more]] = f"{comm[mine[0]]} {t}"
+    return overlap, by

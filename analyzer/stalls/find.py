@@ -10,7 +10,7 @@ import pandas as pd
 from jstall.jbd2 import RESERVED_BLOCKS, forced_fill_pct, headroom
 
 from jstall.analyzer.stalls.causes import CAUSES, interval_causes
-from jstall.analyzer.stalls.chains import queued_causes
+from jstall.analyzer.stalls.chains import checkpoint_overlap, queued_causes, worker_causes, worker_waits
 from jstall.analyzer.jbd2.fill import asof_positions, dev_codes, fill_pct, journal_limits, range_min
 from jstall.analyzer.xfs.logs import waits
 
@@ -23,7 +23,8 @@ def stall_columns():
     return (["ts_ns", "end_ns", "latency_ms", "tid", "pid", "comm", "syscall", "ret", "dev", "handles", "context",
              "cause", "cause_label", "offcpu_ms", "oncpu_ms"]
             + [f"{c}_ms" for c in CAUSES]
-            + ["queued_ms", "queued_behind"]
+            + ["queued_ms", "queued_behind", "worker_ms", "worker", "during_checkpoint_ms",
+               "checkpoint_by"]
             + ["free_start_blocks", "fill_start_pct", "min_free_blocks", "fill_max_pct", "log_blocks",
                "max_transaction_blocks", "forced_fill_pct", "min_space_left_blocks", "at_forced_level",
                "headroom_start_blocks", "headroom_start_pct", "min_headroom_blocks", "min_headroom_pct", "forced",
@@ -87,6 +88,23 @@ def count_between(times, keys, start_col="ts_ns", end_col="end_ns"):
     return out
 
 
+def _most_time(n, rows, who, ns):
+    """Per stall (``n`` of them): the off-CPU ns of its intervals (``rows``: their stall,
+    ``ns``: their time) that name someone in ``who`` (not None), and the one named with the
+    most of that time (ties: the first in sort order), else None."""
+    named = who != None  # noqa: E711 (element-wise)
+    total = np.zeros(n, dtype="int64")
+    np.add.at(total, rows[named], ns[named])
+    top = np.full(n, None, dtype=object)
+    if named.any():
+        q = pd.DataFrame({"row": rows[named], "who": who[named], "ns": ns[named]})
+        t = q.groupby(["row", "who"], sort=True)["ns"].sum().reset_index()
+        t = t.sort_values(["row", "ns"], ascending=[True, False], kind="stable")
+        t = t.drop_duplicates("row")
+        top[t["row"].to_numpy()] = t["who"].to_numpy(dtype=object)
+    return total, top
+
+
 def _nan_min(*arrays):
     """Element-wise minimum ignoring NaN (NaN where all are NaN), as DataFrame.min(axis=1)."""
     out = arrays[0]
@@ -109,6 +127,14 @@ def find_stalls(session, timeline, min_ms=DEFAULT_MIN_MS, xfs_waits=None):
       the cause of what that task was doing meanwhile (chains.queued_causes), included in
       ``<cause>_ms``; ``queued_behind``: the task most of it queued behind (``"comm tid"``),
       else null.
+    - ``worker_ms``: off-CPU time waiting for a kernel worker (``__flush_work``, a completion)
+      whose own waits give it its cause (chains.worker_causes: an XFS inodegc worker's wait
+      for log space), included in ``<cause>_ms``; ``worker``: the worker most of it waited
+      for (``"comm tid"``), else null.
+    - ``during_checkpoint_ms``: off-CPU time on the device's queue (data_writeback,
+      commit_wait, device_flush) while another task's checkpoint wrote home on the same
+      device (chains.checkpoint_overlap): its cause stays its own; ``checkpoint_by``: that
+      task (``"comm tid"``, the one with the most of it), else null.
     - ``free_start_blocks``/``fill_start_pct``: the last fill sample at or before the call's
       start on its device (else the call's own ``journal_free_blocks``);
       ``min_free_blocks``/``fill_max_pct``: the lowest free space from the start sample, every
@@ -150,7 +176,13 @@ def find_stalls(session, timeline, min_ms=DEFAULT_MIN_MS, xfs_waits=None):
     all_cause, all_labels = interval_causes(offcpu["stack_id"].to_numpy(), offcpu["tid"].to_numpy(),
                                             offcpu["call_ts_ns"].to_numpy(), offcpu["runnable"].to_numpy(dtype=bool),
                                             session.stacks, keys[own > 0])
+    # waits for a kernel worker take the worker's cause, then waits queued behind a task
+    workers = worker_waits(getattr(session, "xfs_waits", None), session.jbd2_events)
+    all_cause, all_labels, all_worker = worker_causes(offcpu, all_cause, all_labels, workers)
     all_cause, all_labels, all_behind = queued_causes(offcpu, all_cause, all_labels, cp_events)
+    # device-queue waits while another task's checkpoint wrote home on the same device
+    inherited = (all_behind != None) | (all_worker != None)  # noqa: E711 (element-wise)
+    all_cp_ns, all_cp_by = checkpoint_overlap(offcpu, all_cause, all_labels, inherited)
     if key_index.is_unique:  # each interval joins at most one stall (calls of a thread do not overlap)
         at = key_index.get_indexer(pd.MultiIndex.from_arrays([offcpu["tid"].to_numpy(dtype="int64"),
                                                               offcpu["call_ts_ns"].to_numpy(dtype="int64")]))
@@ -161,6 +193,8 @@ def find_stalls(session, timeline, min_ms=DEFAULT_MIN_MS, xfs_waits=None):
         rows = off["_row"].to_numpy(dtype="int64")
         keep = off["_at"].to_numpy(dtype="int64")
     cause, labels, behind = all_cause[keep], all_labels[keep], all_behind[keep]
+    through = all_worker[keep]
+    cp_ns, cp_by = all_cp_ns[keep], all_cp_by[keep]
     cols = {"offcpu_ns": offcpu["offcpu_ns"].to_numpy()[keep]}
     codes = pd.Index(CAUSES).get_indexer(cause) if len(cause) else np.zeros(0, dtype="int64")
     ns = cols["offcpu_ns"].astype("int64")
@@ -172,7 +206,8 @@ def find_stalls(session, timeline, min_ms=DEFAULT_MIN_MS, xfs_waits=None):
     queued_ns = np.zeros(n, dtype="int64")
     np.add.at(queued_ns, rows[queued], ns[queued])
     queued_checkpoint_ns = np.zeros(n, dtype="int64")
-    qc = queued & (codes == CAUSES.index("checkpoint"))
+    # (a checkpoint of jbd2's thread a call waited for is not the call's own either)
+    qc = (queued | (through != None)) & (codes == CAUSES.index("checkpoint"))  # noqa: E711
     np.add.at(queued_checkpoint_ns, rows[qc], ns[qc])
     queued_behind = np.full(n, None, dtype=object)
     if queued.any():
@@ -180,6 +215,8 @@ def find_stalls(session, timeline, min_ms=DEFAULT_MIN_MS, xfs_waits=None):
         top = q.groupby(["row", "behind"], sort=True)["ns"].sum().reset_index()
         top = top.sort_values(["row", "ns"], ascending=[True, False], kind="stable").drop_duplicates("row")
         queued_behind[top["row"].to_numpy()] = top["behind"].to_numpy(dtype=object)
+    worker_ns, worker = _most_time(n, rows, through, ns)
+    during_cp_ns, cp_task = _most_time(n, rows, cp_by, cp_ns)
     other = CAUSES.index("other")
     pcode = np.where(off_ns > 0, by.argmax(axis=1), other) if n else np.zeros(0, dtype="int64")
     primary = np.asarray(CAUSES, dtype=object)[pcode]
@@ -253,6 +290,10 @@ def find_stalls(session, timeline, min_ms=DEFAULT_MIN_MS, xfs_waits=None):
         cols[f"{c}_ms"] = by[:, i].astype("float64") / 1e6
     cols["queued_ms"] = queued_ns.astype("float64") / 1e6
     cols["queued_behind"] = pd.array(queued_behind, dtype="str") if n else queued_behind
+    cols["worker_ms"] = worker_ns.astype("float64") / 1e6
+    cols["worker"] = pd.array(worker, dtype="str") if n else worker
+    cols["during_checkpoint_ms"] = during_cp_ns.astype("float64") / 1e6
+    cols["checkpoint_by"] = pd.array(cp_task, dtype="str") if n else cp_task
     cols.update({
         "free_start_blocks": free_start, "fill_start_pct": fill_pct(free_start, log_blocks),
         "min_free_blocks": min_free, "fill_max_pct": fill_pct(min_free, log_blocks),
