@@ -92,6 +92,17 @@ class Analysis:
                               "timeline", "checkpoint_waits")
 
     @cached_property
+    def verdict(self):
+        """What dominates the stall time and which remedy removes how much of it
+        (advice.verdict: a dict, the JSON's ``verdict``; the text renders it)."""
+        from .advice import utilisation, verdict
+
+        st = self.stalls
+        devs = st["dev"].astype("str").value_counts() if len(st) else None
+        util = utilisation(self.session, st, devs.index[0]) if devs is not None and len(devs) else None
+        return verdict(self.recommendations, st, self.min_ms, self.summary.stalls.total_ms, util)
+
+    @cached_property
     def causes(self):
         return by_cause(self.stalls)
 
@@ -170,7 +181,7 @@ class Analysis:
     def to_dict(self, top=20):
         """The JSON document of docs/analysis.md (stable keys; numbers rounded to 3 decimals,
         NaN as null): the summary, the ``top`` slowest stalls and the recommendations."""
-        return summary.document(self.summary, self.top_stalls(top), self.recommendations)
+        return summary.document(self.summary, self.top_stalls(top), self.recommendations, self.verdict)
 
 
 def analyze(session, min_ms=DEFAULT_MIN_MS):

@@ -8,6 +8,8 @@ import textwrap
 from jstall import enough
 
 from . import devices
+from .advice import verdict_lines
+from .summary import json_safe
 from .recording import filters_text
 
 
@@ -41,6 +43,7 @@ def session_summary(analysis, top=10):
     slowest calls, recommendations (read from ``analysis.summary``)."""
     su = analysis.summary
     out = header_lines(su)
+    out[1:1] = verdict_lines(json_safe(analysis.verdict))
     lab = su.session.lab
     if lab and isinstance(lab.get("config"), dict):
         cfg = lab["config"]
