@@ -149,6 +149,32 @@ def saved_home_share(model):
     return min(max(model.relogged_blocks / model.blocks, 0.0), 1.0) if model.blocks else 0.0
 
 
+def union_ms(c0, c1):
+    """The time (ms) the spans [c0, c1) (ns arrays) cover, overlaps counted once."""
+    if not len(c0):
+        return 0.0
+    o = np.argsort(c0)
+    total, end = 0, None
+    for a, b in zip(np.asarray(c0)[o], np.asarray(c1)[o]):
+        if end is None or a > end:
+            total += b - a
+            end = b
+        elif b > end:
+            total += b - end
+            end = b
+    return total / 1e6
+
+
+def device_fractions(cp_device_share, saved):
+    """(low, high) per-cause fractions of the waits on a device's requests (DEVICE_SIDE) a
+    log-size remedy removes: the device time its saved writes home took
+    (``cp_device_share``: the share of the run forced checkpoints wrote home, times ``saved``)
+    leaves the queue every other request waits in; at the device's pace the others' waits
+    shrink by that share (high), on a device with room to spare they need not (low)."""
+    x = min(max(cp_device_share * saved, 0.0), 1.0)
+    return {c: 0.0 for c in DEVICE_SIDE}, {c: x for c in DEVICE_SIDE}
+
+
 def log_fractions(regime, saved, mechanism_share=1.0):
     """(low, high) fractions of the checkpoint stall a log-size remedy removes: its own
     mechanism's share (``mechanism_share``: the waits the rule says go), all of it held at

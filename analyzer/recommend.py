@@ -646,12 +646,15 @@ def fast_commit(ctx):
                   "transactions": int(j.get("transactions") or 0)}
         # a fast commit writes one block for the inodes' deltas where a full commit writes its
         # logged blocks and a commit block: the share of the device's requests a commit saves
+        # (without the device's counters: the commit's own, and a data write and the cache flush
+        # before its commit block)
         t = ctx.txns[ctx.txns["dev"] == dev]
         d = device_time(ctx.session, dev)
-        if len(t) and d is not None and d["requests"]:
+        if len(t):
             per = float(commit_requests(t["blocks_logged"].to_numpy(), j.get("block_size")).mean())
-            inputs.update(log_requests_per_commit=per, device_requests_per_commit=d["requests"] / len(t),
-                          commit_request_share_saved=min(max((per - 1.0) / (d["requests"] / len(t)), 0.0), 1.0))
+            each = d["requests"] / len(t) if d is not None and d["requests"] else per + 2.0
+            inputs.update(log_requests_per_commit=per, device_requests_per_commit=each,
+                          commit_request_share_saved=min(max((per - 1.0) / max(each, per), 0.0), 1.0))
         if xc:
             out.append(Recommendation(
                 "fast_commit", dev=dev, stall_ms_addressed=0.0, inputs=inputs,
@@ -874,6 +877,9 @@ def regime(ctx, dev):
         util = advice.utilisation(ctx.session, ctx.stalls, dev)
         mr = m.regime if m is not None else _xfs_regime(ctx, dev)
         name, fig = advice.regime_of(mr, util, log_ms, dev_ms)
+        run_ms = session_span_s(ctx.session) * 1e3
+        if run_ms > 0 and len(ctx.costs):
+            fig["checkpoint_device_share"] = min(advice.union_ms(*checkpoint_spans(ctx.costs, str(dev))) / run_ms, 1.0)
         if m is not None:
             fig.update(relogged_blocks=m.relogged_blocks, blocks=m.blocks, new_to_log_blocks=m.new_to_log_blocks,
                        written_home_blocks=m.written_home_blocks, distinct_home_blocks=m.home_blocks,
@@ -911,20 +917,31 @@ def _effects(ctx, r):
         lo, hi = advice.log_fractions(name, saved, share)
         if r.kind == "journal_size" and not r.estimate:
             lo = 0.0   # no size from the model: what lab tune finds
-        if r.kind == "inode_size" and inp.get("verdict") == "borderline":
-            lo, hi = advice.log_fractions(name, saved, 1.0)
-            lo *= 0.5
+        if r.kind == "inode_size" and inp.get("verdict") in ("borderline", "short"):
+            # fewer blocks logged shorten the checkpoint waits even where the hot set does not
+            # fit: at most the share of the needed log the journal holds; none at the low end
+            # when short, half when the margin is within the runs' spread
+            held = 1.0 if inp["verdict"] == "borderline" else min(
+                inp["journal_blocks"] / max(inp["predicted_needed_blocks_low"], 1.0), 1.0)
+            lo, hi = advice.log_fractions(name, saved, held)
+            lo *= 0.5 if inp["verdict"] == "borderline" else 0.0
+        # the writes home it saves leave the device's queue: the others' waits shrink
+        dlo, dhi = advice.device_fractions(fig.get("checkpoint_device_share", 0.0), saved * hi)
+        lo, hi = {**dlo, "checkpoint": lo}, {**dhi, "checkpoint": hi}
         if r.kind == "journal_size":
             size = f"{int(r.journal_size_mib)}" if r.journal_size_mib else "N"
-            return ({"checkpoint": lo}, {"checkpoint": hi}, "offline",
+            return (lo, hi, "offline",
                     f"umount {mnt} && tune2fs -O ^has_journal {device} && tune2fs -J size={size} {device} "
                     f"&& mount {device} {mnt}")
         if r.kind == "inode_size":
-            return ({"checkpoint": lo}, {"checkpoint": hi}, "new_filesystem",
+            return (lo, hi, "new_filesystem",
                     f"mkfs.ext4 -I 256 NEWDEV, then copy the files with their attributes (cp -a, rsync -aHAX) "
                     f"from {mnt}")
-        return ({"checkpoint": lo}, {"checkpoint": hi}, "online", inp.get("command"))
+        return lo, hi, "online", inp.get("command")
     if r.kind == "external_journal":
+        if inp.get("log_request_share") is None:
+            # no counters of the data device: from nothing to every wait on the commits' I/O
+            return ({}, {c: 1.0 for c in ("commit_wait", "lock_buffer")}, "offline", _ext_command(device, mnt))
         share = inp.get("log_request_share") or 0.0
         cps = inp.get("log_request_share_checkpoints") or 0.0
         load = inp.get("device_load") or 0.0
@@ -935,9 +952,7 @@ def _effects(ctx, r):
                                                                      "metadata_io")}}
         hi = {"checkpoint": cps, **{c: share for c in ("commit_wait", "lock_buffer", "transaction_wait",
                                                           "data_writeback", "device_flush", "metadata_io")}}
-        return (lo, hi, "offline",
-                f"mkfs.ext4 -O journal_dev JDEV && umount {mnt} && tune2fs -O ^has_journal {device} && "
-                f"tune2fs -J device=JDEV {device} && mount {device} {mnt}")
+        return lo, hi, "offline", _ext_command(device, mnt)
     if r.kind == "fast_commit":
         s = inp.get("commit_request_share_saved") or 0.0
         if not r.stall_ms_addressed:
@@ -964,6 +979,11 @@ def _effects(ctx, r):
                 f"mkfs.xfs -l logdev=LOGDEV,size=N NEWDEV && mount -o logdev=LOGDEV NEWDEV {mnt}, then copy "
                 f"the files from {mnt}")
     return None
+
+
+def _ext_command(device, mnt):
+    return (f"mkfs.ext4 -O journal_dev JDEV && umount {mnt} && tune2fs -O ^has_journal {device} && "
+            f"tune2fs -J device=JDEV {device} && mount {device} {mnt}")
 
 
 def annotate(ctx, recs):
