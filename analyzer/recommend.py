@@ -1046,12 +1046,14 @@ FINDINGS = ("lost_events", "no_stalls", "untraced_checkpoints")
 
 def rank(recs):
     """Findings first, then by the stall time removed (the interval's middle, then its high
-    end; ``stall_ms_addressed`` for advice without an interval), largest first, stable."""
+    end, in whole ms; ``stall_ms_addressed`` for advice without an interval), largest first,
+    then the cheapest to apply (advice.COSTS: online first); stable."""
     def key(r):
         if r.stall_ms_removed_high is None:
             return (r.kind not in FINDINGS, -(r.stall_ms_addressed or 0.0), 0.0)
-        return (r.kind not in FINDINGS, -(r.stall_ms_removed_low + r.stall_ms_removed_high) / 2,
-                -r.stall_ms_removed_high)
+        cost = advice.COSTS.index(r.cost) if r.cost in advice.COSTS else len(advice.COSTS)
+        return (r.kind not in FINDINGS, -round((r.stall_ms_removed_low + r.stall_ms_removed_high) / 2),
+                -round(r.stall_ms_removed_high), cost)
 
     return sorted(recs, key=key)
 
