@@ -165,6 +165,26 @@ def union_ms(c0, c1):
     return total / 1e6
 
 
+def through_share(stalls, c0, c1, dev, cause="transaction_wait"):
+    """The share of a cause's stall time (on ``dev``) in stalls that overlap a forced
+    checkpoint's span [c0, c1) (ns arrays): handles that waited for a transaction which could
+    not close while the log was full wait through the checkpoint, and go with it."""
+    col = f"{cause}_ms"
+    if not len(stalls) or col not in stalls or not len(c0):
+        return 0.0
+    on = stalls[stalls["dev"].astype("str") == str(dev)]
+    ms = np.nan_to_num(on[col].to_numpy(dtype="float64"))
+    if not ms.sum() > 0:
+        return 0.0
+    s0, s1 = on["ts_ns"].to_numpy(dtype="int64"), on["end_ns"].to_numpy(dtype="int64")
+    o = np.argsort(c0)
+    a, b = np.asarray(c0)[o], np.maximum.accumulate(np.asarray(c1)[o])
+    # a stall overlaps a span when the latest span starting before its end ends after its start
+    k = np.searchsorted(a, s1, side="left") - 1
+    hit = (k >= 0) & (b[np.maximum(k, 0)] > s0)
+    return float(ms[hit].sum() / ms.sum())
+
+
 def device_fractions(cp_device_share, saved):
     """(low, high) per-cause fractions of the waits on a device's requests (DEVICE_SIDE) a
     log-size remedy removes: the device time its saved writes home took

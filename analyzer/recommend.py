@@ -879,7 +879,9 @@ def regime(ctx, dev):
         name, fig = advice.regime_of(mr, util, log_ms, dev_ms)
         run_ms = session_span_s(ctx.session) * 1e3
         if run_ms > 0 and len(ctx.costs):
-            fig["checkpoint_device_share"] = min(advice.union_ms(*checkpoint_spans(ctx.costs, str(dev))) / run_ms, 1.0)
+            spans = checkpoint_spans(ctx.costs, str(dev))
+            fig["checkpoint_device_share"] = min(advice.union_ms(*spans) / run_ms, 1.0)
+            fig["transaction_wait_through_checkpoints"] = advice.through_share(ctx.stalls, *spans, dev)
         if m is not None:
             fig.update(relogged_blocks=m.relogged_blocks, blocks=m.blocks, new_to_log_blocks=m.new_to_log_blocks,
                        written_home_blocks=m.written_home_blocks, distinct_home_blocks=m.home_blocks,
@@ -927,6 +929,8 @@ def _effects(ctx, r):
             lo *= 0.5 if inp["verdict"] == "borderline" else 0.0
         # the writes home it saves leave the device's queue: the others' waits shrink
         dlo, dhi = advice.device_fractions(fig.get("checkpoint_device_share", 0.0), saved * hi)
+        th = fig.get("transaction_wait_through_checkpoints", 0.0)
+        dlo["transaction_wait"], dhi["transaction_wait"] = th * lo, max(th * hi, dhi["transaction_wait"])
         lo, hi = {**dlo, "checkpoint": lo}, {**dhi, "checkpoint": hi}
         if r.kind == "journal_size":
             size = f"{int(r.journal_size_mib)}" if r.journal_size_mib else "N"
