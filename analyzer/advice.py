@@ -37,6 +37,9 @@ import numpy as np
 #: the causes whose waits are on the data device's requests or behind them
 DEVICE_SIDE = ("commit_wait", "lock_buffer", "transaction_wait", "data_writeback", "device_flush", "metadata_io",
                "writeback_throttle")
+#: waits a checkpoint holds up: a transaction that cannot close, a commit that cannot finish
+#: while the log is full (advice.through_share)
+THROUGH = ("transaction_wait", "commit_wait")
 #: the causes a log's size (or what it holds) addresses: ext4's checkpoints, XFS's log space
 LOG_CAUSES = ("checkpoint", "log_space")
 #: at or above this share of its write limit a device is at its limit
