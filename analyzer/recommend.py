@@ -311,13 +311,17 @@ def _regime_text(m):
     """What the model saw of the workload's regime (journal_model: hot set or streaming)."""
     if m.regime != "streaming":
         return "The workload re-dirtied a hot set of blocks: the size holds for a longer run of the same work. "
+    rate = m.new_to_log_blocks / m.run_s if m.run_s else None
+    keep = (f"No size holds a longer or faster run of it: checkpoint throughput bounds it, so the device must "
+            f"write home the blocks as fast as they enter the log ({rate:,.0f} blocks/s here), sooner (a shorter "
+            "writeback window) or beside the log (an external journal). " if rate else "")
     if m.run_s and m.run_s > m.window_s:
         return (f"The workload streamed (it logged most blocks once): the journal must hold the blocks logged in "
                 f"writeback's window, {m.window_s:g} s (dirty_expire + one writeback period), about "
-                f"{m.window_blocks:,.0f} blocks at this run's rate; a faster run needs more. ")
+                f"{m.window_blocks:,.0f} blocks at this run's rate; a faster run needs more. " + keep)
     return (f"The workload streamed (it logged most blocks once) and ran {m.run_s or 0:.1f} s, less than writeback's "
             f"window of {m.window_s:g} s (dirty_expire + one writeback period): the size is this job's; a larger job "
-            f"of the same kind needs more, up to the blocks it logs in {m.window_s:g} s. ")
+            f"of the same kind needs more, up to the blocks it logs in {m.window_s:g} s. " + keep)
 
 
 def writeback_window(ctx):
