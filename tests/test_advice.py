@@ -149,3 +149,26 @@ def test_analyze_leads_with_the_verdict_of_its_json(tmp_path):
             assert r["regime"] in advice.REGIMES and r["command"]
             lo, hi = r["stall_ms_removed_low"], r["stall_ms_removed_high"]
             assert 0 <= lo <= hi <= r["stall_ms_total"] and (hi <= 2000 or hi <= 2 * lo + 1e-6)
+
+
+def test_shares_over_the_whole_are_said_with_their_unit():
+    from jstall import enough
+
+    # several tasks' waits overlap: 28,396 ms of them in a 20.3 s run
+    e = enough.judge(28_396.0, 400.0, 20_283.0)
+    assert "1.4 task-seconds of overlapping waits a second of the run" in e.describe() and "140%" not in e.describe()
+    assert "14% of the run" in enough.judge(2_839.6, 400.0, 20_283.0).describe()
+    # the log's requests outnumber what the device's counters saw: never "100% of 333"
+    assert recommend._share_of_requests(361, 333).startswith("361 requests, more than the 333")
+    assert recommend._share_of_requests(100, 400) == "25% of the device's 400 requests"
+
+
+def test_device_lines_say_the_writes_against_the_devices_limit():
+    from jstall.analyzer.devices import device_lines
+
+    r = {"role": "data", "dev": "7:1", "lower_dev": "7:0", "seconds": 10.0, "read_ios": 0, "write_ios": 9_900,
+         "write_iops": 990.0, "busy_pct": 8.0, "stall_seconds": 0.0, "limit_write_iops": 1000.0,
+         "limit_pct": 99.0, "limit_pct_in_stalls": float("nan")}
+    assert "990 writes/s (99% of its limit, 1,000 writes/s), busy 8%" in device_lines([r])[0]
+    assert "of its limit" not in device_lines([{**r, "limit_write_iops": float("nan"),
+                                                "limit_pct": float("nan")}])[0]
