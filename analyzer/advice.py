@@ -35,8 +35,15 @@ import math
 import numpy as np
 
 #: the causes whose waits are on the data device's requests or behind them
-DEVICE_SIDE = ("commit_wait", "lock_buffer", "transaction_wait", "data_writeback", "device_flush", "metadata_io",
-               "writeback_throttle")
+DEVICE_SIDE = (
+    "commit_wait",
+    "lock_buffer",
+    "transaction_wait",
+    "data_writeback",
+    "device_flush",
+    "metadata_io",
+    "writeback_throttle",
+)
 #: waits a checkpoint holds up: a transaction that cannot close, a commit that cannot finish
 #: while the log is full (advice.through_share)
 THROUGH = ("transaction_wait", "commit_wait")
@@ -47,8 +54,16 @@ DEVICE_BOUND_UTIL = 0.8
 REGIMES = ("hot_set", "streaming", "device_bound")
 COSTS = ("online", "remount", "offline", "new_filesystem")
 #: the remedies (kinds) that carry a stall-time interval, a cost and a command
-REMEDIES = ("writeback_window", "journal_size", "inode_size", "external_journal", "fast_commit", "log_size",
-            "log_buffers", "external_log")
+REMEDIES = (
+    "writeback_window",
+    "journal_size",
+    "inode_size",
+    "external_journal",
+    "fast_commit",
+    "log_size",
+    "log_buffers",
+    "external_log",
+)
 #: the low end of a remedy's own mechanism that holds: a hot set held by the size (its
 #: waits go, but the threshold moves between runs), a stream held for one window
 HOLD_LOW = {"hot_set": 0.8, "streaming": 0.5}
@@ -121,11 +136,19 @@ def utilisation(session, stalls, dev, role="data"):
 
     limit = write_limit(session, d["lower_dev"].iloc[0])
     if limit:
-        return {"util": min(rate / float(limit), 1.0), "writes_per_s": rate, "limit_writes_per_s": float(limit),
-                "basis": f"writes against the device's pace ({limit:,} writes/s)"}
+        return {
+            "util": min(rate / float(limit), 1.0),
+            "writes_per_s": rate,
+            "limit_writes_per_s": float(limit),
+            "basis": f"writes against the device's pace ({limit:,} writes/s)",
+        }
     busy = float(d["busy_ms"].to_numpy(dtype="float64")[hit].sum()) / 1e3 / secs
-    return {"util": min(busy, 1.0), "writes_per_s": rate, "limit_writes_per_s": None,
-            "basis": "time with a request in flight (io_ticks; the device's write limit is not known)"}
+    return {
+        "util": min(busy, 1.0),
+        "writes_per_s": rate,
+        "limit_writes_per_s": None,
+        "basis": "time with a request in flight (io_ticks; the device's write limit is not known)",
+    }
 
 
 def regime_of(model_regime, util, log_ms, device_ms):
@@ -134,8 +157,13 @@ def regime_of(model_regime, util, log_ms, device_ms):
     None, ``log_ms`` the checkpoint (or log-space) stall time, ``device_ms`` the waits on the
     device's requests (DEVICE_SIDE)."""
     u = util["util"] if util else None
-    figures = {"device_util": u, "device_util_basis": util["basis"] if util else None,
-               "log_stall_ms": log_ms, "device_stall_ms": device_ms, "model_regime": model_regime}
+    figures = {
+        "device_util": u,
+        "device_util_basis": util["basis"] if util else None,
+        "log_stall_ms": log_ms,
+        "device_stall_ms": device_ms,
+        "model_regime": model_regime,
+    }
     if u is not None and u >= DEVICE_BOUND_UTIL and device_ms >= log_ms:
         return "device_bound", figures
     return ("streaming" if model_regime == "streaming" else "hot_set"), figures
@@ -226,34 +254,62 @@ def verdict(recs, stalls, min_ms, total_ms, util=None):
                 if v > 0:
                     by[c] = v
     top = sorted(by.items(), key=lambda kv: -kv[1])[:3]
-    dominant = [{"cause": c, "ms": ms, "share": ms / total_ms if total_ms else 0.0} for c, ms in top]
+    dominant = [
+        {"cause": c, "ms": ms, "share": ms / total_ms if total_ms else 0.0} for c, ms in top
+    ]
     remedies = [r for r in recs if r.kind in REMEDIES and r.stall_ms_removed_high is not None]
-    head = next((r for r in remedies if total_ms and r.stall_ms_removed_high >= 0.5 * total_ms), None)
-    v = {"stall_ms_total": total_ms, "dominant": dominant, "filesystem_removes_most": head is not None,
-         "headline": _remedy(head), "best": None, "beyond": None}
+    head = next(
+        (r for r in remedies if total_ms and r.stall_ms_removed_high >= 0.5 * total_ms), None
+    )
+    v = {
+        "stall_ms_total": total_ms,
+        "dominant": dominant,
+        "filesystem_removes_most": head is not None,
+        "headline": _remedy(head),
+        "best": None,
+        "beyond": None,
+    }
     if not total_ms or head is not None:
         return v
     v["best"] = _remedy(remedies[0]) if remedies else None
     dev = {c: by[c] for c in DEVICE_SIDE if c in by}
     ms = sum(dev.values())
     if ms > 0:
-        v["beyond"] = {"ms": ms, "share": ms / total_ms, "causes": dict(sorted(dev.items(), key=lambda kv: -kv[1])),
-                       "device_util": util.get("util") if util else None,
-                       "device_util_basis": util.get("basis") if util else None,
-                       "what_would": "fewer fsyncs per second (batched commits), or a device that serves more "
-                                     "writes and flushes its cache faster"}
+        v["beyond"] = {
+            "ms": ms,
+            "share": ms / total_ms,
+            "causes": dict(sorted(dev.items(), key=lambda kv: -kv[1])),
+            "device_util": util.get("util") if util else None,
+            "device_util_basis": util.get("basis") if util else None,
+            "what_would": "fewer fsyncs per second (batched commits), or a device that serves more "
+            "writes and flushes its cache faster",
+        }
     elif dominant:
         c = dominant[0]["cause"]
-        v["beyond"] = {"ms": dominant[0]["ms"], "share": dominant[0]["share"], "causes": {c: dominant[0]["ms"]},
-                       "device_util": None, "device_util_basis": None, "what_would": causes.BY_NAME[c].advice}
+        v["beyond"] = {
+            "ms": dominant[0]["ms"],
+            "share": dominant[0]["share"],
+            "causes": {c: dominant[0]["ms"]},
+            "device_util": None,
+            "device_util_basis": None,
+            "what_would": causes.BY_NAME[c].advice,
+        }
     return v
 
 
 def _remedy(r):
     if r is None:
         return None
-    return {"kind": r.kind, "dev": r.dev, "low_ms": r.stall_ms_removed_low, "high_ms": r.stall_ms_removed_high,
-            "mechanism_ms": r.mechanism_ms_removed, "regime": r.regime, "cost": r.cost, "command": r.command}
+    return {
+        "kind": r.kind,
+        "dev": r.dev,
+        "low_ms": r.stall_ms_removed_low,
+        "high_ms": r.stall_ms_removed_high,
+        "mechanism_ms": r.mechanism_ms_removed,
+        "regime": r.regime,
+        "cost": r.cost,
+        "command": r.command,
+    }
 
 
 def _pct(ms, total):
@@ -265,9 +321,12 @@ def _ms(ms):
 
 
 def _removes(h, total):
-    return (f"{h['kind']}{' on ' + h['dev'] if h.get('dev') else ''} removes {_ms(h['low_ms'])} to "
-            f"{_ms(h['high_ms'])} ({_pct(h['low_ms'], total)}-{_pct(h['high_ms'], total)}; regime {h['regime']}; "
-            f"cost {h['cost']})")
+    return (
+        f"{h['kind']}{' on ' + h['dev'] if h.get('dev') else ''} removes {_ms(h['low_ms'])} to "
+        f"{_ms(h['high_ms'])} ({_pct(h['low_ms'], total)}-{_pct(h['high_ms'], total)}; "
+        f"regime {h['regime']}; "
+        f"cost {h['cost']})"
+    )
 
 
 def verdict_lines(v):
@@ -276,7 +335,9 @@ def verdict_lines(v):
     if not total:
         return []
     dom = ", ".join(f"{d['cause']} {_pct(d['ms'], total)}" for d in v["dominant"])
-    out = [f"verdict: {_ms(total)} of stall time (every stalled call, every cause); most of it {dom}."]
+    out = [
+        f"verdict: {_ms(total)} of stall time (every stalled call, every cause); most of it {dom}."
+    ]
     h = v.get("headline")
     if h:
         out.append(f"verdict: {_removes(h, total)}: {h['command']}")
@@ -287,8 +348,11 @@ def verdict_lines(v):
         line += f"; the most: {_removes(b, total)}"
     if w:
         parts = ", ".join(f"{c} {_pct(ms, total)}" for c, ms in w["causes"].items())
-        dev = (f" on a device at {_pct(w['device_util'], 1.0)} of its limit" if w.get("device_util") is not None
-               else "")
+        dev = (
+            f" on a device at {_pct(w['device_util'], 1.0)} of its limit"
+            if w.get("device_util") is not None
+            else ""
+        )
         line += f". The rest: {parts}{dev}: {w['what_would']}"
     out.append(line + ".")
     return out
@@ -297,8 +361,11 @@ def verdict_lines(v):
 def fmt_interval(r):
     """'1.2 s to 2.3 s (12-23 % of 10.0 s of stall time)' of a Recommendation's fields."""
     t = r.stall_ms_total or 0.0
-    return (f"{_ms(r.stall_ms_removed_low)} to {_ms(r.stall_ms_removed_high)} of the stall time "
-            f"({_pct(r.stall_ms_removed_low, t)}-{_pct(r.stall_ms_removed_high, t)} of {_ms(t)}, all causes)")
+    return (
+        f"{_ms(r.stall_ms_removed_low)} to {_ms(r.stall_ms_removed_high)} of the stall time "
+        f"({_pct(r.stall_ms_removed_low, t)}-{_pct(r.stall_ms_removed_high, t)} of {_ms(t)}, "
+        "all causes)"
+    )
 
 
 def finite(x):

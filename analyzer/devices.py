@@ -2,6 +2,8 @@
 recorder's samples of the traced journals' devices, or the lab's of its emulated ones),
 over the whole session and during its stalls."""
 
+import math
+
 import numpy as np
 import pandas as pd
 
@@ -91,7 +93,7 @@ def device_time(session, dev, role="data"):
 
 def _limit(r, key):
     v = r.get(key)
-    if v is None or v != v:
+    if v is None or math.isnan(v):
         return ""
     return f" ({v:.0f}% of its limit, {r['limit_write_iops']:,.0f} writes/s)"
 

@@ -942,12 +942,12 @@ def _effects(ctx, r):
         if r.kind == "journal_size":
             size = f"{int(r.journal_size_mib)}" if r.journal_size_mib else "N"
             return (lo, hi, "offline",
-                    f"umount {mnt} && tune2fs -O ^has_journal {device} && tune2fs -J size={size} {device} "
-                    f"&& mount {device} {mnt}")
+                    (f"umount {mnt} && tune2fs -O ^has_journal {device} && tune2fs -J size={size} {device} "
+                     f"&& mount {device} {mnt}"))
         if r.kind == "inode_size":
             return (lo, hi, "new_filesystem",
-                    f"mkfs.ext4 -I 256 NEWDEV, then copy the files with their attributes (cp -a, rsync -aHAX) "
-                    f"from {mnt}")
+                    (f"mkfs.ext4 -I 256 NEWDEV, then copy the files with their attributes (cp -a, rsync -aHAX) "
+                     f"from {mnt}"))
         return lo, hi, "online", inp.get("command")
     if r.kind == "external_journal":
         if inp.get("log_request_share") is None:
@@ -992,8 +992,8 @@ def _effects(ctx, r):
             return ({"log_space": lo}, {"log_space": hi}, "remount",
                     f"umount {mnt} && mount -o {opts} {device} {mnt} (mount -o remount does not change them)")
         return ({"log_space": lo}, {"log_space": hi}, "new_filesystem",
-                f"mkfs.xfs -l logdev=LOGDEV,size=N NEWDEV && mount -o logdev=LOGDEV NEWDEV {mnt}, then copy "
-                f"the files from {mnt}")
+                (f"mkfs.xfs -l logdev=LOGDEV,size=N NEWDEV && mount -o logdev=LOGDEV NEWDEV {mnt}, then copy "
+                 f"the files from {mnt}"))
     return None
 
 

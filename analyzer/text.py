@@ -9,8 +9,8 @@ from jstall import enough
 
 from . import devices
 from .advice import verdict_lines
-from .summary import json_safe
 from .recording import filters_text
+from .summary import json_safe
 
 
 def text_table(headers, rows, align=None):
