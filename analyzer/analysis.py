@@ -19,6 +19,7 @@ from jstall.analyzer.jbd2.journals import summary as journal_summary
 from jstall.analyzer.session.load import Session, load_session
 from jstall.analyzer.stalls.processes import per_process
 from jstall.analyzer.advice.recommend import recommendations
+from jstall.analyzer.advice.remedies import utilisation, verdict
 from jstall.analyzer.xfs.logs import summary as xfs_log_summary
 from jstall.analyzer.xfs.logs import untraced_waits as xfs_untraced_waits
 from jstall.analyzer.xfs.logs import waits as xfs_waits
@@ -91,6 +92,15 @@ class Analysis:
     xfs_logs = _result(xfs_log_summary, "xfs_waits", "stalls", "checkpoint_waits")
     recommendations = _result(recommendations, "journals", "stalls", "causes", "calls", "transactions", "min_ms",
                               "timeline", "checkpoint_waits")
+
+    @cached_property
+    def verdict(self):
+        """What dominates the stall time and which remedy removes how much of it
+        (advice.verdict: a dict, the JSON's ``verdict``; the text renders it)."""
+        st = self.stalls
+        devs = st["dev"].astype("str").value_counts() if len(st) else None
+        util = utilisation(self.session, st, devs.index[0]) if devs is not None and len(devs) else None
+        return verdict(self.recommendations, st, self.min_ms, self.summary.stalls.total_ms, util)
 
     @cached_property
     def causes(self):
@@ -171,7 +181,7 @@ class Analysis:
     def to_dict(self, top=20):
         """The JSON document of docs/analysis.md (stable keys; numbers rounded to 3 decimals,
         NaN as null): the summary, the ``top`` slowest stalls and the recommendations."""
-        return summary.document(self.summary, self.top_stalls(top), self.recommendations)
+        return summary.document(self.summary, self.top_stalls(top), self.recommendations, self.verdict)
 
 
 def analyze(session, min_ms=DEFAULT_MIN_MS):

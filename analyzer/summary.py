@@ -472,7 +472,7 @@ def top_stalls(analysis, n):
     return tuple(out)
 
 
-def document(summary, top, recommendations):
+def document(summary, top, recommendations, verdict=None):
     """The ``jstall analyze --json`` document (docs/analysis.md) of a Summary, its slowest
     stalls (TopStall) and its recommendations (recommend.Recommendation)."""
     su = summary
@@ -484,7 +484,7 @@ def document(summary, top, recommendations):
         "stacks_lost": su.stacks_lost, "warnings": list(su.warnings),
         "journals": [j.to_dict() for j in su.journals], "stalls": stalls,
         "calls": {c.syscall: c.to_dict() for c in su.calls},
-        "recommendations": [r.to_dict() for r in recommendations],
+        "verdict": verdict, "recommendations": [r.to_dict() for r in recommendations],
         "window": su.window, "notes": list(su.notes), "losses": list(su.losses),
         "recorded_min_ms": su.recorded_min_ms, "requested_min_ms": su.requested_min_ms,
         "per_process": list(su.per_process), "untraced_checkpoints": list(su.untraced_checkpoints),

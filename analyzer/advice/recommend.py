@@ -21,6 +21,7 @@ from jstall.enough import BOUND, verdict
 from jstall.metadata import lab_of
 from jstall import jbd2
 
+from jstall.analyzer.advice import remedies
 from jstall.analyzer.stalls import causes
 from jstall.analyzer.jbd2.fill import timeline as fill_timeline
 from jstall.analyzer.jbd2.model import MARGIN, holding_divisor, model
@@ -45,6 +46,11 @@ MIN_SHARE = 0.05
 #: - 32 (i_extra_isize) - 4 (xattr header magic) = 92; each entry takes 16 bytes + name
 #: (rounded to 4) + value (rounded to 4) (ext4_xattr_entry, EXT4_XATTR_LEN/SIZE).
 IN_INODE_XATTR_BYTES_256 = 92
+#: an inode-size margin within this share of the journal is "borderline": the margin moves
+#: that much between identical runs (an xattr storm beside an fdatasync loop, 4 MiB journal,
+#: three runs: -33 %, +11 % and +25 % of the journal, as the share of handles that set
+#: attributes went from 0.7 to 0.9)
+INODE_BAND = 0.35
 
 
 @dataclass
@@ -64,6 +70,19 @@ class Recommendation:
     low_mib: float = None
     high_mib: float = None
     inputs: dict = field(default_factory=dict)
+    #: what a remedy removes of the stall time (ms, all causes, all tasks: the summary's
+    #: total), as an interval (remedies.narrow: at most 2x, or +-1 s under 2 s); None for a finding
+    stall_ms_removed_low: float = None
+    stall_ms_removed_high: float = None
+    #: the session's stall time the interval is a part of
+    stall_ms_total: float = None
+    #: what it removes of its own mechanism (forced-checkpoint waits, log-space waits, ...)
+    mechanism_ms_removed: float = None
+    #: remedies.REGIMES, decided by the figures in inputs["regime_figures"]
+    regime: str = None
+    #: remedies.COSTS: what applying it takes; ``command`` the exact command(s)
+    cost: str = None
+    command: str = None
 
     def to_dict(self):
         d = asdict(self)
@@ -240,24 +259,31 @@ def journal_size(ctx):
                       + ". The model gives no size for this; find one with jstall lab tune (the smallest journal big "
                       "enough, by running the workload).")))
             continue
+        low_mib = math.floor(m.low_mib * 10) / 10
+        low_text = (f"journals from {low_mib:g} MiB may already do" if low_mib > m.journal_mib else
+                    f"the model's lower bound, {low_mib:g} MiB, is no more than this journal, which was not "
+                    "enough: a size above it")
+        hot = (f"{m.hot_blocks_low:.0f}-{m.hot_blocks_high:.0f} blocks" if round(m.hot_blocks_low) !=
+               round(m.hot_blocks_high) else f"{m.hot_blocks_high:.0f} blocks")
+        held = holding_divisor(m.divisor, m.stream_share)
         out.append(Recommendation(
             "journal_size", estimate=True, dev=dev, stall_ms_addressed=e.wait_ms, journal_size_mib=m.journal_size_mib,
             # the range holds the recommendation: from the model's lower bound (rounded down) to
             # its upper bound with the margin, rounded up to whole MiB (the recommended size); inputs keep
             # both bounds
-            low_mib=math.floor(m.low_mib * 10) / 10, high_mib=float(m.journal_size_mib),
+            low_mib=max(low_mib, float(m.journal_mib)), high_mib=float(m.journal_size_mib),
             inputs={**m.as_dict(), "enough": e.as_dict()},
             text=(f"{dev}: the {_fmt_mib(m.journal_mib)} journal is {e.describe()} (jstall's bound: {BOUND}). "
                   f"Estimate: a journal of {m.journal_size_mib} MiB (mkfs.ext4 -J size={m.journal_size_mib}, or "
                   f"tune2fs) {_holds_text(m)} (the model's upper bound, "
                   f"{m.high_mib:.1f} MiB, and {100 * (MARGIN - 1):.0f}% for how the smallest journal big enough "
-                  f"moves between runs, rounded up to whole MiB); journals from {m.low_mib:.1f} MiB may already "
-                  f"do. Inputs: {m.blocks} blocks in {m.transactions} transactions, {m.relogged_blocks} of them "
+                  f"moves between runs, rounded up to whole MiB); {low_text}. Inputs: {m.blocks} blocks in {m.transactions} transactions, {m.relogged_blocks} of them "
                   f"re-logged by a later commit and {m.written_home_blocks} written home by checkpoints; a log span "
                   f"of {m.span_mean_blocks:.0f} blocks on average ({m.span_peak_blocks:.0f} at most) "
-                  f"{_home_text(m)}give a hot set of "
-                  f"{m.hot_blocks_low:.0f}-{m.hot_blocks_high:.0f} blocks; j_max_transaction_buffers = journal / "
-                  f"{m.divisor:g}{_epoch_text(m)}. {_regime_text(m)}Confirm with jstall lab tune before changing a "
+                  f"{_home_text(m)}give a hot set of {hot}; j_max_transaction_buffers = journal / "
+                  f"{m.divisor:g}" + (f", and the journal holds a stream once each with a transaction beside it "
+                                      f"(journal / {held:.2f})" if held < m.divisor else "")
+                  + f"{_epoch_text(m)}. {_regime_text(m)}Confirm with jstall lab tune before changing a "
                   "production filesystem."),
         ))
     return out
@@ -288,13 +314,64 @@ def _regime_text(m):
     """What the model saw of the workload's regime (journal_model: hot set or streaming)."""
     if m.regime != "streaming":
         return "The workload re-dirtied a hot set of blocks: the size holds for a longer run of the same work. "
+    rate = m.new_to_log_blocks / m.run_s if m.run_s else None
+    keep = (f"No size holds a longer or faster run of it: checkpoint throughput bounds it, so the device must "
+            f"write home the blocks as fast as they enter the log ({rate:,.0f} blocks/s here), sooner (a shorter "
+            "writeback window) or beside the log (an external journal). " if rate else "")
     if m.run_s and m.run_s > m.window_s:
         return (f"The workload streamed (it logged most blocks once): the journal must hold the blocks logged in "
                 f"writeback's window, {m.window_s:g} s (dirty_expire + one writeback period), about "
-                f"{m.window_blocks:,.0f} blocks at this run's rate; a faster run needs more. ")
+                f"{m.window_blocks:,.0f} blocks at this run's rate; a faster run needs more. " + keep)
     return (f"The workload streamed (it logged most blocks once) and ran {m.run_s or 0:.1f} s, less than writeback's "
             f"window of {m.window_s:g} s (dirty_expire + one writeback period): the size is this job's; a larger job "
-            f"of the same kind needs more, up to the blocks it logs in {m.window_s:g} s. ")
+            f"of the same kind needs more, up to the blocks it logs in {m.window_s:g} s. " + keep)
+
+
+def writeback_window(ctx):
+    """A streamed journal (journal_model: most blocks logged once) holds its blocks until they
+    are written home; the flusher writes a dirty block once it is dirty_expire_centisecs old
+    (checked every dirty_writeback_centisecs), and a checkpoint then finds it clean. A window
+    shorter than the time the log takes to fill with new blocks keeps the tail moving: the
+    journal holds ``(J (d - 1) / d - 32) * blocks / logged`` blocks once each (a maximum
+    transaction beside them) and fills at the run's rate of blocks new to the log. Online (a
+    sysctl), for the whole host's page cache."""
+    out = []
+    models = _models(ctx)
+    for _, j in ctx.journals.iterrows():  # one row per journal
+        dev = j["dev"]
+        m = models.get(dev)
+        if m is None or m.regime != "streaming" or not m.run_s or ctx.cause_ms("checkpoint", dev) <= 0:
+            continue
+        e = ctx.enough(dev)
+        if e.big_enough or not e.wait_ms:
+            continue
+        jb = m.journal_mib * 2**20 / m.block_size
+        d = max(m.divisor, 2.0)
+        hold = max((jb * (d - 1.0) / d - jbd2.RESERVED_BLOCKS) * m.blocks / max(m.logged_blocks, 1), 0.0)
+        rate = m.new_to_log_blocks / m.run_s
+        if rate <= 0:
+            continue
+        fill_s = hold / rate
+        wb = ctx.session.meta.get("writeback") or {}
+        period_cs = min(int(wb.get("dirty_writeback_centisecs", 500)), 100)
+        # a fifth of margin for the flusher's own pace
+        expire_cs = int(100 * (0.8 * fill_s) - period_cs)
+        inputs = {"journal_blocks": jb, "holds_blocks": hold, "new_blocks_per_s": rate, "fill_s": fill_s,
+                  "window_s": m.window_s, "dirty_expire_centisecs": expire_cs,
+                  "dirty_writeback_centisecs": period_cs}
+        if expire_cs < 100:
+            continue   # under a second: writeback would chase every block as it is logged
+        cmd = f"sysctl -w vm.dirty_expire_centisecs={expire_cs} vm.dirty_writeback_centisecs={period_cs}"
+        inputs["command"] = cmd
+        out.append(Recommendation(
+            "writeback_window", estimate=True, dev=dev, stall_ms_addressed=e.wait_ms, inputs=inputs,
+            text=(f"{dev}: the journal streams: it holds about {hold:,.0f} blocks once each and the run logged "
+                  f"{rate:,.0f} new blocks/s, so it fills in {fill_s:,.1f} s, before writeback's window of "
+                  f"{m.window_s:g} s writes them home. A window that writes them home sooner ({cmd}; it takes "
+                  f"effect at once, for every filesystem's dirty pages on the host, and costs "
+                  f"writes of blocks that would have been re-dirtied) lets checkpoints find them clean: up to "
+                  f"{e.wait_ms:,.0f} ms of forced-checkpoint waits removed.")))
+    return out
 
 
 def inode_size(ctx):
@@ -333,22 +410,35 @@ def inode_size(ctx):
             margin = jb - need_low
             inputs.update(predicted_hot_blocks=hot, predicted_needed_blocks_low=need_low,
                           predicted_needed_blocks_high=need_high, journal_blocks=jb,
-                          predicted_margin_blocks=margin, predicted_margin_pct=100.0 * margin / jb)
+                          predicted_margin_blocks=margin, predicted_margin_pct=100.0 * margin / jb,
+                          predicted_margin_one_transaction_blocks=jb - need_high,
+                          predicted_margin_one_transaction_pct=100.0 * (jb - need_high) / jb)
+            # a margin within INODE_BAND of the journal is within what the figures move between
+            # identical runs: neither verdict is sure, and the advice says so (the same on each run)
+            band = INODE_BAND * jb
             ok = margin >= 0
-            rec.stall_ms_addressed = cp_ms if ok else 0.0
+            inputs["verdict"] = "suffices" if margin >= band else "short" if margin <= -band else "borderline"
+            rec.stall_ms_addressed = cp_ms if inputs["verdict"] != "short" else 0.0
             rec.journal_size_mib = None if need_high <= jb else float(int(-(-need_high * m.block_size // 2**20)))
             head = (f"Estimate: with 256-byte inodes (mkfs.ext4 -I 256) those blocks are not logged; the hot set "
                     f"drops from about {m.hot_blocks_high:.0f} to {hot:.0f} blocks, which needs {need_low:.0f} "
                     f"(held once in the log) to {need_high:.0f} (held in one transaction) of the journal's "
                     f"{jb:.0f} blocks: ")
-            if not ok:
+            if inputs["verdict"] == "borderline":
+                rec.text = text + head + (f"the margin, {margin:.0f} blocks at the peak, is within "
+                                          f"{100 * INODE_BAND:.0f}% of the journal, as much as identical runs "
+                                          "differ: they may suffice alone; with them a "
+                                          f"{_fmt_mib(rec.journal_size_mib or m.journal_mib)} journal would.")
+            elif not ok:
                 rec.text = text + head + (f"256-byte inodes alone would NOT suffice (short by {-margin:.0f} blocks), "
                                           "and each inode-table block the journal logs would hold half as many "
                                           "inodes (more blocks to log, not fewer, where the attributes did not "
                                           f"move); with them a {_fmt_mib(rec.journal_size_mib)} journal would.")
             elif need_high <= jb:
-                rec.text = text + head + (f"they suffice with a margin of {jb - need_high:.0f} blocks "
-                                          f"({100 * (jb - need_high) / jb:.0f}% of the journal) even for one transaction.")
+                rec.text = text + head + (f"they suffice with a margin of {margin:.0f} blocks "
+                                          f"({100 * margin / jb:.0f}% of the journal) at the peak, and "
+                                          f"{jb - need_high:.0f} ({100 * (jb - need_high) / jb:.0f}%) even for one "
+                                          "transaction.")
             else:
                 rec.text = text + head + (f"they likely suffice, with a margin of {margin:.0f} blocks "
                                           f"({100 * margin / jb:.0f}% of the journal) at the peak; a "
@@ -489,8 +579,10 @@ def external_journal(ctx):
                 during = log_share_during(ctx.session, dev, *checkpoint_spans(ctx.costs, dev), ts, n, tails)
             cp_share = (share if during != during else during) if written else 0.0
             inputs.update(log_request_share_checkpoints=cp_share)
-            if not written:
+            if not written and int(j.get("forced_checkpoints") or 0):
                 basis += "; the forced checkpoints wrote nothing home: their waits were not the device's"
+            elif not written:
+                basis += "; no forced checkpoint wrote blocks home"
             elif during == during:
                 basis += (f"; of the requests it served while the forced checkpoints waited, {100 * during:.1f}% "
                           f"were the log's, so their writes would queue behind {100 * during:.1f}% fewer")
@@ -559,6 +651,17 @@ def fast_commit(ctx):
         dev = j["dev"]
         inputs = {"fsync_calls": fs, "commit_wait_ms": cw, "commit_wait_share": cw / total, "xattr_calls": xc,
                   "transactions": int(j.get("transactions") or 0)}
+        # a fast commit writes one block for the inodes' deltas where a full commit writes its
+        # logged blocks and a commit block: the share of the device's requests a commit saves
+        # (without the device's counters: the commit's own, and a data write and the cache flush
+        # before its commit block)
+        t = ctx.txns[ctx.txns["dev"] == dev]
+        d = device_time(ctx.session, dev)
+        if len(t):
+            per = float(commit_requests(t["blocks_logged"].to_numpy(), j.get("block_size")).mean())
+            each = d["requests"] / len(t) if d is not None and d["requests"] else per + 2.0
+            inputs.update(log_requests_per_commit=per, device_requests_per_commit=each,
+                          commit_request_share_saved=min(max((per - 1.0) / max(each, per), 0.0), 1.0))
         if xc:
             out.append(Recommendation(
                 "fast_commit", dev=dev, stall_ms_addressed=0.0, inputs=inputs,
@@ -679,6 +782,15 @@ def _logbsize(mount_options):
     return XFS_DEFAULT_LOGBSIZE
 
 
+def _share_of_requests(n, requests):
+    """'40% of the device's 900 requests', or, where the log's requests outnumber what the
+    device's counters saw (the block layer merged them), that said."""
+    if n <= requests:
+        return f"{100 * n / requests:.0f}% of the device's {requests:,.0f} requests"
+    return (f"{n:,.0f} requests, more than the {requests:,.0f} the device's counters saw (the block layer merged "
+            "them): all of its requests, at most")
+
+
 def _device_time_removed(saved_requests, io, wait_ms):
     """The waits removed when the device serves ``saved_requests`` fewer: a device serves
     requests one after another, so its device time shrinks by their share of its requests,
@@ -709,19 +821,20 @@ def xfs_log_device(ctx):
             # each log buffer written is a write and a cache flush (REQ_PREFLUSH | REQ_FUA)
             flushes_per = min(io["device_flushes"] / io["log_writes"], 1.0)
             saved = (io["log_writes"] - after) * (1 + flushes_per)
+            saved = min(saved, io["device_requests"])   # the device's counters: what it served
             low, share = _device_time_removed(saved, io, e.wait_ms)
             freed = share * io["device_ms"]
             if low > 0:
-                inputs = dict(io, logbsize_bytes=logbsize, bytes_per_log_write=per_write, log_writes_after=after,
+                inputs = dict(io, logbsize_bytes=logbsize, logbsize_target_kib=cap >> 10,
+                              bytes_per_log_write=per_write, log_writes_after=after,
                               saved_requests=saved, saved_share=share, removed_low_ms=low,
                               removed_high_ms=e.wait_ms)
                 out.append(Recommendation(
                     "log_buffers", dev=dev, estimate=True, stall_ms_addressed=low, inputs=inputs,
                     text=head + (f"Its {io['log_writes']:,.0f} log writes averaged {per_write / 1024:,.0f} KiB "
                                  f"(logbsize {logbsize >> 10}k) and, with their cache flushes, were "
-                                 f"{min(100.0, 100 * io['log_writes'] * (1 + flushes_per) / io['device_requests']):.0f}"
-                                 "% of the "
-                                 f"device's {io['device_requests']:,.0f} requests. Larger log buffers "
+                                 + _share_of_requests(io["log_writes"] * (1 + flushes_per), io["device_requests"])
+                                 + ". Larger log buffers "
                                  f"(mount -o logbsize={cap >> 10}k,logbufs=8) write the same "
                                  f"{io['log_bytes'] / 2**20:,.1f} MiB in about {after:,} writes: the device serves "
                                  f"{100 * share:.0f}% fewer requests, {freed:,.0f} ms of device time "
@@ -745,13 +858,188 @@ def xfs_log_device(ctx):
                 out.append(Recommendation(
                     "external_log", dev=dev, estimate=True, stall_ms_addressed=low, inputs=inputs,
                     text=head + (f"The log's {io['log_writes']:,.0f} writes and {flushes:,.0f} cache flushes were "
-                                 f"{min(100.0, 100 * saved / io['device_requests']):.0f}% of the device's "
-                                 f"{io['device_requests']:,.0f} requests, about {log_ms:,.0f} ms of its "
+                                 + _share_of_requests(saved, io["device_requests"]) + f", about {log_ms:,.0f} ms of its "
                                  f"{io['device_ms']:,.0f} ms of device time ({io['device_time_basis']}). An external log "
                                  "(mkfs.xfs -l logdev=DEV,size=; "
                                  f"the filesystem is made again) takes them off it. Estimate: {low:,.0f} ms removed "
                                  f"on a log device as slow as this one, up to {high:,.0f} ms on a fast one.")))
     return out
+
+
+# --- what each remedy removes of the stall time, its regime, cost and command ------------------
+
+def _where(ctx, dev):
+    """(device path, mountpoint) of a filesystem, for commands (placeholders when unknown)."""
+    j = next((j for j in ctx.session.journals if str(j.get("dev")) == str(dev)), {})
+    return j.get("device") or "DEV", j.get("mountpoint") or "MNT"
+
+
+def regime(ctx, dev):
+    """(regime, figures) of a filesystem (remedies.regime_of): its journal model's regime, its
+    data device's utilisation during the stalls, its log and device-side stall time."""
+    def make():
+        m = _models(ctx).get(dev)
+        log_ms = sum(ctx.cause_ms(c, dev) for c in remedies.LOG_CAUSES)
+        dev_ms = sum(ctx.cause_ms(c, dev) for c in remedies.DEVICE_SIDE if f"{c}_ms" in ctx.stalls)
+        util = remedies.utilisation(ctx.session, ctx.stalls, dev)
+        mr = m.regime if m is not None else _xfs_regime(ctx, dev)
+        name, fig = remedies.regime_of(mr, util, log_ms, dev_ms)
+        run_ms = session_span_s(ctx.session) * 1e3
+        if run_ms > 0 and len(ctx.costs):
+            spans = checkpoint_spans(ctx.costs, str(dev))
+            fig["checkpoint_device_share"] = min(remedies.union_ms(*spans) / run_ms, 1.0)
+            for c in remedies.THROUGH:
+                fig[f"{c}_through_checkpoints"] = remedies.through_share(ctx.stalls, *spans, dev, c)
+        if m is not None:
+            fig.update(relogged_blocks=m.relogged_blocks, blocks=m.blocks, new_to_log_blocks=m.new_to_log_blocks,
+                       written_home_blocks=m.written_home_blocks, distinct_home_blocks=m.home_blocks,
+                       saved_home_share=remedies.saved_home_share(m))
+        return name, fig
+
+    return ctx._memo(("regime", str(dev)), make)
+
+
+def _xfs_regime(ctx, dev):
+    """An XFS log's regime by its counters: the run logged more than the log holds
+    ("streaming": the size that holds it grows with the job), or less ("hot set")."""
+    from jstall import xfs
+
+    j = next((j for j in ctx.session.journals if str(j.get("dev")) == str(dev) and j.get("kind") == "xfs"), None)
+    if j is None:
+        return None
+    delta = kernel_delta(j)
+    blocks = xfs.counter(delta, "xs_log_blocks") if delta else None
+    if blocks is None:
+        return None
+    return "streaming" if blocks * 512 > (j.get("log_bytes") or 0) else "hot set"
+
+
+def _effects(ctx, r):
+    """(low, high) per-cause fractions of the stall table a remedy removes, its cost and its
+    command; None for advice that is not a remedy."""
+    dev, inp = r.dev, r.inputs
+    device, mnt = _where(ctx, dev)
+    name, fig = regime(ctx, dev)
+    saved = fig.get("saved_home_share", 1.0)
+    cp = ctx.cause_ms("checkpoint", dev)
+    if r.kind in ("journal_size", "inode_size", "writeback_window"):
+        share = min(r.stall_ms_addressed / cp, 1.0) if cp > 0 else 0.0
+        lo, hi = remedies.log_fractions(name, saved, share)
+        if r.kind == "journal_size" and not r.estimate:
+            lo = 0.0   # no size from the model: what lab tune finds
+        if r.kind == "inode_size" and inp.get("verdict") in ("borderline", "short"):
+            # fewer blocks logged shorten the checkpoint waits even where the hot set does not
+            # fit: at most the share of the needed log the journal holds; none at the low end
+            # when short, half when the margin is within the runs' spread
+            held = 1.0 if inp["verdict"] == "borderline" else min(
+                inp["journal_blocks"] / max(inp["predicted_needed_blocks_low"], 1.0), 1.0)
+            lo, hi = remedies.log_fractions(name, saved, held)
+            lo *= 0.5 if inp["verdict"] == "borderline" else 0.0
+        # the writes home it saves leave the device's queue: the others' waits shrink
+        dlo, dhi = remedies.device_fractions(fig.get("checkpoint_device_share", 0.0), saved * hi)
+        # waits for a transaction, or for a commit, that could not close while the log was full
+        # go with the checkpoint they waited through: the high end; the low end keeps them
+        for c in remedies.THROUGH:
+            dhi[c] = max(fig.get(f"{c}_through_checkpoints", 0.0) * hi, dhi[c])
+        lo, hi = {**dlo, "checkpoint": lo}, {**dhi, "checkpoint": hi}
+        if r.kind == "journal_size":
+            size = f"{int(r.journal_size_mib)}" if r.journal_size_mib else "N"
+            return (lo, hi, "offline",
+                    (f"umount {mnt} && tune2fs -O ^has_journal {device} && tune2fs -J size={size} {device} "
+                     f"&& mount {device} {mnt}"))
+        if r.kind == "inode_size":
+            return (lo, hi, "new_filesystem",
+                    (f"mkfs.ext4 -I 256 NEWDEV, then copy the files with their attributes (cp -a, rsync -aHAX) "
+                     f"from {mnt}"))
+        return lo, hi, "online", inp.get("command")
+    if r.kind == "external_journal":
+        if inp.get("log_request_share") is None:
+            # no counters of the data device: from nothing to every wait on the commits' I/O
+            return ({}, {c: 1.0 for c in ("commit_wait", "lock_buffer")}, "offline", _ext_command(device, mnt))
+        share = inp.get("log_request_share") or 0.0
+        cps = inp.get("log_request_share_checkpoints") or 0.0
+        load = inp.get("device_load") or 0.0
+        beside = max(inp.get("logging_overlap") or 0.0, inp.get("device_saturation") or 0.0)
+        # the commit's own log writes stay on its path on as slow a journal device; a fast one
+        # takes them; the device's other waits lose the log's share of the queue ahead of them
+        # a hot set larger than the journal: a faster log fills it sooner, and the checkpoints
+        # stay as many or more (measured: a 4 MiB journal beside an xattr storm and an fdatasync
+        # loop stalled 14.3 s with its log on an unpaced device, 11.8 s on the data device)
+        if name != "streaming":
+            beside = 0.0
+        lo = {"checkpoint": cps * beside, **{c: share * load for c in ("data_writeback", "device_flush",
+                                                                     "metadata_io")}}
+        hi = {"checkpoint": cps, **{c: share for c in ("commit_wait", "lock_buffer", "transaction_wait",
+                                                          "data_writeback", "device_flush", "metadata_io")}}
+        return lo, hi, "offline", _ext_command(device, mnt)
+    if r.kind == "fast_commit":
+        s = inp.get("commit_request_share_saved") or 0.0
+        if not r.stall_ms_addressed:
+            s = 0.0
+        return ({"commit_wait": s / 2}, {"commit_wait": s}, "offline",
+                f"umount {mnt} && tune2fs -O fast_commit {device} && mount {device} {mnt}")
+    if r.kind in ("log_size", "log_buffers", "external_log"):
+        ls = ctx.cause_ms("log_space", dev)
+        if r.kind == "log_size":
+            share = min(r.stall_ms_addressed / ls, 1.0) if ls > 0 else 0.0
+            lo, hi = remedies.log_fractions(name, 1.0, share)
+            if not r.estimate:
+                lo = 0.0
+            size = f"{int(r.journal_size_mib)}m" if r.journal_size_mib else "N"
+            return ({"log_space": lo}, {"log_space": hi}, "new_filesystem",
+                    f"mkfs.xfs -l size={size} NEWDEV, then copy the files from {mnt}")
+        lo = min((inp.get("removed_low_ms") or 0.0) / ls, 1.0) if ls > 0 else 0.0
+        hi = min((inp.get("removed_high_ms") or 0.0) / ls, 1.0) if ls > 0 else 0.0
+        if r.kind == "log_buffers":
+            opts = f"logbsize={int(inp.get('logbsize_target_kib') or 256)}k,logbufs=8"
+            return ({"log_space": lo}, {"log_space": hi}, "remount",
+                    f"umount {mnt} && mount -o {opts} {device} {mnt} (mount -o remount does not change them)")
+        return ({"log_space": lo}, {"log_space": hi}, "new_filesystem",
+                (f"mkfs.xfs -l logdev=LOGDEV,size=N NEWDEV && mount -o logdev=LOGDEV NEWDEV {mnt}, then copy "
+                 f"the files from {mnt}"))
+    return None
+
+
+def _ext_command(device, mnt):
+    return (f"mkfs.ext4 -O journal_dev JDEV && umount {mnt} && tune2fs -O ^has_journal {device} && "
+            f"tune2fs -J device=JDEV {device} && mount {device} {mnt}")
+
+
+def annotate(ctx, recs):
+    """Fill every remedy's stall-time interval, mechanism figure, regime, cost and command
+    (advice); advice that is not a remedy keeps only ``stall_ms_total``."""
+    total = ctx.total_ms
+    for r in recs:
+        if r.kind in FINDINGS:
+            continue
+        r.stall_ms_total = total
+        if r.kind not in remedies.REMEDIES or r.dev is None:
+            continue
+        e = _effects(ctx, r)
+        if e is None:
+            continue
+        lo, hi, r.cost, r.command = e
+        r.mechanism_ms_removed = float(r.stall_ms_addressed or 0.0)
+        r.regime, fig = regime(ctx, r.dev)
+        r.inputs = {**r.inputs, "regime_figures": fig, "fractions_low": lo, "fractions_high": hi}
+        r.stall_ms_removed_low, r.stall_ms_removed_high = remedies.stall_interval(
+            ctx.stalls, lo, hi, ctx.min_ms, r.dev, total)
+        r.text += " " + _removal_text(r)
+
+
+def _removal_text(r):
+    """The sentence every remedy ends with: what it removes of the stall time, beside its own
+    mechanism, the regime and what applying it costs (from the fields the JSON holds)."""
+    fig = r.inputs.get("regime_figures") or {}
+    u = fig.get("device_util")
+    why = {"hot_set": "blocks re-logged: a size holds them for a longer run of the same work",
+           "streaming": "new blocks each transaction: checkpoint throughput bounds it, and no size holds a "
+                        "longer run; the writeback window or a faster device does",
+           "device_bound": "the device ran at its write limit: only the checkpoint waits whose writes this "
+                           "saves go; commit, data and flush waits stay"}[r.regime]
+    dev = (f"; the data device at {100 * u:.0f}% of its limit ({fig['device_util_basis']})" if u is not None else "")
+    return (f"Stall time removed: {remedies.fmt_interval(r)}; of its own mechanism {r.mechanism_ms_removed:,.0f} ms. "
+            f"Regime {r.regime} ({why}{dev}). Cost: {r.cost}: {r.command}.")
 
 
 def generic_causes():
@@ -769,15 +1057,24 @@ def __getattr__(name):
 
 
 #: Every rule, in no particular order (the result is ranked).
-RULES = (lost_events, no_stalls, journal_size, inode_size, external_journal, fast_commit, log_size,
+RULES = (lost_events, no_stalls, writeback_window, journal_size, inode_size, external_journal, fast_commit, log_size,
          xfs_log_device, per_cause)
 #: Kinds ranked before all others whatever their stall time.
 FINDINGS = ("lost_events", "no_stalls", "untraced_checkpoints")
 
 
 def rank(recs):
-    """Findings first, then by ``stall_ms_addressed`` (largest first), stable."""
-    return sorted(recs, key=lambda r: (r.kind not in FINDINGS, -(r.stall_ms_addressed or 0.0)))
+    """Findings first, then by the stall time removed (the interval's middle, then its high
+    end, in whole ms; ``stall_ms_addressed`` for advice without an interval), largest first,
+    then the cheapest to apply (remedies.COSTS: online first); stable."""
+    def key(r):
+        if r.stall_ms_removed_high is None:
+            return (r.kind not in FINDINGS, -(r.stall_ms_addressed or 0.0), 0.0)
+        cost = remedies.COSTS.index(r.cost) if r.cost in remedies.COSTS else len(remedies.COSTS)
+        return (r.kind not in FINDINGS, -round((r.stall_ms_removed_low + r.stall_ms_removed_high) / 2),
+                -round(r.stall_ms_removed_high), cost)
+
+    return sorted(recs, key=key)
 
 
 def recommendations(session, journals, stalls, causes, call_table, txns, min_ms, timeline=None, waits=None):
@@ -789,4 +1086,5 @@ def recommendations(session, journals, stalls, causes, call_table, txns, min_ms,
     recs = []
     for rule in RULES:
         recs.extend(rule(ctx))
+    annotate(ctx, recs)
     return rank(recs)

@@ -7,8 +7,10 @@ import textwrap
 
 from jstall import enough
 
+from jstall.analyzer.advice.remedies import verdict_lines
 from jstall.analyzer.session import devices
 from jstall.analyzer.session.recording import filters_text
+from jstall.analyzer.summary import json_safe
 from jstall.analyzer.xfs.logs import TAIL_REASONS
 
 
@@ -42,6 +44,7 @@ def session_summary(analysis, top=10):
     slowest calls, recommendations (read from ``analysis.summary``)."""
     su = analysis.summary
     out = header_lines(su)
+    out[1:1] = verdict_lines(json_safe(analysis.verdict))
     lab = su.session.lab
     if lab and isinstance(lab.get("config"), dict):
         cfg = lab["config"]

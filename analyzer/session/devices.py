@@ -2,11 +2,14 @@
 recorder's samples of the traced journals' devices, or the lab's of its emulated ones),
 over the whole session and during its stalls."""
 
+import math
+
 import numpy as np
 import pandas as pd
 
 COLUMNS = ["role", "dev", "lower_dev", "seconds", "read_ios", "write_ios", "write_iops", "busy_pct",
-           "stall_seconds", "write_iops_in_stalls", "busy_pct_in_stalls"]
+           "stall_seconds", "write_iops_in_stalls", "busy_pct_in_stalls", "limit_write_iops", "limit_pct",
+           "limit_pct_in_stalls"]
 
 
 def device_summary(session, stalls):
@@ -14,7 +17,10 @@ def device_summary(session, stalls):
     one that served the requests): requests over the session, ``write_iops``, ``busy_pct``
     (the share of the time the device had a request in flight, from io_ticks), and the same
     over the sampling intervals that overlap a stall (``stall_seconds`` of them; NaN when no
-    interval does)."""
+    interval does). ``limit_write_iops``: the device's write limit where the session knows it
+    (the lab's pace: write_limit), and ``limit_pct``/``limit_pct_in_stalls`` the writes a
+    second against it (NaN where it is not known: busy time then says how busy it was, but
+    not how near its limit)."""
     ds = session.device_stats
     if not len(ds):
         return pd.DataFrame(columns=COLUMNS)
@@ -32,6 +38,7 @@ def device_summary(session, stalls):
             hit |= (start < e) & (end > s)
         total = secs.sum()
         in_stalls = secs[hit].sum()
+        limit = write_limit(session, lower)
         rows.append({
             "role": role, "dev": dev, "lower_dev": lower, "seconds": total,
             "read_ios": int(g["read_ios"].sum()), "write_ios": int(writes.sum()),
@@ -40,8 +47,19 @@ def device_summary(session, stalls):
             "stall_seconds": in_stalls,
             "write_iops_in_stalls": writes[hit].sum() / in_stalls if in_stalls else np.nan,
             "busy_pct_in_stalls": 100.0 * busy[hit].sum() / in_stalls if in_stalls else np.nan,
+            "limit_write_iops": float(limit) if limit else np.nan,
+            "limit_pct": 100.0 * writes.sum() / total / limit if limit and total else np.nan,
+            "limit_pct_in_stalls": 100.0 * writes[hit].sum() / in_stalls / limit if limit and in_stalls else np.nan,
         })
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def write_limit(session, lower_dev):
+    """The writes a second a device (the lower device that serves a filesystem's requests) is
+    held to, where the session knows it: the lab's throttle on it (lab metadata); else None."""
+    lab = session.meta.get("lab") or {}
+    throttles = (lab.get("filesystem") or {}).get("throttles") or {}
+    return (throttles.get(str(lower_dev)) or {}).get("write_iops")
 
 
 def device_rows(session, dev, role="data"):
@@ -73,15 +91,23 @@ def device_time(session, dev, role="data"):
     return out
 
 
+def _limit(r, key):
+    v = r.get(key)
+    if v is None or math.isnan(v):
+        return ""
+    return f" ({v:.0f}% of its limit, {r['limit_write_iops']:,.0f} writes/s)"
+
+
 def device_lines(records):
     """One line per device (device_summary's rows as records), for the text summary."""
     out = []
     for r in records:
         served = f" (served by {r['lower_dev']})" if r["lower_dev"] != r["dev"] else ""
         line = (f"{r['dev']} {r['role']}{served}: {r['write_ios']:,} writes and {r['read_ios']:,} reads in "
-                f"{r['seconds']:.1f} s, {r['write_iops']:,.0f} writes/s, busy {r['busy_pct']:.0f}%")
+                f"{r['seconds']:.1f} s, {r['write_iops']:,.0f} writes/s{_limit(r, 'limit_pct')}, "
+                f"busy {r['busy_pct']:.0f}%")
         if r["stall_seconds"]:
             line += (f"; during stalls ({r['stall_seconds']:.1f} s of samples) {r['write_iops_in_stalls']:,.0f} "
-                     f"writes/s, busy {r['busy_pct_in_stalls']:.0f}%")
+                     f"writes/s{_limit(r, 'limit_pct_in_stalls')}, busy {r['busy_pct_in_stalls']:.0f}%")
         out.append(line)
     return out

@@ -62,8 +62,11 @@ class Enough:
         verdict = "big enough" if self.big_enough else "not big enough"
         if self.wait_ms <= 0:
             return f"{verdict}: no {WAITS[self.kind]}"
-        return (f"{verdict}: {self.wait_ms:,.0f} ms of {WAITS[self.kind]}, {_pct(self.share)} of the run, "
-                f"the longest {self.longest_ms:,.0f} ms")
+        # waits of several tasks overlap: their sum can pass the run's time, and is then said as
+        # task-seconds a second
+        share = (f"{_pct(self.share)} of the run" if self.share <= 1.0 else
+                 f"{self.share:,.1f} task-seconds of overlapping waits a second of the run")
+        return f"{verdict}: {self.wait_ms:,.0f} ms of {WAITS[self.kind]}, {share}, the longest {self.longest_ms:,.0f} ms"
 
     def as_dict(self):
         return {**asdict(self), "share": self.share, "big_enough": self.big_enough, "bound": bound(self.kind)}

@@ -1,0 +1,373 @@
+"""What each remedy removes of the stall time a user feels, the regime that decides it, and
+the verdict analyze leads with.
+
+A rule (recommend.RULES) computes what a change removes of its own mechanism (forced
+checkpoint waits, log-space waits, the log's requests on the data device): that figure stays
+``mechanism_ms_removed``. What a user feels is the stall time, every cause and every task: the
+same sum of stalled calls' latencies as the summary's total. A change touches only some of
+the per-cause columns of the stall table (the checkpoint part, and the waits queued behind
+checkpoints, which take their cause: chains.queued_causes); the rest (commit waits, data
+writeback, cache flushes on a device at its write limit) stays. So each remedy is a set of
+per-cause fractions, a low and a high one (:func:`effects`), applied stall by stall
+(:func:`removed_ms`): a stall loses its part of those causes, and all of its latency when
+what is left falls under the recording's threshold (it is no longer a stall).
+
+Regimes (:func:`regime_of`), per journal or log:
+
+- ``device_bound``: the data device served writes at 80 % or more of its limit during the
+  stalls (the lab's pace, or busy time from io_ticks where no limit is known), and the waits
+  on its requests (commits, data pages, metadata, cache flushes, handles waiting for the
+  transaction) are at least the checkpoint's. A journal option then removes only the
+  checkpoint waits whose writes it saves on the device: the share of the blocks checkpoints
+  wrote home more than once (a hot block is written home once per writeback window instead);
+  a streamed block is written home once either way.
+- ``streaming``: most blocks are logged once (journal_model): checkpoint throughput bounds
+  it, and a size holds only this job's or a writeback window's worth of blocks; the
+  writeback window (``vm.dirty_expire_centisecs``) bounds how long streamed blocks pin the
+  log's tail.
+- ``hot_set``: blocks re-logged, a size holds it for a longer run of the same work.
+
+Interval width: at most 2x (``high <= 2 * low``), or +-1 s under 2 s (:func:`narrow`).
+"""
+
+import math
+
+import numpy as np
+
+from jstall.analyzer.session.devices import write_limit
+from jstall.analyzer.stalls import causes
+
+#: the causes whose waits are on the data device's requests or behind them
+DEVICE_SIDE = (
+    "commit_wait",
+    "lock_buffer",
+    "transaction_wait",
+    "data_writeback",
+    "device_flush",
+    "metadata_io",
+    "writeback_throttle",
+)
+#: waits a checkpoint holds up: a transaction that cannot close, a commit that cannot finish
+#: while the log is full (advice.through_share)
+THROUGH = ("transaction_wait", "commit_wait")
+#: the causes a log's size (or what it holds) addresses: ext4's checkpoints, XFS's log space
+LOG_CAUSES = ("checkpoint", "log_space")
+#: at or above this share of its write limit a device is at its limit
+DEVICE_BOUND_UTIL = 0.8
+REGIMES = ("hot_set", "streaming", "device_bound")
+COSTS = ("online", "remount", "offline", "new_filesystem")
+#: the remedies (kinds) that carry a stall-time interval, a cost and a command
+REMEDIES = (
+    "writeback_window",
+    "journal_size",
+    "inode_size",
+    "external_journal",
+    "fast_commit",
+    "log_size",
+    "log_buffers",
+    "external_log",
+)
+#: the low end of a remedy's own mechanism that holds: a hot set held by the size (its
+#: waits go, but the threshold moves between runs), a stream held for one window
+HOLD_LOW = {"hot_set": 0.8, "streaming": 0.5}
+
+
+def removed_ms(stalls, fractions, min_ms, dev=None):
+    """Stall time (ms) removed when each stall loses ``fractions[cause]`` of its
+    ``<cause>_ms`` (on ``dev``'s stalls only, when given): its latency falls by that much, and
+    a stall whose latency falls under ``min_ms`` is no longer one (all of it goes)."""
+    if not len(stalls) or not fractions:
+        return 0.0
+    r = np.zeros(len(stalls))
+    for c, f in fractions.items():
+        col = f"{c}_ms"
+        if f and col in stalls:
+            r += float(f) * np.nan_to_num(stalls[col].to_numpy(dtype="float64"))
+    lat = stalls["latency_ms"].to_numpy(dtype="float64")
+    r = np.minimum(r, lat)
+    out = np.where((r > 0) & (lat - r < min_ms), lat, r)
+    if dev is not None:
+        out = out[stalls["dev"].astype("str").to_numpy(dtype=object) == str(dev)]
+    return float(out.sum())
+
+
+def narrow(low, high):
+    """An interval no wider than 2x (or +-1 s when its high end is under 2 s): wider ones
+    are narrowed around their middle to [2/3, 4/3] of it."""
+    low, high = max(float(low), 0.0), max(float(high), 0.0)
+    low, high = min(low, high), max(low, high)
+    if high <= 2000.0 or high <= 2.0 * low:
+        return low, high
+    mid = (low + high) / 2.0
+    return mid * 2.0 / 3.0, mid * 4.0 / 3.0
+
+
+def stall_interval(stalls, low, high, min_ms, dev=None, total=None):
+    """(low, high) stall time removed (ms): :func:`removed_ms` of the low and the high
+    fractions, at most ``total``, narrowed (:func:`narrow`)."""
+    lo, hi = removed_ms(stalls, low, min_ms, dev), removed_ms(stalls, high, min_ms, dev)
+    if total is not None:
+        lo, hi = min(lo, total), min(hi, total)
+    return narrow(lo, hi)
+
+
+def utilisation(session, stalls, dev, role="data"):
+    """How close a filesystem's device ran to its write limit during the stalls:
+    ``{"util", "writes_per_s", "limit_writes_per_s", "basis"}``. The limit is the lab's pace
+    where the session knows it (lab metadata: throttles); else the share of the time the
+    device had a request in flight (io_ticks). None without the device's counters."""
+    ds = session.device_stats
+    if not len(ds):
+        return None
+    d = ds[(ds["role"].astype("str") == role) & (ds["dev"].astype("str") == str(dev))]
+    if not len(d):
+        return None
+    end = d["ts_ns"].to_numpy(dtype="int64")
+    start = end - d["interval_ns"].to_numpy(dtype="int64")
+    hit = np.zeros(len(d), dtype=bool)
+    on = stalls[stalls["dev"].astype("str") == str(dev)] if len(stalls) else stalls
+    for s, e in on[["ts_ns", "end_ns"]].to_numpy(dtype="int64") if len(on) else ():
+        hit |= (start < e) & (end > s)
+    if not hit.any():
+        hit[:] = True
+    secs = d["interval_ns"].to_numpy(dtype="float64")[hit].sum() / 1e9
+    if not secs > 0:
+        return None
+    writes = float(d["write_ios"].to_numpy(dtype="float64")[hit].sum())
+    rate = writes / secs
+
+    limit = write_limit(session, d["lower_dev"].iloc[0])
+    if limit:
+        return {
+            "util": min(rate / float(limit), 1.0),
+            "writes_per_s": rate,
+            "limit_writes_per_s": float(limit),
+            "basis": f"writes against the device's pace ({limit:,} writes/s)",
+        }
+    busy = float(d["busy_ms"].to_numpy(dtype="float64")[hit].sum()) / 1e3 / secs
+    return {
+        "util": min(busy, 1.0),
+        "writes_per_s": rate,
+        "limit_writes_per_s": None,
+        "basis": "time with a request in flight (io_ticks; the device's write limit is not known)",
+    }
+
+
+def regime_of(model_regime, util, log_ms, device_ms):
+    """The regime (REGIMES) and the figures that decided it: ``model_regime`` the journal
+    model's ("hot set" or "streaming"; None without one), ``util`` utilisation()'s dict or
+    None, ``log_ms`` the checkpoint (or log-space) stall time, ``device_ms`` the waits on the
+    device's requests (DEVICE_SIDE)."""
+    u = util["util"] if util else None
+    figures = {
+        "device_util": u,
+        "device_util_basis": util["basis"] if util else None,
+        "log_stall_ms": log_ms,
+        "device_stall_ms": device_ms,
+        "model_regime": model_regime,
+    }
+    if u is not None and u >= DEVICE_BOUND_UTIL and device_ms >= log_ms:
+        return "device_bound", figures
+    return ("streaming" if model_regime == "streaming" else "hot_set"), figures
+
+
+def saved_home_share(model):
+    """The share of the forced checkpoints' writes home that a journal holding the hot set
+    saves: a block written home k times is written once. From the distinct blocks written
+    home where counted, else the share of logged blocks a later commit re-logged."""
+    if model is None:
+        return 0.0
+    if model.home_blocks and model.written_home_blocks:
+        return max(0.0, 1.0 - model.home_blocks / model.written_home_blocks)
+    return min(max(model.relogged_blocks / model.blocks, 0.0), 1.0) if model.blocks else 0.0
+
+
+def union_ms(c0, c1):
+    """The time (ms) the spans [c0, c1) (ns arrays) cover, overlaps counted once."""
+    if not len(c0):
+        return 0.0
+    o = np.argsort(c0)
+    total, end = 0, None
+    for a, b in zip(np.asarray(c0)[o], np.asarray(c1)[o]):
+        if end is None or a > end:
+            total += b - a
+            end = b
+        elif b > end:
+            total += b - end
+            end = b
+    return total / 1e6
+
+
+def through_share(stalls, c0, c1, dev, cause="transaction_wait"):
+    """The share of a cause's stall time (on ``dev``) in stalls that overlap a forced
+    checkpoint's span [c0, c1) (ns arrays): handles that waited for a transaction which could
+    not close while the log was full wait through the checkpoint, and go with it."""
+    col = f"{cause}_ms"
+    if not len(stalls) or col not in stalls or not len(c0):
+        return 0.0
+    on = stalls[stalls["dev"].astype("str") == str(dev)]
+    ms = np.nan_to_num(on[col].to_numpy(dtype="float64"))
+    if not ms.sum() > 0:
+        return 0.0
+    s0, s1 = on["ts_ns"].to_numpy(dtype="int64"), on["end_ns"].to_numpy(dtype="int64")
+    o = np.argsort(c0)
+    a, b = np.asarray(c0)[o], np.maximum.accumulate(np.asarray(c1)[o])
+    # a stall overlaps a span when the latest span starting before its end ends after its start
+    k = np.searchsorted(a, s1, side="left") - 1
+    hit = (k >= 0) & (b[np.maximum(k, 0)] > s0)
+    return float(ms[hit].sum() / ms.sum())
+
+
+def device_fractions(cp_device_share, saved):
+    """(low, high) per-cause fractions of the waits on a device's requests (DEVICE_SIDE) a
+    log-size remedy removes: the device time its saved writes home took
+    (``cp_device_share``: the share of the run forced checkpoints wrote home, times ``saved``)
+    leaves the queue every other request waits in; at the device's pace the others' waits
+    shrink by that share (high), on a device with room to spare they need not (low)."""
+    x = min(max(cp_device_share * saved, 0.0), 1.0)
+    return {c: 0.0 for c in DEVICE_SIDE}, {c: x for c in DEVICE_SIDE}
+
+
+def log_fractions(regime, saved, mechanism_share=1.0):
+    """(low, high) fractions of the checkpoint stall a log-size remedy removes: its own
+    mechanism's share (``mechanism_share``: the waits the rule says go), all of it held at
+    best; at a device's limit only the part whose writes it saves (``saved``)."""
+    m = min(max(mechanism_share, 0.0), 1.0)
+    if regime == "device_bound":
+        return 0.8 * saved * m, saved * m
+    return HOLD_LOW.get(regime, 0.5) * m, m
+
+
+def verdict(recs, stalls, min_ms, total_ms, util=None):
+    """The verdict analyze leads with (a dict, the JSON's ``verdict``; :func:`verdict_lines`
+    renders it): the causes that dominate the stall time (``dominant``: the three largest, ms
+    and share); the ``headline`` remedy, the highest-ranked whose high end is at least half of
+    the stall time, with its interval, regime, cost and command; else the ``best`` remedy and
+    ``beyond``: the stall time no filesystem option touches (the waits on the device's requests,
+    DEVICE_SIDE, with the device's utilisation ``util`` when known) and what would remove it."""
+
+    by = {}
+    if len(stalls):
+        for c in causes.CAUSES:
+            col = f"{c}_ms"
+            if col in stalls:
+                v = float(np.nansum(stalls[col].to_numpy(dtype="float64")))
+                if v > 0:
+                    by[c] = v
+    top = sorted(by.items(), key=lambda kv: -kv[1])[:3]
+    dominant = [
+        {"cause": c, "ms": ms, "share": ms / total_ms if total_ms else 0.0} for c, ms in top
+    ]
+    remedies = [r for r in recs if r.kind in REMEDIES and r.stall_ms_removed_high is not None]
+    head = next(
+        (r for r in remedies if total_ms and r.stall_ms_removed_high >= 0.5 * total_ms), None
+    )
+    v = {
+        "stall_ms_total": total_ms,
+        "dominant": dominant,
+        "filesystem_removes_most": head is not None,
+        "headline": _remedy(head),
+        "best": None,
+        "beyond": None,
+    }
+    if not total_ms or head is not None:
+        return v
+    v["best"] = _remedy(remedies[0]) if remedies else None
+    dev = {c: by[c] for c in DEVICE_SIDE if c in by}
+    ms = sum(dev.values())
+    if ms > 0:
+        v["beyond"] = {
+            "ms": ms,
+            "share": ms / total_ms,
+            "causes": dict(sorted(dev.items(), key=lambda kv: -kv[1])),
+            "device_util": util.get("util") if util else None,
+            "device_util_basis": util.get("basis") if util else None,
+            "what_would": "fewer fsyncs per second (batched commits), or a device that serves more "
+            "writes and flushes its cache faster",
+        }
+    elif dominant:
+        c = dominant[0]["cause"]
+        v["beyond"] = {
+            "ms": dominant[0]["ms"],
+            "share": dominant[0]["share"],
+            "causes": {c: dominant[0]["ms"]},
+            "device_util": None,
+            "device_util_basis": None,
+            "what_would": causes.BY_NAME[c].advice,
+        }
+    return v
+
+
+def _remedy(r):
+    if r is None:
+        return None
+    return {
+        "kind": r.kind,
+        "dev": r.dev,
+        "low_ms": r.stall_ms_removed_low,
+        "high_ms": r.stall_ms_removed_high,
+        "mechanism_ms": r.mechanism_ms_removed,
+        "regime": r.regime,
+        "cost": r.cost,
+        "command": r.command,
+    }
+
+
+def _pct(ms, total):
+    return f"{100 * ms / total:.0f}%" if total else "0%"
+
+
+def _ms(ms):
+    return f"{ms / 1000:,.1f} s" if ms >= 1000 else f"{ms:,.0f} ms"
+
+
+def _removes(h, total):
+    return (
+        f"{h['kind']}{' on ' + h['dev'] if h.get('dev') else ''} removes {_ms(h['low_ms'])} to "
+        f"{_ms(h['high_ms'])} ({_pct(h['low_ms'], total)}-{_pct(h['high_ms'], total)}; "
+        f"regime {h['regime']}; "
+        f"cost {h['cost']})"
+    )
+
+
+def verdict_lines(v):
+    """The verdict's text, from verdict()'s dict as the JSON holds it."""
+    total = (v or {}).get("stall_ms_total") or 0.0
+    if not total:
+        return []
+    dom = ", ".join(f"{d['cause']} {_pct(d['ms'], total)}" for d in v["dominant"])
+    out = [
+        f"verdict: {_ms(total)} of stall time (every stalled call, every cause); most of it {dom}."
+    ]
+    h = v.get("headline")
+    if h:
+        out.append(f"verdict: {_removes(h, total)}: {h['command']}")
+        return out
+    b, w = v.get("best"), v.get("beyond")
+    line = "verdict: no filesystem option removes most of it"
+    if b:
+        line += f"; the most: {_removes(b, total)}"
+    if w:
+        parts = ", ".join(f"{c} {_pct(ms, total)}" for c, ms in w["causes"].items())
+        dev = (
+            f" on a device at {_pct(w['device_util'], 1.0)} of its limit"
+            if w.get("device_util") is not None
+            else ""
+        )
+        line += f". The rest: {parts}{dev}: {w['what_would']}"
+    out.append(line + ".")
+    return out
+
+
+def fmt_interval(r):
+    """'1.2 s to 2.3 s (12-23 % of 10.0 s of stall time)' of a Recommendation's fields."""
+    t = r.stall_ms_total or 0.0
+    return (
+        f"{_ms(r.stall_ms_removed_low)} to {_ms(r.stall_ms_removed_high)} of the stall time "
+        f"({_pct(r.stall_ms_removed_low, t)}-{_pct(r.stall_ms_removed_high, t)} of {_ms(t)}, "
+        "all causes)"
+    )
+
+
+def finite(x):
+    return x is not None and not (isinstance(x, float) and math.isnan(x))

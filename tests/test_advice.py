@@ -1,0 +1,237 @@
+"""What a remedy removes of the stall time (analyzer.advice.remedies): the per-stall rule, the interval's
+width, the regimes, the ranking and headline rules, and the verdict's text rendered from the
+JSON's values, on hand-built tables."""
+
+import json
+
+import pandas as pd
+import pytest
+from jstall.analyzer import summary
+from jstall.analyzer.advice import remedies
+from jstall.analyzer.advice import recommend
+from jstall.analyzer.advice.recommend import Recommendation
+from jstall.analyzer.stalls.find import stall_columns
+
+
+def stalls(rows):
+    """A stall table: one row per dict (latency_ms, dev and <cause>_ms given; the rest 0)."""
+    cols = [c for c in stall_columns() if c.endswith("_ms")]
+    out = []
+    for r in rows:
+        d = {c: 0.0 for c in cols}
+        d.update(ts_ns=0, end_ns=int(r["latency_ms"] * 1e6), dev="7:0")
+        d.update(r)
+        out.append(d)
+    return pd.DataFrame(out)
+
+
+def test_a_stall_loses_its_part_of_the_causes_touched_and_all_of_it_under_the_threshold():
+    t = stalls(
+        [
+            {
+                "latency_ms": 100.0,
+                "checkpoint_ms": 60.0,
+                "commit_wait_ms": 30.0,
+            },  # 40 left: a stall still
+            {"latency_ms": 50.0, "checkpoint_ms": 45.0},  # 5 left: no longer one
+            {"latency_ms": 80.0, "commit_wait_ms": 70.0},  # untouched
+            {"latency_ms": 30.0, "checkpoint_ms": 25.0, "dev": "7:1"},  # another filesystem
+        ]
+    )
+    assert remedies.removed_ms(t, {"checkpoint": 1.0}, 10.0, dev="7:0") == 60.0 + 50.0
+    assert remedies.removed_ms(t, {"checkpoint": 1.0}, 10.0) == 60.0 + 50.0 + 30.0
+    # half of it: 30 of the first (70 left), 22.5 of the second (27.5 left: still a stall)
+    assert remedies.removed_ms(t, {"checkpoint": 0.5}, 10.0, dev="7:0") == 30.0 + 22.5
+    # a cause nobody waited on removes nothing; commit waits removed with the checkpoint's
+    assert remedies.removed_ms(t, {"log_space": 1.0}, 10.0) == 0.0
+    # 10 ms left is still a stall (calls >= min_ms): only its parts go
+    assert (
+        remedies.removed_ms(t, {"checkpoint": 1.0, "commit_wait": 1.0}, 10.0, dev="7:0")
+        == 90.0 + 50.0 + 70.0
+    )
+
+
+@pytest.mark.parametrize(
+    "low, high, want",
+    [
+        (100.0, 1900.0, (100.0, 1900.0)),  # under 2 s: +-1 s is narrow enough
+        (3000.0, 5000.0, (3000.0, 5000.0)),  # within 2x
+        (0.0, 6000.0, (2000.0, 4000.0)),  # wider: [2/3, 4/3] of its middle
+        (5000.0, 2000.0, (3500.0 * 2 / 3, 3500.0 * 4 / 3)),  # either order; 2.5x: around 3.5 s
+    ],
+)
+def test_an_interval_is_never_wider_than_2x_or_1_s_under_2_s(low, high, want):
+    lo, hi = remedies.narrow(low, high)
+    assert (round(lo, 6), round(hi, 6)) == (round(want[0], 6), round(want[1], 6))
+    assert hi <= 2000.0 or hi <= 2.0 * lo + 1e-9
+
+
+def test_regimes_and_the_figures_that_decide_them():
+    at_limit = {"util": 0.9, "basis": "writes against the device's pace (1,000 writes/s)"}
+    spare = {"util": 0.3, "basis": "io_ticks"}
+    # the device at its limit and its own waits at least the checkpoint's: device-bound
+    name, fig = remedies.regime_of("hot set", at_limit, log_ms=1000.0, device_ms=2000.0)
+    assert name == "device_bound" and fig["device_util"] == 0.9 and fig["device_stall_ms"] == 2000.0
+    # at its limit but the checkpoint dominates: the journal model's regime
+    assert remedies.regime_of("hot set", at_limit, 3000.0, 2000.0)[0] == "hot_set"
+    assert remedies.regime_of("streaming", at_limit, 3000.0, 2000.0)[0] == "streaming"
+    # room to spare: never device-bound, whatever waited
+    assert remedies.regime_of("streaming", spare, 100.0, 9000.0)[0] == "streaming"
+    assert remedies.regime_of(None, None, 100.0, 9000.0)[0] == "hot_set"
+
+
+def test_at_the_device_limit_a_journal_removes_only_the_waits_whose_writes_it_saves():
+    # a hot set written home 10 times over saves 90 % of those writes; a stream none
+    assert remedies.log_fractions("device_bound", 0.9) == pytest.approx((0.72, 0.9))
+    assert remedies.log_fractions("device_bound", 0.0) == (0.0, 0.0)
+    assert remedies.log_fractions("hot_set", 0.0) == (0.8, 1.0)
+    assert remedies.log_fractions("streaming", 0.0, 0.5) == (0.25, 0.5)
+    lo, hi = remedies.device_fractions(0.2, 0.5)
+    assert (
+        set(hi) == set(remedies.DEVICE_SIDE) and hi["commit_wait"] == 0.1 and lo["commit_wait"] == 0.0
+    )
+
+
+def test_union_counts_overlapping_spans_once():
+    assert remedies.union_ms([0, 5_000_000, 20_000_000], [10_000_000, 12_000_000, 21_000_000]) == 13.0
+    assert remedies.union_ms([], []) == 0.0
+
+
+def _rec(kind, low, high, total=10_000.0, regime="hot_set", cost="offline"):
+    return Recommendation(
+        kind,
+        "",
+        dev="7:0",
+        stall_ms_removed_low=low,
+        stall_ms_removed_high=high,
+        stall_ms_total=total,
+        mechanism_ms_removed=high,
+        regime=regime,
+        cost=cost,
+        command=f"apply {kind}",
+        stall_ms_addressed=high,
+    )
+
+
+def test_ranked_by_the_interval_and_a_remedy_under_half_is_never_the_headline():
+    t = stalls([{"latency_ms": 10_000.0, "checkpoint_ms": 4000.0, "commit_wait_ms": 6000.0}])
+    recs = recommend.rank(
+        [
+            _rec("inode_size", 3000.0, 4500.0),
+            _rec("journal_size", 3500.0, 4000.0),
+            _rec("external_journal", 500.0, 900.0),
+        ]
+    )
+    assert [r.kind for r in recs] == ["inode_size", "journal_size", "external_journal"]
+    v = remedies.verdict(recs, t, 10.0, 10_000.0, {"util": 0.95, "basis": "pace"})
+    assert v["headline"] is None and not v["filesystem_removes_most"]
+    assert v["best"]["kind"] == "inode_size"
+    assert v["beyond"]["causes"] == {"commit_wait": 6000.0} and v["beyond"]["share"] == 0.6
+    # one whose high end reaches half: the headline, even ranked below a narrower one
+    recs = recommend.rank(
+        [_rec("journal_size", 4200.0, 4400.0), _rec("inode_size", 2600.0, 5000.0)]
+    )
+    v = remedies.verdict(recs, t, 10.0, 10_000.0)
+    assert v["headline"]["kind"] == "inode_size" and v["filesystem_removes_most"]
+
+
+def test_the_verdict_text_is_rendered_from_the_json_values():
+    t = stalls([{"latency_ms": 10_000.0, "checkpoint_ms": 3800.0, "commit_wait_ms": 6200.0}])
+    recs = [_rec("journal_size", 3333.3333, 3999.9999)]
+    v = remedies.verdict(recs, t, 10.0, 10_000.0, {"util": 0.97, "basis": "pace"})
+    doc = json.loads(json.dumps(summary.json_safe(v)))
+    lines = remedies.verdict_lines(doc)
+    assert lines == remedies.verdict_lines(summary.json_safe(v))
+    assert lines[0] == (
+        "verdict: 10.0 s of stall time (every stalled call, every cause); most of it "
+        "commit_wait 62%, checkpoint 38%."
+    )
+    assert lines[1] == (
+        "verdict: no filesystem option removes most of it; the most: journal_size on 7:0 removes "
+        "3.3 s to 4.0 s (33%-40%; regime hot_set; cost offline). The rest: commit_wait 62% on a "
+        "device at 97% of its limit: fewer fsyncs per second (batched commits), or a device that "
+        "serves more writes and flushes its cache faster."
+    )
+    head = remedies.verdict([_rec("inode_size", 6000.0, 9000.0)], t, 10.0, 10_000.0)
+    assert remedies.verdict_lines(summary.json_safe(head))[1] == (
+        "verdict: inode_size on 7:0 removes 6.0 s to 9.0 s (60%-90%; regime hot_set; "
+        "cost offline): "
+        "apply inode_size"
+    )
+    assert remedies.verdict_lines(remedies.verdict([], stalls([]), 10.0, 0.0)) == []
+
+
+def test_the_to_dict_carries_every_field_the_benchmark_reads():
+    d = _rec("journal_size", 1.0, 2.0).to_dict()
+    for k in (
+        "stall_ms_removed_low",
+        "stall_ms_removed_high",
+        "stall_ms_total",
+        "mechanism_ms_removed",
+        "regime",
+        "cost",
+        "command",
+    ):
+        assert k in d
+    assert set(remedies.COSTS) == {"online", "remount", "offline", "new_filesystem"}
+    assert set(remedies.REGIMES) == {"hot_set", "streaming", "device_bound"}
+
+
+def test_analyze_leads_with_the_verdict_of_its_json(tmp_path):
+    from jstall.analyzer import analyze
+    import synthetic
+    from jstall.analyzer.render.text import session_summary
+
+    path = tmp_path / "s"
+    synthetic.generate_session(str(path), seed=3, calls=400, stalls=30)
+    a = analyze(str(path))
+    d = json.loads(json.dumps(a.to_dict()))
+    lines = remedies.verdict_lines(d["verdict"])
+    assert lines and d["verdict"]["stall_ms_total"] == d["stalls"]["total_ms"]
+    text = session_summary(a).splitlines()
+    assert text[1 : 1 + len(lines)] == lines  # right after the session line
+    for r in d["recommendations"]:
+        if r["kind"] in remedies.REMEDIES and r["stall_ms_removed_high"] is not None:
+            assert r["stall_ms_total"] == d["stalls"]["total_ms"] and r["cost"] in remedies.COSTS
+            assert r["regime"] in remedies.REGIMES and r["command"]
+            lo, hi = r["stall_ms_removed_low"], r["stall_ms_removed_high"]
+            assert 0 <= lo <= hi <= r["stall_ms_total"] and (hi <= 2000 or hi <= 2 * lo + 1e-6)
+
+
+def test_shares_over_the_whole_are_said_with_their_unit():
+    from jstall import enough
+
+    # several tasks' waits overlap: 28,396 ms of them in a 20.3 s run
+    e = enough.judge(28_396.0, 400.0, 20_283.0)
+    assert (
+        "1.4 task-seconds of overlapping waits a second of the run" in e.describe()
+        and "140%" not in e.describe()
+    )
+    assert "14% of the run" in enough.judge(2_839.6, 400.0, 20_283.0).describe()
+    # the log's requests outnumber what the device's counters saw: never "100% of 333"
+    assert recommend._share_of_requests(361, 333).startswith("361 requests, more than the 333")
+    assert recommend._share_of_requests(100, 400) == "25% of the device's 400 requests"
+
+
+def test_device_lines_say_the_writes_against_the_devices_limit():
+    from jstall.analyzer.session.devices import device_lines
+
+    r = {
+        "role": "data",
+        "dev": "7:1",
+        "lower_dev": "7:0",
+        "seconds": 10.0,
+        "read_ios": 0,
+        "write_ios": 9_900,
+        "write_iops": 990.0,
+        "busy_pct": 8.0,
+        "stall_seconds": 0.0,
+        "limit_write_iops": 1000.0,
+        "limit_pct": 99.0,
+        "limit_pct_in_stalls": float("nan"),
+    }
+    assert "990 writes/s (99% of its limit, 1,000 writes/s), busy 8%" in device_lines([r])[0]
+    assert (
+        "of its limit"
+        not in device_lines([{**r, "limit_write_iops": float("nan"), "limit_pct": float("nan")}])[0]
+    )
