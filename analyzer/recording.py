@@ -175,7 +175,8 @@ def loss_messages(session):
         if r["buffer"] == "stacks":
             what = (f"{r['lost']:,} kernel stack captures failed; {r.get('missing', 0):,} of "
                     f"{r['kept'] + r.get('missing', 0):,} off-CPU intervals have no stack ({pct:.2g}%)")
-            effect = "their time is 'other' (stack not captured) unless a checkpoint ran in the thread"
+            effect = ("their time is 'other' (stack not captured) unless a checkpoint ran in the thread "
+                      "or an XFS log-space wait was measured in it; verdicts judge the measured waits")
         else:
             what = f"{r['lost']:,} {r['buffer']} events lost, {r['kept']:,} kept ({pct:.2g}% lost)"
             effect = {"calls": "stall counts and times are lower bounds",

@@ -9,7 +9,7 @@ import pandas as pd
 
 from jstall.jbd2 import RESERVED_BLOCKS, forced_fill_pct, headroom
 
-from .causes import CAUSES, interval_causes
+from .causes import CAUSES, interval_causes, measured_log_space
 from .chains import queued_causes
 from .fill import asof_positions, dev_codes, fill_pct, range_min
 
@@ -173,6 +173,8 @@ def find_stalls(session, timeline, min_ms=DEFAULT_MIN_MS, xfs_waits=None):
     all_cause, all_labels = interval_causes(offcpu["stack_id"].to_numpy(), offcpu["tid"].to_numpy(),
                                             offcpu["call_ts_ns"].to_numpy(), offcpu["runnable"].to_numpy(dtype=bool),
                                             session.stacks, keys[own > 0])
+    measured_log_space(all_cause, all_labels, offcpu["tid"].to_numpy(), offcpu["ts_ns"].to_numpy(),
+                       offcpu["offcpu_ns"].to_numpy(), session.xfs_waits)
     all_cause, all_labels, all_behind = queued_causes(offcpu, all_cause, all_labels, cp_events)
     if key_index.is_unique:  # each interval joins at most one stall (calls of a thread do not overlap)
         at = key_index.get_indexer(pd.MultiIndex.from_arrays([offcpu["tid"].to_numpy(dtype="int64"),
