@@ -13,7 +13,7 @@ from .calls import call_stats
 from .devices import device_summary
 from .fill import timeline
 from .journals import (checkpoint_costs, checkpoint_waits, checkpoints, commit_phases, proc_agreement, transactions,
-                       untraced_checkpoints, untraced_text)
+                       recorder_checkpoints, recorder_text, untraced_checkpoints, untraced_text)
 from .journals import summary as journal_summary
 from .load import Session, load_session
 from .processes import per_process
@@ -134,6 +134,9 @@ class Analysis:
             n = int(untraced["checkpoints"].sum())
             w.append(f"{n} forced checkpoint{'s' * (n != 1)} ran outside the traced calls: "
                      f"{untraced_text(untraced)}; their waits are in no stall below")
+        own = recorder_text(recorder_checkpoints(self.session))
+        if own:
+            notes.append(own)
         for r in self.xfs_logs.to_dict("records"):   # one row per XFS log
             if r["sleeps_agree"] is False:
                 w.append(f"{r['dev']}: {r['sleeps']} log-space sleeps recorded, the kernel counted "

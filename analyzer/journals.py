@@ -113,6 +113,40 @@ def jbd2_thread_tids(session):
     return tids
 
 
+def recorder_pids(session):
+    """The recorder's own process ids (metadata ``recorder_pid``: jstall's process, its
+    threads included, whose own writes, e.g. of the session onto a traced filesystem, are not
+    the workload's); empty for sessions recorded before it was kept."""
+    pid = session.meta.get("recorder_pid")
+    return {int(pid)} if isinstance(pid, int) and not isinstance(pid, bool) else set()
+
+
+def recorder_checkpoints(session):
+    """Forced checkpoints that ran in the recorder's own process (recorder_pids): one row per
+    (``dev``, ``pid``, ``comm``) with ``checkpoints``. Never the workload's: they are left out
+    of checkpoint_costs, checkpoint_waits and untraced_checkpoints, and reported apart."""
+    ev, own = session.jbd2_events, recorder_pids(session)
+    cols = ["dev", "pid", "comm", "checkpoints"]
+    if not own or not len(ev):
+        return pd.DataFrame(columns=cols)
+    cp = ev[(ev["event"] == "checkpoint") & ~ev["jbd2_thread"].astype(bool) & ev["pid"].isin(own)]
+    if not len(cp):
+        return pd.DataFrame(columns=cols)
+    cp = cp.assign(dev=cp["dev"].astype("str"), comm=cp["comm"].astype("str"))
+    return cp.groupby(["dev", "pid", "comm"], sort=True).size().rename("checkpoints").reset_index()[cols]
+
+
+def recorder_text(own):
+    """'2 forced checkpoints ran in jstall's own process (jstall 4121 on 7:1)...' or None."""
+    if not len(own):
+        return None
+    n = int(own["checkpoints"].sum())
+    where = ", ".join(f"{r['comm']} {int(r['pid'])} on {r['dev']}" for r in own.to_dict("records"))
+    return (f"{n} forced checkpoint{'s' * (n != 1)} ran in jstall's own process ({where}: its own writes, such as "
+            "the session's onto a traced filesystem; record to another -o): not the workload's, left out of "
+            "the verdicts")
+
+
 def checkpoints(session, timeline=None):
     """Checkpoint events: ``ts_ns``, ``dev``, ``tid``, ``pid``, ``comm``, ``forced`` (ran in a
     user task, i.e. not the jbd2 thread: ``__jbd2_log_wait_for_space``), ``result``,
@@ -141,6 +175,9 @@ def checkpoint_costs(session, min_ms):
     cols = ["ts_ns", "dev", "tid", "pid", "comm", "written_blocks", "chp_ms", "wait_ms", "call_ts_ns", "syscall",
             "expensive", "traced_task"]
     cp = ev[(ev["event"] == "checkpoint") & ~ev["jbd2_thread"].astype(bool)] if len(ev) else ev
+    own = recorder_pids(session)
+    if own and len(cp):   # the recorder's own: recorder_checkpoints
+        cp = cp[~cp["pid"].isin(own)]
     if not len(cp):
         return pd.DataFrame(columns=cols)
     cp = cp.sort_values("ts_ns", kind="stable")
@@ -367,6 +404,9 @@ def untraced_checkpoints(session):
         return pd.DataFrame(columns=cols)
     cp = ev[(ev["event"] == "checkpoint") & ~ev["jbd2_thread"].astype(bool)]
     cp = cp[cp["in_traced_call"].notna() & ~cp["in_traced_call"].fillna(True).astype(bool)]
+    own = recorder_pids(session)
+    if own:   # the recorder's own: recorder_checkpoints
+        cp = cp[~cp["pid"].isin(own)]
     if not len(cp):
         return pd.DataFrame(columns=cols)
     cp = cp.assign(dev=cp["dev"].astype("str"), comm=cp["comm"].astype("str"),

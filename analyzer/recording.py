@@ -109,6 +109,11 @@ def completeness(session):
             out["note"] = f"the recording was ended by Ctrl-C or SIGTERM at {when}; every table was written"
         return out
     out["complete"] = False
+    if status == "write_failed":   # probes/recorder.py WRITE_FAILED
+        out["reason"] = (f"the recording ended at {when} when writing the session failed "
+                         f"({(meta.get('stop_reason') or 'error').removeprefix('error: ')}); "
+                         "what was written before is kept")
+        return out
     out["reason"] = (f"the session is incomplete (status {status!r}: the recorder stopped without finishing): "
                      f"data up to {when} was kept")
     return out

@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from jstall import __version__, devstats
+from jstall import __version__, devstats, flavour
 from jstall.probes import events
 from jstall.probes.host import writeback_settings
 from jstall.probes import tables as rec
@@ -253,7 +253,8 @@ class Captures:
         metadata = {
             "format": FORMAT, "schema_version": SCHEMA_VERSION, "tool_version": __version__,
             "status": "interrupted" if p.get("cut_short") else "complete",
-            "kernel_release": os.uname().release, "host": self.host,
+            "kernel_release": os.uname().release, "kernel_flavour": flavour.running(), "host": self.host,
+            "recorder_pid": os.getpid(),
             "hz": t.hz, "hz_source": t.hz_source, "hz_measured": None, "writeback": writeback_settings(),
             "start": {"wall": datetime.datetime.fromtimestamp(start_wall / 1e9, datetime.timezone.utc).isoformat(),
                       "wall_ns": start_wall, "monotonic_ns": p["start_ns"]},
@@ -268,7 +269,8 @@ class Captures:
             "calls_without_device": {}, "offcpu_without_stack": int(np.sum(a["offcpu_event"]["stack_id"] < 0)),
             "rows": {n: tables[n].num_rows for n in tables}, "cgroups": {},
             "probes": {"attached": t.probes.attached, "missing": t.probes.missing,
-                       "syscalls": sorted(t.probes.syscall_numbers) if t.mopts.syscalls else sorted(OP_LIST)},
+                       "syscalls": sorted(t.probes.syscall_numbers) if t.mopts.syscalls else sorted(OP_LIST),
+                       "attach": getattr(t.probes, "attach_mode", None)},
             "events_lost": {k: v for k, v in t.events_lost().items() if k != "stacks"},
             "stacks_lost": t.events_lost().get("stacks", 0),
             "journals": described,

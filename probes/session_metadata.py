@@ -8,7 +8,7 @@ import os
 import socket
 import time
 
-from jstall import __version__
+from jstall import __version__, flavour
 from jstall.session import FORMAT, SCHEMA_VERSION
 
 from . import host
@@ -36,7 +36,9 @@ def session_metadata(rec, status, end_clock, traced, measured, lost, stacks_lost
         "status": status,
         "stop_reason": rec.stop_reason,
         "kernel_release": os.uname().release,
+        "kernel_flavour": flavour.running(),
         "host": socket.gethostname(),
+        "recorder_pid": os.getpid(),
         "hz": rec.hz,
         "hz_source": rec.hz_source,
         "hz_measured": round(measured[1], 1) if measured else None,

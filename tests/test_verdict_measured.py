@@ -128,3 +128,39 @@ def test_measured_log_space_refines_only_lost_stacks_overlapping_a_wait_of_their
     # thread's; a captured stack keeps its cause
     assert cause.tolist() == ["log_space", "other", "other", "checkpoint", "other"]
     assert label[0] == LOG_SPACE_NO_STACK[1] and label[4] == "msleep"
+
+
+def _forced_in_task(tmp_path, name, recorder_pid):
+    """A 10 s session: five forced checkpoints of 40 ms in task 999 (comm jstall), outside every
+    traced call, and one 100 ms stall of task 10 that waited on something else."""
+    evs = [{"ts_ns": S + i * S, "event": "checkpoint", "dev": "7:0", "transaction": None, "tid": 999, "pid": 999,
+            "comm": "jstall", "jbd2_thread": False, "result": 0, "in_traced_call": False, "traced_task": False}
+           for i in range(5)]
+    cs = [{"ts_ns": S + i * S + MS, "dev": "7:0", "transaction": i, "tid": 999, "pid": 999, "comm": "jstall",
+           "chp_time_jiffies": 10, "chp_time_ns": 40 * MS, "forced_to_close": 0, "written": 20, "dropped": 0}
+          for i in range(5)]
+    c = {"ts_ns": S // 2, "latency_ns": 100 * MS, "tid": 10, "pid": 10, "comm": "w10", "syscall": "setxattr",
+         "ret": 0, "dev": "7:0", "handles": 1}
+    meta = metadata(**({"recorder_pid": recorder_pid} if recorder_pid else {}))
+    return analyze(load_session(write_session(str(tmp_path / name), {
+        "calls": rows([c]), "jbd2_events": rows(evs), "checkpoint_stats": rows(cs)}, meta)))
+
+
+def test_the_recorders_own_checkpoints_are_never_the_workloads(tmp_path):
+    """The same five forced checkpoints (200 ms, 2% of the run): in a task outside the
+    recording they are judged (not big enough) and warned of; in the recorder's own process
+    (metadata recorder_pid) they are a note of their own, in no verdict or advice."""
+    other = _forced_in_task(tmp_path, "other", None)
+    assert int(other.untraced_checkpoints["checkpoints"].sum()) == 5
+    assert any("a task outside the recording" in w for w in other.warnings), other.warnings
+    (w,) = other.checkpoint_waits.to_dict("records")
+    assert w["wait_ms"] == 200.0 and not w["big_enough"]
+
+    own = _forced_in_task(tmp_path, "own", 999)
+    assert not len(own.untraced_checkpoints) and not len(own.checkpoint_costs)
+    assert not len(own.checkpoint_waits)
+    assert not any("jstall" in w for w in own.warnings), own.warnings
+    (note,) = [n for n in own.notes if "jstall's own process" in n]
+    assert note.startswith("5 forced checkpoints ran in jstall's own process (jstall 999 on 7:0")
+    assert "journal_size" not in [r.kind for r in own.recommendations]
+    assert "journal not big enough" not in session_summary(own)
