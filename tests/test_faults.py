@@ -22,7 +22,12 @@ from jstall.schema import SCHEMAS
 from jstall.session import read_arrow
 from jstall.workloads.scratch import FsConfig, ScratchFs
 
-pytestmark = [pytest.mark.kernel, pytest.mark.skipif(os.geteuid() != 0, reason="needs root")]
+ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
+
+
+def kernel(test):
+    """Real probes, loop devices and mounts: root and the kernel marker."""
+    return pytest.mark.kernel(ROOT(test))
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 JSTALL = os.path.join(os.path.dirname(sys.executable), "jstall")
@@ -130,6 +135,7 @@ def wait_phase(rec, out, want, timeout=300):
 
 # --- the session directory's filesystem fills up ------------------------------------------
 
+@kernel
 def test_enospc_at_start_is_one_line_exit_2_and_nothing_made(tmp_path, traced):
     tiny = str(tmp_path / "tiny")
     with tmpfs(tiny, "64k"):
@@ -152,6 +158,7 @@ def _kept(line):
     return int(m[1].replace(",", "")), int(m[2].replace(",", ""))
 
 
+@kernel
 def test_enospc_mid_run_ends_the_recording_with_what_was_flushed(tmp_path, traced):
     """A 150 KiB tmpfs holds the start and a flush or two of a busy filesystem's calls: the
     recording ends by itself at the first write that fails, says so in one line (exit 2),
@@ -176,6 +183,7 @@ def test_enospc_mid_run_ends_the_recording_with_what_was_flushed(tmp_path, trace
     assert "is incomplete" in text.stdout or "when writing the session failed" in text.stdout, text.stdout
 
 
+@kernel
 def test_enospc_at_the_final_write(tmp_path, traced):
     """The traced command fills the session's filesystem as its last act: the final flush
     fails; one line, exit 2, what was written before loads."""
@@ -194,6 +202,7 @@ def test_enospc_at_the_final_write(tmp_path, traced):
         load_session(out)
 
 
+@kernel
 def test_eio_mid_run(tmp_path, traced):
     """The session's own ext4 shut down under it (FS_IOC_SHUTDOWN, xfs_io's 'shutdown': every
     write then fails with EIO, as on a failing disk; this kernel has no device-mapper for
@@ -223,6 +232,7 @@ def test_eio_mid_run(tmp_path, traced):
 SIGNALS = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM, "SIGKILL": signal.SIGKILL}
 
 
+@kernel
 @pytest.mark.parametrize("when", ["compile", "attach", "recording", "flush"])
 @pytest.mark.parametrize("name", list(SIGNALS))
 def test_signal(tmp_path, traced, name, when):
@@ -235,10 +245,9 @@ def test_signal(tmp_path, traced, name, when):
     with background("busy", os.path.join(traced.mountpoint, f"{name}-{when}")):
         rec = record(out, "-d", traced.mountpoint, "--min-ms", "0")
         seen = wait_phase(rec, out, "attach" if when == "attach" else "compile" if when == "compile" else "recording")
-        if when == "recording":
-            time.sleep(2.5)   # past a flush
+        if when in ("recording", "flush"):   # past a flush (every 2 s) when it is killed
+            time.sleep(2.5 if sig == signal.SIGKILL else 0.5)
         if when == "flush":
-            time.sleep(2.5)
             rec.send_signal(signal.SIGINT)
             time.sleep(0.02)
         rec.send_signal(sig)
@@ -258,3 +267,41 @@ def test_signal(tmp_path, traced, name, when):
     s = load_session(out)
     assert s.meta["status"] == "complete" and s.meta["stop_reason"] == "signal", s.meta["stop_reason"]
     assert written_rows(out) == sum(s.meta["rows"][t] for t in STREAMED if t in s.meta["rows"])
+
+
+# --- the monitor's metrics endpoint under slow clients --------------------------------------
+
+def test_metrics_answer_beside_200_slow_clients():
+    """200 clients connect and send half a request, then nothing: a scrape beside them still
+    answers in full, and each slow client is dropped after the server's client timeout (its
+    thread ends; here 1 s instead of the default 30 s)."""
+    import socket
+    import threading
+    import urllib.request
+
+    from prometheus_client import CollectorRegistry, Gauge
+
+    from jstall.monitor.server import Server
+
+    reg = CollectorRegistry()
+    Gauge("jstall_test_value", "A value.", registry=reg).set(7)
+    before = threading.active_count()
+    srv = Server(("127.0.0.1", 0), reg, lambda: {}, client_timeout=1.0).start()
+    slow = []
+    try:
+        for _ in range(200):
+            s = socket.create_connection(("127.0.0.1", srv.address[1]), timeout=60)
+            s.sendall(b"GET /metrics HTTP/1.1\r\n")   # and never the rest
+            slow.append(s)
+        body = urllib.request.urlopen(f"http://127.0.0.1:{srv.address[1]}/metrics", timeout=60).read().decode()
+        assert "jstall_test_value 7.0" in body
+        for s in slow:   # each dropped by the server: end of stream, no answer
+            assert s.recv(1024) == b""
+        deadline = time.monotonic() + 60
+        while threading.active_count() > before + 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert threading.active_count() <= before + 1   # the server's own thread only
+    finally:
+        for s in slow:
+            s.close()
+        srv.stop()
