@@ -269,6 +269,78 @@ def test_signal(tmp_path, traced, name, when):
     assert written_rows(out) == sum(s.meta["rows"][t] for t in STREAMED if t in s.meta["rows"])
 
 
+# --- the traced filesystem changes under the recorder ----------------------------------------
+
+def fsyncs(out, dev):
+    t = load_session(out).call_totals
+    return int(t[(t.syscall == "fsync") & (t.dev == dev)]["count"].sum())
+
+
+def run_fsyncs(d, n):
+    subprocess.run([sys.executable, WORKLOAD, "fsync", d, str(n)], check=True, capture_output=True, timeout=300)
+
+
+def end(rec):
+    rec.send_signal(signal.SIGINT)
+    _, err = rec.communicate(timeout=300)
+    assert rec.returncode == 0 and "Traceback" not in err, err
+    return err
+
+
+@kernel
+def test_traced_filesystem_remounted_read_only_and_back(tmp_path, traced):
+    """Remounted read-only and back to read-write while recorded: the recorder goes on and
+    counts the calls before and after."""
+    out = str(tmp_path / "s")
+    rec = record(out, "-d", traced.mountpoint)
+    wait_phase(rec, out, "recording")
+    d = os.path.join(traced.mountpoint, "ro")
+    run_fsyncs(d, 200)
+    try:
+        subprocess.run(["mount", "-o", "remount,ro", traced.mountpoint], check=True)
+        refused = subprocess.run([sys.executable, WORKLOAD, "fsync", d, "1"], capture_output=True, text=True)
+        assert refused.returncode != 0 and "Read-only file system" in refused.stderr
+    finally:
+        subprocess.run(["mount", "-o", "remount,rw", traced.mountpoint], check=True)
+    run_fsyncs(d, 100)
+    end(rec)
+    assert fsyncs(out, traced.dev) == 300
+    assert load_session(out).meta["status"] == "complete"
+
+
+@kernel
+def test_traced_filesystem_lazily_unmounted_and_its_loop_device_removed(tmp_path):
+    """umount -l, then the loop device detached, while record -d traces it: the recorder
+    goes on, ends normally and keeps the calls made before."""
+    out = str(tmp_path / "s")
+    with ScratchFs(SMALL, scratch_dir=str(tmp_path / "scratch")) as fs:
+        rec = record(out, "-d", fs.mountpoint)
+        wait_phase(rec, out, "recording")
+        run_fsyncs(os.path.join(fs.mountpoint, "gone"), 150)
+        subprocess.run(["umount", "-l", fs.mountpoint], check=True)
+        for dev in {fs.device, fs.lower_device} - {None}:
+            subprocess.run(["losetup", "-d", dev], check=True)
+        time.sleep(2.5)   # a flush after the device went
+        end(rec)
+        dev = fs.dev
+    assert fsyncs(out, dev) == 150
+    s = load_session(out)
+    assert s.meta["status"] == "complete" and [j["dev"] for j in s.journals] == [dev]
+
+
+@kernel
+def test_two_recorders_on_one_filesystem(tmp_path, traced):
+    """Two recorders of the same filesystem at once: each counts every call."""
+    outs = [str(tmp_path / "a"), str(tmp_path / "b")]
+    recs = [record(o, "-d", traced.mountpoint) for o in outs]
+    for r, o in zip(recs, outs):
+        wait_phase(r, o, "recording")
+    run_fsyncs(os.path.join(traced.mountpoint, "two"), 250)
+    for r in recs:
+        end(r)
+    assert [fsyncs(o, traced.dev) for o in outs] == [250, 250]
+
+
 # --- the monitor's metrics endpoint under slow clients --------------------------------------
 
 def test_metrics_answer_beside_200_slow_clients():
