@@ -11,6 +11,7 @@ oldest are removed beyond ``max_captures`` or ``max_disk`` bytes, and every outc
 
 import collections
 import datetime
+import errno
 import os
 import shutil
 import socket
@@ -207,7 +208,11 @@ class Captures:
             self.counts["failed"] += 1
             shutil.rmtree(tmp, ignore_errors=True)
             if self.console:
-                print(f"jstall monitor: capture failed: {e}", file=self.console, flush=True)
+                why = os.strerror(e.errno) if isinstance(e, OSError) and e.errno else str(e)
+                fix = ("; free space there or give another --capture-dir" if getattr(e, "errno", None) == errno.ENOSPC
+                       else "")
+                print(f"jstall monitor: capture failed: {final}: {why}{fix}; the monitor goes on",
+                      file=self.console, flush=True)
             return
         self.counts["written"] += 1
         self.written.append(final)

@@ -21,6 +21,7 @@ from jstall.analyzer.load import load_session
 from jstall.schema import SCHEMAS
 from jstall.session import read_arrow
 from jstall.workloads.scratch import FsConfig, ScratchFs
+from child_output import read_line
 
 ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
 
@@ -339,6 +340,38 @@ def test_two_recorders_on_one_filesystem(tmp_path, traced):
     for r in recs:
         end(r)
     assert [fsyncs(o, traced.dev) for o in outs] == [250, 250]
+
+
+@kernel
+def test_monitor_capture_directory_full(tmp_path, traced):
+    """The monitor's capture directory full: each capture fails with one line naming it, no
+    partial capture stays, the failures are counted in the metrics, the monitor goes on and
+    ends normally on SIGTERM."""
+    import urllib.request
+
+    tiny = str(tmp_path / "tiny")
+    with tmpfs(tiny, "64k"):
+        fill_up(tiny)
+        mon = subprocess.Popen([JSTALL, "monitor", "-q", "-d", traced.mountpoint, "--listen", "127.0.0.1:0",
+                                "--capture-dir", tiny, "--trigger-ms", "0.5", "--before", "0.3", "--after", "0.2",
+                                "--min-interval", "0"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            start = read_line(mon.stderr, 300)   # attached
+            url = re.search(r"metrics on (http://\S+/metrics)", start)[1]
+            with background("busy", os.path.join(traced.mountpoint, "mon")):
+                line = read_line(mon.stderr, 120)
+            assert line.startswith(f"jstall monitor: capture failed: {tiny}/"), line
+            assert line.rstrip().endswith(": No space left on device; free space there or give another "
+                                          "--capture-dir; the monitor goes on"), line
+            metrics = urllib.request.urlopen(url, timeout=60).read().decode()
+            failed = re.search(r'^jstall_captures_total\{result="failed"\} (\S+)$', metrics, re.M)
+            assert failed and float(failed[1]) >= 1, metrics[-2000:]
+        finally:
+            mon.send_signal(signal.SIGTERM)
+            _, err = mon.communicate(timeout=300)
+        left = [os.path.join(d, n) for d, dirs, files in os.walk(tiny) for n in dirs + files if n != "fill"]
+    assert mon.returncode == 0 and "Traceback" not in err, err
+    assert not [p for p in left if p.endswith(".partial") or os.path.isfile(p)], left   # no partial capture
 
 
 # --- the monitor's metrics endpoint under slow clients --------------------------------------
