@@ -12,17 +12,17 @@ from . import recording, summary
 from .calls import call_stats
 from .devices import device_summary
 from .fill import timeline
-from .journals import (checkpoint_costs, checkpoint_waits, checkpoints, commit_phases, proc_agreement, transactions,
-                       recorder_checkpoints, recorder_text, untraced_checkpoints, untraced_text)
+from .journals import (checkpoint_costs, checkpoint_waits, checkpoints, commit_phases, proc_agreement,
+                       recorder_checkpoints, recorder_text, transactions, untraced_checkpoints, untraced_text)
 from .journals import summary as journal_summary
 from .load import Session, load_session
 from .processes import per_process
 from .recommend import recommendations
+from .stalls import DEFAULT_MIN_MS, by_cause, find_stalls
 from .xfs_logs import summary as xfs_log_summary
 from .xfs_logs import untraced_waits as xfs_untraced_waits
 from .xfs_logs import waits as xfs_waits
 from .xfs_logs import xfs_only
-from .stalls import DEFAULT_MIN_MS, by_cause, find_stalls
 
 
 def _result(fn, *needs):

@@ -62,7 +62,7 @@ def tmpfs(path, size):
 
 def fill_up(path):
     """Fill the filesystem at ``path`` to the last byte (dd until ENOSPC)."""
-    subprocess.run(["dd", "if=/dev/zero", f"of={os.path.join(path, 'fill')}", "bs=4k"], capture_output=True)
+    subprocess.run(["dd", "if=/dev/zero", f"of={os.path.join(path, 'fill')}", "bs=4k"], capture_output=True, check=False)
 
 
 @contextlib.contextmanager
@@ -76,9 +76,12 @@ def background(*args):
         p.wait()
 
 
-def record(out, *args):
-    return subprocess.Popen([JSTALL, "record", "-q", "-o", out, *args], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+def record(out, *args, console=None):
+    """A `jstall record -o out ARGS` process; its console to the file ``console``, else -q."""
+    quiet = [] if console else ["-q"]
+    return subprocess.Popen([JSTALL, "record", *quiet, "-o", out, *args],
+                            stdout=open(console, "w") if console else subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
 
 
 def one_line(err):
@@ -179,7 +182,7 @@ def test_enospc_mid_run_ends_the_recording_with_what_was_flushed(tmp_path, trace
         assert not [f for _, _, fs in os.walk(out) for f in fs if f.endswith(".tmp")]   # no half file left
         s = load_session(out)
         assert s.meta["status"] in ("recording", "write_failed") and len(s.calls) > 0
-        text = subprocess.run([JSTALL, "analyze", out], capture_output=True, text=True, timeout=300)
+        text = subprocess.run([JSTALL, "analyze", out], capture_output=True, text=True, timeout=300, check=False)
     assert text.returncode == 0, text.stderr
     assert "is incomplete" in text.stdout or "when writing the session failed" in text.stdout, text.stdout
 
@@ -292,21 +295,29 @@ def end(rec):
 def test_traced_filesystem_remounted_read_only_and_back(tmp_path, traced):
     """Remounted read-only and back to read-write while recorded: the recorder goes on and
     counts the calls before and after."""
-    out = str(tmp_path / "s")
-    rec = record(out, "-d", traced.mountpoint)
+    out, console = str(tmp_path / "s"), str(tmp_path / "console")
+    rec = record(out, "-d", traced.mountpoint, console=console)
     wait_phase(rec, out, "recording")
     d = os.path.join(traced.mountpoint, "ro")
     run_fsyncs(d, 200)
     try:
         subprocess.run(["mount", "-o", "remount,ro", traced.mountpoint], check=True)
-        refused = subprocess.run([sys.executable, WORKLOAD, "fsync", d, "1"], capture_output=True, text=True)
+        refused = subprocess.run([sys.executable, WORKLOAD, "fsync", d, "1"], capture_output=True, text=True, check=False)
         assert refused.returncode != 0 and "Read-only file system" in refused.stderr
     finally:
         subprocess.run(["mount", "-o", "remount,rw", traced.mountpoint], check=True)
     run_fsyncs(d, 100)
     end(rec)
     assert fsyncs(out, traced.dev) == 300
-    assert load_session(out).meta["status"] == "complete"
+    s = load_session(out)
+    assert s.meta["status"] == "complete"
+    # the start line says how the probes attached and the kernel's flavour, as metadata keeps them
+    with open(console) as f:
+        start = f.readline()
+    how = {"fentry": "fentry", "syscalls": "syscall tracepoints"}[s.meta["probes"]["attach"]]
+    assert start.startswith("Tracing ext4 metadata calls and jbd2 on ") and start.endswith(
+        f" ({how}, kernel {os.uname().release} ({s.meta['kernel_flavour']}))... Hit Ctrl-C to end.\n"), start
+    assert s.meta["kernel_flavour"] in ("generic", "cloud", "rt")
 
 
 @kernel
@@ -364,7 +375,7 @@ def test_monitor_capture_directory_full(tmp_path, traced):
             assert line.rstrip().endswith(": No space left on device; free space there or give another "
                                           "--capture-dir; the monitor goes on"), line
             metrics = urllib.request.urlopen(url, timeout=60).read().decode()
-            failed = re.search(r'^jstall_captures_total\{result="failed"\} (\S+)$', metrics, re.M)
+            failed = re.search(r'^jstall_captures_total\{result="failed"\} (\S+)$', metrics, re.MULTILINE)
             assert failed and float(failed[1]) >= 1, metrics[-2000:]
         finally:
             mon.send_signal(signal.SIGTERM)
@@ -384,14 +395,13 @@ def test_metrics_answer_beside_200_slow_clients():
     import threading
     import urllib.request
 
-    from prometheus_client import CollectorRegistry, Gauge
-
     from jstall.monitor.server import Server
+    from prometheus_client import CollectorRegistry, Gauge
 
     reg = CollectorRegistry()
     Gauge("jstall_test_value", "A value.", registry=reg).set(7)
     before = threading.active_count()
-    srv = Server(("127.0.0.1", 0), reg, lambda: {}, client_timeout=1.0).start()
+    srv = Server(("127.0.0.1", 0), reg, dict, client_timeout=1.0).start()
     slow = []
     try:
         for _ in range(200):
