@@ -113,7 +113,7 @@ class Recorder:
             write_metadata(self.output_dir, self._metadata(RECORDING, self.start_clock))
         except OSError as e:
             self._undo_start(created)
-            if not writing:
+            if not writing or not _is_write_error(e, self.output_dir):
                 raise
             raise JstallError(f"cannot write the session in {self.output_dir}: {_why(e)}"
                               f"{_fix(e)}; nothing was recorded") from None
@@ -327,6 +327,16 @@ class Recorder:
 #: the status of a session whose writing failed (a full or failing disk): what was written
 #: before loads, flagged incomplete
 WRITE_FAILED = "write_failed"
+
+
+#: errors of a write that fails for the disk's sake, whatever the file
+WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.EFBIG)
+
+
+def _is_write_error(e, output_dir):
+    """Is this OSError a failed write of the session (not, say, a kernel file unreadable)?"""
+    name = str(getattr(e, "filename", None) or "")
+    return e.errno in WRITE_ERRNOS or name.startswith((os.path.abspath(output_dir), output_dir))
 
 
 def _why(e):
