@@ -13,8 +13,9 @@ from jstall.analyzer.session import recording
 from jstall.analyzer.stalls.calls import call_stats
 from jstall.analyzer.session.devices import device_summary
 from jstall.analyzer.jbd2.fill import timeline
-from jstall.analyzer.jbd2.journals import (checkpoint_costs, checkpoint_waits, checkpoints, commit_phases, proc_agreement, transactions,
-                       untraced_checkpoints, untraced_text)
+from jstall.analyzer.jbd2.journals import (checkpoint_costs, checkpoint_waits, checkpoints, commit_phases, proc_agreement,
+                                           recorder_checkpoints, recorder_text, transactions, untraced_checkpoints,
+                                           untraced_text)
 from jstall.analyzer.jbd2.journals import summary as journal_summary
 from jstall.analyzer.session.load import Session, load_session
 from jstall.analyzer.stalls.processes import per_process
@@ -145,6 +146,9 @@ class Analysis:
             n = int(untraced["checkpoints"].sum())
             w.append(f"{n} forced checkpoint{'s' * (n != 1)} ran outside the traced calls: "
                      f"{untraced_text(untraced)}; their waits are in no stall below")
+        own = recorder_text(recorder_checkpoints(self.session))
+        if own:
+            notes.append(own)
         for r in self.xfs_logs.to_dict("records"):   # one row per XFS log
             if r["sleeps_agree"] is False:
                 w.append(f"{r['dev']}: {r['sleeps']} log-space sleeps recorded, the kernel counted "

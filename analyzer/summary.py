@@ -18,6 +18,7 @@ import pandas as pd
 
 from jstall.probes.syscalls import GROUPS
 from jstall.enough import verdict
+from jstall.flavour import flavour
 from jstall.schema import PHASES
 
 from jstall.analyzer.stalls import causes
@@ -244,7 +245,9 @@ class TopStall(_Doc):
 
 @dataclass(frozen=True)
 class SessionHeader(_Doc):
-    """What was recorded: the session (path, format version, status, tool, kernel, host, HZ),
+    """What was recorded: the session (path, format version, status, tool, kernel, host, HZ,
+    ``kernel_flavour``: generic, cloud or rt, from metadata or else the release's suffix;
+    ``attach``: how the probes attached the traced calls, fentry or syscalls),
     when (``start``/``end`` ISO 8601, ``duration_s``), the traced ``command`` and its exit
     status, ``filters``, ``traced_calls`` (names), how whole it is (``complete``,
     ``through``, ``through_s``) and, from the lab, ``lab`` {"config", "phases"} or None."""
@@ -268,6 +271,8 @@ class SessionHeader(_Doc):
     through: str
     through_s: float
     end: str
+    kernel_flavour: str = None
+    attach: str = None
 
 
 @dataclass(frozen=True)
@@ -421,7 +426,9 @@ def session_header(session):
         lab=None if not lab else json_safe({"config": lab.get("config"), "phases": lab.get("phases")}),
         exit_status=h["exit_status"], exit_status_text=h["exit_status_text"], filters=json_safe(h["filters"]),
         traced_calls=h["traced_calls"], complete=h["complete"], through=h["through"],
-        through_s=_num(h["through_s"]), end=h["end"])
+        through_s=_num(h["through_s"]), end=h["end"],
+        kernel_flavour=m.get("kernel_flavour") or flavour(m.get("kernel_release")),
+        attach=(m.get("probes") or {}).get("attach"))
 
 
 def summarize(analysis):

@@ -11,6 +11,7 @@ oldest are removed beyond ``max_captures`` or ``max_disk`` bytes, and every outc
 
 import collections
 import datetime
+import errno
 import os
 import shutil
 import socket
@@ -207,7 +208,11 @@ class Captures:
             self.counts["failed"] += 1
             shutil.rmtree(tmp, ignore_errors=True)
             if self.console:
-                print(f"jstall monitor: capture failed: {e}", file=self.console, flush=True)
+                why = os.strerror(e.errno) if isinstance(e, OSError) and e.errno else str(e)
+                fix = ("; free space there or give another --capture-dir" if getattr(e, "errno", None) == errno.ENOSPC
+                       else "")
+                print(f"jstall monitor: capture failed: {final}: {why}{fix}; the monitor goes on",
+                      file=self.console, flush=True)
             return
         self.counts["written"] += 1
         self.written.append(final)
@@ -253,7 +258,8 @@ class Captures:
             status="interrupted" if p.get("cut_short") else "complete", host=self.host,
             start=clock_at(p["start_ns"]), end=clock_at(end_ns),
             probes={"attached": t.probes.attached, "missing": t.probes.missing,
-                    "syscalls": sorted(t.probes.syscall_numbers) if t.mopts.syscalls else sorted(OP_LIST)},
+                    "syscalls": sorted(t.probes.syscall_numbers) if t.mopts.syscalls else sorted(OP_LIST),
+                    "attach": getattr(t.probes, "attach_mode", None)},
             filters={"devices": t.devices, "pid": None, "cgroup": None, "cgroup_id": None, "command_tree": False},
             min_ms=t.mopts.min_ms, events_lost={k: v for k, v in t.events_lost().items() if k != "stacks"},
             stacks_lost=t.events_lost().get("stacks", 0), journals=described,

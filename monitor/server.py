@@ -22,12 +22,30 @@ def parse_listen(text):
     return addr.strip("[]") or "0.0.0.0", port
 
 
+#: seconds a client may take to send its request (or to read the answer) before its
+#: connection is dropped: slow or stalled clients never hold a thread for long
+CLIENT_TIMEOUT_S = 30.0
+#: connections the kernel queues before the server accepts them (a burst of scrapers)
+BACKLOG = 256
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    request_queue_size = BACKLOG
+    daemon_threads = True
+
+
 class Server:
-    def __init__(self, listen, registry, status):
+    """The endpoint, each client in a thread of its own (a scrape answers whatever other
+    clients do: tests/test_faults.py holds 200 slow ones open), each dropped after
+    ``client_timeout`` seconds without progress."""
+
+    def __init__(self, listen, registry, status, client_timeout=CLIENT_TIMEOUT_S):
         self.registry, self.status = registry, status
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
+            timeout = client_timeout
+
             def do_GET(self):
                 path = self.path.split("?", 1)[0]
                 if path == "/metrics":
@@ -50,10 +68,9 @@ class Server:
 
         addr, port = listen
         try:
-            self.httpd = ThreadingHTTPServer((addr, port), Handler)
+            self.httpd = _HTTPServer((addr, port), Handler)
         except OSError as e:
             raise JstallError(f"--listen {addr}:{port}: {e.strerror}; choose another address or port") from None
-        self.httpd.daemon_threads = True
         self.httpd.handle_error = self._handle_error
         self.address = self.httpd.server_address
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="jstall-http", daemon=True)

@@ -1,5 +1,5 @@
 """The recorder's live console output, as bcc's tools print theirs: the "Tracing ... Hit
-Ctrl-C to end." line and a column header once the probes are attached, then one line per
+Ctrl-C to end." line (what is traced, how the probes attached, the kernel and its flavour) and a column header once the probes are attached, then one line per
 slow call (the call's latency in milliseconds, the journal fill the handle saw in percent)."""
 
 import time
@@ -27,7 +27,19 @@ def scope(rec):
     kinds = {j.get("kind", "jbd2") for d, j in rec.journals.items() if not rec.devices or d in rec.devices}
     logs = " and ".join(k for k, on in (("jbd2", "jbd2" in kinds or not kinds), ("the XFS log", "xfs" in kinds)) if on)
     fs = "/".join(k for k, on in (("ext4", "jbd2" in kinds or not kinds), ("XFS", "xfs" in kinds)) if on)
-    return f"Tracing {fs} metadata calls{who} and {logs} {where}"
+    return f"Tracing {fs} metadata calls{who} and {logs} {where} ({how(rec)})"
+
+
+def how(rec):
+    """How the probes attached and on which kernel, in words: ``syscall tracepoints, kernel
+    6.1.0-56-rt-amd64 (rt)`` (the attach mode and the kernel's flavour, as metadata.json
+    keeps them: probes.attach, kernel_flavour)."""
+    import os
+
+    from jstall import flavour
+
+    mode = flavour.attach_words(getattr(rec, "attach_mode", None)) or "attach mode unknown"
+    return f"{mode}, kernel {os.uname().release} ({flavour.running()})"
 
 
 def print_start(out, what):

@@ -15,6 +15,7 @@ Library use (the lab records this way):
 
 import ctypes
 import dataclasses
+import errno
 import datetime
 import os
 import select
@@ -84,14 +85,18 @@ class Recorder:
         self.last_flush = None
         self.cgroups = {}                                 # str(cgroup id) -> path, of the calls' cgroups
         self.sampler = None                               # DeviceSampler of the traced journals' devices
+        self.write_error = None                           # (what, OSError): the first write that failed
+        self.unwritten_rows = 0                           # rows gathered that no write could keep
 
     def start(self):
         """Open the probes, then stream events in a background thread."""
         created = not os.path.exists(self.output_dir)
+        writing = False
         try:
             if self.opts.pid:
                 self._pidfd = os.pidfd_open(self.opts.pid)
             b = self.bpf = self.probes.open(self._on_event).bpf
+            writing = True
             os.makedirs(self.output_dir, exist_ok=True)
             self.hz, self.hz_source = host.kernel_hz()
             self.start_clock = clock()
@@ -106,20 +111,32 @@ class Recorder:
             self._write_snapshots(b)
             self.last_flush = self.start_clock
             write_metadata(self.output_dir, self._metadata(RECORDING, self.start_clock))
+        except OSError as e:
+            self._undo_start(created)
+            if not writing or not _is_write_error(e, self.output_dir):
+                raise
+            raise JstallError(f"cannot write the session in {self.output_dir}: {_why(e)}"
+                              f"{_fix(e)}; nothing was recorded") from None
         except BaseException:
-            self.probes.close()
-            self.bpf = None
-            if self._pidfd is not None:
-                os.close(self._pidfd)
-                self._pidfd = None
-            if created:
-                shutil.rmtree(self.output_dir, ignore_errors=True)
+            self._undo_start(created)
             raise
         if not self.opts.quiet:
             console.print_start(self.console, console.scope(self.probes))
         self._thread = threading.Thread(target=self._poll, name="jstall-poll", daemon=True)
         self._thread.start()
         return self
+
+    def _undo_start(self, created):
+        self.probes.close()
+        self.bpf = None
+        if self.sampler is not None:
+            self.sampler.stop()
+            self.sampler = None
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+        if created:
+            shutil.rmtree(self.output_dir, ignore_errors=True)
 
     def trace_tgid(self, tgid):
         """Add a process (and its descendants) to the traced tree (ProbeSet.trace_tgid)."""
@@ -173,8 +190,10 @@ class Recorder:
         a = {events.KIND_STRUCTS[k]: events.decode(events.KIND_STRUCTS[k], v) for k, v in chunks.items() if v}
         self._seq += 1
         for name, table in tables.streamed_tables(a, self.probes.syscall_names, self.hz).items():
-            self._write_chunk(name, table)
-            self.rows[name] += table.num_rows
+            if self._kept(name, self._write_chunk, name, table):
+                self.rows[name] += table.num_rows
+            else:
+                self.unwritten_rows += table.num_rows
         if "call_event" in a:
             ids = {int(i) for i in np.unique(a["call_event"]["cgroup_id"])} - {int(k) for k in self.cgroups}
             if ids:
@@ -185,8 +204,7 @@ class Recorder:
             o = a["offcpu_event"]
             ids = np.unique(np.concatenate([o["stack_id"], o["waker_stack_id"][o["wake_ts_ns"] != 0]]))
             new = sorted(int(s) for s in ids if s >= 0 and int(s) not in self._stack_ids)
-            if new:
-                self._write_chunk("stacks", tables.stacks_table(self.bpf, new))
+            if new and self._kept("stacks", self._write_chunk, "stacks", tables.stacks_table(self.bpf, new)):
                 self._stack_ids.update(new)
         if "jbd2_event" in a:
             j = a["jbd2_event"]
@@ -198,10 +216,33 @@ class Recorder:
             for dev in np.unique(known["dev"]):
                 mtb = int(known["max_transaction_blocks"][known["dev"] == dev].max())
                 self._max_tx[filesystems.dev_name(int(dev))] = mtb
-        self._write_snapshots(self.bpf)
-        self.last_flush = clock()
-        if not final:
-            write_metadata(self.output_dir, self._metadata(RECORDING, self.last_flush))
+        self._kept("call counters", self._write_snapshots, self.bpf)
+        if not final and self.write_error is None:
+            self.last_flush = clock()
+            self._kept("metadata.json", write_metadata, self.output_dir, self._metadata(RECORDING, self.last_flush))
+        if self.write_error is not None and not self.done.is_set():   # end the recording, say why
+            self.stop_reason = "error: " + self.write_error_text()
+            self.done.set()
+
+    def _kept(self, what, write, *args):
+        """Run one write of the session; on an OSError (a full or failing disk) remember the
+        first, and return False: the recording ends with what was written before it."""
+        try:
+            write(*args)
+            return True
+        except OSError as e:
+            if self.write_error is None:
+                self.write_error = (what, e)
+            return False
+
+    def write_error_text(self):
+        """The first failed write in words: what, why, and what was kept (None: none failed)."""
+        if self.write_error is None:
+            return None
+        what, e = self.write_error
+        kept = sum(self.rows.values())
+        return (f"writing the session in {self.output_dir} failed ({what}: {_why(e)}): {kept:,} rows "
+                f"written before it are kept, {self.unwritten_rows:,} gathered after could not be written{_fix(e)}")
 
     def _write_chunk(self, name, table):
         self._bytes += write_chunk(self.output_dir, name, table, self._seq)
@@ -231,22 +272,32 @@ class Recorder:
         self._jiffies_end = host.read_jiffies()
         if self.sampler is not None:
             self.sampler.stop()
-        self._flush(final=True)
-        self.command, self.exit_status = command, exit_status
-        self.stop_reason = stop_reason or self.stop_reason
-        if self.probes.home_writes_counted:
-            write_table_atomic(self.output_dir, "home_writes", tables.home_writes_table(self.probes.read_home_writes()))
-        metadata = self._metadata(status, end_clock)   # reads the probes' maps: before they close
-        self.probes.close()
-        self.bpf = None
-        if self._pidfd is not None:
-            os.close(self._pidfd)
-        for name in CHUNKED:
-            compact_table(self.output_dir, name, SCHEMAS[name])
+        try:
+            self._flush(final=True)
+            self.command, self.exit_status = command, exit_status
+            self.stop_reason = stop_reason or self.stop_reason
+            if self.probes.home_writes_counted:
+                self._kept("home_writes", write_table_atomic, self.output_dir, "home_writes",
+                           tables.home_writes_table(self.probes.read_home_writes()))
+            metadata = self._metadata(status, end_clock)   # reads the probes' maps: before they close
+        finally:
+            self.probes.close()
+            self.bpf = None
+            if self._pidfd is not None:
+                os.close(self._pidfd)
+        for name in CHUNKED:   # a compaction that fails leaves its chunks, readable as they are
+            self._kept(f"{name} compacted", compact_table, self.output_dir, name, SCHEMAS[name])
         if extra_metadata:
             metadata.update(extra_metadata)
-        write_metadata(self.output_dir, metadata)
+        if self.write_error is not None:
+            metadata.update(status=WRITE_FAILED, stop_reason="error: " + self.write_error_text(),
+                            rows_unwritten=self.unwritten_rows)
         self.metadata = metadata
+        self._kept("metadata.json", write_metadata, self.output_dir, metadata)
+        if self.write_error is not None:
+            # metadata.json says so, or (unwritable) the last flush's says 'recording': either
+            # way the session loads as incomplete
+            raise JstallError(self.write_error_text())
         return self.output_dir
 
     def _metadata(self, status, end_clock):
@@ -271,6 +322,34 @@ class Recorder:
         lost = self.probes.lost()
         stacks_lost = lost.pop("stacks")
         return session_metadata(self, status, end_clock, traced, measured, lost, stacks_lost)
+
+
+#: the status of a session whose writing failed (a full or failing disk): what was written
+#: before loads, flagged incomplete
+WRITE_FAILED = "write_failed"
+
+
+#: errors of a write that fails for the disk's sake, whatever the file
+WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.EFBIG)
+
+
+def _is_write_error(e, output_dir):
+    """Is this OSError a failed write of the session (not, say, a kernel file unreadable)?"""
+    name = str(getattr(e, "filename", None) or "")
+    return e.errno in WRITE_ERRNOS or name.startswith((os.path.abspath(output_dir), output_dir))
+
+
+def _why(e):
+    """An OSError's reason in the C library's words (pyarrow's own text is longer)."""
+    return os.strerror(e.errno) if e.errno else str(e)
+
+
+def _fix(e):
+    """What to do about a failed write, by its errno."""
+    return {errno.ENOSPC: "; free space there or record to another -o",
+            errno.EDQUOT: "; raise the quota or record to another -o",
+            errno.EIO: "; the disk under it failed: record to another -o",
+            errno.EROFS: "; it is read-only now: record to another -o"}.get(e.errno, "; record to another -o")
 
 
 def check_output_dir(path):

@@ -9,7 +9,7 @@ import os
 import socket
 import time
 
-from jstall import __version__
+from jstall import __version__, flavour
 from jstall.metadata import SessionDoc
 from jstall.session import FORMAT, SCHEMA_VERSION
 
@@ -38,7 +38,8 @@ def session_doc(*, status, start, end, probes, filters, min_ms, events_lost, sta
     the tool, the kernel and the host filled here, once; the rest from the writer (``fields``:
     any other SessionDoc field)."""
     return SessionDoc(format=FORMAT, schema_version=SCHEMA_VERSION, tool_version=__version__, status=status,
-                      kernel_release=os.uname().release, host=fields.pop("host", None) or socket.gethostname(),
+                      kernel_release=os.uname().release, kernel_flavour=flavour.running(),
+                      host=fields.pop("host", None) or socket.gethostname(), recorder_pid=os.getpid(),
                       hz=fields.pop("hz", None), start=start, end=end, command=fields.pop("command", None),
                       command_exit_status=fields.pop("command_exit_status", None), filters=filters, min_ms=min_ms,
                       probes=probes, events_lost=events_lost, stacks_lost=stacks_lost, journals=journals,

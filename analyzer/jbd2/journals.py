@@ -115,6 +115,40 @@ def jbd2_thread_tids(session):
     return tids
 
 
+def recorder_pids(session):
+    """The recorder's own process ids (metadata ``recorder_pid``: jstall's process, its
+    threads included, whose own writes, e.g. of the session onto a traced filesystem, are not
+    the workload's); empty for sessions recorded before it was kept."""
+    pid = session.meta.get("recorder_pid")
+    return {int(pid)} if isinstance(pid, int) and not isinstance(pid, bool) else set()
+
+
+def recorder_checkpoints(session):
+    """Forced checkpoints that ran in the recorder's own process (recorder_pids): one row per
+    (``dev``, ``pid``, ``comm``) with ``checkpoints``. Never the workload's: they are left out
+    of checkpoint_costs, checkpoint_waits and untraced_checkpoints, and reported apart."""
+    ev, own = session.jbd2_events, recorder_pids(session)
+    cols = ["dev", "pid", "comm", "checkpoints"]
+    if not own or not len(ev):
+        return pd.DataFrame(columns=cols)
+    cp = ev[(ev["event"] == "checkpoint") & ~ev["jbd2_thread"].astype(bool) & ev["pid"].isin(own)]
+    if not len(cp):
+        return pd.DataFrame(columns=cols)
+    cp = cp.assign(dev=cp["dev"].astype("str"), comm=cp["comm"].astype("str"))
+    return cp.groupby(["dev", "pid", "comm"], sort=True).size().rename("checkpoints").reset_index()[cols]
+
+
+def recorder_text(own):
+    """'2 forced checkpoints ran in jstall's own process (jstall 4121 on 7:1)...' or None."""
+    if not len(own):
+        return None
+    n = int(own["checkpoints"].sum())
+    where = ", ".join(f"{r['comm']} {int(r['pid'])} on {r['dev']}" for r in own.to_dict("records"))
+    return (f"{n} forced checkpoint{'s' * (n != 1)} ran in jstall's own process ({where}: its own writes, such as "
+            "the session's onto a traced filesystem; record to another -o): not the workload's, left out of "
+            "the verdicts")
+
+
 def checkpoints(session, timeline=None):
     """Checkpoint events: ``ts_ns``, ``dev``, ``tid``, ``pid``, ``comm``, ``forced`` (ran in a
     user task, i.e. not the jbd2 thread: ``__jbd2_log_wait_for_space``), ``result``,
@@ -143,6 +177,9 @@ def checkpoint_costs(session, min_ms):
     cols = ["ts_ns", "dev", "tid", "pid", "comm", "written_blocks", "chp_ms", "wait_ms", "call_ts_ns", "syscall",
             "expensive", "traced_task"]
     cp = ev[(ev["event"] == "checkpoint") & ~ev["jbd2_thread"].astype(bool)] if len(ev) else ev
+    own = recorder_pids(session)
+    if own and len(cp):   # the recorder's own: recorder_checkpoints
+        cp = cp[~cp["pid"].isin(own)]
     if not len(cp):
         return pd.DataFrame(columns=cols)
     cp = cp.sort_values("ts_ns", kind="stable")
@@ -289,15 +326,24 @@ def checkpoint_waits(session, stalls, costs):
 
     An XFS log's row (``kind`` "xfs") judges its waits for log space the same way: the
     stalls' ``log_space_ms`` (queued time and time waiting for a kernel worker included) plus
-    each wait of ``xfs_waits`` in no stall."""
+    each wait of ``xfs_waits`` in no stall.
+
+    The measured waits decide, the stacks only add: a stall counts the larger of its stacks'
+    time (``checkpoint_ms``, ``log_space_ms``: queued and worker time included) and what was
+    measured inside it (its forced checkpoints' ``chp_ms``, its ``xfs_waits``), so a wait whose
+    stack was not captured (classed ``other``) is still judged."""
     cols = ["dev", "wait_ms", "longest_ms", "run_ms", "share", "big_enough", "kind"]
     run_ms = session_span_s(session) * 1e3
     waits = {}
-    if len(stalls):
-        st = stalls[stalls["checkpoint_ms"].to_numpy(dtype="float64") > 0]
-        for dev, ms in st.groupby(st["dev"].astype("str"), sort=True)["checkpoint_ms"]:
-            waits.setdefault(dev, []).extend(ms.to_numpy(dtype="float64").tolist())
+    # per stall (tid, call start): the stacks' time and the time measured directly inside it
+    # (forced checkpoints' chp_time, log-space sleeps); a stall counts the larger, so waits
+    # whose stacks were not captured still count
+    measured = {}
     if len(costs):
+        mine = costs[costs["expensive"].astype(bool)]
+        for t, c, d, ms in zip(mine["tid"].astype("int64"), mine["call_ts_ns"].astype("int64"),
+                               mine["dev"].astype("str"), mine["chp_ms"].to_numpy(dtype="float64")):
+            measured.setdefault(("jbd2", int(t), int(c)), {}).setdefault(d, []).append(float(ms))
         rest = costs[~costs["expensive"].astype(bool)]
         for dev, ms in rest.groupby(rest["dev"].astype("str"), sort=True)["chp_ms"]:
             waits.setdefault(dev, []).extend(ms.to_numpy(dtype="float64").tolist())
@@ -306,15 +352,31 @@ def checkpoint_waits(session, stalls, costs):
     if len(xw):
         keys = set()
         if len(stalls):
-            st = stalls[stalls["log_space_ms"].to_numpy(dtype="float64") > 0]
-            for dev, ms in st.groupby(st["dev"].astype("str"), sort=True)["log_space_ms"]:
-                waits.setdefault(dev, []).extend(ms.to_numpy(dtype="float64").tolist())
-            keys = set(zip(stalls["tid"].astype("int64"), stalls["ts_ns"].astype("int64")))
-        call_ts = xw["call_ts_ns"].astype("Int64").fillna(-1).astype("int64")
-        free = [(t, c) not in keys for t, c in zip(xw["tid"].astype("int64"), call_ts)]
-        for dev, ns in xw[free].groupby(xw["dev"].astype("str")[free], sort=True)["wait_ns"]:
-            waits.setdefault(dev, []).extend((ns.to_numpy(dtype="float64") / 1e6).tolist())
-            xfs_devs.add(dev)
+            keys = set(zip(stalls["tid"].astype("int64").tolist(), stalls["ts_ns"].astype("int64").tolist()))
+        call_ts = xw["call_ts_ns"].astype("Int64").fillna(-1).astype("int64").tolist()
+        inside = [(t, c) in keys for t, c in zip(xw["tid"].astype("int64").tolist(), call_ts)]
+        for t, c, d, ns, i in zip(xw["tid"].astype("int64").tolist(), call_ts, xw["dev"].astype("str"),
+                                  xw["wait_ns"].to_numpy(dtype="float64"), inside):
+            if i:
+                measured.setdefault(("xfs", t, c), {}).setdefault(d, []).append(ns / 1e6)
+            else:
+                waits.setdefault(d, []).append(ns / 1e6)
+            xfs_devs.add(d)
+    if len(stalls):
+        for t, c, d, cp, ls in zip(stalls["tid"].astype("int64").tolist(), stalls["ts_ns"].astype("int64").tolist(),
+                                   stalls["dev"].astype("str"), stalls["checkpoint_ms"].to_numpy(dtype="float64"),
+                                   stalls["log_space_ms"].to_numpy(dtype="float64")):
+            for kind, stacked in (("jbd2", cp), ("xfs", ls)):
+                got = measured.pop((kind, t, c), {})
+                total = sum(sum(v) for v in got.values())
+                if total > (stacked if stacked > 0 else 0.0):
+                    for dev, ms in got.items():   # measured: one wait per stall and device
+                        waits.setdefault(dev, []).append(sum(ms))
+                elif stacked > 0:
+                    waits.setdefault(d, []).append(float(stacked))
+    for got in measured.values():   # measured inside a call the stall table does not hold
+        for dev, ms in got.items():
+            waits.setdefault(dev, []).append(sum(ms))
     rows = []
     for dev in sorted(waits):
         kind = "xfs" if dev in xfs_devs else "jbd2"
@@ -336,6 +398,9 @@ def untraced_checkpoints(session):
         return pd.DataFrame(columns=cols)
     cp = ev[(ev["event"] == "checkpoint") & ~ev["jbd2_thread"].astype(bool)]
     cp = cp[cp["in_traced_call"].notna() & ~cp["in_traced_call"].fillna(True).astype(bool)]
+    own = recorder_pids(session)
+    if own:   # the recorder's own: recorder_checkpoints
+        cp = cp[~cp["pid"].isin(own)]
     if not len(cp):
         return pd.DataFrame(columns=cols)
     cp = cp.assign(dev=cp["dev"].astype("str"), comm=cp["comm"].astype("str"),

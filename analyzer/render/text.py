@@ -6,6 +6,7 @@ import shlex
 import textwrap
 
 from jstall import enough
+from jstall.flavour import attach_words
 
 from jstall.analyzer.advice.remedies import verdict_lines
 from jstall.analyzer.session import devices
@@ -218,9 +219,10 @@ def header_lines(su):
     clock), the traced command and its exit status, the filters, the traced calls, the status
     and the window."""
     s = su.session
-    out = [f"session {s.path}: {s.duration_s:.1f} s on {s.host} (kernel {s.kernel_release}, "
-           f"HZ {s.hz})" if not su.window else
-           f"session {s.path} on {s.host} (kernel {s.kernel_release}, HZ {s.hz})"]
+    kernel = (f"kernel {s.kernel_release}{f' ({s.kernel_flavour})' if s.kernel_flavour else ''}, HZ {s.hz}"
+              + (f"; probes on {attach_words(s.attach)}" if s.attach else ""))
+    out = [f"session {s.path}: {s.duration_s:.1f} s on {s.host} ({kernel})" if not su.window else
+           f"session {s.path} on {s.host} ({kernel})"]
     if s.start and s.end:
         zone = s.start[26:]
         zone = "UTC" if zone in ("", "+00:00") else f"UTC{zone}"

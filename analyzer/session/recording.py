@@ -109,6 +109,11 @@ def completeness(session):
             out["note"] = f"the recording was ended by Ctrl-C or SIGTERM at {when}; every table was written"
         return out
     out["complete"] = False
+    if status == "write_failed":   # probes/recorder.py WRITE_FAILED
+        out["reason"] = (f"the recording ended at {when} when writing the session failed "
+                         f"({(meta.get('stop_reason') or 'error').removeprefix('error: ')}); "
+                         "what was written before is kept")
+        return out
     out["reason"] = (f"the session is incomplete (status {status!r}: the recorder stopped without finishing): "
                      f"data up to {when} was kept")
     return out
@@ -175,7 +180,8 @@ def loss_messages(session):
         if r["buffer"] == "stacks":
             what = (f"{r['lost']:,} kernel stack captures failed; {r.get('missing', 0):,} of "
                     f"{r['kept'] + r.get('missing', 0):,} off-CPU intervals have no stack ({pct:.2g}%)")
-            effect = "their time is 'other' (stack not captured) unless a checkpoint ran in the thread"
+            effect = ("their time is 'other' (stack not captured) unless a checkpoint ran in the thread "
+                      "or an XFS log-space wait was measured in it; verdicts judge the measured waits")
         else:
             what = f"{r['lost']:,} {r['buffer']} events lost, {r['kept']:,} kept ({pct:.2g}% lost)"
             effect = {"calls": "stall counts and times are lower bounds",

@@ -20,8 +20,10 @@ Rules, applied to a stack's frames (innermost first):
 
 An off-CPU interval with ``runnable`` set is ``cpu`` whatever its stack.  An interval whose
 stack is missing (``stack_id`` -1 or unknown) is ``checkpoint`` when a checkpoint fired in the
-same thread during the call (see ``stalls.own_checkpoints``), else ``other`` (label
-"stack not captured").
+same thread during the call (see ``stalls.own_checkpoints``), ``log_space`` when it overlaps a
+log-space wait of its thread measured in xfs_waits (:func:`measured_log_space`), else
+``other`` (label "stack not captured"). The verdicts (big enough, a remedy's need) never
+rest on stacks: journals.checkpoint_waits judges the measured waits.
 
 Generic wait frames (``folio_wait_bit_common``, ``wait_for_completion_io_timeout``,
 ``submit_bio_wait``) name no cause by themselves: the frame above them says what was awaited
@@ -290,6 +292,33 @@ def classify_stack(frames):
 RUNNABLE = ("cpu", "runnable")
 NO_STACK = ("other", "stack not captured")
 OWN_CHECKPOINT_NO_STACK = ("checkpoint", "checkpoint in own thread (stack not captured)")
+#: an interval without a stack during one of its thread's measured XFS log-space waits
+LOG_SPACE_NO_STACK = ("log_space", "log-space wait, measured (stack not captured)")
+
+
+def measured_log_space(cause, label, tid, ts_ns, offcpu_ns, waits):
+    """Refine, in place, the intervals :func:`interval_causes` left without a stack (``other``,
+    "stack not captured") that overlap a log-space wait of their own thread measured directly
+    (``waits``: the xfs_waits table, from the first sleep to the reservation's exit): their
+    cause is ``log_space``. A kernel that loses stacks (PREEMPT_RT under load) loses no wait.
+    ``cause``, ``label``: object arrays; the others: arrays of the offcpu table's columns."""
+    import numpy as np
+
+    if waits is None or not len(waits):
+        return
+    idx = np.flatnonzero(label == NO_STACK[1])
+    if not len(idx):
+        return
+    tid = np.asarray(tid, dtype="int64")[idx]
+    start = np.asarray(ts_ns, dtype="int64")[idx]
+    order = np.lexsort((start, tid))
+    idx, tid, start = idx[order], tid[order], start[order]
+    end = start + np.asarray(offcpu_ns, dtype="int64")[idx]
+    for wt, w0, w1 in zip(waits["tid"].to_numpy(dtype="int64"), waits["ts_ns"].to_numpy(dtype="int64"),
+                          waits["end_ns"].to_numpy(dtype="int64")):
+        lo, hi = np.searchsorted(tid, wt, "left"), np.searchsorted(tid, wt, "right")
+        hit = idx[lo:hi][(start[lo:hi] < w1) & (end[lo:hi] > w0)]
+        cause[hit], label[hit] = LOG_SPACE_NO_STACK
 
 
 def interval_causes(stack_id, tid, call_ts_ns, runnable, stacks, own_checkpoint_keys=None):

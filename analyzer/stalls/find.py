@@ -9,7 +9,7 @@ import pandas as pd
 
 from jstall.jbd2 import RESERVED_BLOCKS, forced_fill_pct, headroom
 
-from jstall.analyzer.stalls.causes import CAUSES, interval_causes
+from jstall.analyzer.stalls.causes import CAUSES, interval_causes, measured_log_space
 from jstall.analyzer.stalls.chains import checkpoint_overlap, queued_causes, worker_causes, worker_waits
 from jstall.analyzer.jbd2.fill import asof_positions, dev_codes, fill_pct, journal_limits, range_min
 from jstall.analyzer.xfs.logs import waits
@@ -176,6 +176,9 @@ def find_stalls(session, timeline, min_ms=DEFAULT_MIN_MS, xfs_waits=None):
     all_cause, all_labels = interval_causes(offcpu["stack_id"].to_numpy(), offcpu["tid"].to_numpy(),
                                             offcpu["call_ts_ns"].to_numpy(), offcpu["runnable"].to_numpy(dtype=bool),
                                             session.stacks, keys[own > 0])
+    # an interval with no stack inside its own thread's measured XFS wait is log space
+    measured_log_space(all_cause, all_labels, offcpu["tid"].to_numpy(), offcpu["ts_ns"].to_numpy(),
+                       offcpu["offcpu_ns"].to_numpy(), session.xfs_waits)
     # waits for a kernel worker take the worker's cause, then waits queued behind a task
     workers = worker_waits(getattr(session, "xfs_waits", None), session.jbd2_events)
     all_cause, all_labels, all_worker = worker_causes(offcpu, all_cause, all_labels, workers)

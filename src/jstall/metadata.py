@@ -92,6 +92,10 @@ class SessionDoc:
     stacks_lost: int
     journals: list
     stop_reason: typing.Optional[str] = None
+    #: the kernel's flavour (jstall.flavour: "generic", "cloud", "rt")
+    kernel_flavour: typing.Optional[str] = None
+    #: the recording's own process (its tasks are never the workload's)
+    recorder_pid: typing.Optional[int] = None
     hz_source: typing.Optional[str] = None
     hz_measured: typing.Optional[float] = None
     writeback: typing.Optional[dict] = None

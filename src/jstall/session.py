@@ -65,10 +65,22 @@ def write_metadata(session_dir, metadata):
     """Write metadata.json atomically; it is the last file of a session written."""
     path = os.path.join(session_dir, METADATA_FILE)
     tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(metadata, f, indent=2, sort_keys=True)
-        f.write("\n")
+    try:
+        with open(tmp, "w") as f:
+            json.dump(metadata, f, indent=2, sort_keys=True)
+            f.write("\n")
+    except OSError:
+        _removed_on_error(tmp)
+        raise
     os.replace(tmp, path)
+
+
+def _removed_on_error(tmp):
+    """Remove a temporary file a failed write left (a full disk keeps no half file)."""
+    try:
+        os.unlink(tmp)
+    except OSError:
+        pass
 
 
 def read_metadata(session_dir):
@@ -175,7 +187,11 @@ def write_chunk(session_dir, table, arrow_table, seq):
     os.makedirs(d, exist_ok=True)
     name = f"{CHUNK_PREFIX}{seq:06d}.parquet"
     tmp = os.path.join(d, "." + name + ".tmp")
-    pq.write_table(arrow_table, tmp)
+    try:
+        pq.write_table(arrow_table, tmp)
+    except OSError:
+        _removed_on_error(tmp)
+        raise
     size = os.path.getsize(tmp)
     os.replace(tmp, os.path.join(d, name))
     return size
@@ -187,7 +203,11 @@ def write_table_atomic(session_dir, table, arrow_table):
 
     path = table_path(session_dir, table)
     tmp = os.path.join(session_dir, "." + table + ".parquet.tmp")
-    pq.write_table(arrow_table, tmp)
+    try:
+        pq.write_table(arrow_table, tmp)
+    except OSError:
+        _removed_on_error(tmp)
+        raise
     os.replace(tmp, path)
 
 
@@ -203,11 +223,15 @@ def compact_table(session_dir, table, schema):
         return
     files = table_files(session_dir, table)
     tmp = os.path.join(session_dir, "." + table + ".parquet.tmp")
-    with pq.ParquetWriter(tmp, schema) as w:
-        for f in files:
-            w.write_table(pq.read_table(f).cast(schema))
-        if not files:
-            w.write_table(schema.empty_table())
+    try:
+        with pq.ParquetWriter(tmp, schema) as w:
+            for f in files:
+                w.write_table(pq.read_table(f).cast(schema))
+            if not files:
+                w.write_table(schema.empty_table())
+    except OSError:   # the chunks stay, readable as they are
+        _removed_on_error(tmp)
+        raise
     old = os.path.join(session_dir, "." + table + ".parquet.chunks")
     os.replace(path, old)
     os.replace(tmp, path)
