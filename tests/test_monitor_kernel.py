@@ -22,10 +22,11 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from jstall import session
+from jstall import jbd2, session
 from jstall.analyzer.analysis import analyze
 from jstall.analyzer.session.load import load_session
 from jstall.monitor.capture import list_captures
+from jstall.probes import filesystems
 from jstall.workloads.scratch import FsConfig, ScratchFs
 from child_output import read_line
 from conftest import SLOWDOWN
@@ -163,6 +164,9 @@ def run(tmp_path_factory):
             out["scrape"] = get(f"http://127.0.0.1:{port_a}/metrics")
             out["scrape_s"] = time.monotonic() - t
             out["status"] = json.loads(get(f"http://127.0.0.1:{port_a}/status.json"))
+            # the kernel's own view of the journal: j_max_transaction_buffers ("each up to")
+            name = filesystems.describe(fs.dev, filesystems.journaled_mounts()[fs.dev])["proc_info_name"]
+            out["proc_info"] = filesystems.read_proc_info(name)
             q = {
                 "forced": f'jstall_journal_checkpoints_total{{device="{fs.dev}",mode="forced"}}',
                 "cp_in_stalls": f'jstall_journal_checkpoints_in_stalls_total{{device="{fs.dev}"}}',
@@ -326,7 +330,12 @@ def test_top_pane_shows_the_journal_and_a_stalled_call(run):
     j = run["status"]["journals"][run["dev"]]
     assert run["status"]["recent"] and j["checkpoints"]["forced"] > 0
     # the forced checkpoints' dips, seconds before: in the last minute's low, on the screen too
-    assert j["headroom_low_ratio"] == 0.0 and j["headroom_ratio"] >= 0.0, j
+    assert j["headroom_low_ratio"] == 0.0, j
+    # the headroom is the kernel's: its j_max_transaction_buffers, as /proc/fs/jbd2 prints it,
+    # and the ratio of the space left above it (the same rule the analyzer reads)
+    (max_tx,) = re.findall(r"each up to (\d+) blocks", run["proc_info"])
+    assert j["max_transaction_blocks"] == int(max_tx), (j, run["proc_info"])
+    assert j["headroom_ratio"] == jbd2.headroom_ratio(j["log_space_left_blocks"], int(max_tx), j["log_blocks"]), j
     (row,) = [ln.split() for ln in pane.splitlines() if ln.startswith(run["dev"] + " ")]
     assert row[5] == "0.0", pane   # DEV MOUNTPOINT BLOCKS FILL% HEADROOM% LOW%
 

@@ -25,14 +25,12 @@ import time
 
 from jstall import system
 from jstall.errors import JstallError
-from jstall.metadata import LAB_FILE, LAB_VERSION, LabConfigRecord, LabDoc, PhaseRecord
+from jstall.metadata import LAB_FILE, LabConfigRecord, LabDoc, PhaseRecord
 
 from . import patterns
 from jstall.devstats import DeviceSampler, served
 from .fsconfig import FsConfig
 from .scratchfs import ScratchFs
-
-LAB_FORMAT_VERSION = LAB_VERSION  # the lab metadata's lab_version (jstall.metadata)
 
 
 @dataclasses.dataclass

@@ -18,12 +18,11 @@ causes:
 """
 
 
-def __getattr__(name):
-    # DESCRIPTION lists the causes registered when it is read (the parser is built after any
-    # causes.register), so a new cause is described without an edit here.
-    if name == "DESCRIPTION":
-        return _DESCRIPTION + describe_causes()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+def description() -> str:
+    """The description, listing the causes registered when the parser is built (after any
+    causes.register), so a new cause is described without an edit here."""
+    return _DESCRIPTION + describe_causes()
+
 
 EXAMPLES = """\
 examples:

@@ -62,15 +62,6 @@ def wall_hms(meta, ts_ns):
     return to_datetime(int(ts_ns) + off).strftime("%H:%M:%S.%f")[:-3]
 
 
-def zone_name(meta):
-    """The local zone's name at the session start (e.g. ``UTC``, ``CET``), or ''."""
-    off = wall_offset_ns(meta)
-    start = _clock_ns(meta, "start", "monotonic_ns")
-    if off is None:
-        return ""
-    return to_datetime(start + off).tzname() or ""
-
-
 def parse_time(text, meta, option="--from"):
     """A ``--from``/``--to`` value as monotonic ns of the session.
 

@@ -21,6 +21,13 @@ COMMANDS = {
 }
 
 
+def description(mod, default: str | None = None) -> str | None:
+    """A command module's description: its ``description()`` when it builds one as the parser
+    is built (e.g. from a registry), else its ``DESCRIPTION``."""
+    build = getattr(mod, "description", None)
+    return build() if callable(build) else getattr(mod, "DESCRIPTION", default)
+
+
 def build_parser(selected=None):
     """The parser; only the selected subcommand's module is imported (the analyzer's
     pandas and plotly load only for the commands that use them)."""
@@ -40,7 +47,7 @@ def build_parser(selected=None):
         p = sub.add_parser(
             name,
             help=summary,
-            description=getattr(mod, "DESCRIPTION", summary),
+            description=description(mod, summary),
             epilog=getattr(mod, "EXAMPLES", None),
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )

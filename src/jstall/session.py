@@ -47,16 +47,6 @@ JBD2_EVENTS = (
 )
 
 
-def __getattr__(name):
-    # FILL_COLUMNS is schema.py's (the table columns); it stays importable from here without
-    # loading pyarrow on every import of this module.
-    if name == "FILL_COLUMNS":
-        from .schema import FILL_COLUMNS
-
-        return FILL_COLUMNS
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def table_path(session_dir, table):
     return os.path.join(session_dir, table + ".parquet")
 

@@ -73,8 +73,6 @@ EVENT_HEAD = {
 }
 SLEEP_EVENT = "xfs_log_grant_sleep"
 WAKE_EVENT = "xfs_log_grant_wake"
-#: every tracepoint of xfs_loggrant_class jstall reads
-LOGGRANT_EVENTS = (*EVENT_HEAD, SLEEP_EVENT, WAKE_EVENT)
 
 SYSFS = "/sys/fs/xfs"
 #: the global counters (also /proc/fs/xfs/stat), and each mount's (``<name>`` the data
