@@ -7,8 +7,10 @@ import dataclasses
 import json
 import os
 
+from jstall import kinds
 from jstall.enough import bound, judge
 from jstall.errors import JstallError
+from jstall.metadata import TUNE_FILE
 
 TUNE_FORMAT = "jstall-tune"
 TUNE_VERSION = 1
@@ -138,7 +140,7 @@ class TuneResult:
 
     @property
     def xfs(self):
-        return (self.config or {}).get("fs_type") == "xfs"
+        return kinds.of_fs_type((self.config or {}).get("fs_type")) is kinds.XFS
 
     def to_dict(self):
         def run(r):
@@ -156,8 +158,6 @@ class TuneResult:
 def load(tune_dir):
     """The TuneResult a lab tune directory's tune.json holds (a search cut short: the runs it
     finished). Raises JstallError for an unreadable one."""
-    from jstall.metadata import TUNE_FILE
-
     path = os.path.join(tune_dir, TUNE_FILE)
     try:
         with open(path) as f:

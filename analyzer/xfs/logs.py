@@ -15,7 +15,7 @@ A wait the AIL reported nothing in, while the log's own writes completed
 import numpy as np
 import pandas as pd
 
-from jstall import xfs
+from jstall import kinds, xfs
 from jstall.enough import verdict
 
 from jstall.analyzer.session.recording import session_span_s
@@ -26,12 +26,12 @@ TAIL_REASONS = xfs.TAIL_REASONS
 
 def xfs_journals(session):
     """{dev: journal description} of the session's XFS logs."""
-    return {j["dev"]: j for j in session.journals if j.get("kind") == "xfs"}
+    return {j["dev"]: j for j in session.journals if kinds.is_xfs(j)}
 
 
 def xfs_only(session):
     """Every journal the session traced is an XFS log (so it has no jbd2 events to expect)."""
-    return bool(session.journals) and all(j.get("kind") == "xfs" for j in session.journals)
+    return bool(session.journals) and all(kinds.is_xfs(j) for j in session.journals)
 
 
 def waits(session):
@@ -125,7 +125,7 @@ def summary(session, waits_, stalls=None, log_waits=None):
             row["stalls"] = int(sm.sum())
             row["stall_ms"] = float(stalls.loc[sm, "latency_ms"].sum())
         jw = judged.get(dev)
-        row["enough"] = verdict(jw, run_ms, "xfs").as_dict()
+        row["enough"] = verdict(jw, run_ms, kinds.XFS.name).as_dict()
         rows.append(row)
     return pd.DataFrame(rows)
 

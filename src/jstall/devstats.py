@@ -21,6 +21,8 @@ import os
 import threading
 import time
 
+from jstall.session import table_path
+
 #: /sys/block/<dev>/stat fields (Documentation/block/stat.rst), in order
 BLOCK_STAT_FIELDS = ("read_ios", "read_merges", "read_sectors", "read_ticks_ms", "write_ios", "write_merges",
                      "write_sectors", "write_ticks_ms", "in_flight", "io_ticks_ms", "time_in_queue_ms",
@@ -126,6 +128,8 @@ def add_rows(rows, devices, before, after):
 
 def table(rows):
     """device_stats columns as a pyarrow Table with the session schema."""
+    # pyarrow (and schema, which builds its tables' schemas with it) load when a table is
+    # built: the lab and the monitor import this module before they write anything
     import pyarrow as pa
 
     from jstall.schema import SCHEMAS
@@ -200,8 +204,6 @@ class DeviceSampler:
     def write(self, session_dir):
         """Write device_stats.parquet into a session directory (before its metadata.json)."""
         import pyarrow.parquet as pq
-
-        from jstall.session import table_path
 
         pq.write_table(self.table(), table_path(session_dir, "device_stats"))
 

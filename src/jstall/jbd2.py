@@ -9,10 +9,23 @@ the kernel has it (fs/jbd2/transaction.c, include/linux/jbd2.h):
   that is below ``j_max_transaction_buffers``;
 - ``j_max_transaction_buffers`` = (journal blocks - fast-commit blocks) / 4, / 3 since 6.11
   (``jbd2_journal_init_transaction_limits``).
+
+A journal kind's interface, the same names in ``jstall.xfs``: ``NOUN``, ``MIN_BLOCKS`` and
+``MAX_BLOCKS`` (bounds on its size), ``read_geometry(mount)``, ``read_counters(name)``,
+``headroom(...)``; ``jstall.kinds`` holds the facts that differ per kind.
 """
 
-import re
+from __future__ import annotations
 
+import re
+import subprocess
+
+from .errors import JstallError
+
+#: what ext4 calls the place its metadata is logged
+NOUN = "journal"
+#: ext4's journal holds 1,024 to 10,240,000 blocks (mke2fs; JBD2_MIN_JOURNAL_BLOCKS)
+MIN_BLOCKS, MAX_BLOCKS = 1024, 10_240_000
 #: jbd2 keeps this many blocks in reserve (``jbd2_log_space_left``: ``j_free - 32``).
 RESERVED_BLOCKS = 32
 
@@ -89,3 +102,43 @@ def headroom_low(journal):
         ff, mx = journal.get("forced_fill_pct"), journal.get("max_fill_pct")
         pct = None if ff is None or mx is None else float(ff) - float(mx)
     return blocks, pct
+
+
+# ---- the kernel's and e2fsprogs' view ------------------------------------------------------------
+
+
+def parse_dumpe2fs(text: str) -> dict[str, str]:
+    """{key: value} of the 'Key: value' lines of `dumpe2fs -h` (first occurrence wins; indented
+    continuation lines are skipped)."""
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key and not key.startswith((" ", "\t")):
+            out.setdefault(key.strip(), value.strip())
+    return out
+
+
+def dumpe2fs(device: str) -> dict[str, str]:
+    """The superblock fields `dumpe2fs -h DEVICE` prints, as {name: text}."""
+    res = subprocess.run(["dumpe2fs", "-h", device], capture_output=True, text=True)
+    if res.returncode != 0:
+        last = (res.stderr.strip().splitlines() or ["no output"])[-1]
+        raise JstallError(f"dumpe2fs -h {device} failed: {last}")
+    return parse_dumpe2fs(res.stdout)
+
+
+def read_geometry(mount: dict) -> dict[str, str]:
+    """The journal's geometry: ``dumpe2fs -h`` of a mount-table entry's ``source``."""
+    return dumpe2fs(mount["source"])
+
+
+def read_counters(name: str | None) -> str | None:
+    """The kernel's counters of a journal: ``/proc/fs/jbd2/<name>/info`` (its text), or None
+    without a name or when the kernel has no such journal."""
+    if not name:
+        return None
+    try:
+        with open(f"/proc/fs/jbd2/{name}/info") as f:
+            return f.read()
+    except OSError:
+        return None

@@ -1,4 +1,4 @@
-"""System helpers the probes and the lab share: the root check, the mount table, `dumpe2fs -h`,
+"""System helpers the probes and the lab share: the root check, the mount table,
 process start times, and signal handling (deferral, handlers, SIGTERM as an exception).
 
 Nothing here imports pandas or bcc; every function reads the running system directly.
@@ -7,7 +7,6 @@ Nothing here imports pandas or bcc; every function reads the running system dire
 import contextlib
 import os
 import signal
-import subprocess
 import threading
 
 from jstall.errors import JstallError
@@ -63,29 +62,6 @@ def mount_options(mountpoint):
             if _unescape(p[1]) == mountpoint:
                 opts = p[3]
     return opts
-
-
-# ---- dumpe2fs -----------------------------------------------------------------------------------
-
-
-def parse_dumpe2fs(text):
-    """{key: value} of the 'Key: value' lines of `dumpe2fs -h` (first occurrence wins; indented
-    continuation lines are skipped)."""
-    out = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition(":")
-        if sep and key and not key.startswith((" ", "\t")):
-            out.setdefault(key.strip(), value.strip())
-    return out
-
-
-def dumpe2fs(device):
-    """The superblock fields `dumpe2fs -h DEVICE` prints, as {name: text}."""
-    res = subprocess.run(["dumpe2fs", "-h", device], capture_output=True, text=True)
-    if res.returncode != 0:
-        last = (res.stderr.strip().splitlines() or ["no output"])[-1]
-        raise JstallError(f"dumpe2fs -h {device} failed: {last}")
-    return parse_dumpe2fs(res.stdout)
 
 
 # ---- processes ------------------------------------------------------------------------------------

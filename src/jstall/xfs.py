@@ -36,6 +36,8 @@ Space left on a head changed in Linux 6.11 ("xfs: grant heads track byte counts,
 :func:`grant_heads_kind` tells the two apart from a tracepoint's field names.
 """
 
+from __future__ import annotations
+
 import os
 import subprocess
 from dataclasses import asdict, dataclass, field
@@ -48,6 +50,9 @@ from jstall.errors import JstallError
 #: geometry (its largest transaction's reservation) only mkfs.xfs computes.
 MIN_LOG_BYTES, MAX_LOG_BYTES = 2 << 20, (2 << 30) - (10 << 20)
 MIN_LOG_BLOCKS, MAX_LOG_BLOCKS = 512, 1 << 20
+#: the journal kinds' interface (as jstall.jbd2): the noun, the bounds in blocks
+NOUN = "log"
+MIN_BLOCKS, MAX_BLOCKS = MIN_LOG_BLOCKS, MAX_LOG_BLOCKS
 
 #: LSN blocks are 512-byte basic blocks (``BBTOB(bb) = bb << BBSHIFT``, BBSHIFT 9)
 BBSIZE = 512
@@ -578,3 +583,14 @@ def _field_names(event):
         return list(columns)
     return list(event.keys())
 
+
+
+def read_geometry(mount: dict) -> XfsGeometry:
+    """The log's geometry: ``xfs_info`` of a mount-table entry's ``mountpoint``."""
+    return xfs_info(mount["mountpoint"])
+
+
+def read_counters(name: str | None) -> dict | None:
+    """The kernel's counters of a log: ``/sys/fs/xfs/<name>/stats/stats``, parsed
+    (:func:`read_stats`), or None when the kernel has none."""
+    return read_stats(name)
