@@ -87,7 +87,8 @@ def check_sweep_options(args):
     from jstall.errors import JstallError
 
     if getattr(args, "time_from", None) is not None or getattr(args, "time_to", None) is not None:
-        raise JstallError(f"{args.path}: --from/--to apply to one session, not a sweep or a tune; analyze a run's session")
+        raise JstallError(f"{args.path}: --from/--to apply to one session, not a sweep or a tune; "
+                          "analyze a run's session")
 
 
 def emit_text(text):

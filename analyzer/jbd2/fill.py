@@ -15,8 +15,8 @@ from jstall import jbd2
 from jstall.jbd2 import RESERVED_BLOCKS, forced_fill_pct, headroom  # noqa: F401 (the analyzer's names for them)
 
 TIMELINE_COLUMNS = ("ts_ns", "dev", "source", "free_blocks", "space_left_blocks", "headroom_blocks", "headroom_pct",
-                    "log_blocks", "used_blocks", "fill_pct", "max_transaction_blocks", "journal_blocks", "running_transaction",
-                    "committing_transaction")
+                    "log_blocks", "used_blocks", "fill_pct", "max_transaction_blocks", "journal_blocks",
+                    "running_transaction", "committing_transaction")
 
 
 def fill_pct(free_blocks, log_blocks):

@@ -182,7 +182,8 @@ def _conform(path, t, spec):
     missing = [n for n, _, _ in spec if n not in t.column_names]
     if missing:
         raise JstallError(
-            f"{path}: missing columns {', '.join(missing)}; the session is corrupt or from another jstall, record it again"
+            f"{path}: missing columns {', '.join(missing)}; the session is corrupt or from another jstall, "
+            "record it again"
         )
     arrays, names = [], []
     for n, typ, nullable in spec:
@@ -213,7 +214,8 @@ def load_session(path, tables=None):
 def _read_or_empty(path, table):
     """A lab table (schema.LAB_TABLES) is absent from sessions ``jstall record`` wrote, a later
     one (schema.LATER_TABLES) from sessions written before it: empty."""
-    if (table in schema.LAB_TABLES or table in schema.LATER_TABLES) and not (path and os.path.exists(table_path(path, table))):
+    optional = table in schema.LAB_TABLES or table in schema.LATER_TABLES
+    if optional and not (path and os.path.exists(table_path(path, table))):
         return empty_table(table)
     return read_table(path, table)
 

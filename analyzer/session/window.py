@@ -154,8 +154,8 @@ def restrict(session, from_ns, to_ns):
     """A new Session holding only the rows of ``[from_ns, to_ns)`` (see the module docstring).
 
     The copy's metadata keeps the session's clocks; ``Session.window_ns`` holds the window,
-    ``Session.whole`` the unrestricted session, and the journals lose ``proc_info_start``/``proc_info_end`` (the kernel's /proc figures span
-    the whole session, not the window)."""
+    ``Session.whole`` the unrestricted session, and the journals lose ``proc_info_start``/
+    ``proc_info_end`` (the kernel's /proc figures span the whole session, not the window)."""
     import copy
 
     tables = {}

@@ -1,5 +1,7 @@
 """The `jstall` command: one subcommand per job, each defined by the part that does it."""
 
+from __future__ import annotations
+
 import argparse
 import importlib
 import logging
@@ -15,7 +17,8 @@ COMMANDS = {
     "report": ("jstall.analyzer.commands.report_cmd", "write a self-contained HTML report of a session or a sweep"),
     "fleet": ("jstall.analyzer.commands.fleet_cmd", "summarize many sessions on Dask: worst hosts and filesystems"),
     "compare": ("jstall.analyzer.commands.compare_cmd", "two sessions side by side, with a verdict"),
-    "lab": ("jstall.workloads.lab_cmd", "reproduce stalls on scratch ext4 or XFS filesystems (run, sweep, tune, cleanup)"),
+    "lab": ("jstall.workloads.lab_cmd",
+            "reproduce stalls on scratch ext4 or XFS filesystems (run, sweep, tune, cleanup)"),
     "monitor": ("jstall.monitor.monitor_cmd", "always-on monitoring: Prometheus metrics and stall-triggered captures"),
     "top": ("jstall.monitor.top_cmd", "a live view of journals and slow calls, local or from a running monitor"),
 }

@@ -68,13 +68,15 @@ def read_metadata(session_dir):
     path = os.path.join(session_dir, METADATA_FILE)
     if not os.path.exists(path) and is_tune_dir(session_dir):
         runs = sorted(d for d in os.listdir(session_dir) if os.path.exists(os.path.join(session_dir, d, METADATA_FILE)))
-        raise JstallError(f"{session_dir}: a lab tune directory, whose runs are sessions ({', '.join(runs[:4]) or 'none yet'}"
-                          f"{', ...' if len(runs) > 4 else ''}); give one run, e.g. "
+        raise JstallError(f"{session_dir}: a lab tune directory, whose runs are sessions "
+                          f"({', '.join(runs[:4]) or 'none yet'}{', ...' if len(runs) > 4 else ''}); "
+                          "give one run, e.g. "
                           f"{os.path.join(session_dir, runs[0] if runs else 'RUN')}, or 'jstall analyze' the directory "
                           "for the tune's table")
     if not os.path.exists(path):
         raise JstallError(
-            f"{session_dir}: no {METADATA_FILE}; not a jstall session, or its recording did not finish (record it again)"
+            f"{session_dir}: no {METADATA_FILE}; not a jstall session, or its recording did not finish "
+            "(record it again)"
         )
     try:
         with open(path) as f:
@@ -84,7 +86,8 @@ def read_metadata(session_dir):
     check_session(meta, session_dir, path)
     missing = [t for t in TABLES if t not in LATER_TABLES and not table_exists(session_dir, t)]
     if missing:
-        raise JstallError(f"{session_dir}: missing tables {', '.join(missing)}; the session is truncated, record it again")
+        raise JstallError(f"{session_dir}: missing tables {', '.join(missing)}; the session is truncated, "
+                          "record it again")
     return meta
 
 
