@@ -31,7 +31,7 @@ def description(mod, default: str | None = None) -> str | None:
     return build() if callable(build) else getattr(mod, "DESCRIPTION", default)
 
 
-def build_parser(selected=None):
+def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
     """The parser; only the selected subcommand's module is imported (the analyzer's
     pandas and plotly load only for the commands that use them)."""
     parser = argparse.ArgumentParser(
@@ -75,7 +75,7 @@ def _show_log_messages():
     log.propagate = False
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     _show_log_messages()
     selected = next((a for a in argv if not a.startswith("-")), None)

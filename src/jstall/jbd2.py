@@ -19,8 +19,15 @@ from __future__ import annotations
 
 import re
 import subprocess
+from typing import TYPE_CHECKING, Union
 
 from .errors import JstallError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+#: a number, or a numpy array of them: the rules work element-wise
+Values = Union[int, float, "np.ndarray"]
 
 #: what ext4 calls the place its metadata is logged
 NOUN = "journal"
@@ -30,13 +37,14 @@ MIN_BLOCKS, MAX_BLOCKS = 1024, 10_240_000
 RESERVED_BLOCKS = 32
 
 
-def space_left(free_blocks, committing_credits=0):
+def space_left(free_blocks: Values, committing_credits: Values = 0) -> Values:
     """``jbd2_log_space_left()``: free blocks less the reserve and the committing
     transaction's outstanding credits. Scalars or arrays."""
     return free_blocks - RESERVED_BLOCKS - committing_credits
 
 
-def headroom(space_left_blocks, max_transaction_blocks, log_blocks):
+def headroom(space_left_blocks: Values, max_transaction_blocks: Values,
+             log_blocks: Values) -> tuple[Values, Values]:
     """``(blocks, percent of the log)`` by which ``jbd2_log_space_left()`` exceeds
     ``j_max_transaction_buffers``; below 0 the next handle must wait for space
     (``add_transaction_credits -> __jbd2_log_wait_for_space``). Scalars or arrays."""
@@ -44,7 +52,8 @@ def headroom(space_left_blocks, max_transaction_blocks, log_blocks):
     return h, 100.0 * h / log_blocks
 
 
-def headroom_ratio(space_left_blocks, max_transaction_blocks, log_blocks):
+def headroom_ratio(space_left_blocks: Values, max_transaction_blocks: Values,
+                   log_blocks: Values) -> Values:
     """Headroom over its value in an empty journal, clipped to [0, 1]: 1 for an empty journal,
     0 at the forced-checkpoint condition (and for a log too small to hold a transaction).
     Scalars (a float) or numpy arrays (element-wise)."""
@@ -56,7 +65,7 @@ def headroom_ratio(space_left_blocks, max_transaction_blocks, log_blocks):
     return min(1.0, max(0.0, h / full)) if full > 0 else 0.0
 
 
-def forced_fill_pct(max_transaction_blocks, log_blocks):
+def forced_fill_pct(max_transaction_blocks: Values, log_blocks: Values) -> Values:
     """Fill percent at and above which the next handle must checkpoint: a handle waits for
     space when ``free - 32 < max_transaction_blocks`` (ignoring the committing transaction's
     outstanding credits, which make it happen a little earlier), so the level is
@@ -64,14 +73,15 @@ def forced_fill_pct(max_transaction_blocks, log_blocks):
     return 100.0 * (1.0 - (max_transaction_blocks + RESERVED_BLOCKS) / log_blocks)
 
 
-def divisor(kernel_release=None):
+def divisor(kernel_release: str | None = None) -> float:
     """journal blocks / ``j_max_transaction_buffers`` on a kernel: 3 since 6.11, 4 before
     (and 3 when the release is unknown: the newest rule)."""
     m = re.match(r"(\d+)\.(\d+)", str(kernel_release or ""))
     return 3.0 if not m or (int(m.group(1)), int(m.group(2))) >= (6, 11) else 4.0
 
 
-def transaction_divisor(journal_blocks, max_transaction_blocks=None, fast_commit_blocks=0, kernel_release=None):
+def transaction_divisor(journal_blocks: int, max_transaction_blocks: int | None = None,
+                        fast_commit_blocks: int = 0, kernel_release: str | None = None) -> float:
     """The divisor a journal shows (its blocks less fast-commit blocks over its
     ``j_max_transaction_buffers``, rounded), else the kernel's rule (:func:`divisor`)."""
     if max_transaction_blocks and max_transaction_blocks > 0 and max_transaction_blocks == max_transaction_blocks:
@@ -79,14 +89,15 @@ def transaction_divisor(journal_blocks, max_transaction_blocks=None, fast_commit
     return divisor(kernel_release)
 
 
-def blocks_needed(hot_blocks, overhead, divisor_, fast_commit_blocks=0):
+def blocks_needed(hot_blocks: Values, overhead: float, divisor_: float,
+                  fast_commit_blocks: int = 0) -> Values:
     """Journal blocks of which ``1 / divisor_`` holds ``hot_blocks`` (times the log overhead
     per block) plus jbd2's reserve (``divisor_``: journal / j_max_transaction_buffers for
     one transaction holding them all)."""
     return divisor_ * (hot_blocks * overhead + RESERVED_BLOCKS) + fast_commit_blocks
 
 
-def headroom_low(journal):
+def headroom_low(journal: dict) -> tuple[float | None, float | None]:
     """The journal's lowest headroom in blocks and % of the log (below 0 a handle had to wait
     for log space: jbd2_log_space_left against j_max_transaction_buffers), as the analyzer
     gives it (``headroom_low_blocks``/``headroom_low_pct``, counting the committing

@@ -4,10 +4,13 @@ process start times, and signal handling (deferral, handlers, SIGTERM as an exce
 Nothing here imports pandas or bcc; every function reads the running system directly.
 """
 
+from __future__ import annotations
+
 import contextlib
 import os
 import signal
 import threading
+from collections.abc import Callable, Iterable, Iterator
 
 from jstall.errors import JstallError
 
@@ -18,7 +21,7 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 # ---- privileges -------------------------------------------------------------------------------
 
 
-def require_root(message):
+def require_root(message: str) -> None:
     """Raise JstallError(message) unless the process runs as root (effective uid 0)."""
     if os.geteuid() != 0:
         raise JstallError(message)
@@ -33,7 +36,7 @@ def _unescape(text):
     return (text.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\"))
 
 
-def mounts():
+def mounts() -> list[dict]:
     """Every mount of this process's namespace in mount order, from /proc/self/mountinfo: one
     dict each with ``dev`` ('MAJ:MIN' of the filesystem), ``mountpoint``, ``fstype``,
     ``source`` and ``options`` (the mount's options then the filesystem's, without a second
@@ -51,7 +54,7 @@ def mounts():
     return out
 
 
-def mount_options(mountpoint):
+def mount_options(mountpoint: str) -> str | None:
     """The options string /proc/self/mounts shows for a mount point (the last mount there), or
     None. Read from /proc/self/mounts rather than mountinfo: its order is the kernel's own
     (show_vfsmnt: rw/ro, superblock flags, mount flags, the filesystem's options)."""
@@ -67,7 +70,7 @@ def mount_options(mountpoint):
 # ---- processes ------------------------------------------------------------------------------------
 
 
-def proc_start(pid):
+def proc_start(pid: int) -> int | None:
     """The start time of a process (clock ticks since boot, /proc/PID/stat field 22), or None
     when it does not exist: with the pid, it names one process across pid reuse."""
     try:
@@ -81,7 +84,7 @@ def proc_start(pid):
 
 
 @contextlib.contextmanager
-def signals_deferred():
+def signals_deferred() -> Iterator[None]:
     """Hold SIGINT and SIGTERM (main thread only) until the block is done: a Ctrl-C there is
     delivered when the block ends, so that what it writes or undoes is finished first."""
     if threading.current_thread() is not threading.main_thread():
@@ -94,18 +97,18 @@ def signals_deferred():
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
-def install_handlers(handler, signals=STOP_SIGNALS):
+def install_handlers(handler: Callable, signals: Iterable[int] = STOP_SIGNALS) -> dict:
     """Set handler for each signal; return {signal: previous handler} for restore_handlers()."""
     return {s: signal.signal(s, handler) for s in signals}
 
 
-def restore_handlers(old):
+def restore_handlers(old: dict) -> None:
     """Put back the handlers install_handlers() returned."""
     for s, h in old.items():
         signal.signal(s, h)
 
 
-def raise_on_sigterm(exc_type):
+def raise_on_sigterm(exc_type: type[BaseException]) -> Callable | int | None:
     """From now on SIGTERM raises exc_type (e.g. a KeyboardInterrupt subclass, so that it is
     handled like Ctrl-C) in the main thread. Returns the previous handler for
     restore_handlers({signal.SIGTERM: it}), or None off the main thread (nothing changed)."""
