@@ -3,6 +3,7 @@ value given as text, and building a LabConfig from parsed values. The command li
 (lab_cmd.py) and sweeps (sweep.py) both build their configurations here. A pattern's own
 options come from its class (patterns.py: ``defaults`` and ``options``)."""
 
+from jstall import kinds
 from jstall.errors import JstallError
 from jstall.units import format_size, parse_size
 
@@ -117,7 +118,7 @@ def default_fs_size(journal_size, journal_device, fs_type="ext4"):
     """2G, or room for an internal journal larger than 512M (ext4: it takes at most 40% of the
     fs) or an internal XFS log larger than 496M (it lives in one of four allocation groups)."""
     jb = parse_size(journal_size, "--journal-size")
-    if fs_type == "xfs":
+    if kinds.of_fs_type(fs_type) is kinds.XFS:
         return "2G" if journal_device or 4 * jb <= (2 << 30) - (64 << 20) else format_size(4 * jb + (64 << 20))
     return "2G" if journal_device or jb <= 512 << 20 else format_size(4 * jb)
 

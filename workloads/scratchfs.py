@@ -12,7 +12,7 @@ import subprocess
 import time
 import uuid
 
-from jstall import jbd2, system
+from jstall import jbd2, kinds, system
 from jstall.errors import JstallError
 
 from . import throttle
@@ -274,7 +274,7 @@ class ScratchFs:
         bs, lb = _int(raw.get("blocksize")), _int(raw.get("logblocks"))
         log_start = _int(raw.get("logstart"))
         return {
-            "fs_type": "xfs",
+            "fs_type": kinds.XFS.fs_type,
             "block_size": bs,
             "inode_size": _int(raw.get("inodesize")),
             "block_count": _int(raw.get("dblocks")),
