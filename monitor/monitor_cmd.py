@@ -111,8 +111,8 @@ def run(args):
         server.start()
         what = ", ".join(tracer.journals) or "every ext4 and XFS"
         host, port = server.address[:2]
-        kinds = "ext4 journals" + (" and XFS logs" if any(kinds.is_xfs(j) for j in tracer.journals.values()) else "")
-        print(f"Tracing {kinds} on {what}; metrics on http://{host}:{port}/metrics"
+        traced = "ext4 journals" + (" and XFS logs" if any(kinds.is_xfs(j) for j in tracer.journals.values()) else "")
+        print(f"Tracing {traced} on {what}; metrics on http://{host}:{port}/metrics"
               f"{'; captures in ' + args.capture_dir if args.capture_dir else ''}... Hit Ctrl-C to end.",
               file=sys.stderr, flush=True)
         if not args.quiet:

@@ -298,10 +298,10 @@ class Fleet:
                         row[f"{c}_ms"] = st["by_cause"][c]["total_ms"]
                     rows.append(row)
                     continue
-                kind = kinds.of(j)
-                xfs_log = kind is kinds.XFS
+                jkind = kinds.of(j)
+                xfs_log = jkind is kinds.XFS
                 row.update({"dev": j["dev"], "device": j.get("device"), "mountpoint": j.get("mountpoint"),
-                            "journal_kind": kind.name,
+                            "journal_kind": jkind.name,
                             "journal_mib": j.get("log_mib" if xfs_log else "journal_mib"),
                             "inode_size": j.get("inode_size"), "stalls": j.get("stalls") or 0,
                             "stall_ms": j.get("stall_ms") or 0.0})
