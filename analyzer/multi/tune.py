@@ -3,9 +3,12 @@ checked against them (``Prediction``) and the whole search (``TuneResult``); ``l
 ``print_result``, what `jstall analyze TUNE_DIR` and `jstall lab tune` print. The search itself
 is the lab's (jstall.workloads.tune)."""
 
+from __future__ import annotations
+
 import dataclasses
 import json
 import os
+from typing import TextIO
 
 from jstall import kinds
 from jstall.enough import bound, judge
@@ -155,7 +158,7 @@ class TuneResult:
                 "smallest_mib": self.smallest_mib, "refused": self.refused}
 
 
-def load(tune_dir):
+def load(tune_dir: str) -> TuneResult:
     """The TuneResult a lab tune directory's tune.json holds (a search cut short: the runs it
     finished). Raises JstallError for an unreadable one."""
     path = os.path.join(tune_dir, TUNE_FILE)
@@ -179,7 +182,7 @@ def load(tune_dir):
         raise JstallError(f"{path}: unreadable ({e}); run jstall lab tune again") from None
 
 
-def print_result(r, out):
+def print_result(r: TuneResult, out: TextIO) -> None:
     """The text summary of a TuneResult."""
     c = r.config or {}
     xfs = r.xfs
