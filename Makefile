@@ -17,6 +17,7 @@ demo: setup
 	sh scripts/demo.sh
 
 test: setup-test
+	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -ra --durations=15 tests
 
 # The kernel tests on each stock kernel of tests/guest-kernels.txt, in QEMU guests (emulated:

@@ -117,7 +117,8 @@ a = analyze(sys.argv[1])
 doc = json.dumps(a.to_dict(), allow_nan=False)
 text = session_summary(a)
 t = time.perf_counter() - t0
-print(json.dumps({"seconds": t, "stalls": len(a.stalls), "peak_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+print(json.dumps({"seconds": t, "stalls": len(a.stalls),
+                  "peak_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
 """
 
 

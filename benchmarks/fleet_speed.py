@@ -81,7 +81,8 @@ def main():
         root = args.keep or os.path.join(tmp, "collection")
         t = time.perf_counter()
         if not os.path.isdir(root) or not os.listdir(root):  # in a child: its memory is not ours
-            subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[4]); from synthetic import generate_fleet; "
+            subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[4]); "
+                            "from synthetic import generate_fleet; "
                             "generate_fleet(sys.argv[1], sessions=int(sys.argv[2]), hosts=int(sys.argv[3]), seed=1)",
                             root, str(args.sessions), str(args.hosts), TESTS_DIR], check=True)
         size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(root) for f in fs)

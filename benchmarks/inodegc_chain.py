@@ -128,7 +128,8 @@ def main():
         k = w[w["context"] == "kernel thread"]
         print(f"rm -rf of {opts.files:,} files of {opts.extents} extents, {opts.log} log, {opts.iops} writes/s, "
               f"filler {'on' if opts.filler else 'off'}; load {loadavg()}")
-        print(f"stalls {st['count']}, off CPU {st['offcpu_ms']:,.0f} ms; other before {100 * before.get('other', 0):.1f} %,"
+        print(f"stalls {st['count']}, off CPU {st['offcpu_ms']:,.0f} ms; "
+              f"other before {100 * before.get('other', 0):.1f} %,"
               f" after {100 * after.get('other', 0):.1f} %; log_space before {100 * before.get('log_space', 0):.1f} %,"
               f" after {100 * after.get('log_space', 0):.1f} %")
         print(f"through workers: {st['through_worker']['count']} stalls, {st['through_worker']['total_ms']:,.0f} ms; "

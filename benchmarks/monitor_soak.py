@@ -99,8 +99,8 @@ def main():
         loads = {}
         for name, fs, rate in (("fast", fast, args.rate - args.stall_rate), ("slow", slow, args.stall_rate)):
             prog = os.path.join(tmp, f"{name}.progress")
-            loads[name] = (subprocess.Popen([sys.executable, "-c", PACED, os.path.join(fs.mountpoint, "soak"), str(rate),
-                                             str(seconds), prog], stdout=subprocess.PIPE, text=True), prog)
+            args_ = [sys.executable, "-c", PACED, os.path.join(fs.mountpoint, "soak"), str(rate), str(seconds), prog]
+            loads[name] = (subprocess.Popen(args_, stdout=subprocess.PIPE, text=True), prog)
         print(f"conditions: {os.cpu_count()} CPUs shared with other work (load average {load_start} at the start); "
               f"{args.minutes:g} min of create, 2 x setxattr, unlink (a write and an fsync every 100 files) paced at "
               f"{args.rate:,.0f} calls/s: {args.rate - args.stall_rate:,.0f} on an unthrottled ext4 {fast_cfg.fs_size} "
@@ -148,7 +148,8 @@ def main():
     print(f"\nload achieved {achieved:,.0f} calls/s in all (fast {done['fast'][0] / done['fast'][1]:,.0f}, slow "
           f"{done['slow'][0] / done['slow'][1]:,.0f}); per {args.every:g} s interval after {args.warmup:g} s: median "
           f"{statistics.median(rates):,.0f}, min {min(rates):,.0f}")
-    print(f"RSS after {args.warmup:g} s {warm[0]['rss'] / 2**20:.1f} MiB, at the end {series[-1]['rss'] / 2**20:.1f} MiB "
+    print(f"RSS after {args.warmup:g} s {warm[0]['rss'] / 2**20:.1f} MiB, "
+          f"at the end {series[-1]['rss'] / 2**20:.1f} MiB "
           f"({(series[-1]['rss'] / warm[0]['rss'] - 1) * 100:+.1f}%; max after {args.warmup:g} s "
           f"{max(r['rss'] for r in warm) / 2**20:.1f} MiB); scrape median {statistics.median(scr) * 1e3:.1f} ms, max "
           f"{max(scr) * 1e3:.1f} ms; events lost {lost_total}; {stalls:,} stalls, {c.counts['written']} captures, "

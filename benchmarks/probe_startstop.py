@@ -50,8 +50,10 @@ def main():
                 print(f"round {r + 1}  {'now' if now else 'before':6}  start {start_s:5.2f} s  stop {stop_s:5.2f} s  "
                       f"({n} programs, attach {mode})", flush=True)
     med = {k: (statistics.median(a for a, _ in v), statistics.median(b for _, b in v)) for k, v in rows.items()}
-    print(f"median start: before {med[False][0]:.2f} s, now {med[True][0]:.2f} s (ratio {med[True][0] / med[False][0]:.2f}); "
-          f"median stop: before {med[False][1]:.2f} s, now {med[True][1]:.2f} s (ratio {med[True][1] / med[False][1]:.2f})")
+    print(f"median start: before {med[False][0]:.2f} s, now {med[True][0]:.2f} s "
+          f"(ratio {med[True][0] / med[False][0]:.2f}); "
+          f"median stop: before {med[False][1]:.2f} s, now {med[True][1]:.2f} s "
+          f"(ratio {med[True][1] / med[False][1]:.2f})")
 
 
 if __name__ == "__main__":

@@ -34,7 +34,8 @@ def main():
         sys.exit("record_memory.py: dbench is not installed; run 'sh scripts/setup.sh'")
     seconds = args.minutes * 60
     samples = []
-    with ScratchFs(FsConfig(fs_size="2G", journal_size="64M")) as fs, tempfile.TemporaryDirectory(dir="/var/tmp") as tmp:
+    tmpdir = tempfile.TemporaryDirectory(dir="/var/tmp")
+    with ScratchFs(FsConfig(fs_size="2G", journal_size="64M")) as fs, tmpdir as tmp:
         out = os.path.join(tmp, "s")
         cmd = [JSTALL, "record", "-q", "-o", out, "-d", fs.mountpoint, "--min-ms", str(args.min_ms)]
         if args.max_size:
@@ -48,8 +49,8 @@ def main():
             while time.monotonic() - t0 < seconds and rec.poll() is None:
                 time.sleep(10)
                 samples.append((round(time.monotonic() - t0), rss_kib(rec.pid), session_bytes(out)))
-                print(f"{samples[-1][0]:>5} s  RSS {samples[-1][1] / 1024:8.1f} MiB  session {samples[-1][2] / 1e6:8.1f} MB",
-                      flush=True)
+                secs, rss, size = samples[-1]
+                print(f"{secs:>5} s  RSS {rss / 1024:8.1f} MiB  session {size / 1e6:8.1f} MB", flush=True)
         finally:
             _, err = interrupt(rec, timeout=300)
             interrupt(bench)

@@ -60,7 +60,8 @@ LOOP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "metadata_loop.p
 SYSCOUNT = shutil.which("syscount-bpfcc") or "/usr/sbin/syscount-bpfcc"
 SLOW_PATH_ONLY = "tracepoint:syscalls:sys_enter_acct, tracepoint:syscalls:sys_exit_acct { }"
 BPFTRACE_HIST = ("tracepoint:raw_syscalls:sys_enter { @start[tid] = nsecs; } "
-                 "tracepoint:raw_syscalls:sys_exit /@start[tid]/ { @ns = hist(nsecs - @start[tid]); delete(@start[tid]); }")
+                 "tracepoint:raw_syscalls:sys_exit /@start[tid]/ "
+                 "{ @ns = hist(nsecs - @start[tid]); delete(@start[tid]); }")
 
 
 def other_attach_points():
@@ -318,7 +319,8 @@ def main():
                         lost = sum(rec.metadata["events_lost"].values())
                         if counted != res["calls"] or lost:
                             counted_ok = False
-                            print(f"      {n}: counted {counted} of {res['calls']} calls, {lost} events lost", file=sys.stderr)
+                            print(f"      {n}: counted {counted} of {res['calls']} calls, {lost} events lost",
+                                  file=sys.stderr)
                 for n in names:
                     rates[n].append(got[n])
                 print(f"{r + 1:>5} " + " ".join(f"{got[n]:>18,.0f}" for n in names))
@@ -385,7 +387,8 @@ def main():
                 with open("/proc/sys/kernel/bpf_stats_enabled", "w") as f:
                     f.write("1")
                 for a in modes:
-                    print_stats(f"attach={a}, tight loop", stats_run(mount, tmp, a, lambda: run_loop(mount, args.files, args.loops)))
+                    loop = stats_run(mount, tmp, a, lambda: run_loop(mount, args.files, args.loops))
+                    print_stats(f"attach={a}, tight loop", loop)
                 if not args.skip_dbench:
                     print_stats(f"attach=syscalls, dbench {args.dbench_seconds} s",
                                 stats_run(mount, tmp, "syscalls", lambda: run_dbench(dbench_dir, args.dbench_seconds)))

@@ -45,7 +45,8 @@ print(json.dumps({"seconds": t, "bytes": os.path.getsize(sys.argv[2]),
 
 def main():
     args = options(__doc__, minutes=30.0, calls=200_000, stalls=40_000, repeat=3,
-                   no_baseline=(False, "skip the unbudgeted drawing"), keep=(None, "write the session here and keep it"))
+                   no_baseline=(False, "skip the unbudgeted drawing"),
+                   keep=(None, "write the session here and keep it"))
     with workdir("jstall-bench-report-") as tmp:
         path = args.keep or os.path.join(tmp, "session")
         t = time.perf_counter()

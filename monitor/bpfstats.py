@@ -22,7 +22,8 @@ _libc.syscall.restype = ctypes.c_long
 
 
 def _bpf(cmd, attr):
-    return _libc.syscall(ctypes.c_long(_NR_BPF), ctypes.c_int(cmd), ctypes.byref(attr), ctypes.c_uint(ctypes.sizeof(attr)))
+    return _libc.syscall(ctypes.c_long(_NR_BPF), ctypes.c_int(cmd), ctypes.byref(attr),
+                         ctypes.c_uint(ctypes.sizeof(attr)))
 
 
 def enable():

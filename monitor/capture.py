@@ -4,9 +4,10 @@ directory covering [trigger - before_s, trigger + after_s] in the format of ``js
 (docs/session-format.md), so ``jstall analyze`` and ``jstall report`` read it.
 
 Layout: ``DIR/host=<host>/date=<YYYY-MM-DD>/capture-<MAJ>-<MIN>-<YYYYmmddTHHMMSSZ>`` (the
-collected-sessions layout; ``.1``, ``.2``... follow for more captures in the same second). A capture is written under a ``.partial`` name and renamed when
-complete. Captures are rate-limited (one at a time, at least ``min_interval_s`` apart), the
-oldest are removed beyond ``max_captures`` or ``max_disk`` bytes, and every outcome is counted.
+collected-sessions layout; ``.1``, ``.2``... follow for more captures in the same second). A
+capture is written under a ``.partial`` name and renamed when complete. Captures are
+rate-limited (one at a time, at least ``min_interval_s`` apart), the oldest are removed beyond
+``max_captures`` or ``max_disk`` bytes, and every outcome is counted.
 """
 
 import collections
@@ -26,7 +27,7 @@ from jstall import devstats
 from jstall.probes import events
 from jstall.probes.session_metadata import clock_at, session_doc
 from jstall.probes import tables as rec
-from jstall.session import table_path, write_metadata
+from jstall.session import collected_path, table_path, write_metadata
 
 PARTIAL = ".partial"
 
@@ -35,8 +36,6 @@ def capture_name(host, dev, wall):
     """(relative directory, name) of a capture of ``dev`` ('MAJ:MIN') triggered at ``wall``
     (a UTC datetime): the collected-sessions layout ``host=HOST/date=YYYY-MM-DD``."""
     name = f"capture-{dev.replace(':', '-')}-{wall:%Y%m%dT%H%M%S}Z"
-    from jstall.session import collected_path
-
     return os.path.dirname(collected_path("", host, wall, name)), name
 
 

@@ -27,6 +27,7 @@ import signal
 import sys
 import threading
 
+from jstall import kinds
 from jstall.errors import JstallError
 
 DEFAULT_LISTEN = "127.0.0.1:9853"
@@ -54,7 +55,8 @@ def add_arguments(p):
     p.add_argument("--syscalls", action="store_true", help="trace every metadata syscall (costlier)")
     p.add_argument("--bpf-stats", type=float, default=0.1, metavar="SHARE",
                    help="share of time BPF run-time statistics are on, for jstall_bpf_run_seconds (they add two "
-                        "clock reads to every BPF program run on the host; default 0.1: 1 s in 10; 1: always; 0: never)")
+                        "clock reads to every BPF program run on the host; default 0.1: 1 s in 10; "
+                        "1: always; 0: never)")
     p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds")
     p.add_argument("-q", "--quiet", action="store_true", help="no per-stall lines")
 
@@ -109,8 +111,8 @@ def run(args):
         server.start()
         what = ", ".join(tracer.journals) or "every ext4 and XFS"
         host, port = server.address[:2]
-        kinds = "ext4 journals" + (" and XFS logs" if any(j.get("kind") == "xfs" for j in tracer.journals.values()) else "")
-        print(f"Tracing {kinds} on {what}; metrics on http://{host}:{port}/metrics"
+        traced = "ext4 journals" + (" and XFS logs" if any(kinds.is_xfs(j) for j in tracer.journals.values()) else "")
+        print(f"Tracing {traced} on {what}; metrics on http://{host}:{port}/metrics"
               f"{'; captures in ' + args.capture_dir if args.capture_dir else ''}... Hit Ctrl-C to end.",
               file=sys.stderr, flush=True)
         if not args.quiet:

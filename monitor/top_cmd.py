@@ -82,8 +82,8 @@ def render(snap, prev, source, width=120, height=40):
                      f"{j['checkpoints']['forced']:>5} {j['checkpoint_written']['forced']:>9}")
     xs = snap.get("xfs_logs") or {}
     if xs:
-        lines += ["", f"{'XFS LOG':<7} {'MOUNTPOINT':<28} {'SIZE(MiB)':>9} {'HEADROOM%':>9} {'WAITS':>7} {'WAIT(s)':>8} "
-                      f"{'SLEEPS':>7}"]
+        lines += ["", f"{'XFS LOG':<7} {'MOUNTPOINT':<28} {'SIZE(MiB)':>9} {'HEADROOM%':>9} {'WAITS':>7} "
+                      f"{'WAIT(s)':>8} {'SLEEPS':>7}"]
         for dev, x in sorted(xs.items()):
             size = f"{x['log_bytes'] / (1 << 20):9.1f}" if x.get("log_bytes") else f"{'-':>9}"
             head = f"{100 * x['headroom_ratio']:9.1f}" if x.get("headroom_ratio") is not None else f"{'-':>9}"
@@ -91,7 +91,8 @@ def render(snap, prev, source, width=120, height=40):
                          f"{x['wait_s']:>8.2f} {x['sleeps']:>7}")
     lost = sum(snap.get("events_lost", {}).values())
     lines += ["", f"SLOWEST RECENT CALLS{'  (events lost: %d)' % lost if lost else ''}",
-              f"{'TIME':<8} {'OP':<14} {'LAT(ms)':>9} {'DEV':>7} {'CAUSE':<17} {'BLOCKED IN':<30} {'COMM':<16} {'PID':>7}"]
+              f"{'TIME':<8} {'OP':<14} {'LAT(ms)':>9} {'DEV':>7} {'CAUSE':<17} {'BLOCKED IN':<30} "
+              f"{'COMM':<16} {'PID':>7}"]
     recent = sorted(snap["recent"], key=lambda c: -c["latency_s"])
     for c in recent[:max(1, height - len(lines) - 1)]:
         t = time.strftime("%H:%M:%S", time.localtime(c["wall"]))

@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from jstall import jbd2, xfs
+from jstall import jbd2, kinds, xfs
 from jstall.analyzer.stalls import causes
 from jstall.probes import events, filesystems, host, tables
 from jstall.probes.probeset import BTF_TRACEPOINTS, EXT4_RAW_TRACEPOINTS, POLL_MS, ProbeOptions, ProbeSet
@@ -248,9 +248,7 @@ class Tracer:
         addr = b.ksymname(b"schedule")
         if addr and addr != -1:
             b.ksym(addr)
-        from jstall.analyzer.stalls.causes import classify_stack
-
-        classify_stack(["schedule"])   # likewise the pandas paths of the first stall (about 10 MiB)
+        causes.classify_stack(["schedule"])   # likewise the pandas paths of the first stall (about 10 MiB)
         if self.mopts.freeze_heap:
             # the objects alive after start-up (modules, the compiled probes) leave the
             # cyclic collector's view: its full collections over them took 60-140 ms with
@@ -471,15 +469,13 @@ class Tracer:
         """(cause, label) of a stack by the analyzer's stack_causes, once per stack id (the
         stack table never reuses an id: no BPF_F_REUSE_STACKID), or None without frames."""
         if sid not in self._stack_causes:
-            from jstall.analyzer.stalls.causes import stack_causes
-
             frames = self._stack_frames(sid)
             if frames is None:
                 self._stack_causes[sid] = None
             else:
                 import pandas as pd
 
-                r = stack_causes(pd.DataFrame({"stack_id": pd.Series([sid], dtype="int32"), "frames": [frames]}))
+                r = causes.stack_causes(pd.DataFrame({"stack_id": pd.Series([sid], dtype="int32"), "frames": [frames]}))
                 self._stack_causes[sid] = (r["cause"].iloc[0], r["label"].iloc[0])
         return self._stack_causes[sid]
 
@@ -548,7 +544,7 @@ class Tracer:
             j["mountpoint"] = mounts.get(dev, {}).get("mountpoint")
         # XFS logs: the probes' waits, and the space left as the kernel's log/* files say now
         for dev, j in self.journals.items():
-            if j.get("kind") != "xfs":
+            if not kinds.is_xfs(j):
                 continue
             x = xs.setdefault(dev, {"waits": 0, "wait_s": 0.0, "sleeps": 0})
             x.update(mountpoint=j.get("mountpoint"), log_bytes=j.get("log_bytes"), headroom_ratio=None)

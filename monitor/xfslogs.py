@@ -7,7 +7,7 @@ sysfs files per log.
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
-from jstall import xfs
+from jstall import kinds, xfs
 
 from .tracer import phase_buckets
 
@@ -29,7 +29,7 @@ AIL_RESULTS = (("success", "xs_push_ail_success"), ("pinned", "xs_push_ail_pinne
 
 def xfs_logs(journals):
     """{dev: (sysfs name, log bytes)} of the XFS logs among journal descriptions."""
-    return {dev: (j["xfs_name"], j.get("log_bytes")) for dev, j in journals.items() if j.get("kind") == "xfs"}
+    return {dev: (j["xfs_name"], j.get("log_bytes")) for dev, j in journals.items() if kinds.is_xfs(j)}
 
 
 def collect(logs, waits=None):

@@ -123,7 +123,8 @@ class BtfTypes:
         """vmlinux's BTF at path and the split BTF of those of ``modules`` that are
         loaded (``btf_dir``/<module>, by default next to path)."""
         if not os.path.exists(path):
-            raise JstallError(f"{path} is missing: this kernel has no BTF; use a kernel built with CONFIG_DEBUG_INFO_BTF=y")
+            raise JstallError(f"{path} is missing: this kernel has no BTF; "
+                              "use a kernel built with CONFIG_DEBUG_INFO_BTF=y")
         btf_dir = btf_dir or os.path.dirname(path)
         split = {m: os.path.join(btf_dir, m) for m in modules if os.path.exists(os.path.join(btf_dir, m))}
         return cls(_dump(path), {m: _dump(p, base=path) for m, p in split.items()})

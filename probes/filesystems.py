@@ -6,9 +6,8 @@ import os
 import re
 import stat
 
-from jstall import system, xfs
+from jstall import jbd2, kinds, system, xfs
 from jstall.errors import JstallError
-from jstall.system import dumpe2fs
 
 
 def kernel_dev(major, minor):
@@ -27,7 +26,7 @@ def parse_dev(text):
 
 
 #: the filesystems whose journals jstall records, by their mount table type
-FSTYPES = ("ext4", "xfs")
+FSTYPES = kinds.FS_TYPES
 
 
 def journaled_mounts(fstypes=FSTYPES):
@@ -84,33 +83,23 @@ def proc_info_name(dev, source, sb):
 def read_kernel_counters(journal, end):
     """Read a journal's own counters into its description at ``end`` ('start' or 'end'):
     jbd2's /proc/fs/jbd2/<name>/info, XFS's /sys/fs/xfs/<name>/stats/stats."""
-    if journal.get("kind") == "xfs":
-        stats = xfs.read_stats(journal["xfs_name"])
+    if kinds.is_xfs(journal):
+        stats = xfs.read_counters(journal["xfs_name"])
         # JSON keys are text: a value past the names the kernel's lines have here is kept by
         # its position, "0", "1", ... (analyzer.xfs_logs reads them back)
         journal[f"xfs_stats_{end}"] = ({line: {str(k): v for k, v in values.items()} for line, values in stats.items()}
                                        if stats is not None else None)
     else:
-        journal[f"proc_info_{end}"] = read_proc_info(journal["proc_info_name"])
-
-
-def read_proc_info(name):
-    if not name:
-        return None
-    try:
-        with open(f"/proc/fs/jbd2/{name}/info") as f:
-            return f.read()
-    except OSError:
-        return None
+        journal[f"proc_info_{end}"] = jbd2.read_counters(journal["proc_info_name"])
 
 
 def describe(dev, mount):
     """The journal description stored in a session's metadata (docs/session-format.md)."""
-    if mount.get("fstype") == "xfs":
+    if kinds.of_fs_type(mount.get("fstype")) is kinds.XFS:
         return describe_xfs(dev, mount)
     source = mount["source"]
     try:
-        sb = dumpe2fs(source)
+        sb = jbd2.read_geometry(mount)
     except JstallError:
         base = os.path.basename(os.path.realpath(source)) + "-"
         if not any(d.startswith(base) for d in _jbd2_dirs()):  # no journal running for it
@@ -157,7 +146,7 @@ def describe_xfs(dev, mount):
     """An XFS log's description: its geometry from xfs_info (``log_bytes`` is the kernel's
     l_logsize), sizes in blocks of the log's block size; the fields of ext4's journal that
     XFS has not are empty. ``xfs_stats_start``/``_end``: /sys/fs/xfs/<name>/stats/stats."""
-    geo = xfs.xfs_info(mount["mountpoint"])
+    geo = xfs.read_geometry(mount)
     log_dev = None
     if geo.log_device:
         try:
@@ -166,7 +155,7 @@ def describe_xfs(dev, mount):
         except OSError:
             log_dev = None
     return {
-        "kind": "xfs",
+        "kind": kinds.XFS.name,
         "dev": dev,
         "device": mount["source"],
         "mountpoint": mount["mountpoint"],

@@ -15,6 +15,7 @@ import dataclasses
 import logging
 import os
 
+from jstall import kinds
 from jstall.errors import JstallError
 
 from . import bpfsys, btf, events, filesystems, host, syscalls, tables
@@ -136,7 +137,8 @@ class ProbeSet:
         host.require_root()
         host.require_kernel()
         if options.attach not in ATTACH_MODES:
-            raise JstallError(f"JSTALL_ATTACH={options.attach}: unknown attach mode; use one of {', '.join(ATTACH_MODES)}")
+            raise JstallError(f"JSTALL_ATTACH={options.attach}: unknown attach mode; "
+                              f"use one of {', '.join(ATTACH_MODES)}")
         host.ensure_tracefs()
         self.syscall_numbers = syscalls.numbers(calls=options.calls)
         # calls this kernel does not have (setxattrat before 6.13, ...): skipped, listed once
@@ -195,7 +197,7 @@ class ProbeSet:
         """The XFS probes are compiled in (XFS_LOG): an XFS is traced and the kernel has its
         tracepoints (xfs as a module: loaded once an XFS is mounted)."""
         return (not self._xfs_refused
-                and any(j.get("kind") == "xfs" for j in self.journals.values())
+                and any(kinds.is_xfs(j) for j in self.journals.values())
                 and all(host.tracepoint_exists("xfs", tp) for tp in XFS_TRACEPOINTS))
 
     def _call_slot_rows(self):
@@ -296,7 +298,8 @@ class ProbeSet:
         traced = b[b"traced_nr"]
         for name, nr in self.syscall_numbers.items():
             row = self.call_slots.get(nr)
-            traced[ctypes.c_uint32(nr)] = traced.Leaf(syscalls.probe_flags(name) | (row + 1 if row is not None else 0) << 8)
+            slot = row + 1 if row is not None else 0
+            traced[ctypes.c_uint32(nr)] = traced.Leaf(syscalls.probe_flags(name) | slot << 8)
         if self.attach_mode == "fentry":
             insns = {kind: b.dump_func(f"{kind}_call".encode()) for kind in ("fentry", "fexit")}
             for name in self.syscall_numbers:
@@ -324,7 +327,8 @@ class ProbeSet:
         else:
             for name in ("sys_enter", "sys_exit"):
                 if not host.tracepoint_exists("raw_syscalls", name):
-                    raise JstallError(f"tracepoint raw_syscalls:{name} is missing; jstall needs a kernel with CONFIG_FTRACE_SYSCALLS")
+                    raise JstallError(f"tracepoint raw_syscalls:{name} is missing; "
+                                      "jstall needs a kernel with CONFIG_FTRACE_SYSCALLS")
                 b.attach_raw_tracepoint(tp=name.encode(), fn_name=f"on_{name}".encode())
                 self.attached.append(f"raw:raw_syscalls:{name}")
         for cat, tp, prog in self._tracepoints():
@@ -366,7 +370,7 @@ class ProbeSet:
         programs) or, on a traced XFS, as missing and why."""
         if self.xfs_log:
             self.attached += [f"xfs:{tp}" for tp in XFS_TRACEPOINTS]
-        elif any(j.get("kind") == "xfs" for j in self.journals.values()):
+        elif any(kinds.is_xfs(j) for j in self.journals.values()):
             refused = self._xfs_refused
             self.missing += [f"xfs:{tp}" + (f" ({refused})" if refused else "") for tp in XFS_TRACEPOINTS
                              if refused or not host.tracepoint_exists("xfs", tp)]

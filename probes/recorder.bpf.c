@@ -1,6 +1,6 @@
 /* jstall recorder: jbd2 lifecycle and journal fill, metadata syscalls, off-CPU stacks.
  *
- * Compiled by bcc with these macros from probes/recorder.py:
+ * Compiled by bcc with these macros from probes/probeset.py (ProbeSet._cflags, monitor/tracer.py):
  *   <FIELD>_OFF / <FIELD>_SIZE  struct member offsets and sizes from the kernel's BTF
  *   MIN_NS                      calls at or above this latency are emitted one by one
  *   OFFCPU_MIN_NS               off-CPU intervals above this are emitted

@@ -44,7 +44,8 @@ TRACED = tuple(c for g in DEFAULT_GROUPS for c in GROUPS[g])
 
 _NUMBERS = {
     "x86_64": {
-        "write": 1, "open": 2, "close": 3, "ioctl": 16, "mknod": 133, "mknodat": 259, "copy_file_range": 326, "pwrite64": 18, "writev": 20, "msync": 26, "fsync": 74, "fdatasync": 75,
+        "write": 1, "open": 2, "close": 3, "ioctl": 16, "mknod": 133, "mknodat": 259, "copy_file_range": 326,
+        "pwrite64": 18, "writev": 20, "msync": 26, "fsync": 74, "fdatasync": 75,
         "truncate": 76, "ftruncate": 77, "rename": 82, "mkdir": 83, "rmdir": 84, "creat": 85, "link": 86,
         "unlink": 87, "symlink": 88, "chmod": 90, "fchmod": 91, "chown": 92, "fchown": 93, "lchown": 94,
         "utime": 132, "setxattr": 188, "lsetxattr": 189, "fsetxattr": 190, "removexattr": 197,
@@ -56,7 +57,8 @@ _NUMBERS = {
     },
     "aarch64": {
         "setxattr": 5, "lsetxattr": 6, "fsetxattr": 7, "removexattr": 14, "lremovexattr": 15,
-        "fremovexattr": 16, "ioctl": 29, "mknodat": 33, "close": 57, "copy_file_range": 285, "mkdirat": 34, "unlinkat": 35, "symlinkat": 36, "linkat": 37, "truncate": 45,
+        "fremovexattr": 16, "ioctl": 29, "mknodat": 33, "close": 57, "copy_file_range": 285, "mkdirat": 34,
+        "unlinkat": 35, "symlinkat": 36, "linkat": 37, "truncate": 45,
         "ftruncate": 46, "fallocate": 47, "fchmod": 52, "fchmodat": 53, "fchownat": 54, "fchown": 55,
         "openat": 56, "write": 64, "writev": 66, "pwrite64": 68, "pwritev": 70, "fsync": 82, "fdatasync": 83,
         "sync_file_range": 84, "utimensat": 88, "msync": 227, "syncfs": 267, "renameat2": 276,

@@ -225,8 +225,8 @@ def test_fill_from_jbd2_and_log_tail_and_call_fallback(tmp_path):
               dev="8:16")  # no samples on this device: the call's own fields
     lt = {"ts_ns": t + 10 * MS, "dev": "7:0", "tid": 9, "pid": 9, "comm": "jbd2/loop0-8", "tail_sequence": 5,
           "first_tid": 5, "block_nr": 10, "freed_blocks": 300, **fill_columns(90)}
-    a = analyze(_session(tmp_path, calls=[c1, c2], jbd2_events=[jev(t - MS, "start_commit", 9, jbd2_thread=True, transaction=4, free=500)],
-                         log_tail=[lt]))
+    commit = jev(t - MS, "start_commit", 9, jbd2_thread=True, transaction=4, free=500)
+    a = analyze(_session(tmp_path, calls=[c1, c2], jbd2_events=[commit], log_tail=[lt]))
     r1, r2 = a.stalls.iloc[0], a.stalls.iloc[1]
     assert r1["free_start_blocks"] == 500 and r1["min_free_blocks"] == 90
     assert r2["free_start_blocks"] == 700 and r2["min_free_blocks"] == 650
@@ -594,7 +594,8 @@ def test_no_journal_size_or_inode_advice_without_checkpoint_stall_time(tmp_path)
 
 
 def test_fast_commit_only_when_fsync_commit_waits_dominate(tmp_path):
-    fs = [{"syscall": "fsync", "dev": "7:0", "count": 50, "errors": 0, "total_latency_ns": S, "max_latency_ns": 100 * MS}]
+    fs = [{"syscall": "fsync", "dev": "7:0", "count": 50, "errors": 0, "total_latency_ns": S,
+           "max_latency_ns": 100 * MS}]
     a = _stall_session(tmp_path, "cw", [3, 3, 3, 4], syscall="fsync", totals=fs,
                        run_stats=[run_stat(S // 4, 1)])
     fc = [r for r in a.recommendations if r.kind == "fast_commit"]
@@ -985,8 +986,8 @@ def test_the_logs_share_of_the_requests_served_during_the_checkpoints():
     log_ts = [S // 2] * 20 + [S + S // 2] * 40   # one request each
     second = log_share_during(session, "7:0", np.array([S + S // 10]), np.array([S + S // 2]), log_ts, [1] * 60)
     assert second == pytest.approx(50 / 210)
-    both = log_share_during(session, "7:0", np.array([S // 2, S + S // 2]), np.array([S // 2 + S // 10, S + 6 * S // 10]),
-                            log_ts, [1] * 60)
+    both = log_share_during(session, "7:0", np.array([S // 2, S + S // 2]),
+                            np.array([S // 2 + S // 10, S + 6 * S // 10]), log_ts, [1] * 60)
     assert both == pytest.approx(80 / 1220)
     # the flush before each move of the log's tail stays on the data device: 4 in the second
     tail = log_share_during(session, "7:0", np.array([S + S // 10]), np.array([S + S // 2]), log_ts, [1] * 60,

@@ -3,9 +3,10 @@
 Each cause test records a small workload made to stall one way on a loop-device ext4 and
 asserts that the analyzer names that cause for at least 80% of the run's stall time (the
 checkpoint case is in test_analyzer_kernel.py).  The model test runs a workload on a journal
-too small for it (on the lab's paced device, 2,000 write IOPS, as lab tune and make demo), takes the recommended size and checks in the lab that it is within
-[1x, 2x] of the smallest journal with no forced checkpoint: the recommended size is clean,
-and the largest whole-MiB size below half of it is not (in one of two runs)."""
+too small for it (on the lab's paced device, 2,000 write IOPS, as lab tune and make demo),
+takes the recommended size and checks in the lab that it is within [1x, 2x] of the smallest
+journal with no forced checkpoint: the recommended size is clean, and the largest whole-MiB
+size below half of it is not (in one of two runs)."""
 
 import json
 import math

@@ -9,6 +9,7 @@ import pytest
 
 from jstall.analyzer.commands import analyze_cmd, report_cmd
 from jstall.analyzer.stalls.causes import CAUSES
+from jstall import cli
 from jstall.errors import JstallError
 
 from test_report import classic_session
@@ -27,7 +28,7 @@ def test_command_modules_are_light_and_documented():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
     for mod in (analyze_cmd, report_cmd):
-        assert mod.DESCRIPTION and "examples:" in mod.EXAMPLES and callable(mod.add_arguments)
+        assert cli.description(mod) and "examples:" in mod.EXAMPLES and callable(mod.add_arguments)
 
 
 def test_analyze_text_and_json(tmp_path, capsys):
@@ -158,10 +159,10 @@ def test_every_cause_and_rule_is_described_where_users_read():
 
     doc = open(os.path.join(os.path.dirname(__file__), "..", "docs", "analysis.md")).read()
     for c in REGISTRY:
-        assert f"  {c.name} " in analyze_cmd.DESCRIPTION and f"`{c.name}`" in doc, c.name
+        assert f"  {c.name} " in analyze_cmd.description() and f"`{c.name}`" in doc, c.name
         assert figures.CAUSE_COLORS[c.name] == c.colour
     kinds = {"lost_events", "no_stalls", "journal_size", "inode_size", "external_journal", "fast_commit", "log_size",
-             "log_buffers", "external_log", *recommend.GENERIC_CAUSES}
+             "log_buffers", "external_log", *recommend.generic_causes()}
     assert all(f"`{k}`" in doc for k in kinds)
     assert parse_calls(None) == tuple(GROUPS["metadata"] + GROUPS["fsync"])
     assert set(parse_calls("all")) >= {"write", "pwritev2", "utimensat", "symlinkat", "fchmodat", "fallocate"}

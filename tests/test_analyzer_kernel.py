@@ -102,7 +102,8 @@ def test_analyze_shows_the_traced_commands_exit_status_and_wall_clock(tmp_path):
         repo = os.path.join(fs.mountpoint, "repo")
         t0 = time.time()
         proc = subprocess.run(
-            [JSTALL, "record", "-q", "-o", out, "-d", fs.mountpoint, "--", "sh", "-c", f"mkdir {repo} && git -C {repo} log"],
+            [JSTALL, "record", "-q", "-o", out, "-d", fs.mountpoint, "--",
+             "sh", "-c", f"mkdir {repo} && git -C {repo} log"],
             capture_output=True, text=True, timeout=300, env={**os.environ, "GIT_CEILING_DIRECTORIES": fs.mountpoint})
         t1 = time.time()
         dev = fs.dev

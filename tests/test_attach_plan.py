@@ -106,7 +106,8 @@ class FakeBPF:
 
 
 def test_a_stop_detaches_every_program_together_and_leaves_failures_to_bccs_cleanup():
-    tps = [f"syscalls:sys_enter_{n}".encode() for n in range(24)] + [f"syscalls:sys_exit_{n}".encode() for n in range(24)]
+    tps = ([f"syscalls:sys_enter_{n}".encode() for n in range(24)]
+           + [f"syscalls:sys_exit_{n}".encode() for n in range(24)])
     links = [b"sched_switch", b"jbd2_checkpoint"]
     b = FakeBPF(tps, links, failing={b"jbd2_checkpoint"})
     probeset.detach_together(b)

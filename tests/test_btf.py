@@ -158,4 +158,5 @@ def test_facts_from_the_cache_equal_the_kernels_own(tmp_path):
     assert read == btf.facts(names, ["__x64_sys_openat"], cache_dir=str(tmp_path)) and len(os.listdir(tmp_path)) == 1
     types = btf.BtfTypes.load()
     assert read["defines"]["J_FREE_OFF"] == types.member("journal_s", "j_free")[0]
-    assert read["typedefs"]["btf_trace_sched_switch"] == list(types.located_type_ids("TYPEDEF", names)["btf_trace_sched_switch"])
+    located = types.located_type_ids("TYPEDEF", names)
+    assert read["typedefs"]["btf_trace_sched_switch"] == list(located["btf_trace_sched_switch"])

@@ -77,7 +77,8 @@ def test_each_forced_checkpoint_costs_its_call_once(tmp_path):
     assert cc == {"forced": 4, "expensive": 2, "negligible": 1, "outside": 1, "expensive_wait_ms": 50.0,
                   "expensive_written_blocks": 300, "negligible_written_blocks_mean": 20.0}
     assert ("4 forced checkpoints: 2 ran in stalls (>= 10 ms; 50 ms of waits, 300 blocks written home), 1 negligible "
-            "(< 10 ms; 20 blocks written home each on average), 1 in tasks outside the recording.") in session_summary(a)
+            "(< 10 ms; 20 blocks written home each on average), 1 in tasks outside the recording."
+            ) in session_summary(a)
 
 
 def test_the_devices_during_stalls(tmp_path):

@@ -71,7 +71,7 @@ def test_a_registered_cause_flows_to_the_table_text_json_figures_and_help(tmp_pa
     drawn = [t for t in figures.timeline(a).data if t.name == "xattr_lock"]  # the stall's trace(s)
     assert drawn and {getattr(t, "line", None) and t.line.color or t.marker.color for t in drawn} == {"#123456"}
 
-    assert "  xattr_lock " in analyze_cmd.DESCRIPTION and NEW.explanation[:40] in analyze_cmd.DESCRIPTION
+    assert "  xattr_lock " in analyze_cmd.description() and NEW.explanation[:40] in analyze_cmd.description()
 
 
 def test_unregistering_restores_the_registry(tmp_path):
@@ -83,7 +83,7 @@ def test_unregistering_restores_the_registry(tmp_path):
         causes.register(causes.Cause("other_name", NEW.frames, 2, "#000000", "x", "y"))
     causes.unregister(NEW.name)
     assert causes.CAUSES == before and "ext4_xattr_lock_wait" not in causes.FRAME_CAUSES
-    assert "xattr_lock" not in analyze_cmd.DESCRIPTION
+    assert "xattr_lock" not in analyze_cmd.description()
     # without the cause, the frame is not known: the wait is "other", labelled by its frames
     a = analyze(_two_stalls(tmp_path))
     assert a.stalls.set_index("tid").loc[10, "cause"] == "other"

@@ -62,7 +62,8 @@ def tmpfs(path, size):
 
 def fill_up(path):
     """Fill the filesystem at ``path`` to the last byte (dd until ENOSPC)."""
-    subprocess.run(["dd", "if=/dev/zero", f"of={os.path.join(path, 'fill')}", "bs=4k"], capture_output=True, check=False)
+    subprocess.run(["dd", "if=/dev/zero", f"of={os.path.join(path, 'fill')}", "bs=4k"],
+                   capture_output=True, check=False)
 
 
 @contextlib.contextmanager
@@ -302,7 +303,8 @@ def test_traced_filesystem_remounted_read_only_and_back(tmp_path, traced):
     run_fsyncs(d, 200)
     try:
         subprocess.run(["mount", "-o", "remount,ro", traced.mountpoint], check=True)
-        refused = subprocess.run([sys.executable, WORKLOAD, "fsync", d, "1"], capture_output=True, text=True, check=False)
+        refused = subprocess.run([sys.executable, WORKLOAD, "fsync", d, "1"], capture_output=True, text=True,
+                                 check=False)
         assert refused.returncode != 0 and "Read-only file system" in refused.stderr
     finally:
         subprocess.run(["mount", "-o", "remount,rw", traced.mountpoint], check=True)

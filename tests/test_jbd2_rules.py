@@ -12,7 +12,8 @@ from jstall import jbd2
 
 def test_pandas_free():
     code = "import sys, jstall.jbd2; print([m for m in ('pandas', 'numpy', 'pyarrow') if m in sys.modules])"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
 
 
 def test_the_kernels_rules():

@@ -299,9 +299,10 @@ def test_calls_choose_what_the_recording_traces(scratch_dir, tmp_path):
 
 
 def test_throttle_slows_the_run_and_is_removed(scratch_dir):
-    """The same smallfile run (page cache dropped before the read phase) with the device
-    limited to 50 read IOPS reads measurably slower (50: the stacked device counts requests
-    after its queue merged adjacent reads, fewer than the single loop device counted); the rule exists only during the run."""
+    """The same smallfile run (page cache dropped before the read phase) with the device limited to
+    50 read IOPS reads measurably slower (50: the stacked device counts requests after its queue
+    merged adjacent reads, fewer than the single loop device counted); the rule exists only during
+    the run."""
     rules_seen, devs_seen = [], set()
 
     def hook(read_iops, fs):
@@ -328,7 +329,8 @@ def test_write_throttle_slows_a_synced_pattern_and_is_removed(scratch_dir, tmp_p
     the rule is there during the run and gone after it."""
     cmd = ("python3 -c \"import os\n"
            "for i in range(20):\n"
-           " fd = os.open(f'f{i}', os.O_CREAT | os.O_WRONLY, 0o644); os.write(fd, b'x' * 4096); os.fsync(fd); os.close(fd)\"")
+           " fd = os.open(f'f{i}', os.O_CREAT | os.O_WRONLY, 0o644); os.write(fd, b'x' * 4096); os.fsync(fd); "
+           "os.close(fd)\"")
     seen = {}
 
     def run(write_iops):

@@ -347,7 +347,8 @@ def test_the_summary_names_xfs_and_its_log():
            "config": FsConfig(fs_type="xfs", log_buffer_size="64K", write_iops=500).as_dict(),
            "dumpe2fs": {"fs_type": "xfs", "block_size": 4096, "inode_size": 512, "journal_blocks": 2048,
                         "journal_bytes": 8 << 20, "external_journal": False, "ag_count": 4},
-           "filesystem": {"device": "/dev/loop3", "throttle_mode": "stacked", "throttles": {"7:2": {"write_iops": 500}}}}
+           "filesystem": {"device": "/dev/loop3", "throttle_mode": "stacked",
+                          "throttles": {"7:2": {"write_iops": 500}}}}
     out = io.StringIO()
     print_summary(LabResult(lab=lab), out)
     assert ("xfs 320M on /dev/loop3: 4096-byte blocks, 512-byte inodes, log 2048 blocks (8 MiB), 4 allocation "
@@ -408,7 +409,8 @@ def test_xfs_on_the_emulated_device_is_paced_and_undone(scratch_dir):
         assert not geo["external_journal"] and geo["ag_count"] == 4 and "crc" in geo["features"]
         assert fs.describe()["mkfs_test_harness"] == ["the log is under 64 MiB (8M)"]
         assert not set(XFS_TEST_HARNESS) & set(os.environ)          # mkfs.xfs alone saw them
-        assert throttle_rules()[("write_iops", fs.lower_dev)] == LIMIT and ("write_iops", fs.dev) not in throttle_rules()
+        rules = throttle_rules()
+        assert rules[("write_iops", fs.lower_dev)] == LIMIT and ("write_iops", fs.dev) not in rules
         lower = os.path.basename(fs.lower_device)
         dirs = [os.path.join(fs.mountpoint, f"d{k}") for k in range(8)]
         for d in dirs:

@@ -22,10 +22,11 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from jstall import session
+from jstall import jbd2, session
 from jstall.analyzer.analysis import analyze
 from jstall.analyzer.session.load import load_session
 from jstall.monitor.capture import list_captures
+from jstall.probes import filesystems
 from jstall.workloads.scratch import FsConfig, ScratchFs
 from child_output import read_line
 from conftest import SLOWDOWN
@@ -131,15 +132,17 @@ def run(tmp_path_factory):
             out["dev"] = fs.dev
             subprocess.run(["sync", "-f", mnt], check=True)
             procs["prom"] = subprocess.Popen(
-                ["prometheus", f"--config.file={prom_dir / 'prometheus.yml'}", f"--storage.tsdb.path={prom_dir / 'data'}",
-                 f"--web.listen-address=127.0.0.1:{port_p}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                ["prometheus", f"--config.file={prom_dir / 'prometheus.yml'}",
+                 f"--storage.tsdb.path={prom_dir / 'data'}", f"--web.listen-address=127.0.0.1:{port_p}"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             procs["a"] = subprocess.Popen(
                 [JSTALL, "monitor", "-d", mnt, "--listen", f"127.0.0.1:{port_a}", "--capture-dir", cap_a,
                  "--trigger-ms", "100", "--before", "5", "--after", "600", "--min-interval", "600"],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             procs["b"] = subprocess.Popen(
                 [JSTALL, "monitor", "-q", "-d", mnt, "--listen", f"127.0.0.1:{port_b}", "--capture-dir", cap_b,
-                 "--trigger-ms", "20", "--before", "0.3", "--after", "0.2", "--min-interval", "0", "--max-captures", "1"],
+                 "--trigger-ms", "20", "--before", "0.3", "--after", "0.2", "--min-interval", "0",
+                 "--max-captures", "1"],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             procs["rec"] = subprocess.Popen([JSTALL, "record", "-o", rec_out, "-d", mnt, "--min-ms", "1"],
                                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -153,16 +156,21 @@ def run(tmp_path_factory):
                                    f"{JSTALL} top --url http://127.0.0.1:{port_a}"], check=True)
             t0, w0 = time.monotonic(), time.time()
             work = subprocess.run(
-                [sys.executable, os.path.join(HERE, "xattr_workload.py"), os.path.join(mnt, "d"), str(FILES), str(UPDATES)],
+                [sys.executable, os.path.join(HERE, "xattr_workload.py"), os.path.join(mnt, "d"), str(FILES),
+                 str(UPDATES)],
                 capture_output=True, text=True, timeout=600, check=True)
             out["workload_s"] = time.monotonic() - t0
             out["workload"] = json.loads(work.stdout)
             time.sleep(2.5)   # a scrape, top's refresh and B's last capture after the last stall
-            out["pane"] = subprocess.run(tmux + ["capture-pane", "-p", "-t", "top"], capture_output=True, text=True).stdout
+            out["pane"] = subprocess.run(tmux + ["capture-pane", "-p", "-t", "top"],
+                                         capture_output=True, text=True).stdout
             t = time.monotonic()
             out["scrape"] = get(f"http://127.0.0.1:{port_a}/metrics")
             out["scrape_s"] = time.monotonic() - t
             out["status"] = json.loads(get(f"http://127.0.0.1:{port_a}/status.json"))
+            # the kernel's own view of the journal: j_max_transaction_buffers ("each up to")
+            name = filesystems.describe(fs.dev, filesystems.journaled_mounts()[fs.dev])["proc_info_name"]
+            out["proc_info"] = jbd2.read_counters(name)
             q = {
                 "forced": f'jstall_journal_checkpoints_total{{device="{fs.dev}",mode="forced"}}',
                 "cp_in_stalls": f'jstall_journal_checkpoints_in_stalls_total{{device="{fs.dev}"}}',
@@ -173,9 +181,11 @@ def run(tmp_path_factory):
                 "max_tx": f'jstall_journal_max_transaction_blocks{{device="{fs.dev}"}}',
                 "lost": "sum(jstall_events_lost_total)",
                 "scrape_max_s": f'max_over_time(scrape_duration_seconds{{instance="127.0.0.1:{port_a}"}}[10m])',
-                "scrape_median_s": f'quantile_over_time(0.5, scrape_duration_seconds{{instance="127.0.0.1:{port_a}"}}[10m])',
+                "scrape_median_s": 'quantile_over_time(0.5, '
+                                   f'scrape_duration_seconds{{instance="127.0.0.1:{port_a}"}}[10m])',
                 # the scrapes since the first that succeeded (before it, the monitor was starting)
-                "up_min": f'min_over_time(up{{instance="127.0.0.1:{port_a}"}}[{max(int(time.monotonic() - t_up), 1)}s])',
+                "up_min": f'min_over_time(up{{instance="127.0.0.1:{port_a}"}}'
+                          f'[{max(int(time.monotonic() - t_up), 1)}s])',
             }
             # the values after the workload, once Prometheus has scraped them
             forced_now = sample(out["scrape"], "jstall_journal_checkpoints_total", device=fs.dev, mode="forced")
@@ -196,7 +206,8 @@ def run(tmp_path_factory):
             out["b_out"], out["b_err"] = procs["b"].communicate(timeout=120)
             out["b_rc"] = procs["b"].returncode
             out["a_progs_before"], out["a_progs_after"] = a_progs, set()
-            listed = subprocess.run(["bpftool", "-j", "prog", "list"], capture_output=True, text=True, check=True).stdout
+            listed = subprocess.run(["bpftool", "-j", "prog", "list"],
+                                    capture_output=True, text=True, check=True).stdout
             out["a_progs_after"] = {p["id"] for p in json.loads(listed)} & a_progs
     finally:
         subprocess.run(tmux + ["kill-server"], capture_output=True)
@@ -239,7 +250,8 @@ def test_prometheus_agrees_with_record(run):
     fill = pd.concat([pq.read_table(session.table_path(run["rec"], t), columns=cols).to_pandas()
                       for t in ("fill", "jbd2_events", "log_tail")]).dropna()
     log = fill.last_block - fill.first_block
-    head = (fill.free_blocks - 32 - fill.committing_credits - fill.max_transaction_blocks) / (log - 32 - fill.max_transaction_blocks)
+    head = ((fill.free_blocks - 32 - fill.committing_credits - fill.max_transaction_blocks)
+            / (log - 32 - fill.max_transaction_blocks))
     assert run["prom"]["headroom_min"] >= head.clip(0, 1).min() - 1e-9
     assert run["prom"]["headroom_min"] < 0.9
     # the low (each minute's lowest sample) is no higher than any scrape saw, and held each
@@ -326,7 +338,12 @@ def test_top_pane_shows_the_journal_and_a_stalled_call(run):
     j = run["status"]["journals"][run["dev"]]
     assert run["status"]["recent"] and j["checkpoints"]["forced"] > 0
     # the forced checkpoints' dips, seconds before: in the last minute's low, on the screen too
-    assert j["headroom_low_ratio"] == 0.0 and j["headroom_ratio"] >= 0.0, j
+    assert j["headroom_low_ratio"] == 0.0, j
+    # the headroom is the kernel's: its j_max_transaction_buffers, as /proc/fs/jbd2 prints it,
+    # and the ratio of the space left above it (the same rule the analyzer reads)
+    (max_tx,) = re.findall(r"each up to (\d+) blocks", run["proc_info"])
+    assert j["max_transaction_blocks"] == int(max_tx), (j, run["proc_info"])
+    assert j["headroom_ratio"] == jbd2.headroom_ratio(j["log_space_left_blocks"], int(max_tx), j["log_blocks"]), j
     (row,) = [ln.split() for ln in pane.splitlines() if ln.startswith(run["dev"] + " ")]
     assert row[5] == "0.0", pane   # DEV MOUNTPOINT BLOCKS FILL% HEADROOM% LOW%
 

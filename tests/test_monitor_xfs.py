@@ -36,8 +36,9 @@ def test_monitor_exposes_an_xfs_logs_sleeps_and_headroom(tmp_path, scratch_dir):
         with ScratchFs(FsConfig(**XFS), scratch_dir=scratch_dir) as fs:
             name, dev = xfs.sysfs_name(fs.device), fs.dev
             procs["prom"] = subprocess.Popen(
-                ["prometheus", f"--config.file={prom_dir / 'prometheus.yml'}", f"--storage.tsdb.path={prom_dir / 'data'}",
-                 f"--web.listen-address=127.0.0.1:{port_p}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                ["prometheus", f"--config.file={prom_dir / 'prometheus.yml'}",
+                 f"--storage.tsdb.path={prom_dir / 'data'}", f"--web.listen-address=127.0.0.1:{port_p}"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             procs["mon"] = subprocess.Popen([JSTALL, "monitor", "-q", "-d", fs.mountpoint, "--listen",
                                              f"127.0.0.1:{port_m}", "--capture-dir", str(tmp_path / "caps"),
                                              "--trigger-ms", "20", "--before", "2", "--after", "1"],

@@ -59,10 +59,11 @@ def xattr_archive(tmp_path_factory):
 
 
 def test_tar_xattrs_extraction_stalls_in_mknodat(xattr_archive, tmp_path):
-    """GNU tar --xattrs extracting into 128-byte inodes on a 4 MiB journal, on a device paced
-    at 400 writes/s (a forced checkpoint then costs tens of ms, well clear of the 10 ms
-    threshold; at 2,000 most cost 4-9 ms): every forced checkpoint runs inside tar's mknodat. analyze finds the stalls there, with checkpoint the
-    cause, and their time and count agree with bpftrace's within 10 %."""
+    """GNU tar --xattrs extracting into 128-byte inodes on a 4 MiB journal, on a device paced at
+    400 writes/s (a forced checkpoint then costs tens of ms, well clear of the 10 ms threshold; at
+    2,000 most cost 4-9 ms): every forced checkpoint runs inside tar's mknodat. analyze finds the
+    stalls there, with checkpoint the cause, and their time and count agree with bpftrace's within
+    10 %."""
     from jstall.analyzer import analyze
 
     out = str(tmp_path / "s")

@@ -12,8 +12,7 @@ import sys
 import pyarrow.parquet as pq
 import pytest
 
-from jstall import session
-from jstall.probes import filesystems
+from jstall import jbd2, session
 
 from jstall.workloads.scratch import FsConfig, ScratchFs
 
@@ -46,7 +45,7 @@ def recorded(tmp_path_factory):
         mnt, loop, dev = fs.mountpoint, fs.device, fs.dev
         name = os.path.basename(loop) + "-8"
         subprocess.run(["sync", "-f", mnt], check=True)
-        sb = filesystems.dumpe2fs(loop)
+        sb = jbd2.dumpe2fs(loop)
         before = transactions(name)
         # the command ends once its last transaction has committed (syncfs): every commit of
         # the run falls inside the recording, however long the recorder takes to stop

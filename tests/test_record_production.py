@@ -58,7 +58,8 @@ def test_device_filter_counts_every_fsync_and_nothing_beside(tmp_path):
     filesystem too; a busy filesystem beside it appears nowhere."""
     out = str(tmp_path / "s")
     with ScratchFs(SMALL) as a, ScratchFs(SMALL) as b, background("busy", os.path.join(b.mountpoint, "busy")):
-        rec = subprocess.Popen([JSTALL, "record", "-q", "-o", out, "-d", a.mountpoint], stderr=subprocess.PIPE, text=True)
+        rec = subprocess.Popen([JSTALL, "record", "-q", "-o", out, "-d", a.mountpoint],
+                               stderr=subprocess.PIPE, text=True)
         wait_attached(rec, out)
         made = json.loads(subprocess.run([sys.executable, WORKLOAD, "fsync", os.path.join(a.mountpoint, "d"), "500"],
                                          capture_output=True, text=True, check=True).stdout)

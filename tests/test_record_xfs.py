@@ -102,8 +102,8 @@ def test_log_space_waits_agree_with_the_kernel_and_bpftrace(tmp_path):
     assert log["sleeps"] == log["kernel_sleep_logspace"] == seen["sleeps"], (log, seen)
     assert log["waits"] == seen["waits"] and log["sleeps_agree"] is True
     # jstall-xfslog.bt: a line per wait of the device, its sleeps adding up to the kernel's
-    rows = re.findall(rf"^\S+\s+{major},{minor}\s+(\S+)\s+\d+\s+(reserve|write)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\.(\d+)$",
-                      tool_text, re.M)
+    rows = re.findall(rf"^\S+\s+{major},{minor}\s+(\S+)\s+\d+\s+(reserve|write)"
+                      r"\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\.(\d+)$", tool_text, re.M)
     assert sum(int(r[4]) for r in rows) == log["kernel_sleep_logspace"], tool_text[-3000:]
     assert len(rows) == log["waits"] and all(int(r[2]) > 0 and int(r[3]) > 0 for r in rows)
     assert re.search(r"^@waits: (\d+)$", tool_text, re.M).group(1) == str(len(rows))

@@ -15,8 +15,9 @@ MS = 1_000_000
 
 def interval(ts_ms, ms, tid, comm="fs_mark", waker=None, wake_ms=None, waker_comm="fs_mark", waker_call_ms=None,
              stack_id=1, call_ms=0, runnable=False):
-    return {"ts_ns": ts_ms * MS, "offcpu_ns": int(ms * MS), "tid": tid, "pid": 1, "comm": comm, "state": 0 if runnable else 2,
-            "runnable": runnable, "stack_id": stack_id, "call_ts_ns": call_ms * MS, "syscall": "unlink", "dev": "7:0",
+    return {"ts_ns": ts_ms * MS, "offcpu_ns": int(ms * MS), "tid": tid, "pid": 1, "comm": comm,
+            "state": 0 if runnable else 2, "runnable": runnable, "stack_id": stack_id, "call_ts_ns": call_ms * MS,
+            "syscall": "unlink", "dev": "7:0",
             "wake_ts_ns": None if waker is None else (wake_ms if wake_ms is not None else ts_ms + ms) * MS,
             "waker_tid": waker, "waker_pid": None if waker is None else 1,
             "waker_comm": None if waker is None else waker_comm, "waker_stack_id": None if waker is None else 9,
@@ -71,7 +72,8 @@ def test_a_waker_seen_only_in_jbd2_events_still_names_its_checkpoint():
     off = table(interval(100, 200, 11, waker=77, waker_comm="kworker/1:2", waker_call_ms=80),
                 interval(400, 100, 11, waker=77, waker_comm="kworker/1:2"))
     cps = pd.DataFrame({"ts_ns": [90 * MS, 700 * MS], "tid": [77, 77]})
-    got, _, behind = queued_causes(off, np.array(["other", "other"], dtype=object), np.array(["a", "b"], dtype=object), cps)
+    got, _, behind = queued_causes(off, np.array(["other", "other"], dtype=object),
+                                   np.array(["a", "b"], dtype=object), cps)
     assert got.tolist() == ["checkpoint", "other"]
     assert behind.tolist() == ["kworker/1:2 77", None]
 

@@ -76,7 +76,8 @@ LOG = 64 * MIB   # the 320 MiB filesystem's log: 16384 blocks of 4096 bytes
 
 def test_free_of_pandas_and_numpy():
     code = "import sys, jstall.xfs; print([m for m in ('pandas', 'numpy', 'pyarrow') if m in sys.modules])"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
 
 
 def test_the_kind_of_grant_heads_from_a_tracepoints_fields():
@@ -149,14 +150,16 @@ def test_headroom_of_records_of_both_kinds():
     assert xfs.event_headroom(new, LOG, "reserve") == (LOG - 602936 - 395200, pytest.approx(
         100 * (LOG - 602936 - 395200) / LOG))
     # the same ticket on Linux 6.1: the head at cycle 1, byte 602936 + BBTOB(194); tail 1:194
-    old = {"unit_res": 197600, "cnt": 2, "flags": 1, "grant_reserve_cycle": 1, "grant_reserve_bytes": 602936 + 194 * 512,
-           "grant_write_cycle": 1, "grant_write_bytes": 602936 + 194 * 512, "tail_lsn": xfs.assign_lsn(1, 194)}
+    old = {"unit_res": 197600, "cnt": 2, "flags": 1, "grant_reserve_cycle": 1,
+           "grant_reserve_bytes": 602936 + 194 * 512, "grant_write_cycle": 1, "grant_write_bytes": 602936 + 194 * 512,
+           "tail_lsn": xfs.assign_lsn(1, 194)}
     assert xfs.event_space_left(old, LOG, "reserve") == LOG - 602936
     assert xfs.event_headroom(old, LOG, "write")[0] == LOG - 602936 - 197600
     # a structured array of records (as the probes' tables hold them)
     dtype = [("unit_res", "i4"), ("cnt", "i1"), ("flags", "u4"), ("grant_reserve_bytes", "u8"),
              ("grant_write_bytes", "u8"), ("tail_space", "u8"), ("tail_lsn", "i8")]
-    recs = np.array([(197600, 3, 1, 1024, 1024, 0, 0), (197600, 3, 1, LOG - 100000, LOG - 100000, 8192, 0)], dtype=dtype)
+    recs = np.array([(197600, 3, 1, 1024, 1024, 0, 0), (197600, 3, 1, LOG - 100000, LOG - 100000, 8192, 0)],
+                    dtype=dtype)
     h, _ = xfs.event_headroom(recs, LOG, "reserve")
     assert list(h) == [LOG - 1024 - 592800, 100000 - 592800]
     # and a DataFrame of pre-6.11 records (as the analyzer holds them): same cycle, one on, two on

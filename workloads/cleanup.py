@@ -103,7 +103,8 @@ def cleanup(scratch_dir=None, dry_run=False, include_alive=False):
     the lines say what would be done and nothing changes."""
     base = os.path.abspath(scratch_dir or DEFAULT_SCRATCH)
     if os.path.exists(base) and os.listdir(base) and not os.path.exists(os.path.join(base, SCRATCH_MARKER)):
-        raise JstallError(f"--scratch {base}: not a lab scratch directory (no {SCRATCH_MARKER}); nothing to clean there")
+        raise JstallError(f"--scratch {base}: not a lab scratch directory (no {SCRATCH_MARKER}); "
+                          "nothing to clean there")
     out = []
     for run in scratch_runs(base):
         if run["alive"] and not include_alive:

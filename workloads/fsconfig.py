@@ -10,18 +10,18 @@ import dataclasses
 import re
 import shlex
 
-from jstall import xfs
+from jstall import jbd2, kinds, xfs
 from jstall.errors import JstallError
 from jstall.units import format_size, parse_size
 
 from . import throttle
 
-FS_TYPES = ("ext4", "xfs")
+FS_TYPES = kinds.FS_TYPES
 DATA_MODES = ("ordered", "writeback", "journal")
 BLOCK_SIZES = (1024, 2048, 4096)
 #: ext4's journal holds 1,024 to 10,240,000 blocks (mke2fs); an internal one within half the
 #: blocks left free after the inode tables (checked as 40% of the filesystem).
-JOURNAL_MIN_BLOCKS, JOURNAL_MAX_BLOCKS = 1024, 10_240_000
+JOURNAL_MIN_BLOCKS, JOURNAL_MAX_BLOCKS = jbd2.MIN_BLOCKS, jbd2.MAX_BLOCKS
 #: blocks the kernel takes for fast commits from an external journal (JBD2_DEFAULT_FAST_COMMIT_BLOCKS)
 FAST_COMMIT_BLOCKS = 256
 #: how an emulated device is built: "stacked" (a direct-I/O loop device over a throttled lower
@@ -57,7 +57,7 @@ XFS_LOG_BUFFERS = (2, 8)
 #: mkfs.xfs's bounds on any log (jstall.xfs; the smallest log of a geometry, 1,368 to 4,175
 #: blocks on the lab's sizes, only mkfs.xfs computes)
 XFS_LOG_MIN_BYTES, XFS_LOG_MAX_BYTES = xfs.MIN_LOG_BYTES, xfs.MAX_LOG_BYTES
-XFS_LOG_MIN_BLOCKS, XFS_LOG_MAX_BLOCKS = xfs.MIN_LOG_BLOCKS, xfs.MAX_LOG_BLOCKS
+XFS_LOG_MIN_BLOCKS, XFS_LOG_MAX_BLOCKS = xfs.MIN_BLOCKS, xfs.MAX_BLOCKS
 #: what mkfs.xfs (5.19 and later) refuses outside xfsprogs' own tests: a filesystem under
 #: 300 MB (MiB in fact), a log under 64 MiB, fewer than two allocation groups. The kernel
 #: mounts all three; the variables of xfsprogs' test harness lift the refusal.
@@ -182,7 +182,7 @@ class FsConfig:
 
     @property
     def xfs(self):
-        return self.fs_type == "xfs"
+        return kinds.of_fs_type(self.fs_type) is kinds.XFS
 
     # ---- derived values ---------------------------------------------------------
 
@@ -348,28 +348,34 @@ class FsConfig:
             raise JstallError(f"--journal-size {self.journal_size}: mke2fs takes an internal journal size in "
                               "whole MiB; give e.g. 4M or 16M")
         if jb % self.block_size:
-            raise JstallError(f"--journal-size {self.journal_size}: not a whole number of {self.block_size}-byte blocks")
+            raise JstallError(f"--journal-size {self.journal_size}: "
+                              f"not a whole number of {self.block_size}-byte blocks")
         blocks = jb // self.block_size
         if not JOURNAL_MIN_BLOCKS <= blocks <= JOURNAL_MAX_BLOCKS:
             lo = format_size(JOURNAL_MIN_BLOCKS * self.block_size)
-            raise JstallError(f"--journal-size {self.journal_size} is {blocks} blocks; ext4 takes {JOURNAL_MIN_BLOCKS} to "
-                              f"{JOURNAL_MAX_BLOCKS:,} blocks (at least {lo} with {self.block_size}-byte blocks)")
+            raise JstallError(f"--journal-size {self.journal_size} is {blocks} blocks; ext4 takes "
+                              f"{JOURNAL_MIN_BLOCKS} to {JOURNAL_MAX_BLOCKS:,} blocks "
+                              f"(at least {lo} with {self.block_size}-byte blocks)")
         # mke2fs (figure_journal_size) wants the journal within half the blocks left free after
         # the inode tables and bitmaps: keep it to 40% of the filesystem.
         if not self.journal_device and jb * 5 > fs * 2:
-            raise JstallError(f"--journal-size {format_size(jb)} does not fit in --fs-size {format_size(fs)}: an internal "
-                              f"journal takes at most 40% of the filesystem; give --fs-size {format_size(4 * jb)} or more")
+            raise JstallError(f"--journal-size {format_size(jb)} does not fit in --fs-size {format_size(fs)}: "
+                              "an internal journal takes at most 40% of the filesystem; "
+                              f"give --fs-size {format_size(4 * jb)} or more")
         if self.throttle_mode not in THROTTLE_MODES:
             raise JstallError(f"--throttle-mode {self.throttle_mode}: choose one of {', '.join(THROTTLE_MODES)}")
         if self.data_mode not in DATA_MODES:
             raise JstallError(f"--data-mode {self.data_mode}: choose one of {', '.join(DATA_MODES)}")
         if self.commit_interval is not None and (not isinstance(self.commit_interval, int) or self.commit_interval < 0):
-            raise JstallError(f"--commit-interval {self.commit_interval}: give whole seconds ≥ 0 (0 = ext4's default, 5)")
+            raise JstallError(f"--commit-interval {self.commit_interval}: give whole seconds ≥ 0 "
+                              "(0 = ext4's default, 5)")
         if self.fast_commit and self.data_mode == "journal":
-            raise JstallError("--fast-commit does nothing with --data-mode journal (ext4 turns it off); drop one of them")
+            raise JstallError("--fast-commit does nothing with --data-mode journal (ext4 turns it off); "
+                              "drop one of them")
         self._validate_limits()
         if self.log_buffer_size is not None:
-            raise JstallError("--log-buffer-size is XFS's (mount -o logbsize=); ext4 has no log buffers to size: drop it, "
+            raise JstallError("--log-buffer-size is XFS's (mount -o logbsize=); ext4 has no log buffers to size: "
+                              "drop it, "
                               "or give --fs-type xfs")
         if self.log_buffers is not None:
             raise JstallError("--log-buffers is XFS's (mount -o logbufs=); ext4 has no log buffers to count: drop it, "
@@ -410,28 +416,34 @@ class FsConfig:
         blocks = jb // bs
         if jb < XFS_LOG_MIN_BYTES or blocks < XFS_LOG_MIN_BLOCKS:
             lo = format_size(max(XFS_LOG_MIN_BYTES, XFS_LOG_MIN_BLOCKS * bs))
-            raise JstallError(f"--journal-size {self.journal_size}: an XFS log (mkfs.xfs -l size=) takes at least {lo}, "
+            raise JstallError(f"--journal-size {self.journal_size}: an XFS log (mkfs.xfs -l size=) takes "
+                              f"at least {lo}, "
                               "and most geometries more (5.3M on 320M with 4 KiB blocks); give 8M or more")
         hi_blocks = min(XFS_LOG_MAX_BYTES // bs, XFS_LOG_MAX_BLOCKS)
         if blocks > hi_blocks:
-            raise JstallError(f"--journal-size {self.journal_size}: an XFS log takes at most {format_size(hi_blocks * bs)} "
+            raise JstallError(f"--journal-size {self.journal_size}: an XFS log takes "
+                              f"at most {format_size(hi_blocks * bs)} "
                               f"({hi_blocks:,} blocks of {bs} bytes); give a smaller one")
         ag = self.agcount
         if not self.journal_device and ag and jb >= fs // ag:
             need = ag * (-(-jb // (1 << 20)) + 1) << 20
-            raise JstallError(f"--journal-size {format_size(jb)} does not fit in --fs-size {format_size(fs)}: an internal "
-                              f"XFS log lives in one of its {ag} allocation groups ({format_size(fs // ag)} each); give "
+            raise JstallError(f"--journal-size {format_size(jb)} does not fit in --fs-size {format_size(fs)}: "
+                              f"an internal XFS log lives in one of its {ag} allocation groups "
+                              f"({format_size(fs // ag)} each); give "
                               f"--fs-size {format_size(max(need, 64 << 20))} or more, or --journal-device")
         if self.throttle_mode not in THROTTLE_MODES:
             raise JstallError(f"--throttle-mode {self.throttle_mode}: choose one of {', '.join(THROTTLE_MODES)}")
         if self.data_mode not in (None, "ordered"):
-            raise JstallError(f"--data-mode {self.data_mode} is ext4's (mount -o data=); XFS logs metadata only and has "
+            raise JstallError(f"--data-mode {self.data_mode} is ext4's (mount -o data=); "
+                              "XFS logs metadata only and has "
                               "no data modes: drop it, or give --fs-type ext4")
         if self.fast_commit:
-            raise JstallError("--fast-commit is ext4's (mkfs.ext4 -O fast_commit); XFS has no fast commits: drop it, or "
+            raise JstallError("--fast-commit is ext4's (mkfs.ext4 -O fast_commit); "
+                              "XFS has no fast commits: drop it, or "
                               "give --fs-type ext4")
         if self.commit_interval is not None:
-            raise JstallError("--commit-interval is ext4's (mount -o commit=); XFS has no commit interval mount option: "
+            raise JstallError("--commit-interval is ext4's (mount -o commit=); "
+                              "XFS has no commit interval mount option: "
                               "drop it, or give --fs-type ext4")
         if not self.barrier:
             raise JstallError("--no-barrier is ext4's; XFS always flushes (Linux 4.19 removed its nobarrier): drop it")
@@ -493,7 +505,8 @@ class FsConfig:
                     if name in MKFS_FEATURES_OWN:
                         raise JstallError(f"--mkfs-options -O {feat}: not passed through; {MKFS_FEATURES_OWN[name]}")
             if opt == "-E" and re.search(r"(^|,)(lazy_journal_init|lazy_itable_init|nodiscard|discard)\b", toks[i + 1]):
-                raise JstallError(f"--mkfs-options -E {toks[i + 1]}: the lab sets lazy_*_init and discard itself; drop them")
+                raise JstallError(f"--mkfs-options -E {toks[i + 1]}: the lab sets lazy_*_init and discard itself; "
+                                  "drop them")
             i += 2
 
     def _validate_mount(self):
@@ -502,7 +515,8 @@ class FsConfig:
                 if not opt:
                     continue
                 if not re.fullmatch(r"[a-z0-9_]+(=[A-Za-z0-9_.:/-]+)?", opt):
-                    raise JstallError(f"--mount-options {opt}: not a mount option (write name or name=value, comma-separated)")
+                    raise JstallError(f"--mount-options {opt}: not a mount option (write name or name=value, "
+                                      "comma-separated)")
                 name = opt.split("=", 1)[0]
                 if self.xfs:
                     if name in MOUNT_XFS_OWN:

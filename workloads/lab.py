@@ -23,16 +23,14 @@ import sys
 import threading
 import time
 
-from jstall import system
+from jstall import kinds, system
 from jstall.errors import JstallError
-from jstall.metadata import LAB_FILE, LAB_VERSION, LabConfigRecord, LabDoc, PhaseRecord
+from jstall.metadata import LAB_FILE, LabConfigRecord, LabDoc, PhaseRecord
 
 from . import patterns
 from jstall.devstats import DeviceSampler, served
 from .fsconfig import FsConfig
 from .scratchfs import ScratchFs
-
-LAB_FORMAT_VERSION = LAB_VERSION  # the lab metadata's lab_version (jstall.metadata)
 
 
 @dataclasses.dataclass
@@ -258,6 +256,7 @@ def run_lab(cfg, before_phase=None, console=None, out=None):
         lab.dumpe2fs = {k: v for k, v in fs.geometry().items() if k not in ("raw", "journal_raw")}
         lab.filesystem = fs.describe()
         if cfg.record:
+            # bcc and pyarrow load only for a recorded run (--no-record runs without them)
             from jstall.probes.recorder import Recorder, RecordOptions
 
             # the lab samples its emulated devices itself (the lower loop devices)
@@ -346,16 +345,17 @@ def print_summary(result, out):
     lab = result.lab
     c, sb = lab["config"], lab.get("dumpe2fs") or {}
     fs_type = c.get("fs_type") or "ext4"
-    word = "log" if fs_type == "xfs" else "journal"
+    kind = kinds.of_fs_type(fs_type)
+    word = kind.noun
     jdesc = (f"external {word} {sb.get('journal_blocks')} blocks" if sb.get("external_journal")
              else f"{word} {sb.get('journal_blocks')} blocks")
     limits = lab.get("filesystem", {}).get("throttles") or {}
     lim = "; ".join(f"{d} " + ",".join(f"{k}={v}" for k, v in L.items() if v) for d, L in limits.items()) or "none"
     print(f"lab {lab['pattern']}: {', '.join(f'{k}={v}' for k, v in lab['params'].items())}; jobs={lab['jobs']} "
           f"seed={lab['seed']}", file=out)
-    if fs_type == "xfs":
-        bufs = ", ".join(f"{k}={v}" for k, v in (("logbsize", c.get("log_buffer_size")), ("logbufs", c.get("log_buffers")))
-                         if v is not None) or "default log buffers"
+    if kind is kinds.XFS:
+        given = (("logbsize", c.get("log_buffer_size")), ("logbufs", c.get("log_buffers")))
+        bufs = ", ".join(f"{k}={v}" for k, v in given if v is not None) or "default log buffers"
         mode = f"{sb.get('ag_count')} allocation groups, {bufs}"
     else:
         mode = f"data={c['data_mode']}{', fast_commit' if sb.get('fast_commit') else ''}"

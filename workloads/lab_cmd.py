@@ -18,13 +18,13 @@ from .options import flag as _flag
 DESCRIPTION = """\
 Reproduce journal stalls on scratch ext4 or XFS filesystems. 'run' makes a loop-device ext4
 (or XFS, --fs-type xfs) with the options given (journal or log size, inode size, external
-journal or log, fast_commit, data mode, log buffers, a slow-device profile), records with jstall's probes while a workload pattern runs on it
-(xattr, fdtree, smallfile, or any command), times each phase, and removes everything
-again, leaving a session directory whose metadata holds the configuration and the phase
-timings. 'sweep' runs 'run' over every combination of comma-separated option values.
-'tune' finds the smallest journal (or XFS log) big enough for the workload by running it,
-and compares the other remedies. 'cleanup' removes what a crashed run left
-behind. Needs root."""
+journal or log, fast_commit, data mode, log buffers, a slow-device profile), records with
+jstall's probes while a workload pattern runs on it (xattr, fdtree, smallfile, or any
+command), times each phase, and removes everything again, leaving a session directory whose
+metadata holds the configuration and the phase timings. 'sweep' runs 'run' over every
+combination of comma-separated option values. 'tune' finds the smallest journal (or XFS log)
+big enough for the workload by running it, and compares the other remedies. 'cleanup'
+removes what a crashed run left behind. Needs root."""
 
 SWEEP_DESCRIPTION = """\
 Run 'jstall lab run' over the cartesian product of comma-separated option values, times
@@ -136,7 +136,8 @@ def _add_options(p, sweep):
             sweepable = kind.split(":")[0] in SWEEP_KINDS
             if kind == "bool" and not sweep:
                 g.add_argument(_flag(dest), dest=dest, action=argparse.BooleanOptionalAction, default=None,
-                               help=help_ + (f" (default: {'on' if default else 'off'})" if default is not None else ""))
+                               help=help_ + (f" (default: {'on' if default else 'off'})"
+                                             if default is not None else ""))
                 continue
             meta = "ON|OFF" if kind == "bool" else ("LIST" if sweep and sweepable else
                                                      ("BYTES" if kind in ("size", "rate") else

@@ -3,8 +3,12 @@ value given as text, and building a LabConfig from parsed values. The command li
 (lab_cmd.py) and sweeps (sweep.py) both build their configurations here. A pattern's own
 options come from its class (patterns.py: ``defaults`` and ``options``)."""
 
+from jstall import kinds
 from jstall.errors import JstallError
+from jstall.units import format_size, parse_size
 
+from .fsconfig import FsConfig
+from .lab import LabConfig
 from .patterns import PATTERNS
 
 
@@ -78,8 +82,6 @@ def flag(dest):
 
 def parse_value(dest, kind, text):
     """Parse one option value given as text; raise JstallError naming the option."""
-    from jstall.units import parse_size
-
     opt = flag(dest)
     if kind == "size":
         if dest == "file_size" and str(text).strip() == "0":
@@ -115,10 +117,8 @@ ALL_OPTIONS = FS_OPTIONS + PATTERN_OPTIONS + RUN_OPTIONS
 def default_fs_size(journal_size, journal_device, fs_type="ext4"):
     """2G, or room for an internal journal larger than 512M (ext4: it takes at most 40% of the
     fs) or an internal XFS log larger than 496M (it lives in one of four allocation groups)."""
-    from jstall.units import format_size, parse_size
-
     jb = parse_size(journal_size, "--journal-size")
-    if fs_type == "xfs":
+    if kinds.of_fs_type(fs_type) is kinds.XFS:
         return "2G" if journal_device or 4 * jb <= (2 << 30) - (64 << 20) else format_size(4 * jb + (64 << 20))
     return "2G" if journal_device or jb <= 512 << 20 else format_size(4 * jb)
 
@@ -126,9 +126,6 @@ def default_fs_size(journal_size, journal_device, fs_type="ext4"):
 def config_from(values, pattern, record=True, min_ms=1.0, output_dir=None, scratch_dir=None, progress=False,
                 extra=None):
     """LabConfig from parsed option values {dest: value or None}."""
-    from .fsconfig import FsConfig
-    from .lab import LabConfig
-
     fs = {}
     for dest, kind, default, _ in FS_OPTIONS:
         v = values.get(dest)

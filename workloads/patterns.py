@@ -158,7 +158,8 @@ class XattrPattern(Pattern):
         inodes = fs_cfg.fs_bytes // 16384
         if p["files"] > inodes * 0.9:
             raise JstallError(f"--files {p['files']} needs more inodes than --fs-size {format_size(fs_cfg.fs_bytes)} "
-                              f"has (about {inodes}); give --fs-size {format_size(-(-p['files'] * 32768 // (1 << 20)) << 20)}")
+                              f"has (about {inodes}); "
+                              f"give --fs-size {format_size(-(-p['files'] * 32768 // (1 << 20)) << 20)}")
         if p["files"] * fs_cfg.block_size > fs_cfg.fs_bytes * 0.7:
             raise JstallError(f"--files {p['files']} attribute blocks do not fit in --fs-size "
                               f"{format_size(fs_cfg.fs_bytes)}; give a larger --fs-size")
@@ -239,7 +240,8 @@ class FdtreePattern(Pattern):
 
     name = "fdtree"
     defaults = {"shape": "shallow", "levels": None, "fanout": None, "files_per_dir": None, "file_size": "4K"}
-    options = {"shape": ("choice:shallow|deep", "shallow (1 level × 100 dirs × 100 files) or deep (5 levels × 4, 5 files)"),
+    options = {"shape": ("choice:shallow|deep",
+                         "shallow (1 level × 100 dirs × 100 files) or deep (5 levels × 4, 5 files)"),
                "levels": ("int", "directory levels"), "fanout": ("int", "subdirectories per directory"),
                "files_per_dir": ("int", "files in each directory"), "file_size": ("size", "bytes per file")}
 
@@ -256,9 +258,11 @@ class FdtreePattern(Pattern):
         _positive("levels", p["levels"], 1, 20)
         _positive("fanout", p["fanout"], 1, 100_000)
         _positive("files_per_dir", p["files_per_dir"], 0, 1_000_000)
-        p["file_size"] = format_size(parse_size(p["file_size"], "--file-size")) if p["file_size"] not in (0, "0") else "0"
+        p["file_size"] = (format_size(parse_size(p["file_size"], "--file-size"))
+                          if p["file_size"] not in (0, "0") else "0")
         if self.dirs_per_job() > 2_000_000:
-            raise JstallError(f"--levels {p['levels']} --fanout {p['fanout']} make {self.dirs_per_job():,} directories; "
+            raise JstallError(f"--levels {p['levels']} --fanout {p['fanout']} "
+                              f"make {self.dirs_per_job():,} directories; "
                               "give fewer levels or a smaller fanout")
 
     @property
@@ -284,8 +288,9 @@ class FdtreePattern(Pattern):
         files = dirs * self.params["files_per_dir"]
         need = dirs * bs + files * (-(-self.file_bytes // bs) * bs)
         if need > fs_cfg.fs_bytes * 0.8:
-            raise JstallError(f"the tree needs about {format_size(need >> 20 << 20)} ({dirs:,} directories, {files:,} files "
-                              f"of {self.params['file_size']}), more than --fs-size {format_size(fs_cfg.fs_bytes)} holds; "
+            raise JstallError(f"the tree needs about {format_size(need >> 20 << 20)} "
+                              f"({dirs:,} directories, {files:,} files of {self.params['file_size']}), "
+                              f"more than --fs-size {format_size(fs_cfg.fs_bytes)} holds; "
                               f"give --fs-size {format_size((need * 2 >> 20) + 16 << 20)} or a smaller tree")
         if dirs + files > fs_cfg.fs_bytes // 16384 * 0.9:
             raise JstallError(f"{dirs + files:,} directories and files need more inodes than --fs-size "
@@ -384,7 +389,8 @@ class SmallfilePattern(Pattern):
         bs = fs_cfg.block_size
         need = self.jobs * self.params["files"] * (-(-avg * 3 // 2 // bs) + 1) * bs
         if need > fs_cfg.fs_bytes * 0.8:
-            raise JstallError(f"{self.jobs} × {self.params['files']:,} files of about {self.params['file_size']} need up "
+            raise JstallError(f"{self.jobs} × {self.params['files']:,} files of about {self.params['file_size']} "
+                              "need up "
                               f"to {format_size(need >> 20 << 20)}, more than --fs-size {format_size(fs_cfg.fs_bytes)} "
                               f"holds; give --fs-size {format_size((need * 2 >> 20) + 16 << 20)} or fewer files")
 
@@ -498,7 +504,8 @@ class CommandPattern(Pattern):
     def validate(self):
         cmd = self.params["command"]
         if not cmd:
-            raise JstallError("the command pattern needs --command 'PROGRAM ARGS' (e.g. --command 'fs_mark -d . -n 1000')")
+            raise JstallError("the command pattern needs --command 'PROGRAM ARGS' "
+                              "(e.g. --command 'fs_mark -d . -n 1000')")
         try:
             argv = shlex.split(cmd) if isinstance(cmd, str) else list(cmd)
         except ValueError as e:
@@ -511,7 +518,8 @@ class CommandPattern(Pattern):
             raise JstallError(f"--command runs the program without a shell, so '{shell}' would be one of its "
                               f"arguments; for redirections or pipes give --command {fix}")
         if not argv or not shutil.which(argv[0]):
-            raise JstallError(f"--command: program '{argv[0] if argv else ''}' not found; install it or give its full path")
+            raise JstallError(f"--command: program '{argv[0] if argv else ''}' not found; "
+                              "install it or give its full path")
         self.argv = argv
 
     def phases(self):
@@ -532,7 +540,8 @@ class CommandPattern(Pattern):
         start = time.monotonic_ns()
         try:
             for j, root in enumerate(roots):
-                env = dict(os.environ, JSTALL_LAB_MOUNT=mountpoint, JSTALL_LAB_JOB=str(j), JSTALL_LAB_SEED=str(self.seed))
+                env = dict(os.environ, JSTALL_LAB_MOUNT=mountpoint, JSTALL_LAB_JOB=str(j),
+                           JSTALL_LAB_SEED=str(self.seed))
                 procs.append(subprocess.Popen(self.argv, cwd=root, env=env, stdin=subprocess.DEVNULL))
             statuses = [p.wait() for p in procs]
         except BaseException:

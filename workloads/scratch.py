@@ -14,13 +14,14 @@ Each image is an emulated device. With ``throttle_mode="stacked"`` (the default)
 devices: a lower one over the image file, which carries the throttle rules, and an upper one
 with ``--direct-io=on`` over the lower one, which the filesystem (or the external journal) is
 made on. The upper loop turns every request it gets -- ext4 metadata, jbd2 log writes,
-checkpoint writes, XFS log and metadata writeback, data, flushes -- into an ordinary direct I/O on the lower device, so every
-one waits its turn under the lower device's limits (see throttle.py and docs/lab.md). With
-``throttle_mode="direct"`` the filesystem sits on a single loop device that carries the rules
-itself: ext4/jbd2 metadata writes then pass the throttle at once (the old, unfaithful lab). Only loop devices backed by
-those image files are formatted or mounted. On exit -- normal, an exception, Ctrl-C or
-SIGTERM -- the throttles are removed, the filesystem unmounted, the loops detached and the
-images deleted. ``cleanup()`` does the same for runs whose process died, found by their marker.
+checkpoint writes, XFS log and metadata writeback, data, flushes -- into an ordinary direct I/O
+on the lower device, so every one waits its turn under the lower device's limits (see
+throttle.py and docs/lab.md). With ``throttle_mode="direct"`` the filesystem sits on a single
+loop device that carries the rules itself: ext4/jbd2 metadata writes then pass the throttle at
+once (the old, unfaithful lab). Only loop devices backed by those image files are formatted or
+mounted. On exit -- normal, an exception, Ctrl-C or SIGTERM -- the throttles are removed, the
+filesystem unmounted, the loops detached and the images deleted. ``cleanup()`` does the same
+for runs whose process died, found by their marker.
 
 The parts live in modules named for their job; this module gathers their public names:
 
@@ -33,13 +34,14 @@ The parts live in modules named for their job; this module gathers their public 
 - cleanup.py: undoing a run and the runs crashed processes left
 """
 
-from jstall.system import mount_options, parse_dumpe2fs
+from jstall.jbd2 import parse_dumpe2fs
+from jstall.system import mount_options
 from jstall.units import format_size, parse_size
 
 from .cleanup import cleanup, scratch_runs, run_state, undo_run
 from .fsconfig import (BLOCK_SIZES, DATA_MODES, FAST_COMMIT_BLOCKS, FS_TYPES, JOURNAL_MAX_BLOCKS,
-                       JOURNAL_MIN_BLOCKS, MKFS_FEATURES_OWN, MKFS_OWN, MKFS_PASSTHROUGH, MKFS_XFS_PASSTHROUGH, MOUNT_OWN,
-                       THROTTLE_MODES, XFS_INODE_SIZES, XFS_LOG_BUFFER_SIZES, XFS_TEST_HARNESS, FsConfig)
+                       JOURNAL_MIN_BLOCKS, MKFS_FEATURES_OWN, MKFS_OWN, MKFS_PASSTHROUGH, MKFS_XFS_PASSTHROUGH,
+                       MOUNT_OWN, THROTTLE_MODES, XFS_INODE_SIZES, XFS_LOG_BUFFER_SIZES, XFS_TEST_HARNESS, FsConfig)
 from .loopdev import BLOCK_STAT_FIELDS, dev_of, loop_backing_files, read_block_stat, read_inflight, syncfs
 from .rundir import DEFAULT_SCRATCH, FREE_MARGIN, MARKER, SCRATCH_MARKER, check_free_space, prepare_scratch
 from .scratchfs import ScratchFs, Terminated, parse_xfs_db
@@ -50,5 +52,6 @@ __all__ = [
     "MKFS_PASSTHROUGH", "MKFS_XFS_PASSTHROUGH", "MOUNT_OWN", "SCRATCH_MARKER", "THROTTLE_MODES", "XFS_INODE_SIZES",
     "XFS_LOG_BUFFER_SIZES", "XFS_TEST_HARNESS", "FsConfig", "ScratchFs", "Terminated", "check_free_space",
     "cleanup", "dev_of", "scratch_runs", "format_size", "loop_backing_files", "mount_options", "parse_dumpe2fs",
-    "parse_size", "parse_xfs_db", "prepare_scratch", "read_block_stat", "read_inflight", "run_state", "syncfs", "undo_run",
+    "parse_size", "parse_xfs_db", "prepare_scratch", "read_block_stat", "read_inflight", "run_state", "syncfs",
+    "undo_run",
 ]

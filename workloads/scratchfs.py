@@ -12,7 +12,7 @@ import subprocess
 import time
 import uuid
 
-from jstall import system
+from jstall import jbd2, kinds, system
 from jstall.errors import JstallError
 
 from . import throttle
@@ -242,8 +242,8 @@ class ScratchFs:
     # ---- read-back ------------------------------------------------------------------
 
     def _read_dumpe2fs(self):
-        raw = system.dumpe2fs(self.device)
-        jraw = system.dumpe2fs(self.journal_device) if self.journal_device else {}
+        raw = jbd2.dumpe2fs(self.device)
+        jraw = jbd2.dumpe2fs(self.journal_device) if self.journal_device else {}
         src = jraw or raw
         jblocks = _int(src.get("Total journal blocks") or src.get("Journal length"))
         bs = _int(raw.get("Block size"))
@@ -274,7 +274,7 @@ class ScratchFs:
         bs, lb = _int(raw.get("blocksize")), _int(raw.get("logblocks"))
         log_start = _int(raw.get("logstart"))
         return {
-            "fs_type": "xfs",
+            "fs_type": kinds.XFS.fs_type,
             "block_size": bs,
             "inode_size": _int(raw.get("inodesize")),
             "block_count": _int(raw.get("dblocks")),
@@ -346,7 +346,8 @@ class ScratchFs:
         of the emulated devices: 'data', and 'journal' with an external journal."""
         out = [("data", self.dev, os.path.basename(self.lower_device), self.lower_dev)]
         if self.journal_device:
-            out.append(("journal", self.journal_dev, os.path.basename(self.journal_lower_device), self.journal_lower_dev))
+            out.append(("journal", self.journal_dev, os.path.basename(self.journal_lower_device),
+                        self.journal_lower_dev))
         return out
 
     def in_flight(self):

@@ -18,7 +18,10 @@ from jstall import system
 from jstall.errors import JstallError
 from jstall.metadata import LAB_FILE, METADATA_FILE, SWEEP_FORMAT, SWEEP_VERSION, SweepDoc, SweepRun, lab_of, mean_sd
 
+from .lab import prepare, run_lab
 from .loopdev import LAB_NEEDS_ROOT
+from .options import config_from
+from .rundir import check_free_space, prepare_scratch
 
 __all__ = ["SWEEP_FORMAT", "SWEEP_VERSION", "collect", "plan", "run_sweep", "write_results"]
 
@@ -60,10 +63,6 @@ def _finished(run_dir):
 def run_sweep(pattern, values, repeat, out_dir, record=True, min_ms=1.0, scratch_dir=None, progress=False,
               out=None, console=None):
     """Run (or resume) a sweep; return 0. ``values``: {dest: [(text, parsed value)]}."""
-    from .lab import prepare, run_lab
-    from .options import config_from
-    from .rundir import check_free_space, prepare_scratch
-
     out = out or sys.stdout
     console = console or sys.stderr
     axes, base, runs = plan(pattern, values, repeat)

@@ -64,14 +64,16 @@ import os
 import re
 import sys
 
-from jstall import system
+from jstall import kinds, system
 from jstall.errors import JstallError
+from jstall.enough import verdict
 from jstall.metadata import lab_of
 
 from jstall.analyzer.multi.tune import STEPS_PER_OCTAVE, Prediction, TuneResult, TuneRun
 
 from .fsconfig import (JOURNAL_MAX_BLOCKS, JOURNAL_MIN_BLOCKS, XFS_LOG_MAX_BYTES, XFS_LOG_MIN_BLOCKS,
                       XFS_LOG_MIN_BYTES, FsConfig, xfs_agcount)
+from .lab import LabConfig, prepare, run_lab
 from .loopdev import LAB_NEEDS_ROOT
 
 def grid(lo_mib, hi_mib):
@@ -90,7 +92,7 @@ def bounds_mib(fs):
     log's fixed bounds (2 MiB and 512 blocks; mkfs.xfs may ask more of the geometry: see
     tune()) and, above, what fits in one allocation group (a MiB below the group's size: the
     group's headers take a few blocks of it) and 2038 MiB."""
-    if fs.fs_type == "xfs":
+    if fs.xfs:
         lo = -(-max(XFS_LOG_MIN_BYTES, XFS_LOG_MIN_BLOCKS * fs.block_size) // (1 << 20))
         ag = xfs_agcount(fs.fs_bytes, fs._mkfs_tokens()) or 1
         hi = min(fs.fs_bytes // ag - (1 << 20), XFS_LOG_MAX_BYTES) >> 20
@@ -121,9 +123,9 @@ def xfs_log_refusal(message, block_size=4096):
 
 def measure(session_dir, label, journal_mib, options, threshold_ms):
     """A TuneRun from a recorded lab session (see the module docstring for the definitions)."""
+    # the analysis (pandas) loads when a run is measured, not with `jstall lab`'s parser
     from jstall.analyzer.analysis import analyze
     from jstall.analyzer.jbd2.journals import checkpoints
-    from jstall.enough import verdict
     from jstall.analyzer.session.recording import session_span_s
     from jstall.analyzer.summary import checkpoint_cost_summary
 
@@ -141,9 +143,9 @@ def measure(session_dir, label, journal_mib, options, threshold_ms):
     if len(waits) and "kind" in waits:
         kind = str(waits["kind"].iloc[0])
     else:
-        kind = "xfs" if any(j.get("kind") == "xfs" for j in a.session.journals) else "jbd2"
+        kind = (kinds.XFS if any(kinds.is_xfs(j) for j in a.session.journals) else kinds.JBD2).name
     e = verdict(waits.iloc[0].to_dict() if len(waits) else None, session_span_s(a.session) * 1e3, kind)
-    logs = a.xfs_logs if kind == "xfs" else None
+    logs = a.xfs_logs if kind == kinds.XFS.name else None
     return TuneRun(label=label, journal_mib=journal_mib, options=options, stalls=len(st),
                    stall_ms=round(float(st["latency_ms"].sum()), 3) if len(st) else 0.0,
                    checkpoint_stalls=len(cps),
@@ -174,13 +176,11 @@ def tune(pattern, params=None, fs=None, jobs=1, seed=1, threshold_ms=10.0, max_m
     size; an internal journal, or XFS log). Every run's session is kept under ``output_dir``
     (default jstall-tune-PATTERN), with tune.json. Progress lines go to ``console`` (default
     stderr)."""
-    from .lab import LabConfig, prepare, run_lab
-
     console = console or sys.stderr
     fs = fs or FsConfig()
     params = dict(params or {})
-    xfs = fs.fs_type == "xfs"
-    noun = "log" if xfs else "journal"
+    xfs = fs.xfs
+    noun = kinds.of_fs_type(fs.fs_type).noun
     if fs.journal_device:
         raise JstallError(f"lab tune searches an internal {noun}'s size; drop --journal-device (an external {noun} "
                           "is one of the comparisons)")
@@ -237,7 +237,7 @@ def tune(pattern, params=None, fs=None, jobs=1, seed=1, threshold_ms=10.0, max_m
             _save(result)
             return None
         r = measure(sdir, label, mib, change, threshold_ms)
-        if r.kind == "xfs":
+        if r.kind == kinds.XFS.name:
             what = f"{r.log_waits} log-space waits, {r.log_space_stalls} log-space stalls"
         else:
             what = f"{r.forced_checkpoints} forced checkpoints, {r.checkpoint_stalls} checkpoint stalls"
@@ -306,18 +306,16 @@ def tune(pattern, params=None, fs=None, jobs=1, seed=1, threshold_ms=10.0, max_m
 _CHECKED_BY = {"inode_size": "256-byte inodes", "external_journal": "external journal", "fast_commit": "fast_commit"}
 #: on XFS (analyze's log_size advice is run as a size)
 _CHECKED_BY_XFS = {"log_buffers": "8x256K log buffers", "external_log": "external log"}
-#: the advice a size run checks, by journal kind
-_SIZE_ADVICE = {"jbd2": "journal_size", "xfs": "log_size"}
 
 
 def _check_advice(first, result, run_size, threshold_ms):
     """[Prediction] of the starting run's advice (jstall analyze), each checked by a run."""
-    from jstall.analyzer.analysis import analyze
+    from jstall.analyzer.analysis import analyze  # pandas, as in measure()
 
     recs = {r.kind: r for r in reversed(analyze(first.session_dir, min_ms=threshold_ms).recommendations)}
     by_label = {c.label: c for c in result.comparisons}
     out = []
-    kind = _SIZE_ADVICE.get(first.kind, "journal_size")
+    kind = kinds.KINDS.get(first.kind, kinds.JBD2).size_advice
     js = recs.get(kind)
     if js is not None and js.journal_size_mib:
         mib = int(js.journal_size_mib)
@@ -327,11 +325,12 @@ def _check_advice(first, result, run_size, threshold_ms):
             p.measured_label, p.big_enough = r.label, r.big_enough
             p.measured_ms = round(first.checkpoint_waits_ms - r.checkpoint_waits_ms, 3)
         out.append(p)
-    for kind, label in (_CHECKED_BY_XFS if first.kind == "xfs" else _CHECKED_BY).items():
+    xfs_first = first.kind == kinds.XFS.name
+    for kind, label in (_CHECKED_BY_XFS if xfs_first else _CHECKED_BY).items():
         rec, r = recs.get(kind), by_label.get(label)
         if rec is None or r is None:
             continue
-        removed = (first.checkpoint_waits_ms - r.checkpoint_waits_ms if kind == "inode_size" or first.kind == "xfs"
+        removed = (first.checkpoint_waits_ms - r.checkpoint_waits_ms if kind == "inode_size" or xfs_first
                    else first.stall_ms - r.stall_ms)
         high = rec.inputs.get("removed_high_ms")
         out.append(Prediction(kind, round(rec.stall_ms_addressed, 3), measured_label=r.label,
@@ -347,14 +346,14 @@ XFS_BIG_LOG_BUFFERS = {"log_buffer_size": "256K", "log_buffers": 8}
 def _variants(fs):
     """[(label, FsConfig changes)] of the remedies compared at the starting size."""
     out = []
-    if fs.fs_type != "xfs" and fs.inode_size < 256:
+    if not fs.xfs and fs.inode_size < 256:
         out.append(("256-byte inodes", {"inode_size": 256}))
     ext = {"journal_device": True}
     if fs.journal_device_profile == "none" and not fs.journal_limits():
         # its own device of the same kind as the filesystem's
         ext.update(journal_device_profile=fs.device_profile, journal_read_iops=fs.read_iops,
                    journal_write_iops=fs.write_iops, journal_read_bps=fs.read_bps, journal_write_bps=fs.write_bps)
-    if fs.fs_type == "xfs":
+    if fs.xfs:
         out.append(("external log", ext))
         if (fs.log_buffer_bytes, fs.log_buffers) != (256 << 10, 8):
             out.append(("8x256K log buffers", dict(XFS_BIG_LOG_BUFFERS)))

@@ -1050,12 +1050,6 @@ def generic_causes():
     return tuple(first + [c for c in rest if c not in first])
 
 
-def __getattr__(name):
-    if name == "GENERIC_CAUSES":  # the earlier constant, now following the registry
-        return generic_causes()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 #: Every rule, in no particular order (the result is ranked).
 RULES = (lost_events, no_stalls, writeback_window, journal_size, inode_size, external_journal, fast_commit, log_size,
          xfs_log_device, per_cause)

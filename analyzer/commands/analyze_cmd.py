@@ -18,12 +18,11 @@ causes:
 """
 
 
-def __getattr__(name):
-    # DESCRIPTION lists the causes registered when it is read (the parser is built after any
-    # causes.register), so a new cause is described without an edit here.
-    if name == "DESCRIPTION":
-        return _DESCRIPTION + describe_causes()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+def description() -> str:
+    """The description, listing the causes registered when the parser is built (after any
+    causes.register), so a new cause is described without an edit here."""
+    return _DESCRIPTION + describe_causes()
+
 
 EXAMPLES = """\
 examples:
@@ -88,7 +87,8 @@ def check_sweep_options(args):
     from jstall.errors import JstallError
 
     if getattr(args, "time_from", None) is not None or getattr(args, "time_to", None) is not None:
-        raise JstallError(f"{args.path}: --from/--to apply to one session, not a sweep or a tune; analyze a run's session")
+        raise JstallError(f"{args.path}: --from/--to apply to one session, not a sweep or a tune; "
+                          "analyze a run's session")
 
 
 def emit_text(text):

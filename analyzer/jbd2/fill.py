@@ -8,23 +8,34 @@ Units: ``*_blocks`` in filesystem blocks, ``fill_pct`` in percent of the log
 (``last_block - first_block`` blocks), times in monotonic ns.
 """
 
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 
 from jstall import jbd2
 from jstall.jbd2 import RESERVED_BLOCKS, forced_fill_pct, headroom  # noqa: F401 (the analyzer's names for them)
+from jstall.jbd2 import Values
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
+    from jstall.analyzer.session.load import Session
 
 TIMELINE_COLUMNS = ("ts_ns", "dev", "source", "free_blocks", "space_left_blocks", "headroom_blocks", "headroom_pct",
-                    "log_blocks", "used_blocks", "fill_pct", "max_transaction_blocks", "journal_blocks", "running_transaction",
-                    "committing_transaction")
+                    "log_blocks", "used_blocks", "fill_pct", "max_transaction_blocks", "journal_blocks",
+                    "running_transaction", "committing_transaction")
 
 
-def fill_pct(free_blocks, log_blocks):
+def fill_pct(free_blocks: Values, log_blocks: Values) -> Values:
     """``100 * (1 - free / log_blocks)``; scalars or arrays."""
     return 100.0 * (1.0 - free_blocks / log_blocks)
 
 
-def timeline(session):
+def timeline(session: Session) -> pd.DataFrame:
     """All fill samples of the session, sorted by (dev, ts_ns), as a DataFrame with
     TIMELINE_COLUMNS.  ``source`` is the table (and event) the sample came from.  Samples with
     a null ``free_blocks`` or a non-positive log size are dropped; values are float64 so that
@@ -80,7 +91,8 @@ def timeline(session):
     return pd.DataFrame(out)
 
 
-def asof_positions(left_by, left_ts, right_by, right_ts):
+def asof_positions(left_by: ArrayLike, left_ts: ArrayLike, right_by: ArrayLike,
+                   right_ts: ArrayLike) -> np.ndarray:
     """For each left row, the position of the last right row with the same ``by`` code and
     ``ts <= left ts`` (-1 when none): a backward as-of join with exact matches, in numpy.
 
@@ -110,7 +122,7 @@ def asof_positions(left_by, left_ts, right_by, right_ts):
     return out
 
 
-def dev_codes(samples_dev, keys_dev):
+def dev_codes(samples_dev: pd.Series, keys_dev: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     """Integer codes of two ``dev`` columns (Series) on a common scale, for
     :func:`asof_positions`: a null key or a key device without samples gets -1, a null
     sample device -2 (never joined).  Keys are compared as strings."""
@@ -122,7 +134,7 @@ def dev_codes(samples_dev, keys_dev):
     return codes, np.where(keys_dev.isna().to_numpy(), -1, kcodes).astype("int64")
 
 
-def asof(samples, keys, ts_col="ts_ns"):
+def asof(samples: pd.DataFrame, keys: pd.DataFrame, ts_col: str = "ts_ns") -> pd.DataFrame:
     """The last sample at or before each key's time on the same device.
 
     ``keys``: DataFrame with ``dev`` and ``ts_col``; returns a DataFrame aligned with ``keys``
@@ -150,7 +162,8 @@ def _sparse_min(values):
     return table
 
 
-def range_min(samples, keys, value="free_blocks", start_col="ts_ns", end_col="end_ns"):
+def range_min(samples: pd.DataFrame, keys: pd.DataFrame, value: str | Iterable[str] = "free_blocks",
+              start_col: str = "ts_ns", end_col: str = "end_ns") -> np.ndarray | dict[str, np.ndarray]:
     """Minimum of ``samples[value]`` over samples with start <= ts_ns <= end (both ends
     inclusive) on each key's device; NaN when no sample falls inside.  Vectorized: a
     searchsorted per device and a sparse-table range-minimum query.  Returns a float64
@@ -190,7 +203,7 @@ def range_min(samples, keys, value="free_blocks", start_col="ts_ns", end_col="en
     return out[value] if isinstance(value, str) else out
 
 
-def journal_limits(session, timeline):
+def journal_limits(session: Session, timeline: pd.DataFrame) -> pd.DataFrame:
     """Per device: ``log_blocks`` and ``max_transaction_blocks`` (the last values the fill
     samples show, else the metadata's), as a DataFrame indexed by ``dev``."""
     rows = {}

@@ -10,7 +10,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from jstall import enough
+from jstall import enough, kinds
 from jstall.jbd2 import RESERVED_BLOCKS, forced_fill_pct
 from jstall.schema import PHASES
 
@@ -347,7 +347,7 @@ def checkpoint_waits(session, stalls, costs):
         rest = costs[~costs["expensive"].astype(bool)]
         for dev, ms in rest.groupby(rest["dev"].astype("str"), sort=True)["chp_ms"]:
             waits.setdefault(dev, []).extend(ms.to_numpy(dtype="float64").tolist())
-    xfs_devs = {j["dev"] for j in session.journals if j.get("kind") == "xfs"}
+    xfs_devs = {j["dev"] for j in session.journals if kinds.is_xfs(j)}
     xw = session.xfs_waits
     if len(xw):
         keys = set()
@@ -379,7 +379,7 @@ def checkpoint_waits(session, stalls, costs):
             waits.setdefault(dev, []).append(sum(ms))
     rows = []
     for dev in sorted(waits):
-        kind = "xfs" if dev in xfs_devs else "jbd2"
+        kind = (kinds.XFS if dev in xfs_devs else kinds.JBD2).name
         e = enough.judge(sum(waits[dev]), max(waits[dev]), run_ms, kind)
         rows.append({"dev": dev, "wait_ms": e.wait_ms, "longest_ms": e.longest_ms, "run_ms": e.run_ms,
                      "share": e.share, "big_enough": e.big_enough, "kind": kind})
@@ -407,7 +407,8 @@ def untraced_checkpoints(session):
                    traced_task=cp["traced_task"].fillna(False).astype(bool))
     out = (cp.groupby(["dev", "pid", "comm", "traced_task"], observed=True, sort=False)
            .agg(checkpoints=("ts_ns", "size"), first_ns=("ts_ns", "min")).reset_index())
-    return out.sort_values(["checkpoints", "first_ns"], ascending=[False, True], kind="stable")[cols].reset_index(drop=True)
+    out = out.sort_values(["checkpoints", "first_ns"], ascending=[False, True], kind="stable")
+    return out[cols].reset_index(drop=True)
 
 
 def untraced_text(untraced, most=3):

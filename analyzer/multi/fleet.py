@@ -21,7 +21,10 @@ import os
 import numpy as np
 import pandas as pd
 
+from jstall import kinds
+from jstall.errors import JstallError
 from jstall.jbd2 import headroom_low
+from jstall.session import METADATA_FILE, collected_partitions
 
 from jstall.analyzer.stalls.causes import CAUSES
 from jstall.analyzer.stalls.find import DEFAULT_MIN_MS
@@ -51,9 +54,6 @@ def find_sessions(paths):
     session; other directories are searched recursively; globs expand first.  Local
     sessions come back as plain paths, others as URLs.  Raises JstallError for a path that
     matches nothing (bad input), never for what a session holds."""
-    from jstall.errors import JstallError
-    from jstall.session import METADATA_FILE
-
     found = []
     for url in paths:
         try:
@@ -138,8 +138,6 @@ def summarize(url, min_ms=DEFAULT_MIN_MS):
     "journal_causes", "histograms"}``.  ``analysis`` is ``analyze(path, min_ms).to_dict(top=1)``
     -- the ``jstall analyze --json`` document with only the slowest stall listed; a session that
     fails to load or analyze gives ``error`` (one line) and nothing else."""
-    from jstall.errors import JstallError
-
     try:
         a = _analyze_url(url, min_ms)
         doc = a.to_dict(top=1)
@@ -208,8 +206,6 @@ def run_fleet(paths, scheduler=None, min_ms=DEFAULT_MIN_MS, n_workers=None, prog
     scheduler at ``scheduler``, e.g. ``tcp://host:8786``).  Returns a :class:`Fleet`."""
     from distributed import Client
 
-    from jstall.errors import JstallError
-
     urls = find_sessions(paths)
     if not urls:
         raise JstallError(f"no session (a directory holding metadata.json) under {', '.join(paths)}")
@@ -265,8 +261,6 @@ class Fleet:
 
     # one row per session and journal
     def _rows(self):
-        from jstall.session import collected_partitions
-
         rows = []
         syscalls = sorted({k for s in self.ok for k in s["analysis"]["calls"]})
         for s in self.ok:  # one iteration per session
@@ -291,7 +285,7 @@ class Fleet:
             for name in syscalls:
                 base[f"{name}_p99_ms"] = (d["calls"].get(name) or {}).get("p99_ms")
             # one row per journal: ext4's, then XFS logs (a session without either keeps one row)
-            xfs_logs = [dict(x, kind="xfs") for x in d.get("xfs_logs") or []]
+            xfs_logs = [dict(x, kind=kinds.XFS.name) for x in d.get("xfs_logs") or []]
             for j in d["journals"] + xfs_logs or [None]:
                 row = dict(base)
                 if j is None:
@@ -304,9 +298,10 @@ class Fleet:
                         row[f"{c}_ms"] = st["by_cause"][c]["total_ms"]
                     rows.append(row)
                     continue
-                xfs_log = j.get("kind") == "xfs"
+                jkind = kinds.of(j)
+                xfs_log = jkind is kinds.XFS
                 row.update({"dev": j["dev"], "device": j.get("device"), "mountpoint": j.get("mountpoint"),
-                            "journal_kind": "xfs" if xfs_log else "jbd2",
+                            "journal_kind": jkind.name,
                             "journal_mib": j.get("log_mib" if xfs_log else "journal_mib"),
                             "inode_size": j.get("inode_size"), "stalls": j.get("stalls") or 0,
                             "stall_ms": j.get("stall_ms") or 0.0})

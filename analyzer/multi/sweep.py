@@ -63,7 +63,8 @@ class Sweep:
     ``runs`` (DataFrame, one row per analyzed run: ``run``, the config columns, ``stalls``,
     ``stall_ms``, ``max_stall_ms``, ``<cause>_ms``, ``forced_checkpoints``, ``transactions``,
     ``max_fill_pct``, ``<call>_p50_ms``/``_p99_ms``/``_max_ms``, ``<phase>_s`` (durable
-    seconds), ``<phase>_returned_s`` and ``<phase>_rate`` (per durable second)), ``options`` (swept option names), ``phases``, ``warnings``."""
+    seconds), ``<phase>_returned_s`` and ``<phase>_rate`` (per durable second)), ``options``
+    (swept option names), ``phases``, ``warnings``."""
 
     def __init__(self, path, min_ms=10.0):
         self.path = path

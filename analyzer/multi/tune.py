@@ -3,12 +3,17 @@ checked against them (``Prediction``) and the whole search (``TuneResult``); ``l
 ``print_result``, what `jstall analyze TUNE_DIR` and `jstall lab tune` print. The search itself
 is the lab's (jstall.workloads.tune)."""
 
+from __future__ import annotations
+
 import dataclasses
 import json
 import os
+from typing import TextIO
 
+from jstall import kinds
 from jstall.enough import bound, judge
 from jstall.errors import JstallError
+from jstall.metadata import TUNE_FILE
 
 TUNE_FORMAT = "jstall-tune"
 TUNE_VERSION = 1
@@ -138,7 +143,7 @@ class TuneResult:
 
     @property
     def xfs(self):
-        return (self.config or {}).get("fs_type") == "xfs"
+        return kinds.of_fs_type((self.config or {}).get("fs_type")) is kinds.XFS
 
     def to_dict(self):
         def run(r):
@@ -153,11 +158,9 @@ class TuneResult:
                 "smallest_mib": self.smallest_mib, "refused": self.refused}
 
 
-def load(tune_dir):
+def load(tune_dir: str) -> TuneResult:
     """The TuneResult a lab tune directory's tune.json holds (a search cut short: the runs it
     finished). Raises JstallError for an unreadable one."""
-    from jstall.metadata import TUNE_FILE
-
     path = os.path.join(tune_dir, TUNE_FILE)
     try:
         with open(path) as f:
@@ -179,7 +182,7 @@ def load(tune_dir):
         raise JstallError(f"{path}: unreadable ({e}); run jstall lab tune again") from None
 
 
-def print_result(r, out):
+def print_result(r: TuneResult, out: TextIO) -> None:
     """The text summary of a TuneResult."""
     c = r.config or {}
     xfs = r.xfs

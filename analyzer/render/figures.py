@@ -113,7 +113,8 @@ def thin_stalls(st, t0, t1, buckets=MAX_STALLS // 2):
 def timeline(analysis, dev=None):
     """Stalled calls over the journal's headroom, for one journal (default: the one with the
     most stall time, else the first).  Rows: headroom % (log space left minus
-    j_max_transaction_buffers; below 0 handles wait) with checkpoints; stalled calls as segments start..end at their latency, colored by cause;
+    j_max_transaction_buffers; below 0 handles wait) with checkpoints; stalled calls as segments
+    start..end at their latency, colored by cause;
     commit phases and calls that checkpointed as bands.  Within the size budget (see the
     constants above): long series in WebGL, headroom thinned to its lows and peaks, bands merged at
     screen resolution, stalls thinned to the slowest per bucket and cause beyond MAX_STALLS."""

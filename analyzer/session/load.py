@@ -12,11 +12,18 @@ the format allows to be null (``transaction`` in jbd2_events, the journal fill c
 innermost first.  Times stay in monotonic nanoseconds.
 """
 
+from __future__ import annotations
+
 import os
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from jstall import schema
 from jstall.errors import JstallError
 from jstall.session import TABLES, is_incomplete, read_arrow, read_metadata, table_path
+
+if TYPE_CHECKING:
+    import pandas as pd  # for the annotations only: pandas loads when a table is read
 
 
 class Session:
@@ -144,7 +151,7 @@ def _check_meta_types(path, meta):
             raise JstallError(f"{path}: metadata '{key}' is not {what}; the session is corrupt, record it again")
 
 
-def read_table(session_dir, table, columns=None):
+def read_table(session_dir: str, table: str, columns: list[str] | None = None) -> pd.DataFrame:
     """Read one table of a session as a typed DataFrame (see the module docstring)."""
     import pandas as pd
     import pyarrow as pa
@@ -182,7 +189,8 @@ def _conform(path, t, spec):
     missing = [n for n, _, _ in spec if n not in t.column_names]
     if missing:
         raise JstallError(
-            f"{path}: missing columns {', '.join(missing)}; the session is corrupt or from another jstall, record it again"
+            f"{path}: missing columns {', '.join(missing)}; the session is corrupt or from another jstall, "
+            "record it again"
         )
     arrays, names = [], []
     for n, typ, nullable in spec:
@@ -199,7 +207,7 @@ def _conform(path, t, spec):
     return pa.table(arrays, names=names)
 
 
-def load_session(path, tables=None):
+def load_session(path: str | os.PathLike, tables: Iterable[str] | None = None) -> Session:
     """Load the session at ``path``; raise JstallError when it is missing, truncated, corrupt
     or newer than this jstall.  ``tables`` restricts which tables are read (default: all)."""
     path = os.fspath(path)
@@ -213,12 +221,13 @@ def load_session(path, tables=None):
 def _read_or_empty(path, table):
     """A lab table (schema.LAB_TABLES) is absent from sessions ``jstall record`` wrote, a later
     one (schema.LATER_TABLES) from sessions written before it: empty."""
-    if (table in schema.LAB_TABLES or table in schema.LATER_TABLES) and not (path and os.path.exists(table_path(path, table))):
+    optional = table in schema.LAB_TABLES or table in schema.LATER_TABLES
+    if optional and not (path and os.path.exists(table_path(path, table))):
         return empty_table(table)
     return read_table(path, table)
 
 
-def empty_table(table):
+def empty_table(table: str) -> pd.DataFrame:
     """A DataFrame with a table's columns and types and no rows."""
     df = schema.SCHEMAS[table].empty_table().to_pandas()
     for n in schema.nullable_int_columns(table):
@@ -226,7 +235,7 @@ def empty_table(table):
     return df
 
 
-def check_path(path):
+def check_path(path: str) -> None:
     """Refuse, with one line naming the fix, a session path that is missing, not a directory,
     or not readable by this user (the directory or any file in it)."""
     if not os.path.lexists(path):

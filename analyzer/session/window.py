@@ -12,6 +12,8 @@ A window keeps, in every table that carries times, the rows whose ``ts_ns`` lies
 time, so they stay those of the whole session.  Pure functions; pandas loads lazily.
 """
 
+from __future__ import annotations
+
 import datetime
 import re
 
@@ -33,7 +35,7 @@ def _clock_ns(meta, key, field):
     return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def wall_offset_ns(meta):
+def wall_offset_ns(meta: dict) -> int | None:
     """``wall_ns - monotonic_ns`` from the metadata's start clock, or None without one."""
     wall, mono = _clock_ns(meta, "start", "wall_ns"), _clock_ns(meta, "start", "monotonic_ns")
     if wall is None or mono is None:
@@ -41,12 +43,12 @@ def wall_offset_ns(meta):
     return wall - mono
 
 
-def to_datetime(wall_ns):
+def to_datetime(wall_ns: int) -> datetime.datetime:
     """A wall-clock time in ns since the epoch as an aware datetime in the local zone."""
     return datetime.datetime.fromtimestamp(wall_ns // 1000 / 1e6, tz=datetime.timezone.utc).astimezone()
 
 
-def wall_iso(meta, ts_ns):
+def wall_iso(meta: dict, ts_ns: int | None) -> str | None:
     """ISO 8601 (with the local offset, microseconds) of a monotonic ``ts_ns``, or None."""
     off = wall_offset_ns(meta)
     if off is None or ts_ns is None:
@@ -54,7 +56,7 @@ def wall_iso(meta, ts_ns):
     return to_datetime(int(ts_ns) + off).isoformat(timespec="microseconds")
 
 
-def wall_hms(meta, ts_ns):
+def wall_hms(meta: dict, ts_ns: int | None) -> str | None:
     """``HH:MM:SS.mmm`` (local time) of a monotonic ``ts_ns``, or None."""
     off = wall_offset_ns(meta)
     if off is None or ts_ns is None:
@@ -62,16 +64,7 @@ def wall_hms(meta, ts_ns):
     return to_datetime(int(ts_ns) + off).strftime("%H:%M:%S.%f")[:-3]
 
 
-def zone_name(meta):
-    """The local zone's name at the session start (e.g. ``UTC``, ``CET``), or ''."""
-    off = wall_offset_ns(meta)
-    start = _clock_ns(meta, "start", "monotonic_ns")
-    if off is None:
-        return ""
-    return to_datetime(start + off).tzname() or ""
-
-
-def parse_time(text, meta, option="--from"):
+def parse_time(text: str, meta: dict, option: str = "--from") -> int:
     """A ``--from``/``--to`` value as monotonic ns of the session.
 
     Forms: ``+SECONDS`` since the session start; ``HH:MM[:SS[.fff]]`` local wall clock on the
@@ -122,7 +115,7 @@ def _from_datetime(dt):
     return (d.days * 86400 + d.seconds) * 1_000_000_000 + d.microseconds * 1000
 
 
-def session_bounds(session):
+def session_bounds(session: Session) -> tuple[int, int]:
     """(first_ns, last_ns) of the session: metadata start/end clocks, else its events."""
     start, end = session.start_ns, session.end_ns
     if start is None or end is None:
@@ -135,7 +128,8 @@ def session_bounds(session):
     return start, end
 
 
-def resolve(session, from_text=None, to_text=None):
+def resolve(session: Session, from_text: str | None = None,
+            to_text: str | None = None) -> tuple[int, int] | None:
     """``--from``/``--to`` strings -> (from_ns, to_ns), each clipped to the session; None when
     neither is given.  Raises JstallError for a bad value, an empty window, or one outside
     the session."""
@@ -159,12 +153,12 @@ def resolve(session, from_text=None, to_text=None):
     return max(lo, start), min(hi, end)
 
 
-def restrict(session, from_ns, to_ns):
+def restrict(session: Session, from_ns: int, to_ns: int) -> Session:
     """A new Session holding only the rows of ``[from_ns, to_ns)`` (see the module docstring).
 
     The copy's metadata keeps the session's clocks; ``Session.window_ns`` holds the window,
-    ``Session.whole`` the unrestricted session, and the journals lose ``proc_info_start``/``proc_info_end`` (the kernel's /proc figures span
-    the whole session, not the window)."""
+    ``Session.whole`` the unrestricted session, and the journals lose ``proc_info_start``/
+    ``proc_info_end`` (the kernel's /proc figures span the whole session, not the window)."""
     import copy
 
     tables = {}
@@ -186,7 +180,7 @@ def restrict(session, from_ns, to_ns):
     return out
 
 
-def describe(session):
+def describe(session: Session) -> dict | None:
     """The window of a restricted session as a JSON-ready dict, or None: ``from``/``to`` (ISO
     8601), ``from_s``/``to_s`` (seconds since the session start), ``duration_s``."""
     w = getattr(session, "window_ns", None)

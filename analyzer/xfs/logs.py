@@ -12,29 +12,36 @@ A wait the AIL reported nothing in, while the log's own writes completed
 (``xlog_iclog_sync_done``), waited for those writes.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 
-from jstall import xfs
+from jstall import kinds, xfs
 from jstall.enough import verdict
 
 from jstall.analyzer.session.recording import session_span_s
+
+if TYPE_CHECKING:
+    from jstall.analyzer.session.load import Session
 
 #: what the log's tail was waiting for (one definition: jstall.xfs)
 TAIL_REASONS = xfs.TAIL_REASONS
 
 
-def xfs_journals(session):
+def xfs_journals(session: Session) -> dict[str, dict]:
     """{dev: journal description} of the session's XFS logs."""
-    return {j["dev"]: j for j in session.journals if j.get("kind") == "xfs"}
+    return {j["dev"]: j for j in session.journals if kinds.is_xfs(j)}
 
 
-def xfs_only(session):
+def xfs_only(session: Session) -> bool:
     """Every journal the session traced is an XFS log (so it has no jbd2 events to expect)."""
-    return bool(session.journals) and all(j.get("kind") == "xfs" for j in session.journals)
+    return bool(session.journals) and all(kinds.is_xfs(j) for j in session.journals)
 
 
-def waits(session):
+def waits(session: Session) -> pd.DataFrame:
     """The ``xfs_waits`` table with ``wait_ms``, what the ticket needed on its head
     (``need_bytes``), the head's space left and headroom (space left less need) when it
     first slept and when it got its space (``space_left_{start,end}_bytes``,
@@ -70,7 +77,7 @@ def waits(session):
     return w
 
 
-def tail_reasons(w):
+def tail_reasons(w: pd.DataFrame) -> np.ndarray:
     """What the tail waited for in each wait (:func:`jstall.xfs.tail_reason`)."""
     # (a session from before the log's writes were counted loads them null: 0)
     log_writes = w["log_writes"].fillna(0).to_numpy(dtype="int64")
@@ -84,7 +91,8 @@ _EMPTY = {"waits": 0, "sleeps": 0, "wait_ms": 0.0, "longest_wait_ms": 0.0, "wait
           "wait_ms_in_traced_calls": 0.0, "min_headroom_start_pct": np.nan, "need_bytes_max": np.nan}
 
 
-def summary(session, waits_, stalls=None, log_waits=None):
+def summary(session: Session, waits_: pd.DataFrame, stalls: pd.DataFrame | None = None,
+            log_waits: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per XFS log: its size and device, the waits (count, sleeps, time, the longest,
     those inside traced calls), the lowest headroom a wait started from, the wait time by
     what the tail waited for (``tail_<reason>_ms``), and the kernel's own counters over the
@@ -125,12 +133,12 @@ def summary(session, waits_, stalls=None, log_waits=None):
             row["stalls"] = int(sm.sum())
             row["stall_ms"] = float(stalls.loc[sm, "latency_ms"].sum())
         jw = judged.get(dev)
-        row["enough"] = verdict(jw, run_ms, "xfs").as_dict()
+        row["enough"] = verdict(jw, run_ms, kinds.XFS.name).as_dict()
         rows.append(row)
     return pd.DataFrame(rows)
 
 
-def kernel_delta(journal):
+def kernel_delta(journal: dict) -> dict[str, dict] | None:
     """The kernel's counters of an XFS log over the session (its description's
     ``xfs_stats_start`` and ``_end``: /sys/fs/xfs/<name>/stats/stats), or None without both."""
     start, end = journal.get("xfs_stats_start"), journal.get("xfs_stats_end")
@@ -143,7 +151,7 @@ def _stats(doc):
             for line, values in (doc or {}).items() if isinstance(values, dict)}
 
 
-def untraced_waits(waits_):
+def untraced_waits(waits_: pd.DataFrame) -> pd.DataFrame:
     """Log-space waits outside every traced call, by task and what it was doing: (comm,
     context) -> waits and their time."""
     out = waits_[~waits_["in_traced_call"].astype(bool)]

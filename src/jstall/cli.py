@@ -1,5 +1,7 @@
 """The `jstall` command: one subcommand per job, each defined by the part that does it."""
 
+from __future__ import annotations
+
 import argparse
 import importlib
 import logging
@@ -15,13 +17,21 @@ COMMANDS = {
     "report": ("jstall.analyzer.commands.report_cmd", "write a self-contained HTML report of a session or a sweep"),
     "fleet": ("jstall.analyzer.commands.fleet_cmd", "summarize many sessions on Dask: worst hosts and filesystems"),
     "compare": ("jstall.analyzer.commands.compare_cmd", "two sessions side by side, with a verdict"),
-    "lab": ("jstall.workloads.lab_cmd", "reproduce stalls on scratch ext4 or XFS filesystems (run, sweep, tune, cleanup)"),
+    "lab": ("jstall.workloads.lab_cmd",
+            "reproduce stalls on scratch ext4 or XFS filesystems (run, sweep, tune, cleanup)"),
     "monitor": ("jstall.monitor.monitor_cmd", "always-on monitoring: Prometheus metrics and stall-triggered captures"),
     "top": ("jstall.monitor.top_cmd", "a live view of journals and slow calls, local or from a running monitor"),
 }
 
 
-def build_parser(selected=None):
+def description(mod, default: str | None = None) -> str | None:
+    """A command module's description: its ``description()`` when it builds one as the parser
+    is built (e.g. from a registry), else its ``DESCRIPTION``."""
+    build = getattr(mod, "description", None)
+    return build() if callable(build) else getattr(mod, "DESCRIPTION", default)
+
+
+def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
     """The parser; only the selected subcommand's module is imported (the analyzer's
     pandas and plotly load only for the commands that use them)."""
     parser = argparse.ArgumentParser(
@@ -40,7 +50,7 @@ def build_parser(selected=None):
         p = sub.add_parser(
             name,
             help=summary,
-            description=getattr(mod, "DESCRIPTION", summary),
+            description=description(mod, summary),
             epilog=getattr(mod, "EXAMPLES", None),
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
@@ -65,7 +75,7 @@ def _show_log_messages():
     log.propagate = False
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     _show_log_messages()
     selected = next((a for a in argv if not a.startswith("-")), None)

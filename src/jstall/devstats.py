@@ -17,9 +17,18 @@ device itself (Documentation/block/stat.rst). One row per device per interval, e
 it traces; the lab those of its emulated devices.
 """
 
+from __future__ import annotations
+
 import os
 import threading
 import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from jstall.session import table_path
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 #: /sys/block/<dev>/stat fields (Documentation/block/stat.rst), in order
 BLOCK_STAT_FIELDS = ("read_ios", "read_merges", "read_sectors", "read_ticks_ms", "write_ios", "write_merges",
@@ -28,7 +37,7 @@ BLOCK_STAT_FIELDS = ("read_ios", "read_merges", "read_sectors", "read_ticks_ms",
                      "flush_ticks_ms")
 
 
-def read_block_stat(name):
+def read_block_stat(name: str) -> dict[str, int]:
     """{field: int} of /sys/block/<name>/stat, or of /sys/dev/block/<MAJ:MIN>/stat for a
     'MAJ:MIN' (missing trailing fields read 0)."""
     path = f"/sys/dev/block/{name}/stat" if ":" in name else f"/sys/block/{name}/stat"
@@ -38,7 +47,7 @@ def read_block_stat(name):
     return dict(zip(BLOCK_STAT_FIELDS, vals))
 
 
-def serving_device(dev):
+def serving_device(dev: str) -> tuple[str, str]:
     """(name, 'MAJ:MIN') of the device that serves block device dev's requests: a loop
     device's backing block device, a device-mapper or md device's only slave, else itself."""
     sysdir = os.path.realpath(f"/sys/dev/block/{dev}")
@@ -64,7 +73,7 @@ def serving_device(dev):
     return name, dev
 
 
-def devices_under(journals):
+def devices_under(journals: Iterable[dict]) -> list[tuple[str, str, str, str]]:
     """The DeviceSampler devices of journal descriptions (probes.filesystems.describe):
     each filesystem's ('data') and its external journal's ('journal'), once each."""
     out, seen = [], set()
@@ -87,7 +96,7 @@ STAT_COLUMNS = {
 COLUMNS = ("ts_ns", "interval_ns", "dev", "role", "lower_dev", *STAT_COLUMNS, "in_flight_requests")
 
 
-def served(before, after):
+def served(before: dict, after: dict) -> dict[str, dict[str, int]]:
     """{dev: {column: after - before}} of two snapshots (``in_flight_requests``: after's)."""
     out = {}
     for dev, (ts1, st1) in after.items():
@@ -101,12 +110,12 @@ def served(before, after):
     return out
 
 
-def empty_rows():
+def empty_rows() -> dict[str, list]:
     """device_stats columns with no rows: {column: []}."""
     return {c: [] for c in COLUMNS}
 
 
-def add_rows(rows, devices, before, after):
+def add_rows(rows: dict[str, list], devices: list[tuple], before: dict, after: dict) -> None:
     """Append to ``rows`` (device_stats columns) one row per device of ``devices`` (as
     devices_under gives them) for what it served between two snapshots
     (DeviceSampler.snapshot)."""
@@ -124,8 +133,10 @@ def add_rows(rows, devices, before, after):
     return rows
 
 
-def table(rows):
+def table(rows: dict[str, list]) -> pa.Table:
     """device_stats columns as a pyarrow Table with the session schema."""
+    # pyarrow (and schema, which builds its tables' schemas with it) load when a table is
+    # built: the lab and the monitor import this module before they write anything
     import pyarrow as pa
 
     from jstall.schema import SCHEMAS
@@ -133,7 +144,7 @@ def table(rows):
     return pa.table(rows, schema=SCHEMAS["device_stats"])
 
 
-def snapshot(devices):
+def snapshot(devices: list[tuple]) -> dict[str, tuple[int, dict[str, int]]]:
     """{dev: (monotonic ns, /sys/block stat dict)} of ``devices`` now (each device once: a
     filesystem's and its external journal's, of every traced filesystem)."""
     return {dev: (time.monotonic_ns(), read_block_stat(lower)) for _, dev, _, lower in devices}
@@ -200,8 +211,6 @@ class DeviceSampler:
     def write(self, session_dir):
         """Write device_stats.parquet into a session directory (before its metadata.json)."""
         import pyarrow.parquet as pq
-
-        from jstall.session import table_path
 
         pq.write_table(self.table(), table_path(session_dir, "device_stats"))
 

@@ -66,7 +66,8 @@ class Enough:
         # task-seconds a second
         share = (f"{_pct(self.share)} of the run" if self.share <= 1.0 else
                  f"{self.share:,.1f} task-seconds of overlapping waits a second of the run")
-        return f"{verdict}: {self.wait_ms:,.0f} ms of {WAITS[self.kind]}, {share}, the longest {self.longest_ms:,.0f} ms"
+        return (f"{verdict}: {self.wait_ms:,.0f} ms of {WAITS[self.kind]}, {share}, "
+                f"the longest {self.longest_ms:,.0f} ms")
 
     def as_dict(self):
         return {**asdict(self), "share": self.share, "big_enough": self.big_enough, "bound": bound(self.kind)}

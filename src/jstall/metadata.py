@@ -14,6 +14,9 @@ import typing
 
 from .errors import JstallError
 
+if typing.TYPE_CHECKING:
+    import pandas as pd
+
 # ---- a session's metadata.json ---------------------------------------------------------------
 
 #: metadata.json "format" of a session
@@ -119,7 +122,7 @@ class SessionDoc:
         return d
 
 
-def check_session(meta, session_dir, path):
+def check_session(meta: dict, session_dir: str, path: str) -> dict:
     """The loader's checks of a session's metadata (read from ``path``): raise JstallError
     naming what is wrong, else return meta. Tables are checked by the caller."""
     if not isinstance(meta, dict) or meta.get("format") != SESSION_FORMAT:
@@ -317,7 +320,7 @@ class LabDoc:
         return sum(p.seconds for p in self.phases), sum(p.returned_s for p in self.phases)
 
 
-def lab_of(meta):
+def lab_of(meta: typing.Optional[dict]) -> "typing.Optional[LabDoc]":
     """The LabDoc of a session's metadata (meta["lab"]) or of a lab.json document, or None."""
     lab = meta.get("lab", meta) if isinstance(meta, dict) and meta.get("format") == SESSION_FORMAT else meta
     return LabDoc.from_dict(lab) if isinstance(lab, dict) and lab else None
@@ -415,7 +418,8 @@ class SweepDoc:
 # ---- the summary of a sweep, shared by the lab and the analyzer ----------------------------------
 
 
-def mean_sd(table, by, measures):
+def mean_sd(table: "pd.DataFrame", by: typing.Iterable[str],
+            measures: typing.Iterable[str]) -> "pd.DataFrame":
     """Per combination of the ``by`` columns (in order of appearance): ``runs`` (rows),
     ``<measure>_mean`` and ``<measure>_sd`` (sample standard deviation, ddof=1; 0 for a
     single row). With no ``by`` columns, one row over the whole table. ``table``: a pandas

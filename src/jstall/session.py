@@ -4,13 +4,20 @@ Shared by the recorder, which writes sessions, and the analyzer, which reads the
 it needs neither BPF nor pandas.
 """
 
+from __future__ import annotations
+
+import datetime as dt
 import json
 import os
+from typing import TYPE_CHECKING
 
 from .errors import JstallError
 from .metadata import METADATA_FILE, SWEEP_FILE, TUNE_FILE, check_session
 from .metadata import SESSION_FORMAT as FORMAT  # noqa: F401 -- the writers' and readers' name
 from .metadata import SESSION_SCHEMA_VERSION as SCHEMA_VERSION  # noqa: F401
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 #: Every table a session holds, each as <name>.parquet.
 TABLES = (
@@ -47,21 +54,11 @@ JBD2_EVENTS = (
 )
 
 
-def __getattr__(name):
-    # FILL_COLUMNS is schema.py's (the table columns); it stays importable from here without
-    # loading pyarrow on every import of this module.
-    if name == "FILL_COLUMNS":
-        from .schema import FILL_COLUMNS
-
-        return FILL_COLUMNS
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def table_path(session_dir, table):
+def table_path(session_dir: str, table: str) -> str:
     return os.path.join(session_dir, table + ".parquet")
 
 
-def write_metadata(session_dir, metadata):
+def write_metadata(session_dir: str, metadata: dict) -> None:
     """Write metadata.json atomically; it is the last file of a session written."""
     path = os.path.join(session_dir, METADATA_FILE)
     tmp = path + ".tmp"
@@ -75,7 +72,7 @@ def write_metadata(session_dir, metadata):
     os.replace(tmp, path)
 
 
-def _removed_on_error(tmp):
+def _removed_on_error(tmp: str) -> None:
     """Remove a temporary file a failed write left (a full disk keeps no half file)."""
     try:
         os.unlink(tmp)
@@ -83,20 +80,22 @@ def _removed_on_error(tmp):
         pass
 
 
-def read_metadata(session_dir):
+def read_metadata(session_dir: str) -> dict:
     """Read and check a session's metadata; raise JstallError naming what is wrong."""
     if not os.path.isdir(session_dir):
         raise JstallError(f"{session_dir}: no such session directory (record one with 'jstall record -o DIR')")
     path = os.path.join(session_dir, METADATA_FILE)
     if not os.path.exists(path) and is_tune_dir(session_dir):
         runs = sorted(d for d in os.listdir(session_dir) if os.path.exists(os.path.join(session_dir, d, METADATA_FILE)))
-        raise JstallError(f"{session_dir}: a lab tune directory, whose runs are sessions ({', '.join(runs[:4]) or 'none yet'}"
-                          f"{', ...' if len(runs) > 4 else ''}); give one run, e.g. "
+        raise JstallError(f"{session_dir}: a lab tune directory, whose runs are sessions "
+                          f"({', '.join(runs[:4]) or 'none yet'}{', ...' if len(runs) > 4 else ''}); "
+                          "give one run, e.g. "
                           f"{os.path.join(session_dir, runs[0] if runs else 'RUN')}, or 'jstall analyze' the directory "
                           "for the tune's table")
     if not os.path.exists(path):
         raise JstallError(
-            f"{session_dir}: no {METADATA_FILE}; not a jstall session, or its recording did not finish (record it again)"
+            f"{session_dir}: no {METADATA_FILE}; not a jstall session, or its recording did not finish "
+            "(record it again)"
         )
     try:
         with open(path) as f:
@@ -106,16 +105,17 @@ def read_metadata(session_dir):
     check_session(meta, session_dir, path)
     missing = [t for t in TABLES if t not in LATER_TABLES and not table_exists(session_dir, t)]
     if missing:
-        raise JstallError(f"{session_dir}: missing tables {', '.join(missing)}; the session is truncated, record it again")
+        raise JstallError(f"{session_dir}: missing tables {', '.join(missing)}; the session is truncated, "
+                          "record it again")
     return meta
 
 
-def is_tune_dir(path):
+def is_tune_dir(path: str) -> bool:
     """A lab tune directory holds tune.json and one session per run."""
     return os.path.isfile(os.path.join(path, TUNE_FILE))
 
 
-def is_sweep_dir(path):
+def is_sweep_dir(path: str) -> bool:
     """A lab sweep directory holds sweep.json and one session per run."""
     return os.path.isfile(os.path.join(path, SWEEP_FILE))
 
@@ -132,7 +132,7 @@ CHUNK_PREFIX = "part-"
 RECORDING = "recording"
 
 
-def table_files(session_dir, table):
+def table_files(session_dir: str, table: str) -> list[str]:
     """The Parquet files holding ``table``, in order: the single file, or the chunks of a
     session recorded in chunks (also those of a compaction cut short)."""
     path = table_path(session_dir, table)
@@ -145,12 +145,13 @@ def table_files(session_dir, table):
     return []
 
 
-def table_exists(session_dir, table):
+def table_exists(session_dir: str, table: str) -> bool:
     path = table_path(session_dir, table)
     return os.path.exists(path) or os.path.isdir(os.path.join(session_dir, "." + table + ".parquet.chunks"))
 
 
-def read_arrow(session_dir, table, schema, columns=None):
+def read_arrow(session_dir: str, table: str, schema: pa.Schema,
+               columns: list[str] | None = None) -> pa.Table:
     """One table of a session as a single Arrow table, whether stored as one file or as
     chunks; an empty table of ``schema`` when it has no rows yet."""
     import pyarrow as pa
@@ -178,7 +179,7 @@ def _read_file(path, columns=None):
         return f.read(columns=columns, use_threads=os.path.getsize(path) > THREADED_READ_BYTES)
 
 
-def write_chunk(session_dir, table, arrow_table, seq):
+def write_chunk(session_dir: str, table: str, arrow_table: pa.Table, seq: int) -> int:
     """Write one closed chunk of a streamed table (atomic: temporary name, then rename);
     return its size in bytes."""
     import pyarrow.parquet as pq
@@ -197,7 +198,7 @@ def write_chunk(session_dir, table, arrow_table, seq):
     return size
 
 
-def write_table_atomic(session_dir, table, arrow_table):
+def write_table_atomic(session_dir: str, table: str, arrow_table: pa.Table) -> None:
     """Replace a whole (small) table file atomically, e.g. a snapshot of running totals."""
     import pyarrow.parquet as pq
 
@@ -211,7 +212,7 @@ def write_table_atomic(session_dir, table, arrow_table):
     os.replace(tmp, path)
 
 
-def compact_table(session_dir, table, schema):
+def compact_table(session_dir: str, table: str, schema: pa.Schema) -> None:
     """Turn a chunked table into the single file <table>.parquet (one row group per chunk,
     one chunk in memory at a time); a crash midway leaves the chunks readable."""
     import shutil
@@ -238,7 +239,7 @@ def compact_table(session_dir, table, schema):
     shutil.rmtree(old)
 
 
-def session_bytes(session_dir):
+def session_bytes(session_dir: str) -> int:
     """Bytes the session's files take on disk now."""
     total = 0
     for top, _, files in os.walk(session_dir):
@@ -250,7 +251,7 @@ def session_bytes(session_dir):
     return total
 
 
-def is_incomplete(meta):
+def is_incomplete(meta: dict) -> bool:
     """A session whose recorder did not end it (killed, crashed, out of memory, power loss):
     its tables hold what was flushed until ``meta['last_flush']``."""
     return meta.get("status") == RECORDING
@@ -267,15 +268,13 @@ def _partition_value(text):
     return text or "unknown"
 
 
-def collected_path(root, host, when, name):
+def collected_path(root: str, host: str, when: dt.date | float, name: str) -> str:
     """Where a session belongs in a collection: ``ROOT/host=HOST/date=YYYY-MM-DD/NAME``.
 
     ``when`` is a ``datetime``/``date`` or seconds since the epoch (the session's start; a
     naive datetime is taken as UTC, an aware one is converted to UTC); ``name`` is the
     session's directory name.  ``jstall record``, ``jstall lab run`` and ``jstall monitor``
     write there with ``--collect-dir ROOT``; ``jstall fleet ROOT`` reads the collection."""
-    import datetime as dt
-
     if isinstance(when, (int, float)):
         day = dt.datetime.fromtimestamp(when, tz=dt.timezone.utc).date()
     elif isinstance(when, dt.datetime):
@@ -289,7 +288,7 @@ def collected_path(root, host, when, name):
     return os.path.join(root, f"host={_partition_value(host)}", f"date={day.isoformat()}", name)
 
 
-def collect_here(root, name, option="--collect-dir"):
+def collect_here(root: str, name: str, option: str = "--collect-dir") -> str:
     """The directory for a new session named ``name`` in the collection at ``root``, for this
     host and today (UTC), its ``host=``/``date=`` parents made; ``root`` must be an existing
     directory (a one-line JstallError otherwise)."""
@@ -306,7 +305,7 @@ def collect_here(root, name, option="--collect-dir"):
     return path
 
 
-def collected_partitions(path):
+def collected_partitions(path: str) -> dict[str, str]:
     """``{"host": ..., "date": ...}`` from the ``key=value`` components of a collected
     session's path (empty when the path is not in a collection)."""
     out = {}

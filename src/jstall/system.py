@@ -1,14 +1,16 @@
-"""System helpers the probes and the lab share: the root check, the mount table, `dumpe2fs -h`,
+"""System helpers the probes and the lab share: the root check, the mount table,
 process start times, and signal handling (deferral, handlers, SIGTERM as an exception).
 
 Nothing here imports pandas or bcc; every function reads the running system directly.
 """
 
+from __future__ import annotations
+
 import contextlib
 import os
 import signal
-import subprocess
 import threading
+from collections.abc import Callable, Iterable, Iterator
 
 from jstall.errors import JstallError
 
@@ -19,7 +21,7 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 # ---- privileges -------------------------------------------------------------------------------
 
 
-def require_root(message):
+def require_root(message: str) -> None:
     """Raise JstallError(message) unless the process runs as root (effective uid 0)."""
     if os.geteuid() != 0:
         raise JstallError(message)
@@ -34,7 +36,7 @@ def _unescape(text):
     return (text.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\"))
 
 
-def mounts():
+def mounts() -> list[dict]:
     """Every mount of this process's namespace in mount order, from /proc/self/mountinfo: one
     dict each with ``dev`` ('MAJ:MIN' of the filesystem), ``mountpoint``, ``fstype``,
     ``source`` and ``options`` (the mount's options then the filesystem's, without a second
@@ -52,7 +54,7 @@ def mounts():
     return out
 
 
-def mount_options(mountpoint):
+def mount_options(mountpoint: str) -> str | None:
     """The options string /proc/self/mounts shows for a mount point (the last mount there), or
     None. Read from /proc/self/mounts rather than mountinfo: its order is the kernel's own
     (show_vfsmnt: rw/ro, superblock flags, mount flags, the filesystem's options)."""
@@ -65,33 +67,10 @@ def mount_options(mountpoint):
     return opts
 
 
-# ---- dumpe2fs -----------------------------------------------------------------------------------
-
-
-def parse_dumpe2fs(text):
-    """{key: value} of the 'Key: value' lines of `dumpe2fs -h` (first occurrence wins; indented
-    continuation lines are skipped)."""
-    out = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition(":")
-        if sep and key and not key.startswith((" ", "\t")):
-            out.setdefault(key.strip(), value.strip())
-    return out
-
-
-def dumpe2fs(device):
-    """The superblock fields `dumpe2fs -h DEVICE` prints, as {name: text}."""
-    res = subprocess.run(["dumpe2fs", "-h", device], capture_output=True, text=True)
-    if res.returncode != 0:
-        last = (res.stderr.strip().splitlines() or ["no output"])[-1]
-        raise JstallError(f"dumpe2fs -h {device} failed: {last}")
-    return parse_dumpe2fs(res.stdout)
-
-
 # ---- processes ------------------------------------------------------------------------------------
 
 
-def proc_start(pid):
+def proc_start(pid: int) -> int | None:
     """The start time of a process (clock ticks since boot, /proc/PID/stat field 22), or None
     when it does not exist: with the pid, it names one process across pid reuse."""
     try:
@@ -105,7 +84,7 @@ def proc_start(pid):
 
 
 @contextlib.contextmanager
-def signals_deferred():
+def signals_deferred() -> Iterator[None]:
     """Hold SIGINT and SIGTERM (main thread only) until the block is done: a Ctrl-C there is
     delivered when the block ends, so that what it writes or undoes is finished first."""
     if threading.current_thread() is not threading.main_thread():
@@ -118,18 +97,18 @@ def signals_deferred():
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
-def install_handlers(handler, signals=STOP_SIGNALS):
+def install_handlers(handler: Callable, signals: Iterable[int] = STOP_SIGNALS) -> dict:
     """Set handler for each signal; return {signal: previous handler} for restore_handlers()."""
     return {s: signal.signal(s, handler) for s in signals}
 
 
-def restore_handlers(old):
+def restore_handlers(old: dict) -> None:
     """Put back the handlers install_handlers() returned."""
     for s, h in old.items():
         signal.signal(s, h)
 
 
-def raise_on_sigterm(exc_type):
+def raise_on_sigterm(exc_type: type[BaseException]) -> Callable | int | None:
     """From now on SIGTERM raises exc_type (e.g. a KeyboardInterrupt subclass, so that it is
     handled like Ctrl-C) in the main thread. Returns the previous handler for
     restore_handlers({signal.SIGTERM: it}), or None off the main thread (nothing changed)."""

@@ -1,6 +1,8 @@
 """Sizes as people write them: '4M', '1G', '512K' (binary units), for the lab's options and the
 monitor's capture limits alike."""
 
+from __future__ import annotations
+
 import re
 
 from jstall.errors import JstallError
@@ -8,7 +10,7 @@ from jstall.errors import JstallError
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
-def parse_size(text, what="size"):
+def parse_size(text: str | int, what: str = "size") -> int:
     """Bytes of a size: an int, or text like '4096', '512K', '4M', '1G', '1.5G', '4MiB'
     (binary units)."""
     if isinstance(text, int) and not isinstance(text, bool):
@@ -24,7 +26,7 @@ def parse_size(text, what="size"):
     return value
 
 
-def format_size(n):
+def format_size(n: int) -> str:
     """'4M', '1G', '1536K' or bytes: the largest binary unit that divides n."""
     for unit in ("T", "G", "M", "K"):
         if n % _UNITS[unit] == 0:

@@ -36,11 +36,21 @@ Space left on a head changed in Linux 6.11 ("xfs: grant heads track byte counts,
 :func:`grant_heads_kind` tells the two apart from a tracepoint's field names.
 """
 
+from __future__ import annotations
+
 import os
 import subprocess
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, Union
 
 from jstall.errors import JstallError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+#: a number, or a numpy array of them: the rules work element-wise
+Values = Union[int, float, "np.ndarray"]
 
 #: The bounds on any log (xfs_fs.h, as mkfs.xfs applies them): -l size= takes 2 MiB to
 #: ``XFS_MAX_LOG_BYTES`` (2 GiB less ``XFS_MIN_LOG_BYTES``, 10 MiB), and 512
@@ -48,6 +58,9 @@ from jstall.errors import JstallError
 #: geometry (its largest transaction's reservation) only mkfs.xfs computes.
 MIN_LOG_BYTES, MAX_LOG_BYTES = 2 << 20, (2 << 30) - (10 << 20)
 MIN_LOG_BLOCKS, MAX_LOG_BLOCKS = 512, 1 << 20
+#: the journal kinds' interface (as jstall.jbd2): the noun, the bounds in blocks
+NOUN = "log"
+MIN_BLOCKS, MAX_BLOCKS = MIN_LOG_BLOCKS, MAX_LOG_BLOCKS
 
 #: LSN blocks are 512-byte basic blocks (``BBTOB(bb) = bb << BBSHIFT``, BBSHIFT 9)
 BBSIZE = 512
@@ -73,8 +86,6 @@ EVENT_HEAD = {
 }
 SLEEP_EVENT = "xfs_log_grant_sleep"
 WAKE_EVENT = "xfs_log_grant_wake"
-#: every tracepoint of xfs_loggrant_class jstall reads
-LOGGRANT_EVENTS = (*EVENT_HEAD, SLEEP_EVENT, WAKE_EVENT)
 
 SYSFS = "/sys/fs/xfs"
 #: the global counters (also /proc/fs/xfs/stat), and each mount's (``<name>`` the data
@@ -87,7 +98,7 @@ LOG_DIR = SYSFS + "/{name}/log"
 # ---- grant heads ------------------------------------------------------------------------------
 
 
-def grant_heads_kind(field_names):
+def grant_heads_kind(field_names: Iterable[str]) -> str | None:
     """``"bytes"`` (Linux 6.11 and later: the heads are byte counts, the tracepoint has
     ``tail_space``), ``"cycles"`` (before: ``grant_reserve_cycle`` and friends) or None (not
     an xfs_loggrant_class tracepoint) from a tracepoint's field names."""
@@ -99,19 +110,20 @@ def grant_heads_kind(field_names):
     return None
 
 
-def crack_lsn(lsn):
+def crack_lsn(lsn: Values) -> tuple[Values, Values]:
     """``(CYCLE_LSN(lsn), BLOCK_LSN(lsn))`` of a 64-bit ``xfs_lsn_t`` (a tracepoint's
     ``tail_lsn``): the cycle in the high 32 bits, the 512-byte block in the low. Scalars or
     arrays."""
     return lsn // _CYCLE, lsn % _CYCLE
 
 
-def assign_lsn(cycle, block):
+def assign_lsn(cycle: Values, block: Values) -> Values:
     """``xlog_assign_lsn()``: the 64-bit LSN of ``cycle:block``."""
     return cycle * _CYCLE + block
 
 
-def lsn_sub(log_bytes, high_cycle, high_block, low_cycle, low_block):
+def lsn_sub(log_bytes: Values, high_cycle: Values, high_block: Values, low_cycle: Values,
+            low_block: Values) -> Values:
     """``xlog_lsn_sub(log, high, low)``: bytes of log from LSN low to LSN high (high at most
     one cycle ahead): ``BBTOB(high_block - low_block)`` in the same cycle, else
     ``l_logsize - BBTOB(low_block - high_block)``. Since 6.11 ``l_tail_space`` is this from
@@ -120,7 +132,7 @@ def lsn_sub(log_bytes, high_cycle, high_block, low_cycle, low_block):
     return same * (high_block - low_block) * BBSIZE + (1 - same) * (log_bytes - (low_block - high_block) * BBSIZE)
 
 
-def grant_space_left(log_bytes, tail_space, grant):
+def grant_space_left(log_bytes: Values, tail_space: Values, grant: Values) -> Values:
     """``xlog_grant_space_left(log, head)`` (Linux 6.11 and later): ``l_logsize -
     l_tail_space - head->grant``, 0 when negative. ``grant`` is the head's own byte count (as
     ``/sys/fs/xfs/<name>/log/*_grant_head_bytes`` shows it). Scalars or arrays."""
@@ -128,7 +140,7 @@ def grant_space_left(log_bytes, tail_space, grant):
     return free * (free > 0)
 
 
-def space_left_traced(log_bytes, grant_bytes):
+def space_left_traced(log_bytes: Values, grant_bytes: Values) -> Values:
     """Space left on a head from a 6.11+ xfs_loggrant_class tracepoint: its
     ``grant_reserve_bytes``/``grant_write_bytes`` are ``tail_space + head->grant``, so
     ``xlog_grant_space_left()`` is ``l_logsize - grant_*_bytes``, 0 when negative. Scalars or
@@ -136,7 +148,8 @@ def space_left_traced(log_bytes, grant_bytes):
     return grant_space_left(log_bytes, 0, grant_bytes)
 
 
-def space_left_cycles(log_bytes, head_cycle, head_bytes, tail_cycle, tail_block):
+def space_left_cycles(log_bytes: Values, head_cycle: Values, head_bytes: Values, tail_cycle: Values,
+                      tail_block: Values) -> Values:
     """``xlog_space_left(log, &head->grant)`` before Linux 6.11: a head at ``(head_cycle,
     head_bytes)`` against the tail LSN ``tail_cycle:tail_block`` (512-byte blocks):
 
@@ -156,7 +169,7 @@ def space_left_cycles(log_bytes, head_cycle, head_bytes, tail_cycle, tail_block)
     return same * (log_bytes - (head_bytes - tail_bytes)) + wrapped * (tail_bytes - head_bytes) + behind * log_bytes
 
 
-def ticket_need(head, unit_res, cnt, flags):
+def ticket_need(head: str, unit_res: Values, cnt: Values, flags: Values) -> Values:
     """``xlog_ticket_reservation()``: the bytes a ticket needs on ``head`` ("reserve" or
     "write"): ``unit_res`` on the write head; on the reserve head ``unit_res * cnt`` for a
     permanent reservation (``flags & XLOG_TIC_PERM_RESERV``), else ``unit_res``. At
@@ -171,7 +184,8 @@ def ticket_need(head, unit_res, cnt, flags):
     return unit_res * (1 + perm * (cnt - 1))
 
 
-def headroom(space_left_bytes, need_bytes, log_bytes):
+def headroom(space_left_bytes: Values, need_bytes: Values,
+             log_bytes: Values) -> tuple[Values, Values]:
     """``(bytes, percent of the log)`` by which a head's space left exceeds what the ticket
     needs; below 0 the reservation sleeps (``xlog_grant_head_wait()``). At or above 0 it may
     still sleep when tickets already wait on the head (the tracepoint's ``reserveq`` or
@@ -180,13 +194,13 @@ def headroom(space_left_bytes, need_bytes, log_bytes):
     return h, 100.0 * h / log_bytes
 
 
-def sleep_fill_pct(need_bytes, log_bytes):
+def sleep_fill_pct(need_bytes: Values, log_bytes: Values) -> Values:
     """Fill percent (log bytes taken by the tail space and the grants) above which a ticket
     needing ``need_bytes`` sleeps: ``100 * (1 - need_bytes / log_bytes)``. Scalars or arrays."""
     return 100.0 * (1.0 - need_bytes / log_bytes)
 
 
-def event_space_left(event, log_bytes, head):
+def event_space_left(event: Any, log_bytes: Values, head: str) -> Values:
     """Space left on ``head`` from one xfs_loggrant_class record or a table of them
     (``event["field"]`` and field names: a dict, a numpy structured array, a DataFrame),
     of either kind (:func:`grant_heads_kind`)."""
@@ -202,7 +216,7 @@ def event_space_left(event, log_bytes, head):
     raise ValueError("not an xfs_loggrant_class record (no grant head fields)")
 
 
-def event_headroom(event, log_bytes, head):
+def event_headroom(event: Any, log_bytes: Values, head: str) -> tuple[Values, Values]:
     """:func:`headroom` of the ticket in an ``xfs_log_reserve`` (reserve head) or
     ``xfs_log_regrant`` (write head) record or table: space left on the head less
     :func:`ticket_need` from its ``unit_res``, ``cnt`` and ``flags``."""
@@ -222,7 +236,8 @@ TAIL_REASONS = {
 }
 
 
-def tail_reason(pushed, pinned, locked, log_writes=0):
+def tail_reason(pushed: Values, pinned: Values, locked: Values,
+                log_writes: Values = 0) -> str | list[str]:
     """What the tail waited for during a wait (a key of :data:`TAIL_REASONS`), from the AIL's
     events on its filesystem meanwhile: ``pushed`` (xfs_ail_push + xfs_ail_flushing: items
     written home or being written), ``pinned`` (xfs_ail_pinned: waiting for a log force),
@@ -312,7 +327,7 @@ STATS_NAMES = {line: tuple(_short(line, m) for m in members) for line, members i
 MEMBER_COUNTER = {m: (line, _short(line, m)) for line, members in STATS_MEMBERS.items() for m in members}
 
 
-def parse_stats(text):
+def parse_stats(text: str) -> dict[str, dict]:
     """``{line: {name: value}}`` of an XFS stats file, each counter under its name in
     :data:`STATS_NAMES` (the kernel's). A line this table does not know, and values past the
     names of a line it knows (a newer kernel's), are kept by position (``{0: v, 1: v}``)."""
@@ -333,7 +348,7 @@ def parse_stats(text):
     return out
 
 
-def read_stats(dev_name=None):
+def read_stats(dev_name: str | None = None) -> dict[str, dict] | None:
     """The counters of one mount (``/sys/fs/xfs/<dev_name>/stats/stats``) or, without a name,
     every mount's since XFS loaded (``/sys/fs/xfs/stats/stats``), parsed by
     :func:`parse_stats`; None when the file is absent (not mounted, no XFS).
@@ -365,7 +380,7 @@ def read_stats(dev_name=None):
         return None
 
 
-def stats_delta(start, end):
+def stats_delta(start: dict[str, dict], end: dict[str, dict]) -> dict[str, dict]:
     """``{line: {name: end - start}}`` over the counters both hold. A 32-bit counter that went
     down wrapped (``+ 2**32``); 64-bit lines and gauges (``vnodes.active``) subtract plainly.
     (``stats_clear`` between the two makes the delta meaningless.)"""
@@ -385,7 +400,7 @@ def stats_delta(start, end):
     return out
 
 
-def counter(stats, member, default=None):
+def counter(stats: dict[str, dict], member: str, default: int | None = None) -> int | None:
     """One counter of a parsed stats dict (or delta) by its kernel member name
     (``"xs_sleep_logspace"``), ``default`` when absent."""
     line, name = MEMBER_COUNTER[member]
@@ -395,7 +410,7 @@ def counter(stats, member, default=None):
 # ---- /sys/fs/xfs/<name>/log -------------------------------------------------------------------
 
 
-def parse_log_value(text):
+def parse_log_value(text: str) -> tuple[int, int] | int | str:
     """A /sys/fs/xfs/<name>/log file's value: ``"cycle:block"`` (an LSN, or a pre-6.11 grant
     head's ``cycle:bytes``) as a ``(cycle, n)`` tuple, a number as an int, else the text."""
     text = text.strip()
@@ -406,7 +421,7 @@ def parse_log_value(text):
         return text
 
 
-def read_log_state(dev_name):
+def read_log_state(dev_name: str) -> dict | None:
     """``{file: value}`` of every file in ``/sys/fs/xfs/<dev_name>/log`` (xfs_sysfs.c), or None
     when absent. ``log_head_lsn`` (``l_curr_cycle:l_curr_block``, where iclogs are written)
     and ``log_tail_lsn`` are ``(cycle, block)`` with 512-byte blocks; since 6.11
@@ -428,7 +443,7 @@ def read_log_state(dev_name):
     return state
 
 
-def log_state_kind(state):
+def log_state_kind(state: dict | None) -> str | None:
     """``"bytes"`` or ``"cycles"`` (as :func:`grant_heads_kind`) from :func:`read_log_state`'s
     file names, None when neither."""
     if "reserve_grant_head_bytes" in state:
@@ -438,7 +453,7 @@ def log_state_kind(state):
     return None
 
 
-def log_state_space_left(state, log_bytes, head=RESERVE_HEAD):
+def log_state_space_left(state: dict, log_bytes: int, head: str = RESERVE_HEAD) -> int:
     """Space left on ``head`` from :func:`read_log_state`. Before 6.11 this is
     ``xlog_space_left()`` on the values the kernel uses. Since 6.11 sysfs does not show
     ``l_tail_space``; it is estimated as :func:`lsn_sub` from the tail LSN to the head LSN,
@@ -516,7 +531,7 @@ def _xfs_info_sections(text):
     return sections
 
 
-def parse_xfs_info(text):
+def parse_xfs_info(text: str) -> XfsGeometry:
     """The :class:`XfsGeometry` of ``xfs_info`` output (mkfs.xfs prints the same report).
     Raises ValueError when the text has no log section."""
     s = _xfs_info_sections(text)
@@ -533,7 +548,7 @@ def parse_xfs_info(text):
         sector_size=meta.get("sectsz"), sections=s)
 
 
-def xfs_info(mountpoint, timeout=30):
+def xfs_info(mountpoint: str, timeout: float = 30) -> XfsGeometry:
     """The :class:`XfsGeometry` of a mounted XFS (``xfs_info MOUNTPOINT``; an unmounted device
     works too). Raises JstallError, one line naming the fix, when it cannot."""
     try:
@@ -552,7 +567,7 @@ def xfs_info(mountpoint, timeout=30):
         raise JstallError(f"xfs_info {mountpoint} printed no log geometry: update xfsprogs") from None
 
 
-def sysfs_name(device):
+def sysfs_name(device: str) -> str:
     """The kernel's name of a block device (``/dev/mapper/vg-lv`` -> ``dm-2``), the ``<name>``
     of ``/sys/fs/xfs/<name>``."""
     return os.path.basename(os.path.realpath(device))
@@ -580,3 +595,14 @@ def _field_names(event):
         return list(columns)
     return list(event.keys())
 
+
+
+def read_geometry(mount: dict) -> XfsGeometry:
+    """The log's geometry: ``xfs_info`` of a mount-table entry's ``mountpoint``."""
+    return xfs_info(mount["mountpoint"])
+
+
+def read_counters(name: str | None) -> dict[str, dict] | None:
+    """The kernel's counters of a log: ``/sys/fs/xfs/<name>/stats/stats``, parsed
+    (:func:`read_stats`), or None when the kernel has none."""
+    return read_stats(name)
