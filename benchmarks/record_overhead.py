@@ -195,8 +195,7 @@ class FloorProbes(probeset.ProbeSet):
         from bcc import BPF
 
         os.environ.update(probeset.host.kernel_headers_env())
-        with open(probeset.BPF_SOURCE) as f:
-            text = floor_source(f.read())
+        text = floor_source(probeset.bpf_text())
         return BPF(text=text.encode(), cflags=self._cflags())
 
 

@@ -156,6 +156,7 @@ class MonitorProbes(ProbeSet):
 
     wait_chains = False
     home_writes = False
+    writers = False
 
     def __init__(self, options):
         self.mopts = options

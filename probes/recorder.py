@@ -82,7 +82,9 @@ class Recorder:
         self._max_tx = {}                                 # dev -> j_max_transaction_buffers seen
         self._pidfd = None
         self.last_flush = None
-        self.cgroups = {}                                 # str(cgroup id) -> path, of the calls' cgroups
+        self.cgroups = {}                                 # str(cgroup id) -> path, of the calls' and writers' cgroups
+        self._writers_seen = {}                           # writers key -> its counts at the last read
+        self._committed = set()                           # (dev, transaction) committed since the last read
         self.sampler = None                               # DeviceSampler of the traced journals' devices
 
     def start(self):
@@ -175,11 +177,17 @@ class Recorder:
         for name, table in tables.streamed_tables(a, self.probes.syscall_names, self.hz).items():
             self._write_chunk(name, table)
             self.rows[name] += table.num_rows
+        ids = set()
         if "call_event" in a:
-            ids = {int(i) for i in np.unique(a["call_event"]["cgroup_id"])} - {int(k) for k in self.cgroups}
-            if ids:
-                self.cgroups.update(cgroup_paths(ids))
-                self.cgroups.update({str(i): None for i in ids if str(i) not in self.cgroups})
+            ids = {int(i) for i in np.unique(a["call_event"]["cgroup_id"])}
+        if "run_stats_event" in a:
+            r = a["run_stats_event"]
+            self._committed.update((filesystems.dev_name(int(d)), int(t)) for d, t in zip(r["dev"], r["transaction"]))
+        ids |= self._read_writers()
+        ids -= {int(k) for k in self.cgroups}
+        if ids:
+            self.cgroups.update(cgroup_paths(ids))
+            self.cgroups.update({str(i): None for i in ids if str(i) not in self.cgroups})
         if "offcpu_event" in a:
             self.offcpu_without_stack += int(np.sum(a["offcpu_event"]["stack_id"] < 0))
             o = a["offcpu_event"]
@@ -202,6 +210,26 @@ class Recorder:
         self.last_flush = clock()
         if not final:
             write_metadata(self.output_dir, self._metadata(RECORDING, self.last_flush))
+
+    def _read_writers(self):
+        """Write what each writer put into the journals since the last read (a writers
+        chunk: the map's counts less those at the last read); return the rows' cgroup ids.
+        Committed transactions' keys leave the map (ProbeSet.read_writers)."""
+        now = self.probes.read_writers(self._committed)
+        if not now and not self._writers_seen:
+            return set()
+        rows = {}
+        for k, v in now.items():
+            was = self._writers_seen.get(k)
+            d = tuple(v[i] - (was[i] if was else 0) for i in range(4))
+            if any(d):
+                rows[k] = d + v[4:]
+        self._writers_seen = {k: v for k, v in now.items() if k[3] is None or (k[1], k[3]) not in self._committed}
+        self._committed = set()
+        if rows:
+            self._write_chunk("writers", tables.writers_table(rows, time.monotonic_ns()))
+            self.rows["writers"] = self.rows.get("writers", 0) + len(rows)
+        return {k[2] for k in rows}
 
     def _write_chunk(self, name, table):
         self._bytes += write_chunk(self.output_dir, name, table, self._seq)
