@@ -18,6 +18,7 @@ from .journals import summary as journal_summary
 from .load import Session, load_session
 from .processes import per_process
 from .recommend import recommendations
+from .writers import summary as writers_summary
 from .xfs_logs import summary as xfs_log_summary
 from .xfs_logs import untraced_waits as xfs_untraced_waits
 from .xfs_logs import waits as xfs_waits
@@ -52,6 +53,8 @@ class Analysis:
       /proc/fs/jbd2 (journals.proc_agreement).
     - ``xfs_waits``: each XFS log-space wait with its space left, need and the tail's reason;
       ``xfs_logs``: one row per XFS log, with the kernel's counters beside (xfs_logs).
+    - ``writers``: who filled each journal, over the run and when it ran out, the victims and
+      a sentence tying them (writers.summary);
     - ``calls``: latency statistics per syscall; ``processes``: stall time per process;
       ``devices``: what the block devices under the filesystems did (devices.device_summary);
       ``recommendations``; ``warnings`` and ``notes`` (strings).
@@ -87,6 +90,7 @@ class Analysis:
     processes = _result(per_process, "stalls")
     devices = _result(device_summary, "stalls")
     xfs_waits = _result(xfs_waits)
+    writers = _result(writers_summary, "checkpoints", "stalls")
     xfs_logs = _result(xfs_log_summary, "xfs_waits", "stalls", "checkpoint_waits")
     recommendations = _result(recommendations, "journals", "stalls", "causes", "calls", "transactions", "min_ms",
                               "timeline", "checkpoint_waits")

@@ -34,6 +34,9 @@ UID = "1f2e3d4c-5b6a-7980-a1b2-c3d4e5f60718"
     (f"/kubepods/burstable/pod{UID}", {"kind": "pod", "qos": "burstable", "name": f"pod {UID} (burstable)"}),
     (f"/kubepods/pod{UID}/{CID}", {"kind": "pod", "qos": "guaranteed", "pod_uid": UID}),
     ("/kubepods.slice/kubepods-burstable.slice", {"kind": "cgroup", "name": "kubepods (burstable)"}),
+    (f"/jstall-test/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID.replace('-', '_')}.slice/"
+     f"cri-containerd-{CID}.scope", {"kind": "pod", "pod_uid": UID, "qos": "burstable", "container": CID}),
+    (f"/docker/{CID}/kubepods/besteffort/pod{UID}/{CID}", {"kind": "pod", "qos": "besteffort", "pod_uid": UID}),
     ("/jstall-test/noisy", {"kind": "cgroup", "name": "/jstall-test/noisy"}),
     (None, {"kind": "unknown", "name": "?"}),
 ])

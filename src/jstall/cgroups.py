@@ -35,7 +35,7 @@ SHORT_ID = 12   # container ids shown as docker ps does
 
 _HEX_ID = re.compile(r"^[0-9a-f]{32,64}$")
 _POD = re.compile(r"^pod([0-9a-fA-F_-]+)$")
-_SYSTEMD_POD = re.compile(r"^kubepods(?:-(besteffort|burstable))?-pod([0-9a-fA-F_]+)\.slice$")
+_SYSTEMD_POD = re.compile(r"^(?:kubelet-)?kubepods(?:-(besteffort|burstable))?-pod([0-9a-fA-F_]+)\.slice$")
 
 
 def root():
@@ -97,12 +97,15 @@ def name_of(path):
     if not parts:
         return {"kind": "root", "name": "/"}
     out = {}
-    # Kubernetes: kubepods[.slice] / [qos] / pod<uid> / container
-    if parts[0] in ("kubepods", "kubepods.slice"):
-        qos, uid, rest = "guaranteed", None, parts[1:]
+    # Kubernetes: kubepods[.slice] / [qos] / pod<uid> / container, at the top or nested (a
+    # kubelet in a container: /docker/<id>/kubepods/..., kind's .../kubelet.slice/...)
+    kube = [i for i, p in enumerate(parts) if p in ("kubepods", "kubepods.slice", "kubelet-kubepods.slice")]
+    if kube:
+        qos, uid, rest = "guaranteed", None, parts[kube[0] + 1:]
         for i, p in enumerate(rest):
-            if p in QOS_CLASSES or p in (f"kubepods-{q}.slice" for q in QOS_CLASSES):
-                qos = p.split("-")[-1].split(".")[0] if "-" in p else p
+            q = re.match(r"^(?:kubelet-)?kubepods-(besteffort|burstable)\.slice$", p)
+            if p in QOS_CLASSES or q:
+                qos = q.group(1) if q else p
                 continue
             m = _POD.match(p) if not p.endswith(".slice") else None
             ms = _SYSTEMD_POD.match(p)
