@@ -259,8 +259,8 @@ def writer_lines(su, top=5):
     w = su.writers or {}
     if not w.get("writers"):
         return []
-    out = ["", "who filled the journal (writers: the blocks their handles dirtied, as logged; XFS: the log "
-           "bytes their tickets used)"]
+    out = ["", "who filled the journal (jbd2: each transaction's logged blocks shared by the blocks its writers' "
+           "handles dirtied; XFS: the kernel's log bytes shared by what their tickets used)"]
     out += [v["text"] for v in w.get("verdicts", [])]
     for title, rows in (("over the run", w["writers"]), ("when the log ran out (forced checkpoints)", w["at_fill"])):
         if not rows:

@@ -8,7 +8,8 @@ journal:
   dirtied blocks times the transaction's ``blocks_logged`` from jbd2_run_stats, so the
   writers of a committed transaction add up to what the kernel logged; a transaction not
   committed in the session counts its dirtied blocks) or logged bytes (XFS), and its share of
-  the journal's total, over the whole run;
+  the journal's total, over the whole run (XFS: the kernel's log bytes, xs_log_blocks,
+  shared out by the bytes each writer's tickets used, ``ticket_bytes``);
 - ``at_fill``: the same over the moments the log ran out: at each forced checkpoint, the
   transactions between the log's tail (the last ``jbd2_update_log_tail`` before it) and its
   head (the last commit before it), summed over the checkpoints;
@@ -26,7 +27,10 @@ from jstall import cgroups
 from .processes import per_process
 
 WRITER_KEYS = ["dev", "pid", "comm", "cgroup_id"]
-COLUMNS = WRITER_KEYS + ["cgroup", "handles", "dirtied_blocks", "logged_blocks", "logged_bytes", "share_pct"]
+COLUMNS = WRITER_KEYS + ["cgroup", "handles", "dirtied_blocks", "logged_blocks", "ticket_bytes", "logged_bytes",
+                         "share_pct"]
+#: bytes in one of the kernel's xs_log_blocks (basic blocks)
+BBSIZE = 512
 
 
 def cgroup_names(session):
@@ -62,9 +66,10 @@ def _shares(rows, names):
     their share of each journal's total, most first."""
     if not len(rows):
         return _empty()
-    cols = [c for c in ("handles", "dirtied_blocks", "logged_blocks", "logged_bytes") if c in rows.columns]
+    cols = [c for c in ("handles", "dirtied_blocks", "logged_blocks", "ticket_bytes", "logged_bytes")
+            if c in rows.columns]
     s = rows.groupby(WRITER_KEYS, as_index=False)[cols].sum()
-    for c in ("dirtied_blocks", "logged_blocks", "logged_bytes"):
+    for c in ("dirtied_blocks", "logged_blocks", "ticket_bytes", "logged_bytes"):
         if c not in s.columns:
             s[c] = None
     amount = s["logged_blocks"].fillna(0).astype(float) + s["logged_bytes"].fillna(0).astype(float)
@@ -75,16 +80,38 @@ def _shares(rows, names):
     return s.sort_values(["dev", "_amount"], ascending=[True, False], kind="stable")[COLUMNS].reset_index(drop=True)
 
 
+def xfs_logged(session):
+    """XFS writers rows (WRITER_KEYS, handles, ticket_bytes: what their tickets used) with
+    ``logged_bytes``: the kernel's log bytes over the session (xs_log_blocks, from the
+    journal's counters at the start and end) shared out by ticket bytes (the ticket bytes
+    themselves where the session lacks the counters)."""
+    from .xfs_logs import kernel_delta
+
+    w = session.writers
+    x = w[w["transaction"].isna()]
+    if not len(x):
+        return x
+    x = x.assign(dev=x["dev"].astype("str"), ticket_bytes=x["logged_bytes"].astype("int64"))
+    x = x[WRITER_KEYS + ["handles", "ticket_bytes"]].copy()
+    x["logged_bytes"] = x["ticket_bytes"].astype(float)
+    for j in session.meta.get("journals") or []:
+        delta = kernel_delta(j) if j.get("kind") == "xfs" else None
+        blocks = ((delta or {}).get("log") or {}).get("blocks")
+        on = x["dev"] == str(j.get("dev"))
+        total = x.loc[on, "ticket_bytes"].sum()
+        if blocks is not None and total > 0:
+            x.loc[on, "logged_bytes"] = x.loc[on, "ticket_bytes"] * (blocks * BBSIZE / total)
+    return x
+
+
 def writer_shares(session):
     """Every writer of every journal over the run: COLUMNS (jbd2 writers have handles,
-    dirtied_blocks and logged_blocks; XFS writers handles and logged_bytes), most first."""
+    dirtied_blocks and logged_blocks; XFS writers handles, ticket_bytes and logged_bytes
+    (xfs_logged)), most first."""
     names = cgroup_names(session)
     jbd2 = logged_per_transaction(session)
-    w = session.writers
-    xfs = w[w["transaction"].isna()]
-    xfs = xfs[WRITER_KEYS + ["handles", "logged_bytes"]] if len(xfs) else xfs
-    parts = [p for p in (_shares(jbd2, names), _shares(xfs.assign(dev=xfs["dev"].astype("str")), names)
-                         if len(xfs) else _empty()) if len(p)]
+    xfs = xfs_logged(session)
+    parts = [p for p in (_shares(jbd2, names), _shares(xfs, names)) if len(p)]
     return pd.concat(parts, ignore_index=True) if parts else _empty()
 
 
