@@ -149,3 +149,69 @@ def test_the_culprit_that_filled_the_journal_is_named_for_the_victims_stalls(tmp
     assert v["victim"].startswith("python") and "cgroup victim.scope" in v["victim"], v
     assert v["victim_stall_ms"] > 0 and f"container {CID[:12]}" in v["writer"], v
     assert "when the journal filled" in v["text"]
+
+
+# an independent count of the tickets released or rolled on the device, and the bytes they
+# used, by process
+XFS_BT = """
+#define xfs_lsn_t long long
+tracepoint:xfs:xfs_log_ticket_ungrant, tracepoint:xfs:xfs_log_ticket_regrant /args->dev == $1/ {
+  @tickets[pid] = count();
+  if (args->unit_res > args->curr_res) { @bytes[pid] = sum(args->unit_res - args->curr_res); }
+}
+BEGIN { printf("ready\\n"); }
+"""
+
+
+def test_xfs_writers_share_the_kernels_log_bytes(tmp_path, cgroups_made):
+    """An rm -rf in a cgroup on a paced XFS: its tickets' bytes as bpftrace counts them, and
+    the kernel's xs_log_blocks shared out among the writers."""
+    from jstall.analyzer.analysis import analyze
+    from jstall.analyzer.load import load_session
+    from jstall.analyzer.xfs_logs import kernel_delta
+    from jstall.probes.recorder import RecordOptions, Recorder
+
+    out = str(tmp_path / "s")
+    create = open(os.path.join(HERE, "create_workload.py")).read()
+    with ScratchFs(FsConfig(fs_type="xfs", fs_size="400M", journal_size="8M", write_iops=300)) as fs:
+        mnt, dev = fs.mountpoint, fs.dev
+        subprocess.run([sys.executable, "-c", create, mnt, "20000"], check=True, timeout=600 * SLOWDOWN)
+        subprocess.run(["sync", "-f", mnt], check=True)
+        major, minor = (int(x) for x in dev.split(":"))
+        bt = subprocess.Popen(["bpftrace", "-e", XFS_BT, str(major << 20 | minor)], stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, text=True)
+        try:
+            line = None
+            while line not in ("ready\n", ""):
+                line = read_line(bt.stdout, 60)
+            assert line == "ready\n", "bpftrace did not start"
+            rec = Recorder(RecordOptions(output_dir=out, devices=[dev], quiet=True))
+            rec.start()
+            rm = subprocess.run(in_cgroup(cgroups_made["culprit"], ["sh", "-c", f"rm -rf {mnt}/* && sync -f {mnt}"]),
+                                timeout=600 * SLOWDOWN)
+            rec.stop()
+        finally:
+            bt.send_signal(signal.SIGINT)
+            text, _ = bt.communicate(timeout=60 * SLOWDOWN)
+    assert rm.returncode == 0
+    session = load_session(out)
+    w = session.writers
+    culprit = os.stat(cgroups_made["culprit"]).st_ino
+    rows = w[w["cgroup_id"] == culprit]
+    pids = set(rows["pid"])
+    # the culprit's tickets and their bytes, as the independent probe counted them
+    tickets = {int(m.group(1)): int(m.group(2)) for m in re.finditer(r"@tickets\[(\d+)\]: (\d+)", text)}
+    used = {int(m.group(1)): int(m.group(2)) for m in re.finditer(r"@bytes\[(\d+)\]: (\d+)", text)}
+    assert int(rows["handles"].sum()) == sum(tickets[p] for p in pids)
+    assert int(rows["logged_bytes"].sum()) == sum(used.get(p, 0) for p in pids)
+    # the writers share out exactly the bytes the kernel wrote to the log (xs_log_blocks)
+    a = analyze(session)
+    (j,) = session.meta["journals"]
+    kernel = kernel_delta(j)["log"]["blocks"] * 512
+    xfs_rows = [r for r in a.writers["writers"] if r["dev"] == dev]
+    assert sum(r["logged_bytes"] for r in xfs_rows) == pytest.approx(kernel, rel=1e-9)
+    # the rm itself wrote most of it (inodegc's kernel workers, inactivating its inodes, the rest)
+    share = sum(r["share_pct"] for r in xfs_rows if r["cgroup_id"] == culprit)
+    assert share >= 80, xfs_rows[:4]
+    assert {r["cgroup"] for r in xfs_rows if r["cgroup_id"] == culprit} == {
+        f"pod {UID} (burstable) container {CID[:12]}"}
