@@ -364,12 +364,7 @@ class ProbeSet:
             if not (prog in BTF_TRACEPOINTS and self._attach_btf(b, prog, tp)):
                 b.attach_raw_tracepoint(tp=tp.encode(), fn_name=f"rtp_{prog}".encode())
             self.attached.append(f"raw:{cat}:{tp}")
-        if self.writers:
-            if host.tracepoint_exists("jbd2", "jbd2_handle_stats"):
-                b.attach_raw_tracepoint(tp=b"jbd2_handle_stats", fn_name=b"rtp_jbd2_handle_stats")
-                self.attached.append("raw:jbd2:jbd2_handle_stats")
-            else:
-                self.missing.append("raw:jbd2:jbd2_handle_stats")
+        self._attach_writers(b)
         if self.home_writes_counted:
             if host.tracepoint_exists("block", "block_bio_queue"):
                 b.attach_raw_tracepoint(tp=b"block_bio_queue", fn_name=b"rtp_block_bio_queue")
@@ -395,6 +390,16 @@ class ProbeSet:
                 self.attached.append("raw:sched:sched_waking")
         if self.missing and not self.opts.quiet:
             log.warning("tracepoints missing on this kernel, not recorded: %s", " ".join(self.missing))
+
+    def _attach_writers(self, b):
+        """jbd2_handle_stats for the writers' counts (the XFS ones bcc attached as it loaded)."""
+        if not self.writers:
+            return
+        if host.tracepoint_exists("jbd2", "jbd2_handle_stats"):
+            b.attach_raw_tracepoint(tp=b"jbd2_handle_stats", fn_name=b"rtp_jbd2_handle_stats")
+            self.attached.append("raw:jbd2:jbd2_handle_stats")
+        else:
+            self.missing.append("raw:jbd2:jbd2_handle_stats")
 
     def _note_xfs(self):
         """List the XFS tracepoints as attached (bcc attached them as it loaded their
@@ -496,6 +501,21 @@ class ProbeSet:
         c = events.lost_counts(self.bpf)
         return {k: c[k] for k in ("calls", "offcpu", "jbd2", "stacks") + ("home_writes",) * self.home_writes_counted
                 + ("writers",) * self.writers}
+
+    def writers_since(self, committed=()):
+        """What each writer put into each journal since the last call (read_writers' counts
+        less those it returned then), keys whose counts grew only; ``committed`` as for
+        read_writers."""
+        now = self.read_writers(committed)
+        seen = getattr(self, "_writers_seen", {})
+        rows = {}
+        for k, v in now.items():
+            was = seen.get(k)
+            d = tuple(v[i] - (was[i] if was else 0) for i in range(4))
+            if any(d):
+                rows[k] = d + v[4:]
+        self._writers_seen = {k: v for k, v in now.items() if k[3] is None or (k[1], k[3]) not in committed}
+        return rows
 
     def read_writers(self, committed=()):
         """What each writer put into each journal so far, summed over CPUs:

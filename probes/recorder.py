@@ -83,7 +83,6 @@ class Recorder:
         self._pidfd = None
         self.last_flush = None
         self.cgroups = {}                                 # str(cgroup id) -> path, of the calls' and writers' cgroups
-        self._writers_seen = {}                           # writers key -> its counts at the last read
         self._committed = set()                           # (dev, transaction) committed since the last read
         self.sampler = None                               # DeviceSampler of the traced journals' devices
 
@@ -213,18 +212,9 @@ class Recorder:
 
     def _read_writers(self):
         """Write what each writer put into the journals since the last read (a writers
-        chunk: the map's counts less those at the last read); return the rows' cgroup ids.
-        Committed transactions' keys leave the map (ProbeSet.read_writers)."""
-        now = self.probes.read_writers(self._committed)
-        if not now and not self._writers_seen:
-            return set()
-        rows = {}
-        for k, v in now.items():
-            was = self._writers_seen.get(k)
-            d = tuple(v[i] - (was[i] if was else 0) for i in range(4))
-            if any(d):
-                rows[k] = d + v[4:]
-        self._writers_seen = {k: v for k, v in now.items() if k[3] is None or (k[1], k[3]) not in self._committed}
+        chunk, ProbeSet.writers_since); return the rows' cgroup ids. Committed transactions'
+        keys leave the map."""
+        rows = self.probes.writers_since(self._committed)
         self._committed = set()
         if rows:
             self._write_chunk("writers", tables.writers_table(rows, time.monotonic_ns()))

@@ -85,3 +85,14 @@ def test_xfs_writers_share_out_the_kernels_log_bytes(tmp_path):
     assert x["logged_bytes"].tolist() == pytest.approx([384_000, 128_000])   # 1,000 blocks of 512 bytes
     assert x["share_pct"].tolist() == pytest.approx([75, 25])
     assert x["dirtied_blocks"].isna().all()
+
+
+def test_the_monitor_names_the_top_writers_and_sums_the_rest_as_other():
+    from jstall.monitor.tracer import top_writers
+
+    amounts = {("7:0", "blocks", "a.service"): 50, ("7:0", "blocks", "b.service"): 30,
+               ("7:0", "blocks", "c.service"): 15, ("7:0", "blocks", "d.service"): 5,
+               ("7:0", "blocks", "idle.service"): 0, ("7:1", "bytes", "rm"): 4096}
+    assert top_writers(amounts, 2) == {("7:0", "blocks", "a.service"): 50, ("7:0", "blocks", "b.service"): 30,
+                                       ("7:0", "blocks", "other"): 20, ("7:1", "bytes", "rm"): 4096}
+    assert top_writers(amounts, 0) == {("7:0", "blocks", "other"): 100, ("7:1", "bytes", "other"): 4096}
