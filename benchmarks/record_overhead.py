@@ -308,7 +308,8 @@ def main():
         }
         if args.writers:
             for a in modes:
-                conditions[f"jstall ({a}, no writers)"] = Jstall(mount, tmp, a, writers=False).running
+                jstall[f"{a}, no writers"] = Jstall(mount, tmp, a, writers=False)
+                conditions[f"jstall ({a}, no writers)"] = jstall[f"{a}, no writers"].running
         if args.floor:
             conditions["floor (syscalls)"] = floor["syscalls"].running
             conditions["floor (raw)"] = floor["raw"].running
