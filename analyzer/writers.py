@@ -12,7 +12,7 @@ journal:
   shared out by the bytes each writer's tickets used, ``ticket_bytes``);
 - ``at_fill``: the same over the moments the log ran out: at each forced checkpoint, the
   transactions between the log's tail (the last ``jbd2_update_log_tail`` before it) and its
-  head (the last commit before it), summed over the checkpoints;
+  head (the last commit before it), each such transaction counted once;
 - ``victims``: stall time by journal, process and cgroup (processes.per_process of each
   journal's stalls);
 - ``verdicts``: one sentence per journal tying the top victim to the top writer at fill.
@@ -139,13 +139,15 @@ def log_contents(session, checkpoints):
 
 
 def at_fill(session, checkpoints):
-    """The writers of what the logs held when they ran out (log_contents), summed over the
-    forced checkpoints: COLUMNS, most first (empty without forced checkpoints)."""
+    """The writers of what the logs held when they ran out (log_contents): each transaction
+    in a log at any forced checkpoint counted once; COLUMNS, most first (empty without
+    forced checkpoints)."""
     contents = log_contents(session, checkpoints)
     if not len(contents):
         return _empty()
     per_tx = logged_per_transaction(session)
-    rows = contents.merge(per_tx, on=["dev", "transaction"], how="inner")
+    held = contents[["dev", "transaction"]].drop_duplicates()
+    rows = held.merge(per_tx, on=["dev", "transaction"], how="inner")
     return _shares(rows, cgroup_names(session))
 
 
