@@ -96,3 +96,15 @@ def test_the_monitor_names_the_top_writers_and_sums_the_rest_as_other():
     assert top_writers(amounts, 2) == {("7:0", "blocks", "a.service"): 50, ("7:0", "blocks", "b.service"): 30,
                                        ("7:0", "blocks", "other"): 20, ("7:1", "bytes", "rm"): 4096}
     assert top_writers(amounts, 0) == {("7:0", "blocks", "other"): 100, ("7:1", "bytes", "other"): 4096}
+
+
+def test_compare_lists_the_top_writers_of_both_sides_by_cgroup(tmp_path):
+    from jstall.analyzer.compare import compare
+
+    a = session(tmp_path / "a", [w(1, "culprit", 20, 1, dirtied=90), w(2, "victim", 10, 1, dirtied=10)],
+                run_stats=[(2 * S, 1, 100, 100)])
+    b = session(tmp_path / "b", [w(7, "victim", 10, 1, dirtied=10)], run_stats=[(2 * S, 1, 10, 10)])
+    c = compare(a.path, b.path)
+    rows = {r["cgroup"]: (r["share_a"], r["share_b"]) for r in c.to_dict()["writers"]}
+    assert rows == {"pod 1a2b-3c4d (burstable)": (90.0, None), "victim.service": (10.0, 100.0)}
+    assert "top writers" in c.text()
