@@ -514,7 +514,17 @@ class ProbeSet:
             d = tuple(v[i] - (was[i] if was else 0) for i in range(4))
             if any(d):
                 rows[k] = d + v[4:]
-        self._writers_seen = {k: v for k, v in now.items() if k[3] is None or (k[1], k[3]) not in committed}
+        # an XFS key (no transaction to end it) idle since the last read leaves the map, so
+        # that short-lived processes do not fill it; a count between the read and the delete
+        # would be lost, for a writer idle a whole interval before
+        idle = {k for k, v in now.items() if k[3] is None and seen.get(k, (None,))[:4] == v[:4]}
+        for k in idle:
+            try:
+                del self.bpf[b"writers"][self._writer_keys[k]]
+            except KeyError:
+                pass
+        self._writers_seen = {k: v for k, v in now.items()
+                              if (k[3] is None or (k[1], k[3]) not in committed) and k not in idle}
         return rows
 
     def read_writers(self, committed=()):
@@ -526,13 +536,14 @@ class ProbeSet:
         if not (self.writers and self.bpf is not None):
             return {}
         m = self.bpf[b"writers"]
-        out, done = {}, []
+        out, done, self._writer_keys = {}, [], {}
         none = events.DEFINES["WRITER_NO_TRANSACTION"]
         for k, per_cpu in m.items():
             dev = filesystems.dev_name(int(k.dev))
             tx = None if k.transaction == none else int(k.transaction)
             first = [int(v.first_ns) for v in per_cpu if v.first_ns]
             comm = next((bytes(v.comm).rstrip(b"\0").decode(errors="replace") for v in per_cpu if v.comm), "")
+            self._writer_keys[(int(k.tgid), dev, int(k.cgroup_id), tx)] = k
             out[(int(k.tgid), dev, int(k.cgroup_id), tx)] = (
                 sum(int(v.handles) for v in per_cpu), sum(int(v.requested_blocks) for v in per_cpu),
                 sum(int(v.dirtied_blocks) for v in per_cpu), sum(int(v.logged_bytes) for v in per_cpu),
