@@ -30,6 +30,9 @@
 #if WRITERS
 BPF_PERCPU_HASH(writers, struct writer_key, struct writer_val, WRITERS_MAX);
 
+/* The writer's counts for this journal and transaction. The map is looked up first: a key
+ * exists only for a traced journal, so the journal filter (a second hash lookup) runs only
+ * when this writer first counts into this transaction on this CPU. */
 static __always_inline struct writer_val *writer_of(__u32 dev, __u32 transaction)
 {
 	struct writer_key k = {};
@@ -40,6 +43,8 @@ static __always_inline struct writer_val *writer_of(__u32 dev, __u32 transaction
 	struct writer_val *v = writers.lookup(&k);
 	if (v)
 		return v;
+	if (!journal_traced(dev))
+		return 0;
 	struct writer_val zero = {};
 	zero.first_ns = bpf_ktime_get_ns();
 	bpf_get_current_comm(&zero.comm, sizeof(zero.comm));
@@ -51,10 +56,7 @@ static __always_inline struct writer_val *writer_of(__u32 dev, __u32 transaction
 
 int rtp_jbd2_handle_stats(struct bpf_raw_tracepoint_args *ctx)
 {
-	__u32 dev = ctx->args[0];
-	if (!journal_traced(dev))
-		return 0;
-	struct writer_val *v = writer_of(dev, (__u32)ctx->args[1]);
+	struct writer_val *v = writer_of(ctx->args[0], (__u32)ctx->args[1]);
 	if (!v)
 		return 0;
 	/* this CPU's value: no atomics */
@@ -67,8 +69,6 @@ int rtp_jbd2_handle_stats(struct bpf_raw_tracepoint_args *ctx)
 #if XFS_LOG
 static __always_inline int xfs_ticket_used(__u32 dev, __s32 unit_res, __s32 curr_res)
 {
-	if (!xfs_traced(dev))
-		return 0;
 	struct writer_val *v = writer_of(dev, WRITER_NO_TRANSACTION);
 	if (!v)
 		return 0;
