@@ -27,8 +27,8 @@ from jstall import cgroups
 from .processes import per_process
 
 WRITER_KEYS = ["dev", "pid", "comm", "cgroup_id"]
-COLUMNS = WRITER_KEYS + ["cgroup", "handles", "dirtied_blocks", "logged_blocks", "ticket_bytes", "logged_bytes",
-                         "share_pct"]
+COLUMNS = WRITER_KEYS + ["cgroup", "handles", "dirtied_blocks", "logged_blocks", "ticket_bytes",
+                         "logged_bytes", "share_pct"]
 #: bytes in one of the kernel's xs_log_blocks (basic blocks)
 BBSIZE = 512
 
@@ -49,15 +49,19 @@ def logged_per_transaction(session):
     w = session.writers
     w = w[w["transaction"].notna()]
     if not len(w):
-        return pd.DataFrame(columns=WRITER_KEYS + ["transaction", "handles", "dirtied_blocks", "logged_blocks"])
+        return pd.DataFrame(
+            columns=WRITER_KEYS + ["transaction", "handles", "dirtied_blocks", "logged_blocks"])
     g = (w.assign(transaction=w["transaction"].astype("int64"))
-         .groupby(WRITER_KEYS + ["transaction"], as_index=False)[["handles", "dirtied_blocks"]].sum())
+         .groupby(WRITER_KEYS + ["transaction"], as_index=False)[["handles", "dirtied_blocks"]]
+         .sum())
     tx_dirtied = g.groupby(["dev", "transaction"])["dirtied_blocks"].transform("sum")
-    rs = session.run_stats[["dev", "transaction", "blocks_logged"]].drop_duplicates(["dev", "transaction"])
+    rs = session.run_stats[["dev", "transaction", "blocks_logged"]]
+    rs = rs.drop_duplicates(["dev", "transaction"])
     rs = rs.assign(dev=rs["dev"].astype("str"), transaction=rs["transaction"].astype("int64"))
     g = g.assign(dev=g["dev"].astype("str")).merge(rs, on=["dev", "transaction"], how="left")
     share = g["dirtied_blocks"] / tx_dirtied.where(tx_dirtied > 0)
-    g["logged_blocks"] = (share * g["blocks_logged"]).where(g["blocks_logged"].notna(), g["dirtied_blocks"])
+    logged = share * g["blocks_logged"]
+    g["logged_blocks"] = logged.where(g["blocks_logged"].notna(), g["dirtied_blocks"])
     return g.drop(columns=["blocks_logged"])
 
 
@@ -66,8 +70,8 @@ def _shares(rows, names):
     their share of each journal's total, most first."""
     if not len(rows):
         return _empty()
-    cols = [c for c in ("handles", "dirtied_blocks", "logged_blocks", "ticket_bytes", "logged_bytes")
-            if c in rows.columns]
+    cols = [c for c in ("handles", "dirtied_blocks", "logged_blocks", "ticket_bytes",
+                        "logged_bytes") if c in rows.columns]
     s = rows.groupby(WRITER_KEYS, as_index=False)[cols].sum()
     for c in ("dirtied_blocks", "logged_blocks", "ticket_bytes", "logged_bytes"):
         if c not in s.columns:
@@ -77,7 +81,8 @@ def _shares(rows, names):
     s["share_pct"] = (100.0 * amount / total.where(total > 0)).fillna(0.0)
     s["cgroup"] = [names.get(int(c), str(int(c))) for c in s["cgroup_id"]]
     s["_amount"] = amount
-    return s.sort_values(["dev", "_amount"], ascending=[True, False], kind="stable")[COLUMNS].reset_index(drop=True)
+    s = s.sort_values(["dev", "_amount"], ascending=[True, False], kind="stable")
+    return s[COLUMNS].reset_index(drop=True)
 
 
 def xfs_logged(session):
@@ -132,7 +137,8 @@ def log_contents(session, checkpoints):
         for t in cps["ts_ns"].drop_duplicates():
             done = commits[commits["ts_ns"] <= t]
             before = tails[tails["ts_ns"] <= t]
-            tail = int(before["first_tid"].iloc[-1]) if len(before) else int(commits["transaction"].min())
+            tail = (int(before["first_tid"].iloc[-1]) if len(before)
+                    else int(commits["transaction"].min()))
             for tx in done.loc[done["transaction"] >= tail, "transaction"]:
                 out.append((int(t), dev, int(tx)))
     return pd.DataFrame(out, columns=["checkpoint_ns", "dev", "transaction"])
@@ -157,7 +163,8 @@ def named(session, processes):
     v = processes.copy()
     if "cgroup_id" in v.columns:
         names = cgroup_names(session)
-        v["cgroup"] = [names.get(int(c), str(int(c))) if pd.notna(c) and int(c) else None for c in v["cgroup_id"]]
+        v["cgroup"] = [names.get(int(c), str(int(c))) if pd.notna(c) and int(c) else None
+                       for c in v["cgroup_id"]]
     return v
 
 
@@ -186,13 +193,19 @@ def verdicts(writers, fill, victim_rows):
     if not len(writers):
         return out
     for dev, ws in writers.groupby("dev", sort=True):
-        v = victim_rows[victim_rows["dev"] == dev].sort_values("stall_ms", ascending=False, kind="stable")
+        v = victim_rows[victim_rows["dev"] == dev]
+        v = v.sort_values("stall_ms", ascending=False, kind="stable")
         f = fill[fill["dev"] == dev] if len(fill) else fill
-        top, when = (f.iloc[0], "when the journal filled") if len(f) else (ws.iloc[0], "over the run")
+        if len(f):
+            top, when = f.iloc[0], "when the journal filled"
+        else:
+            top, when = ws.iloc[0], "over the run"
         unit = "logged blocks" if pd.notna(top["logged_blocks"]) else "logged bytes"
         if not len(v):
-            out.append({"dev": dev, "text": f"{dev}: {when}, {_who(top)} had written {top['share_pct']:.1f} % of "
-                        f"the {unit}; no call stalled", "writer": _who(top), "share_pct": float(top["share_pct"]),
+            text = (f"{dev}: {when}, {_who(top)} had written {top['share_pct']:.1f} % of the "
+                    f"{unit}; no call stalled")
+            out.append({"dev": dev, "text": text, "writer": _who(top),
+                        "share_pct": float(top["share_pct"]),
                         "victim": None, "victim_stall_ms": None})
             continue
         # the victim: who waited longest but for the top writer (unless it alone waited)
@@ -202,8 +215,9 @@ def verdicts(writers, fill, victim_rows):
         text = (f"{dev}: {_who(vic)} waited {vic['stall_ms'] / 1e3:,.1f} s; {when}, "
                 + ("it had itself written" if same else f"{_who(top)} had written")
                 + f" {top['share_pct']:.1f} % of the {unit}")
-        out.append({"dev": dev, "text": text, "writer": _who(top), "share_pct": float(top["share_pct"]),
-                    "victim": _who(vic), "victim_stall_ms": float(vic["stall_ms"]), "same_process": same})
+        out.append({"dev": dev, "text": text, "writer": _who(top),
+                    "share_pct": float(top["share_pct"]), "victim": _who(vic),
+                    "victim_stall_ms": float(vic["stall_ms"]), "same_process": same})
     return out
 
 

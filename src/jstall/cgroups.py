@@ -15,8 +15,8 @@ the conventions of the tool that made it:
 
 Pure functions and one reader; no pandas.
 
-    >>> name_of("/kubepods.slice/kubepods-burstable.slice/"
-    ...         "kubepods-burstable-pod1f2e_3d4c.slice/cri-containerd-0123456789abcdef.scope")["name"]
+    >>> name_of("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1f2e_3d4c.slice/"
+    ...         "cri-containerd-" + "0123456789abcdef" * 4 + ".scope")["name"]
     'pod 1f2e-3d4c (burstable) container 0123456789ab'
 """
 
@@ -27,15 +27,17 @@ import re
 #: controllers at /sys/fs/cgroup/unified (systemd's hybrid layout)
 ROOTS = ("/sys/fs/cgroup/unified", "/sys/fs/cgroup")
 #: container runtimes' scope prefixes under systemd (<prefix>-<id>.scope) -> runtime
-SCOPE_RUNTIMES = (("cri-containerd", "containerd"), ("crio-conmon", "crio-conmon"), ("crio", "crio"),
-                  ("docker", "docker"), ("libpod-conmon", "podman-conmon"), ("libpod", "podman"))
+SCOPE_RUNTIMES = (("cri-containerd", "containerd"), ("crio-conmon", "crio-conmon"),
+                  ("crio", "crio"), ("docker", "docker"), ("libpod-conmon", "podman-conmon"),
+                  ("libpod", "podman"))
 QOS_CLASSES = ("besteffort", "burstable")
 SYSTEMD_SUFFIXES = (".service", ".scope", ".slice", ".socket", ".mount", ".swap")
 SHORT_ID = 12   # container ids shown as docker ps does
 
 _HEX_ID = re.compile(r"^[0-9a-f]{32,64}$")
 _POD = re.compile(r"^pod([0-9a-fA-F_-]+)$")
-_SYSTEMD_POD = re.compile(r"^(?:kubelet-)?kubepods(?:-(besteffort|burstable))?-pod([0-9a-fA-F_]+)\.slice$")
+_SYSTEMD_POD = re.compile(
+    r"^(?:kubelet-)?kubepods(?:-(besteffort|burstable))?-pod([0-9a-fA-F_]+)\.slice$")
 
 
 def root():
@@ -99,7 +101,8 @@ def name_of(path):
     out = {}
     # Kubernetes: kubepods[.slice] / [qos] / pod<uid> / container, at the top or nested (a
     # kubelet in a container: /docker/<id>/kubepods/..., kind's .../kubelet.slice/...)
-    kube = [i for i, p in enumerate(parts) if p in ("kubepods", "kubepods.slice", "kubelet-kubepods.slice")]
+    kube = [i for i, p in enumerate(parts)
+            if p in ("kubepods", "kubepods.slice", "kubelet-kubepods.slice")]
     if kube:
         qos, uid, rest = "guaranteed", None, parts[kube[0] + 1:]
         for i, p in enumerate(rest):
@@ -124,7 +127,8 @@ def name_of(path):
                 name += f" container {c[1][:SHORT_ID]}"
             out["name"] = name
             return out
-        out.update(kind="cgroup", name="kubepods" + (f" ({qos})" if qos != "guaranteed" else ""), qos=qos)
+        name = "kubepods" + (f" ({qos})" if qos != "guaranteed" else "")
+        out.update(kind="cgroup", name=name, qos=qos)
         return out
     # a container: a runtime's scope anywhere, or /docker/<id> (the cgroupfs driver)
     for i, p in enumerate(parts):
