@@ -40,7 +40,8 @@ while not os.path.exists(sys.argv[2]):
 # independent sums by cgroup: the blocks each cgroup's handles dirtied, and what the kernel
 # logged per commit
 BT = """
-tracepoint:jbd2:jbd2_handle_stats /args->dev == $1/ { @dirtied[cgroup] = sum(args->dirtied_blocks); }
+tracepoint:jbd2:jbd2_handle_stats /args->dev == $1/ {
+  @dirtied[cgroup] = sum(args->dirtied_blocks); }
 tracepoint:jbd2:jbd2_run_stats /args->dev == $1/ { @logged = sum(args->blocks_logged); }
 BEGIN { printf("ready\\n"); }
 """
@@ -58,7 +59,8 @@ def cgroups_made():
     top = os.path.join(ROOT, f"jstall-test-{os.getpid()}")
     victim = os.path.join(top, "tenant.slice", "victim.scope")
     culprit = os.path.join(top, "kubepods.slice", "kubepods-burstable.slice",
-                           f"kubepods-burstable-pod{UID.replace('-', '_')}.slice", f"cri-containerd-{CID}.scope")
+                           f"kubepods-burstable-pod{UID.replace('-', '_')}.slice",
+                           f"cri-containerd-{CID}.scope")
     made = []
     try:
         for leaf in (victim, culprit):
@@ -79,7 +81,8 @@ def cgroups_made():
                     time.sleep(0.1)
 
 
-def test_the_culprit_that_filled_the_journal_is_named_for_the_victims_stalls(tmp_path, cgroups_made):
+def test_the_culprit_that_filled_the_journal_is_named_for_the_victims_stalls(tmp_path,
+                                                                            cgroups_made):
     from jstall.analyzer.analysis import analyze
     from jstall.analyzer.load import load_session
     from jstall.probes.recorder import RecordOptions, Recorder
@@ -89,33 +92,37 @@ def test_the_culprit_that_filled_the_journal_is_named_for_the_victims_stalls(tmp
     with ScratchFs(CONFIG) as fs:
         mnt, dev = fs.mountpoint, fs.dev
         major, minor = (int(x) for x in dev.split(":"))
-        bt = subprocess.Popen(["bpftrace", "-e", BT, str(major << 20 | minor)], stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, text=True)
+        bt = subprocess.Popen(["bpftrace", "-e", BT, str(major << 20 | minor)],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         try:
             line = None
             while line not in ("ready\n", ""):
                 line = read_line(bt.stdout, 60)
             assert line == "ready\n", "bpftrace did not start"
             subprocess.run(["sync", "-f", mnt], check=True)
-            rec = Recorder(RecordOptions(output_dir=out, devices=[dev], quiet=True, calls=tuple(parse_calls("metadata,fsync,write"))))
+            calls = tuple(parse_calls("metadata,fsync,write"))
+            rec = Recorder(RecordOptions(output_dir=out, devices=[dev], quiet=True, calls=calls))
             rec.start()
             stop = os.path.join(str(tmp_path), "stop")
             victim = subprocess.Popen(in_cgroup(cgroups_made["victim"], [
                 sys.executable, "-c", VICTIM, os.path.join(mnt, "victim.dat"), stop]))
             try:
                 culprit = subprocess.run(in_cgroup(cgroups_made["culprit"], [
-                    sys.executable, os.path.join(HERE, "xattr_workload.py"), os.path.join(mnt, "d"), str(FILES),
-                    str(UPDATES)]), capture_output=True, text=True, timeout=600 * SLOWDOWN)
+                    sys.executable, os.path.join(HERE, "xattr_workload.py"), os.path.join(mnt, "d"),
+                    str(FILES), str(UPDATES)]),
+                    capture_output=True, text=True, timeout=600 * SLOWDOWN)
             finally:
                 open(stop, "w").close()
                 assert victim.wait(timeout=60) == 0
             assert culprit.returncode == 0, culprit.stderr
-            subprocess.run(["sync", "-f", mnt], check=True)   # every transaction committed, in the recording
+            # every transaction committed, in the recording
+            subprocess.run(["sync", "-f", mnt], check=True)
             rec.stop()
         finally:
             bt.send_signal(signal.SIGINT)
             text, _ = bt.communicate(timeout=60 * SLOWDOWN)
-    bt_dirtied = {int(m.group(1)): int(m.group(2)) for m in re.finditer(r"@dirtied\[(\d+)\]: (\d+)", text)}
+    bt_dirtied = {int(m.group(1)): int(m.group(2))
+                  for m in re.finditer(r"@dirtied\[(\d+)\]: (\d+)", text)}
 
     session = load_session(out)
     a = analyze(session)
@@ -173,13 +180,15 @@ def test_xfs_writers_share_the_kernels_log_bytes(tmp_path, cgroups_made):
 
     out = str(tmp_path / "s")
     create = open(os.path.join(HERE, "create_workload.py")).read()
-    with ScratchFs(FsConfig(fs_type="xfs", fs_size="400M", journal_size="8M", write_iops=300)) as fs:
+    cfg = FsConfig(fs_type="xfs", fs_size="400M", journal_size="8M", write_iops=300)
+    with ScratchFs(cfg) as fs:
         mnt, dev = fs.mountpoint, fs.dev
-        subprocess.run([sys.executable, "-c", create, mnt, "20000"], check=True, timeout=600 * SLOWDOWN)
+        subprocess.run([sys.executable, "-c", create, mnt, "20000"], check=True,
+                       timeout=600 * SLOWDOWN)
         subprocess.run(["sync", "-f", mnt], check=True)
         major, minor = (int(x) for x in dev.split(":"))
-        bt = subprocess.Popen(["bpftrace", "-e", XFS_BT, str(major << 20 | minor)], stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, text=True)
+        bt = subprocess.Popen(["bpftrace", "-e", XFS_BT, str(major << 20 | minor)],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         try:
             line = None
             while line not in ("ready\n", ""):
@@ -187,7 +196,8 @@ def test_xfs_writers_share_the_kernels_log_bytes(tmp_path, cgroups_made):
             assert line == "ready\n", "bpftrace did not start"
             rec = Recorder(RecordOptions(output_dir=out, devices=[dev], quiet=True))
             rec.start()
-            rm = subprocess.run(in_cgroup(cgroups_made["culprit"], ["sh", "-c", f"rm -rf {mnt}/* && sync -f {mnt}"]),
+            rm = subprocess.run(in_cgroup(cgroups_made["culprit"],
+                                          ["sh", "-c", f"rm -rf {mnt}/* && sync -f {mnt}"]),
                                 timeout=600 * SLOWDOWN)
             rec.stop()
         finally:
@@ -200,7 +210,8 @@ def test_xfs_writers_share_the_kernels_log_bytes(tmp_path, cgroups_made):
     rows = w[w["cgroup_id"] == culprit]
     pids = set(rows["pid"])
     # the culprit's tickets and their bytes, as the independent probe counted them
-    tickets = {int(m.group(1)): int(m.group(2)) for m in re.finditer(r"@tickets\[(\d+)\]: (\d+)", text)}
+    tickets = {int(m.group(1)): int(m.group(2))
+               for m in re.finditer(r"@tickets\[(\d+)\]: (\d+)", text)}
     used = {int(m.group(1)): int(m.group(2)) for m in re.finditer(r"@bytes\[(\d+)\]: (\d+)", text)}
     assert int(rows["handles"].sum()) == sum(tickets[p] for p in pids)
     assert int(rows["logged_bytes"].sum()) == sum(used.get(p, 0) for p in pids)
