@@ -19,6 +19,7 @@ from jstall.analyzer.jbd2.journals import (checkpoint_costs, checkpoint_waits, c
 from jstall.analyzer.jbd2.journals import summary as journal_summary
 from jstall.analyzer.session.load import Session, load_session
 from jstall.analyzer.stalls.processes import per_process
+from jstall.analyzer.stalls.writers import summary as writers_summary
 from jstall.analyzer.advice.recommend import recommendations
 from jstall.analyzer.advice.remedies import utilisation, verdict
 from jstall.analyzer.xfs.logs import summary as xfs_log_summary
@@ -55,6 +56,8 @@ class Analysis:
       /proc/fs/jbd2 (journals.proc_agreement).
     - ``xfs_waits``: each XFS log-space wait with its space left, need and the tail's reason;
       ``xfs_logs``: one row per XFS log, with the kernel's counters beside (xfs_logs).
+    - ``writers``: who filled each journal, over the run and when it ran out, the victims and
+      a sentence tying them (writers.summary);
     - ``calls``: latency statistics per syscall; ``processes``: stall time per process;
       ``devices``: what the block devices under the filesystems did (devices.device_summary);
       ``recommendations``; ``warnings`` and ``notes`` (strings).
@@ -90,6 +93,7 @@ class Analysis:
     processes = _result(per_process, "stalls")
     devices = _result(device_summary, "stalls")
     xfs_waits = _result(xfs_waits)
+    writers = _result(writers_summary, "checkpoints", "stalls")
     xfs_logs = _result(xfs_log_summary, "xfs_waits", "stalls", "checkpoint_waits")
     recommendations = _result(recommendations, "journals", "stalls", "causes", "calls", "transactions", "min_ms",
                               "timeline", "checkpoint_waits")

@@ -21,7 +21,7 @@ from jstall.enough import verdict
 from jstall.flavour import flavour
 from jstall.schema import PHASES
 
-from jstall.analyzer.stalls import causes
+from jstall.analyzer.stalls import causes, writers
 from jstall.analyzer.session import recording, window
 from jstall.analyzer.session.recording import session_span_s
 
@@ -288,7 +288,8 @@ class Summary:
     ran outside the traced calls), ``devices`` (devices.device_summary as records) and
     ``checkpoint_costs`` (checkpoint_cost_summary: forced checkpoints that cost a stall and
     those that were negligible), ``xfs_logs`` (xfs_logs.summary as records: each XFS log's
-    waits for log space, the tail's reasons and the kernel's counters)."""
+    waits for log space, the tail's reasons and the kernel's counters), ``writers``
+    (writers.summary: who filled each journal, the victims, a sentence tying them)."""
 
     session: SessionHeader
     min_ms: float
@@ -309,6 +310,7 @@ class Summary:
     devices: tuple
     checkpoint_costs: dict
     xfs_logs: tuple = ()
+    writers: dict = None
 
 
 def checkpoint_cost_summary(costs):
@@ -445,11 +447,11 @@ def summarize(analysis):
         window=json_safe(window.describe(s)), losses=tuple(json_safe(recording.losses(s))),
         stalls=stall_summary(a.stalls, a.causes),
         journals=journal_summaries(a.journals, a.proc, s.hz, a.checkpoint_waits, session_span_s(s) * 1e3),
-        calls=call_summaries(a.calls), per_process=tuple(json_safe(a.processes.to_dict("records"))),
+        calls=call_summaries(a.calls), per_process=tuple(json_safe(writers.named(s, a.processes).to_dict("records"))),
         untraced_checkpoints=tuple(json_safe(a.untraced_checkpoints.to_dict("records"))),
         devices=tuple(json_safe(a.devices.to_dict("records"))),
         checkpoint_costs=checkpoint_cost_summary(a.checkpoint_costs),
-        xfs_logs=tuple(json_safe(a.xfs_logs.to_dict("records"))))
+        xfs_logs=tuple(json_safe(a.xfs_logs.to_dict("records"))), writers=json_safe(a.writers))
 
 
 def top_stalls(analysis, n):
@@ -496,4 +498,5 @@ def document(summary, top, recommendations, verdict=None):
         "recorded_min_ms": su.recorded_min_ms, "requested_min_ms": su.requested_min_ms,
         "per_process": list(su.per_process), "untraced_checkpoints": list(su.untraced_checkpoints),
         "devices": list(su.devices), "checkpoint_costs": su.checkpoint_costs, "xfs_logs": list(su.xfs_logs),
+        "writers": su.writers,
     })

@@ -34,7 +34,10 @@ that would spare the traced calls the syscall tracepoints (other_attach_points).
 
 The machine may be shared: ABBA order, medians and ranges; the load average is printed.
 
-usage: record_overhead.py [--rounds 8] [--files 5000] [--loops 10] [--mount DIR] [--fs-type xfs] [--floor]
+--writers adds jstall without its writers' probes (jbd2_handle_stats; XFS's ticket
+tracepoints) in each attach mode: the writers' cost, side by side.
+
+usage: record_overhead.py [--rounds 8] [--files 5000] [--loops 10] [--mount DIR] [--fs-type xfs] [--floor] [--writers]
                           [--skip-loop] [--skip-bystanders] [--skip-dbench] [--skip-stats]
                           [--dbench-seconds 10]
 """
@@ -196,23 +199,31 @@ class FloorProbes(probeset.ProbeSet):
         from bcc import BPF
 
         os.environ.update(probeset.host.kernel_headers_env())
-        with open(probeset.BPF_SOURCE) as f:
-            text = floor_source(f.read())
+        text = floor_source(probeset.bpf_text())
         return BPF(text=text.encode(), cflags=self._cflags())
 
 
-class Jstall:
-    """`jstall record -d MOUNT` in this process, for one run (floor: FloorProbes)."""
+class NoWritersProbes(probeset.ProbeSet):
+    """jstall's probes without the writers' (jbd2_handle_stats, the XFS ticket programs)."""
 
-    def __init__(self, mount, tmp, attach, floor=False):
+    writers = False
+
+
+class Jstall:
+    """`jstall record -d MOUNT` in this process, for one run (floor: FloorProbes; writers
+    False: NoWritersProbes)."""
+
+    def __init__(self, mount, tmp, attach, floor=False, writers=True):
         self.mount, self.tmp, self.attach, self.floor, self.n = mount, tmp, attach, floor, 0
+        self.writers = writers
 
     @contextlib.contextmanager
     def running(self):
         self.n += 1
-        opts = RecordOptions(output_dir=os.path.join(self.tmp, f"{'floor-' * self.floor}{self.attach}{self.n}"),
+        tag = "floor-" * self.floor + "nowriters-" * (not self.writers)
+        opts = RecordOptions(output_dir=os.path.join(self.tmp, f"{tag}{self.attach}{self.n}"),
                              devices=[self.mount], quiet=True, attach=self.attach)
-        rec = Recorder(opts, FloorProbes(opts) if self.floor else None)
+        rec = Recorder(opts, FloorProbes(opts) if self.floor else None if self.writers else NoWritersProbes(opts))
         rec.start()
         try:
             yield rec
@@ -272,6 +283,8 @@ def main():
     ap.add_argument("--fs-type", default="ext4", choices=("ext4", "xfs"),
                     help="the scratch filesystem (xfs: the recorder's XFS log probes run too)")
     ap.add_argument("--floor", action="store_true", help="add jstall's attach floor to the loop and dbench")
+    ap.add_argument("--writers", action="store_true",
+                    help="add jstall without its writers' probes (jbd2_handle_stats, XFS tickets), each attach mode")
     ap.add_argument("--skip-loop", action="store_true")
     ap.add_argument("--skip-bystanders", action="store_true")
     ap.add_argument("--server-rate", type=float, default=100_000, help="the small-read server's syscalls/s")
@@ -294,6 +307,10 @@ def main():
             "syscount -L": lambda: tool_running([SYSCOUNT, "-L"], "Tracing"),
             "bpftrace hist": lambda: tool_running(["bpftrace", "-e", BPFTRACE_HIST], "Attaching"),
         }
+        if args.writers:
+            for a in modes:
+                jstall[f"{a}, no writers"] = Jstall(mount, tmp, a, writers=False)
+                conditions[f"jstall ({a}, no writers)"] = jstall[f"{a}, no writers"].running
         if args.floor:
             conditions["floor (syscalls)"] = floor["syscalls"].running
             conditions["floor (raw)"] = floor["raw"].running

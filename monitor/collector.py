@@ -122,6 +122,17 @@ class MonitorCollector:
         yield from fams.values()
         yield from (tx, logged, cps, cps_stall, cpw, phase)
         with t.state_lock:
+            writers = dict(t.logged)
+        by = {"blocks": CounterMetricFamily(
+                  "jstall_journal_logged_blocks", "Blocks the journal handles of each cgroup dirtied (jbd2_handle_stats; "
+                  "the top writers per journal and interval by name, the rest as other).", labels=["device", "cgroup"]),
+              "bytes": CounterMetricFamily(
+                  "jstall_journal_logged_bytes", "XFS log bytes the transaction tickets of each cgroup used (the top "
+                  "writers per log and interval by name, the rest as other).", labels=["device", "cgroup"])}
+        for (dev, kind, cg), v in sorted(writers.items()):
+            by[kind].add_metric([dev, cg], v)
+        yield from by.values()
+        with t.state_lock:
             waits = {dev: ({h: c.copy() for h, c in x.wait_counts.items()}, dict(x.wait_sum_s), dict(x.tail_s),
                            x.sleeps)
                      for dev, x in t.xfs_states.items()}

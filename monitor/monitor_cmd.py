@@ -53,6 +53,9 @@ def add_arguments(p):
     p.add_argument("--max-captures", type=int, default=20, metavar="N", help="keep at most N captures (default 20)")
     p.add_argument("--max-disk", default="1G", metavar="SIZE", help="captures take at most SIZE (default 1G)")
     p.add_argument("--syscalls", action="store_true", help="trace every metadata syscall (costlier)")
+    p.add_argument("--top-writers", type=int, default=5, metavar="N",
+                   help="per journal, name the N cgroups that logged most in each interval, the rest 'other' "
+                        "(default 5)")
     p.add_argument("--bpf-stats", type=float, default=0.1, metavar="SHARE",
                    help="share of time BPF run-time statistics are on, for jstall_bpf_run_seconds (they add two "
                         "clock reads to every BPF program run on the host; default 0.1: 1 s in 10; "
@@ -71,6 +74,8 @@ def _check(args):
             raise JstallError(f"--{name.replace('_', '-')} must be zero or positive")
     if not 0 <= args.bpf_stats <= 1:
         raise JstallError(f"--bpf-stats {args.bpf_stats:g}: must be a share from 0 to 1")
+    if args.top_writers < 0:
+        raise JstallError("--top-writers must be zero or positive")
     if args.max_captures < 1:
         raise JstallError("--max-captures must be at least 1")
     args.max_disk_bytes = parse_size(args.max_disk, "--max-disk")
@@ -88,7 +93,7 @@ def run(args):
     tracer = Tracer(MonitorOptions(devices=args.device, syscalls=args.syscalls, stall_ms=args.stall_ms,
                                    min_ms=min(1.0, args.stall_ms), before_s=args.before, after_s=args.after,
                                    flight_bytes=FLIGHT_BYTES if args.capture_dir else 0,
-                                   bpf_stats_duty=args.bpf_stats))
+                                   bpf_stats_duty=args.bpf_stats, top_writers=args.top_writers))
     captures = None
     registry = CollectorRegistry(auto_describe=False)
     stop = threading.Event()

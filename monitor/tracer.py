@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from jstall import jbd2, kinds, xfs
+from jstall import cgroups, jbd2, kinds, xfs
 from jstall.analyzer.stalls import causes
 from jstall.probes import events, filesystems, host, tables
 from jstall.probes.probeset import BTF_TRACEPOINTS, EXT4_RAW_TRACEPOINTS, POLL_MS, ProbeOptions, ProbeSet
@@ -49,11 +49,32 @@ OFFCPU_KEEP_NS = 30_000_000_000      # off-CPU rows wait this long for their ope
 HEADROOM_LOW_WINDOW_S = 60
 
 
+#: how often the writers' counts are read from the probes' map
+WRITERS_EVERY_NS = 2_000_000_000
+
+
+def top_writers(amounts, n):
+    """{(dev, kind, cgroup): amount} with, per (dev, kind), the ``n`` largest amounts under
+    their own cgroup and the rest summed as cgroup "other" (bounded label sets); zero
+    amounts dropped."""
+    out = collections.Counter()
+    groups = collections.defaultdict(list)
+    for (dev, kind, cg), v in amounts.items():
+        if v:
+            groups[(dev, kind)].append((v, cg))
+    for (dev, kind), vs in groups.items():
+        vs.sort(key=lambda x: (-x[0], x[1]))
+        for i, (v, cg) in enumerate(vs):
+            out[(dev, kind, cg if i < n else "other")] += v
+    return dict(out)
+
+
 @dataclasses.dataclass
 class MonitorOptions:
     """What to monitor. ``min_ms``: operations at or above it are streamed (kept for captures
     and recent calls); ``stall_ms``: a stall for the stall counters; ``before_s``/``after_s``:
-    a capture's window around its trigger; ``flight_bytes``: the flight buffer's bound (0: no
+    a capture's window around its trigger; ``top_writers``: the writers (cgroups) per journal
+    and interval counted under their own name, the rest as "other"; ``flight_bytes``: the flight buffer's bound (0: no
     flight buffer, for a monitor that writes no captures); ``bpf_stats_duty``: the share of
     time BPF run-time statistics are on (bpfstats.Sampler: 1 always, 0 never); ``freeze_heap``:
     gc.freeze() after start-up (a long-running monitor process)."""
@@ -68,6 +89,7 @@ class MonitorOptions:
     flight_bytes: int = 128 << 20
     bpf_stats_duty: float = 0.1
     freeze_heap: bool = True
+    top_writers: int = 5
 
 
 class JournalState:
@@ -196,6 +218,7 @@ class MonitorProbes(ProbeSet):
                 self.attached.append(f"raw:{cat}:{tp}")
             else:
                 self.missing.append(f"raw:{cat}:{tp}")
+        self._attach_writers(b)
         self._note_xfs()
 
 
@@ -237,6 +260,10 @@ class Tracer:
         self.stats = None                                 # bpfstats.Sampler while attached
         self._last_prune_ns = 0
         self.last_lost = {}
+        self.logged = collections.Counter()               # (dev, kind, cgroup name) -> blocks or bytes
+        self._committed = set()                           # (dev, transaction) committed since the last read
+        self._cgroup_names = {}                           # cgroup id -> name
+        self._writers_read_ns = 0
 
     def start(self):
         """Open the probes; stream in a background thread. Returns self."""
@@ -341,6 +368,13 @@ class Tracer:
                 self._count_checkpoints(a["jbd2_event"])
             if "run_stats_event" in a:
                 self._count_commits(a["run_stats_event"])
+                r = a["run_stats_event"]
+                self._committed.update((filesystems.dev_name(int(d)), int(t))
+                                       for d, t in zip(r["dev"].tolist(), r["transaction"].tolist()))
+        if now - self._writers_read_ns >= WRITERS_EVERY_NS:
+            self._writers_read_ns = now
+            self._count_writers(self.probes.writers_since(self._committed))
+            self._committed = set()
             if "checkpoint_stats_event" in a:
                 self._count_checkpoint_blocks(a["checkpoint_stats_event"])
         if "xfs_wait_event" in a:
@@ -365,6 +399,20 @@ class Tracer:
             self._last_prune_ns = now
         while self._own_checkpoints and self._own_checkpoints[0][1] < cutoff:
             self._own_checkpoints.popleft()
+
+    def _count_writers(self, rows):
+        """Add what the writers put into the journals since the last read (ProbeSet.writers_since
+        rows) to ``logged``, by cgroup name, the top_writers per journal and the rest as other."""
+        new = {k[2] for k in rows} - set(self._cgroup_names)
+        if new:
+            paths = cgroups.paths_of(new)
+            self._cgroup_names.update({i: cgroups.name_of(paths.get(str(i)))["name"] for i in new})
+        amounts = collections.Counter()
+        for (_, dev, cg, tx), v in rows.items():
+            kind = "bytes" if tx is None else "blocks"
+            amounts[(dev, kind, self._cgroup_names.get(cg, str(cg)))] += v[3] if tx is None else v[2]
+        with self.state_lock:
+            self.logged.update(top_writers(amounts, self.mopts.top_writers))
 
     def _state(self, dev):
         s = self.states.get(dev)

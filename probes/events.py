@@ -106,4 +106,4 @@ def lost_counts(bpf):
     full, collided = c[BUFFERS["STACKS_FULL"]], c[BUFFERS["STACKS_COLLIDED"]]
     return {"calls": c[BUFFERS["BUF_CALLS"]], "offcpu": c[BUFFERS["BUF_OFFCPU"]], "jbd2": c[BUFFERS["BUF_JBD2"]],
             "stacks": c[BUFFERS["STACKS_LOST"]] + full + collided, "stacks_full": full, "stacks_collided": collided,
-            "home_writes": c[BUFFERS["HOME_WRITES_LOST"]]}
+            "home_writes": c[BUFFERS["HOME_WRITES_LOST"]], "writers": c[BUFFERS["WRITERS_LOST"]]}

@@ -64,6 +64,7 @@ enum jstall_buffer {
 	STACKS_FULL,       /* ... the stack map was full (-ENOMEM) */
 	STACKS_COLLIDED,   /* ... another stack held the hash bucket (-EEXIST) */
 	HOME_WRITES_LOST,  /* a block a forced checkpoint wrote home, not counted: home_writes was full */
+	WRITERS_LOST,      /* a journal handle or XFS ticket not counted: the writers map was full */
 	NR_COUNTERS,
 };
 
@@ -78,6 +79,27 @@ struct home_val {
 	__u64 first_ns;
 	__u64 last_ns;
 	__u64 writes;
+};
+
+/* writers: what one process (in one cgroup) put into one journal's transaction (key), summed
+ * in the kernel per CPU and read by the recorder at each flush (value). transaction is jbd2's
+ * tid; XFS tickets carry none (WRITER_NO_TRANSACTION). */
+#define WRITER_NO_TRANSACTION 4294967295
+struct writer_key {
+	__u32 tgid;
+	__u32 dev;             /* the journal's filesystem device (kernel dev_t) */
+	__u64 cgroup_id;       /* bpf_get_current_cgroup_id(): the cgroup v2 directory's inode */
+	__u32 transaction;
+	__u32 pad;
+};
+
+struct writer_val {
+	__u64 handles;            /* jbd2 handles stopped; XFS tickets released or regranted */
+	__u64 requested_blocks;   /* jbd2: credits the handles asked for */
+	__u64 dirtied_blocks;     /* jbd2: credits they used (buffers first dirtied in the transaction) */
+	__u64 logged_bytes;       /* XFS: reservation bytes used (unit_res - curr_res) */
+	__u64 first_ns;           /* this CPU's first count for the key */
+	char comm[JSTALL_COMM_LEN];
 };
 
 /* The journal's fill level, read from journal_t; has_journal is 0 when unknown. */

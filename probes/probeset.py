@@ -14,6 +14,7 @@ import ctypes
 import dataclasses
 import logging
 import os
+import re
 
 from jstall import kinds
 from jstall.errors import JstallError
@@ -32,6 +33,8 @@ EXT4_RAW_TRACEPOINTS = ("ext4_journal_start_sb", "ext4_journal_start_inode")
 XFS_TRACEPOINTS = ("xfs_log_reserve", "xfs_log_regrant", "xfs_log_grant_sleep", "xfs_log_reserve_exit",
                    "xfs_log_regrant_exit", "xfs_ail_push", "xfs_ail_pinned", "xfs_ail_locked", "xfs_ail_flushing",
                    "xfs_log_force", "xlog_iclog_sync_done")
+#: XFS's ticket tracepoints the writers' programs attach to (with the XFS_LOG programs)
+XFS_WRITER_TRACEPOINTS = ("xfs_log_ticket_ungrant", "xfs_log_ticket_regrant")
 #: Where a journal handle starts, per kernel (the attach plan): (tracepoint, the program
 #: suffix that serves it), newest kernels first. Since 6.2 ext4 has ext4_journal_start_sb(sb,
 #: ...) and ext4_journal_start_inode(inode, ...); before, one ext4_journal_start(sb, ...),
@@ -57,6 +60,9 @@ FILL_SAMPLE_NS = 10_000_000
 #: distinct blocks forced checkpoints wrote home, counted at most (home_writes; the map
 #: grows as they come: about 100 bytes of kernel memory each)
 HOME_BLOCKS_MAX = 1 << 18
+#: (process, cgroup, journal, transaction) keys the writers map holds between two reads
+#: (the recorder reads it at every flush and drops committed transactions' keys)
+WRITERS_MAX = 4096
 
 #: How the traced syscalls are entered and left (the JSTALL_ATTACH override):
 #: "fentry", fentry/fexit programs on each traced call's syscall function
@@ -68,6 +74,23 @@ HOME_BLOCKS_MAX = 1 << 18
 #: kernels do), else syscalls (benchmarks/record_overhead.py measures them).
 ATTACH_MODES = ("auto", "fentry", "syscalls", "raw")
 ATTACH = os.environ.get("JSTALL_ATTACH", "auto")
+
+
+_LOCAL_INCLUDE = re.compile(r'^#include "(\w+\.bpf\.h)"\s*$', re.M)
+
+
+def bpf_text(path=BPF_SOURCE):
+    """recorder.bpf.c with each of its sections kept in a header of its own (``#include
+    "<name>.bpf.h"``) put in place of the include line: bcc rewrites map calls and loads
+    programs only in the file it compiles, never in what that file includes."""
+    here = os.path.dirname(path)
+
+    def inline(m):
+        with open(os.path.join(here, m.group(1))) as f:
+            return f.read()
+
+    with open(path) as f:
+        return _LOCAL_INCLUDE.sub(inline, f.read())
 
 
 def handle_start_plan():
@@ -191,6 +214,9 @@ class ProbeSet:
     #: the blocks forced checkpoints write home are counted (HOME_WRITES; needs handle_waits:
     #: a checkpointing task's handle start ends its checkpoint)
     home_writes = True
+    #: what each process put into each journal is counted in the kernel (WRITERS: the
+    #: writers map, read by the owner with read_writers)
+    writers = True
 
     @property
     def xfs_log(self):
@@ -198,7 +224,8 @@ class ProbeSet:
         tracepoints (xfs as a module: loaded once an XFS is mounted)."""
         return (not self._xfs_refused
                 and any(kinds.is_xfs(j) for j in self.journals.values())
-                and all(host.tracepoint_exists("xfs", tp) for tp in XFS_TRACEPOINTS))
+                and all(host.tracepoint_exists("xfs", tp)
+                        for tp in XFS_TRACEPOINTS + XFS_WRITER_TRACEPOINTS * self.writers))
 
     def _call_slot_rows(self):
         """{syscall nr: row}: each traced syscall counts its calls in a row of per-CPU array
@@ -238,6 +265,8 @@ class ProbeSet:
             WAIT_CHAINS=int(self.wait_chains),
             TASK_PT_REGS=int((host.kernel_version() or (0, 0)) >= (5, 15)),
             XFS_LOG=int(xfs_log),
+            WRITERS=int(self.writers),
+            WRITERS_MAX=WRITERS_MAX,
             XFS_GRANT_CYCLES=int(xfs_log and not host.tracepoint_has_field("xfs", "xfs_log_grant_sleep", "tail_space")),
             XFS_TRACE_TIC=int(xfs_log and host.tracepoint_has_field("xfs", "xfs_log_grant_sleep", "tic")),
             SELF_TGID=os.getpid(),
@@ -283,7 +312,7 @@ class ProbeSet:
 
         cflags = self._cflags()
         try:
-            return BPF(src_file=BPF_SOURCE.encode(), cflags=cflags)
+            return BPF(text=bpf_text().encode(), cflags=cflags)
         except Exception as e:
             if self.xfs_log:   # this kernel's XFS tracepoints: the rest is recorded without them
                 self._xfs_refused = f"the XFS programs did not compile ({e})"
@@ -339,6 +368,7 @@ class ProbeSet:
             if not (prog in BTF_TRACEPOINTS and self._attach_btf(b, prog, tp)):
                 b.attach_raw_tracepoint(tp=tp.encode(), fn_name=f"rtp_{prog}".encode())
             self.attached.append(f"raw:{cat}:{tp}")
+        self._attach_writers(b)
         if self.home_writes_counted:
             if host.tracepoint_exists("block", "block_bio_queue"):
                 b.attach_raw_tracepoint(tp=b"block_bio_queue", fn_name=b"rtp_block_bio_queue")
@@ -365,11 +395,21 @@ class ProbeSet:
         if self.missing and not self.opts.quiet:
             log.warning("tracepoints missing on this kernel, not recorded: %s", " ".join(self.missing))
 
+    def _attach_writers(self, b):
+        """jbd2_handle_stats for the writers' counts (the XFS ones bcc attached as it loaded)."""
+        if not self.writers:
+            return
+        if host.tracepoint_exists("jbd2", "jbd2_handle_stats"):
+            b.attach_raw_tracepoint(tp=b"jbd2_handle_stats", fn_name=b"rtp_jbd2_handle_stats")
+            self.attached.append("raw:jbd2:jbd2_handle_stats")
+        else:
+            self.missing.append("raw:jbd2:jbd2_handle_stats")
+
     def _note_xfs(self):
         """List the XFS tracepoints as attached (bcc attached them as it loaded their
         programs) or, on a traced XFS, as missing and why."""
         if self.xfs_log:
-            self.attached += [f"xfs:{tp}" for tp in XFS_TRACEPOINTS]
+            self.attached += [f"xfs:{tp}" for tp in XFS_TRACEPOINTS + XFS_WRITER_TRACEPOINTS * self.writers]
         elif any(kinds.is_xfs(j) for j in self.journals.values()):
             refused = self._xfs_refused
             self.missing += [f"xfs:{tp}" + (f" ({refused})" if refused else "") for tp in XFS_TRACEPOINTS
@@ -463,7 +503,63 @@ class ProbeSet:
         kernel could not hand over (home_writes: blocks written home not counted, the map
         being full)."""
         c = events.lost_counts(self.bpf)
-        return {k: c[k] for k in ("calls", "offcpu", "jbd2", "stacks") + ("home_writes",) * self.home_writes_counted}
+        return {k: c[k] for k in ("calls", "offcpu", "jbd2", "stacks") + ("home_writes",) * self.home_writes_counted
+                + ("writers",) * self.writers}
+
+    def writers_since(self, committed=()):
+        """What each writer put into each journal since the last call (read_writers' counts
+        less those it returned then), keys whose counts grew only; ``committed`` as for
+        read_writers."""
+        now = self.read_writers(committed)
+        seen = getattr(self, "_writers_seen", {})
+        rows = {}
+        for k, v in now.items():
+            was = seen.get(k)
+            d = tuple(v[i] - (was[i] if was else 0) for i in range(4))
+            if any(d):
+                rows[k] = d + v[4:]
+        # an XFS key (no transaction to end it) idle since the last read leaves the map, so
+        # that short-lived processes do not fill it; a count between the read and the delete
+        # would be lost, for a writer idle a whole interval before
+        idle = {k for k, v in now.items() if k[3] is None and seen.get(k, (None,))[:4] == v[:4]}
+        for k in idle:
+            try:
+                del self.bpf[b"writers"][self._writer_keys[k]]
+            except KeyError:
+                pass
+        self._writers_seen = {k: v for k, v in now.items()
+                              if (k[3] is None or (k[1], k[3]) not in committed) and k not in idle}
+        return rows
+
+    def read_writers(self, committed=()):
+        """What each writer put into each journal so far, summed over CPUs:
+        {(tgid, dev 'MAJ:MIN', cgroup id, transaction or None): (handles, requested_blocks,
+        dirtied_blocks, logged_bytes, first_ns, comm)}; then the keys of the transactions in
+        ``committed`` ({(dev 'MAJ:MIN', transaction)}: their commits ended, so no handle
+        counts into them any more) are deleted from the map. {} when not counted."""
+        if not (self.writers and self.bpf is not None):
+            return {}
+        m = self.bpf[b"writers"]
+        out, done, self._writer_keys = {}, [], {}
+        none = events.DEFINES["WRITER_NO_TRANSACTION"]
+        for k, per_cpu in m.items():
+            dev = filesystems.dev_name(int(k.dev))
+            tx = None if k.transaction == none else int(k.transaction)
+            first = [int(v.first_ns) for v in per_cpu if v.first_ns]
+            comm = next((bytes(v.comm).rstrip(b"\0").decode(errors="replace") for v in per_cpu if v.comm), "")
+            self._writer_keys[(int(k.tgid), dev, int(k.cgroup_id), tx)] = k
+            out[(int(k.tgid), dev, int(k.cgroup_id), tx)] = (
+                sum(int(v.handles) for v in per_cpu), sum(int(v.requested_blocks) for v in per_cpu),
+                sum(int(v.dirtied_blocks) for v in per_cpu), sum(int(v.logged_bytes) for v in per_cpu),
+                min(first) if first else 0, comm)
+            if tx is not None and (dev, tx) in committed:
+                done.append(k)
+        for k in done:
+            try:
+                del m[k]
+            except KeyError:
+                pass
+        return out
 
     def read_home_writes(self):
         """The blocks forced checkpoints wrote home so far: {(dev 'MAJ:MIN', sector): (writes,

@@ -1752,3 +1752,6 @@ int rtp_sched_process_fork(struct bpf_raw_tracepoint_args *ctx)
 }
 
 #endif /* TRACE_FORKS */
+
+/* ==== sections in headers of their own (probeset.bpf_text inlines them) =========== */
+#include "writers.bpf.h"

@@ -83,7 +83,8 @@ class Recorder:
         self._max_tx = {}                                 # dev -> j_max_transaction_buffers seen
         self._pidfd = None
         self.last_flush = None
-        self.cgroups = {}                                 # str(cgroup id) -> path, of the calls' cgroups
+        self.cgroups = {}                                 # str(cgroup id) -> path, of the calls' and writers' cgroups
+        self._committed = set()                           # (dev, transaction) committed since the last read
         self.sampler = None                               # DeviceSampler of the traced journals' devices
         self.write_error = None                           # (what, OSError): the first write that failed
         self.unwritten_rows = 0                           # rows gathered that no write could keep
@@ -194,11 +195,17 @@ class Recorder:
                 self.rows[name] += table.num_rows
             else:
                 self.unwritten_rows += table.num_rows
+        ids = set()
         if "call_event" in a:
-            ids = {int(i) for i in np.unique(a["call_event"]["cgroup_id"])} - {int(k) for k in self.cgroups}
-            if ids:
-                self.cgroups.update(cgroup_paths(ids))
-                self.cgroups.update({str(i): None for i in ids if str(i) not in self.cgroups})
+            ids = {int(i) for i in np.unique(a["call_event"]["cgroup_id"])}
+        if "run_stats_event" in a:
+            r = a["run_stats_event"]
+            self._committed.update((filesystems.dev_name(int(d)), int(t)) for d, t in zip(r["dev"], r["transaction"]))
+        ids |= self._read_writers()
+        ids -= {int(k) for k in self.cgroups}
+        if ids:
+            self.cgroups.update(cgroup_paths(ids))
+            self.cgroups.update({str(i): None for i in ids if str(i) not in self.cgroups})
         if "offcpu_event" in a:
             self.offcpu_without_stack += int(np.sum(a["offcpu_event"]["stack_id"] < 0))
             o = a["offcpu_event"]
@@ -243,6 +250,19 @@ class Recorder:
         kept = sum(self.rows.values())
         return (f"writing the session in {self.output_dir} failed ({what}: {_why(e)}): {kept:,} rows "
                 f"written before it are kept, {self.unwritten_rows:,} gathered after could not be written{_fix(e)}")
+
+    def _read_writers(self):
+        """Write what each writer put into the journals since the last read (a writers
+        chunk, ProbeSet.writers_since); return the rows' cgroup ids. Committed transactions'
+        keys leave the map."""
+        rows = self.probes.writers_since(self._committed)
+        self._committed = set()
+        if rows:
+            if self._kept("writers", self._write_chunk, "writers", tables.writers_table(rows, time.monotonic_ns())):
+                self.rows["writers"] = self.rows.get("writers", 0) + len(rows)
+            else:
+                self.unwritten_rows += len(rows)
+        return {k[2] for k in rows}
 
     def _write_chunk(self, name, table):
         self._bytes += write_chunk(self.output_dir, name, table, self._seq)

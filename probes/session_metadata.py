@@ -9,7 +9,7 @@ import os
 import socket
 import time
 
-from jstall import __version__, flavour
+from jstall import __version__, cgroups, flavour
 from jstall.metadata import SessionDoc
 from jstall.session import FORMAT, SCHEMA_VERSION
 
@@ -71,18 +71,5 @@ def session_metadata(rec, status, end_clock, traced, measured, lost, stacks_lost
 
 
 def cgroup_paths(ids):
-    """{cgroup id: path under the cgroup v2 mount} for the ids the calls carry."""
-    if not ids:
-        return {}
-    root = "/sys/fs/cgroup/unified" if os.path.isdir("/sys/fs/cgroup/unified") else "/sys/fs/cgroup"
-    want, found = set(ids), {}
-    for top, dirs, _ in os.walk(root):
-        try:
-            ino = os.stat(top).st_ino
-        except OSError:
-            continue
-        if ino in want:
-            found[str(ino)] = "/" if top == root else "/" + os.path.relpath(top, root)
-            if len(found) == len(want):
-                break
-    return found
+    """{cgroup id: path under the cgroup v2 mount} for the ids the calls and writers carry."""
+    return cgroups.paths_of(ids)

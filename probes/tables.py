@@ -17,7 +17,7 @@ from . import events, filesystems, syscalls
 
 #: tables appended to while recording, one closed chunk per flush
 STREAMED = ("calls", "offcpu", "jbd2_events", "run_stats", "checkpoint_stats", "log_tail", "fill", "xfs_waits")
-CHUNKED = STREAMED + ("stacks",)
+CHUNKED = STREAMED + ("stacks", "writers")
 #: the in-kernel counters, rewritten whole at every flush: call_histograms, call_totals
 #: counters per syscall row in the probes' call_slots array (their STATS_WAYS; a power of 2)
 CALL_SLOT_WAYS = 4
@@ -334,3 +334,17 @@ def home_writes_table(homes):
     return _table("home_writes", {
         "dev": [k[0] for k in keys], "sector": [k[1] for k in keys], "writes": [v[0] for v in vals],
         "first_ns": [v[1] for v in vals], "last_ns": [v[2] for v in vals]})
+
+
+def writers_table(rows, ts_ns):
+    """The writers rows read at ``ts_ns`` from {(pid, dev, cgroup id, transaction): (handles,
+    requested_blocks, dirtied_blocks, logged_bytes, first_ns, comm)} (the counts since the
+    previous read), in device, transaction and pid order."""
+    keys = sorted(rows, key=lambda k: (k[1], -1 if k[3] is None else k[3], k[0], k[2]))
+    vals = [rows[k] for k in keys]
+    return _table("writers", {
+        "ts_ns": [ts_ns] * len(keys), "first_ns": [v[4] for v in vals], "dev": [k[1] for k in keys],
+        "transaction": [k[3] for k in keys], "pid": [k[0] for k in keys], "comm": [v[5] for v in vals],
+        "cgroup_id": [k[2] for k in keys], "handles": [v[0] for v in vals],
+        "requested_blocks": [v[1] for v in vals], "dirtied_blocks": [v[2] for v in vals],
+        "logged_bytes": [v[3] for v in vals]})

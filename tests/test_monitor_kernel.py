@@ -276,9 +276,11 @@ def test_metrics_pass_promtool_and_scrape_is_fast(run):
         assert run["prom"]["up_min"] == 1, run["prom"]
         assert run["scrape_s"] < 2 and run["prom"]["scrape_max_s"] < 2, run["prom"]
     assert f'jstall_op_latency_seconds_bucket{{device="{run["dev"]}",le="+Inf",op="journal_start"}}' in run["scrape"]
-    # bounded labels only
+    # bounded labels only (cgroup: the top writers of each interval and "other")
     labels = set(re.findall(r"[{,](\w+)=", run["scrape"]))
-    assert labels <= {"device", "op", "cause", "phase", "mode", "buffer", "program", "result", "le"}, labels
+    assert labels <= {"device", "op", "cause", "phase", "mode", "buffer", "program", "result", "le", "cgroup"}, labels
+    assert re.search(r'^jstall_journal_logged_blocks_total\{cgroup="[^"]+",device="%s"\} [1-9]' % run["dev"],
+                     run["scrape"], re.M), "no writer counted"
 
 
 def test_alert_rules_load_in_prometheus(run):

@@ -204,6 +204,22 @@ class Comparison:
                              "change_pct": _pct_change(va, vb) if num else None})
         return pd.DataFrame(rows, columns=["log", "figure", "a", "b", "change_pct"])
 
+    def writers(self, top=5):
+        """The top writers of each side by cgroup name (a process's pid differs between runs):
+        ``cgroup``, ``comm``, ``share_a``, ``share_b`` (% of what their journals logged over the
+        run), the ``top`` largest of either side."""
+        def shares(su):
+            out = {}
+            for r in (su.writers or {}).get("writers", []):
+                k = (r.get("cgroup") or "?", r["comm"])
+                out[k] = out.get(k, 0.0) + float(r["share_pct"] or 0)
+            return out
+
+        a, b = shares(self.sa), shares(self.sb)
+        keys = sorted(set(a) | set(b), key=lambda k: -max(a.get(k, 0.0), b.get(k, 0.0)))[:top]
+        return pd.DataFrame([{"cgroup": k[0], "comm": k[1], "share_a": a.get(k), "share_b": b.get(k)} for k in keys],
+                            columns=["cgroup", "comm", "share_a", "share_b"])
+
     def phases(self):
         """Lab phases present in both: ``seconds_a/_b`` on one ``basis`` ("durable" when
         both phases carry durable seconds, else "returned"), ``ops``, ``change_pct``."""
@@ -328,6 +344,7 @@ class Comparison:
             "filesystem_changes": [{"what": k, "a": x, "b": y} for k, x, y in self.filesystem_changes()],
             "stalls": rec(self.stalls()), "causes": rec(self.causes()), "calls": rec(self.calls()),
             "journals": rec(self.journals()), "xfs_logs": rec(self.xfs_logs()), "phases": rec(self.phases()),
+            "writers": rec(self.writers()),
             "recommendations": {"a": [r.to_dict() for r in self.a.recommendations],
                                 "b": [r.to_dict() for r in self.b.recommendations]},
         })
@@ -374,6 +391,12 @@ class Comparison:
             out.append(text_table(["log", "figure", A, B, "change %"],
                                   [[r["log"], r["figure"], f(r["a"], "{:g}"), f(r["b"], "{:g}"),
                                     f(r["change_pct"], "{:+.0f}")] for _, r in x.iterrows()]))
+        w = self.writers()
+        if len(w):
+            out += ["", "top writers (% of what the journals logged over the run)"]
+            out.append(text_table(["cgroup", "comm", f"{A} %", f"{B} %"],
+                                  [[r["cgroup"], r["comm"], f(r["share_a"]), f(r["share_b"])]
+                                   for _, r in w.iterrows()]))
         calls = self.calls()
         if len(calls):
             out += ["", "latency per call (ms; p50 below the recording threshold is from log2 histograms)"]

@@ -166,6 +166,7 @@ def session_summary(analysis, top=10):
                                                     "too coarse to check " + ", ".join(und) if und else "") if x))
                            + f" ({tol})")
     out += xfs_log_lines(su)
+    out += writer_lines(su)
     if su.devices:
         out.append("")
         out.append("devices (each device's /sys/block stat under the filesystems, sampled while recording; "
@@ -263,7 +264,7 @@ def process_lines(su, top=10):
     if not procs:
         return []
     cg = any("cgroup_id" in p for p in procs)
-    rows = [[p["comm"], p["pid"]] + ([p.get("cgroup_id") if p.get("cgroup_id") is not None else "-"] if cg else [])
+    rows = [[p["comm"], p["pid"]] + ([p.get("cgroup") or p.get("cgroup_id") or "-"] if cg else [])
             + [p["threads"], p["stalls"], f"{p['stall_ms']:.1f}", f"{p['share_pct']:.1f}", f"{p['max_ms']:.1f}",
                p["cause"]] for p in procs[:top]]
     head = ["comm", "pid"] + (["cgroup"] if cg else []) + ["threads", "stalls", "ms", "% of stall time",
@@ -271,6 +272,27 @@ def process_lines(su, top=10):
     align = ["<", ">"] + ([">"] if cg else []) + [">", ">", ">", ">", ">", "<"]
     more = f" (top {top} of {len(procs)})" if len(procs) > top else ""
     return ["", f"stall time by process{more}", text_table(head, rows, align)]
+
+
+def writer_lines(su, top=5):
+    """Who filled each journal: the sentence tying the victim to the writer, then the top
+    writers over the run and when the log ran out (from su.writers, the JSON's values)."""
+    w = su.writers or {}
+    if not w.get("writers"):
+        return []
+    out = ["", "who filled the journal (jbd2: each transaction's logged blocks shared by the blocks its writers' "
+           "handles dirtied; XFS: the kernel's log bytes shared by what their tickets used)"]
+    out += [v["text"] for v in w.get("verdicts", [])]
+    for title, rows in (("over the run", w["writers"]), ("when the log ran out (forced checkpoints)", w["at_fill"])):
+        if not rows:
+            continue
+        out.append(f"writers {title}")
+        out.append(text_table(
+            ["dev", "comm", "pid", "cgroup", "handles", "logged blocks", "logged bytes", "share %"],
+            [[r["dev"], r["comm"], r["pid"], r["cgroup"], r["handles"], _f(r["logged_blocks"], "{:,.0f}"),
+              _f(r["logged_bytes"], "{:,.0f}"), _f(r["share_pct"])] for r in rows[:top]],
+            ["<", "<", ">", "<", ">", ">", ">", ">"]))
+    return out
 
 
 def xfs_log_lines(su):

@@ -18,6 +18,7 @@ BUFFER_TABLES = {
     "offcpu": ("offcpu",),
     "jbd2": ("jbd2_events", "run_stats", "checkpoint_stats", "log_tail", "fill"),
     "home_writes": ("home_writes",),
+    "writers": ("writers",),
 }
 
 
@@ -159,6 +160,8 @@ def losses(session):
         if not n:
             continue
         kept = sum(len(getattr(session, t)) for t in BUFFER_TABLES.get(buf, ()) if hasattr(session, t))
+        if buf == "writers" and hasattr(session, "writers"):   # handles and tickets, not rows
+            kept = int(session.writers["handles"].sum()) if len(session.writers) else 0
         out.append({"buffer": buf, "lost": n, "kept": kept, "share": n / (n + kept)})
     n = int(meta.get("stacks_lost") or 0)
     if n:
@@ -187,7 +190,8 @@ def loss_messages(session):
             effect = {"calls": "stall counts and times are lower bounds",
                       "offcpu": "stall time by cause is a lower bound",
                       "jbd2": "journal figures (transactions, checkpoints, fill) are lower bounds",
-                      "home_writes": "the journal model's blocks written home are a lower bound"}.get(
+                      "home_writes": "the journal model's blocks written home are a lower bound",
+                      "writers": "the writers' shares leave out handles the full map could not count"}.get(
                           r["buffer"], "figures are lower bounds")
         if r["share"] < NOTE_SHARE:
             notes.append(f"{what}: negligible")

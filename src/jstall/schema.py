@@ -98,6 +98,14 @@ COLUMNS = {
     # of the device the bio was queued to
     "home_writes": [("dev", _str, False), ("sector", _i64, False), ("writes", _i64, False),
                     ("first_ns", _i64, False), ("last_ns", _i64, False)],
+    # what one process (pid, in cgroup cgroup_id) put into one journal's transaction between two
+    # reads of the probes' writers map (ts_ns: the read; first_ns: its first count there):
+    # jbd2 handles, the credits they requested and used (dirtied_blocks: buffers first dirtied in
+    # the transaction); XFS transactions (transaction null) and the log bytes their tickets used
+    "writers": [("ts_ns", _i64, False), ("first_ns", _i64, False), ("dev", _str, False),
+                ("transaction", _i64, True), ("pid", _i32, False), ("comm", _str, False),
+                ("cgroup_id", _i64, False), ("handles", _i64, False), ("requested_blocks", _i64, False),
+                ("dirtied_blocks", _i64, False), ("logged_bytes", _i64, False)],
 }
 
 #: Tables a lab run adds to its session (docs/session-format.md); a session without them

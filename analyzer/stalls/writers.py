@@ -1,0 +1,230 @@
+"""Who filled each journal, and who waited: writers and victims.
+
+The session's ``writers`` table holds what each process (in its cgroup) put into each jbd2
+transaction (the blocks its handles dirtied) or XFS log (the bytes its tickets used). Per
+journal:
+
+- ``writer_shares``: each writer's logged blocks (jbd2: its share of each transaction's
+  dirtied blocks times the transaction's ``blocks_logged`` from jbd2_run_stats, so the
+  writers of a committed transaction add up to what the kernel logged; a transaction not
+  committed in the session counts its dirtied blocks) or logged bytes (XFS), and its share of
+  the journal's total, over the whole run (XFS: the kernel's log bytes, xs_log_blocks,
+  shared out by the bytes each writer's tickets used, ``ticket_bytes``);
+- ``at_fill``: the same over the moments the log ran out: at each forced checkpoint, the
+  transactions between the log's tail (the last ``jbd2_update_log_tail`` before it) and its
+  head (the last commit before it), each such transaction counted once;
+- ``victims``: stall time by journal, process and cgroup (processes.per_process of each
+  journal's stalls);
+- ``verdicts``: one sentence per journal tying the top victim to the top writer at fill.
+
+Cgroups are named by jstall.cgroups from the paths the recorder kept (metadata ``cgroups``).
+"""
+
+import pandas as pd
+
+from jstall import cgroups
+
+from jstall.analyzer.stalls.processes import per_process
+from jstall.analyzer.xfs.logs import kernel_delta
+
+WRITER_KEYS = ["dev", "pid", "comm", "cgroup_id"]
+COLUMNS = WRITER_KEYS + ["cgroup", "handles", "dirtied_blocks", "logged_blocks", "ticket_bytes",
+                         "logged_bytes", "share_pct"]
+#: bytes in one of the kernel's xs_log_blocks (basic blocks)
+BBSIZE = 512
+
+
+def cgroup_names(session):
+    """{cgroup id (int): name} from the session's metadata ``cgroups``."""
+    return {int(k): v for k, v in cgroups.names(session.meta.get("cgroups")).items()}
+
+
+def _empty():
+    return pd.DataFrame({c: pd.Series([], dtype="object") for c in COLUMNS})
+
+
+def logged_per_transaction(session):
+    """One row per (writer, jbd2 transaction): WRITER_KEYS, ``transaction``, ``handles``,
+    ``dirtied_blocks`` and ``logged_blocks`` (its dirtied share of the transaction's
+    blocks_logged, or its dirtied blocks when the session saw no commit of it)."""
+    w = session.writers
+    w = w[w["transaction"].notna()]
+    if not len(w):
+        return pd.DataFrame(
+            columns=WRITER_KEYS + ["transaction", "handles", "dirtied_blocks", "logged_blocks"])
+    g = (w.assign(transaction=w["transaction"].astype("int64"))
+         .groupby(WRITER_KEYS + ["transaction"], as_index=False)[["handles", "dirtied_blocks"]]
+         .sum())
+    tx_dirtied = g.groupby(["dev", "transaction"])["dirtied_blocks"].transform("sum")
+    rs = session.run_stats[["dev", "transaction", "blocks_logged"]]
+    rs = rs.drop_duplicates(["dev", "transaction"])
+    rs = rs.assign(dev=rs["dev"].astype("str"), transaction=rs["transaction"].astype("int64"))
+    g = g.assign(dev=g["dev"].astype("str")).merge(rs, on=["dev", "transaction"], how="left")
+    share = g["dirtied_blocks"] / tx_dirtied.where(tx_dirtied > 0)
+    logged = share * g["blocks_logged"]
+    g["logged_blocks"] = logged.where(g["blocks_logged"].notna(), g["dirtied_blocks"])
+    return g.drop(columns=["blocks_logged"])
+
+
+def _shares(rows, names):
+    """Writers summed over ``rows`` (logged_per_transaction rows, or XFS writers rows) with
+    their share of each journal's total, most first."""
+    if not len(rows):
+        return _empty()
+    cols = [c for c in ("handles", "dirtied_blocks", "logged_blocks", "ticket_bytes",
+                        "logged_bytes") if c in rows.columns]
+    s = rows.groupby(WRITER_KEYS, as_index=False)[cols].sum()
+    for c in ("dirtied_blocks", "logged_blocks", "ticket_bytes", "logged_bytes"):
+        if c not in s.columns:
+            s[c] = None
+    amount = s["logged_blocks"].fillna(0).astype(float) + s["logged_bytes"].fillna(0).astype(float)
+    total = amount.groupby(s["dev"]).transform("sum")
+    s["share_pct"] = (100.0 * amount / total.where(total > 0)).fillna(0.0)
+    s["cgroup"] = [names.get(int(c), str(int(c))) for c in s["cgroup_id"]]
+    s["_amount"] = amount
+    s = s.sort_values(["dev", "_amount"], ascending=[True, False], kind="stable")
+    return s[COLUMNS].reset_index(drop=True)
+
+
+def xfs_logged(session):
+    """XFS writers rows (WRITER_KEYS, handles, ticket_bytes: what their tickets used) with
+    ``logged_bytes``: the kernel's log bytes over the session (xs_log_blocks, from the
+    journal's counters at the start and end) shared out by ticket bytes (the ticket bytes
+    themselves where the session lacks the counters)."""
+
+    w = session.writers
+    x = w[w["transaction"].isna()]
+    if not len(x):
+        return x
+    x = x.assign(dev=x["dev"].astype("str"), ticket_bytes=x["logged_bytes"].astype("int64"))
+    x = x[WRITER_KEYS + ["handles", "ticket_bytes"]].copy()
+    x["logged_bytes"] = x["ticket_bytes"].astype(float)
+    for j in session.meta.get("journals") or []:
+        delta = kernel_delta(j) if j.get("kind") == "xfs" else None
+        blocks = ((delta or {}).get("log") or {}).get("blocks")
+        on = x["dev"] == str(j.get("dev"))
+        total = x.loc[on, "ticket_bytes"].sum()
+        if blocks is not None and total > 0:
+            x.loc[on, "logged_bytes"] = x.loc[on, "ticket_bytes"] * (blocks * BBSIZE / total)
+    return x
+
+
+def writer_shares(session):
+    """Every writer of every journal over the run: COLUMNS (jbd2 writers have handles,
+    dirtied_blocks and logged_blocks; XFS writers handles, ticket_bytes and logged_bytes
+    (xfs_logged)), most first."""
+    names = cgroup_names(session)
+    jbd2 = logged_per_transaction(session)
+    xfs = xfs_logged(session)
+    parts = [p for p in (_shares(jbd2, names), _shares(xfs, names)) if len(p)]
+    return pd.concat(parts, ignore_index=True) if parts else _empty()
+
+
+def log_contents(session, checkpoints):
+    """The transactions in each journal's log when it ran out: one row per (forced
+    checkpoint, transaction) with ``checkpoint_ns``, ``dev``, ``transaction``: those
+    committed before the checkpoint from the log's tail then (the newest
+    jbd2_update_log_tail's first_tid before it; the first transaction committed in the
+    session when none) on."""
+    forced = checkpoints[checkpoints["forced"].astype(bool)] if len(checkpoints) else checkpoints
+    rs, lt = session.run_stats, session.log_tail
+    out = []
+    for dev, cps in (forced.groupby(forced["dev"].astype("str")) if len(forced) else []):
+        commits = rs[rs["dev"].astype("str") == dev].sort_values("ts_ns")
+        tails = lt[lt["dev"].astype("str") == dev].sort_values("ts_ns")
+        if not len(commits):
+            continue
+        for t in cps["ts_ns"].drop_duplicates():
+            done = commits[commits["ts_ns"] <= t]
+            before = tails[tails["ts_ns"] <= t]
+            tail = (int(before["first_tid"].iloc[-1]) if len(before)
+                    else int(commits["transaction"].min()))
+            for tx in done.loc[done["transaction"] >= tail, "transaction"]:
+                out.append((int(t), dev, int(tx)))
+    return pd.DataFrame(out, columns=["checkpoint_ns", "dev", "transaction"])
+
+
+def at_fill(session, checkpoints):
+    """The writers of what the logs held when they ran out (log_contents): each transaction
+    in a log at any forced checkpoint counted once; COLUMNS, most first (empty without
+    forced checkpoints)."""
+    contents = log_contents(session, checkpoints)
+    if not len(contents):
+        return _empty()
+    per_tx = logged_per_transaction(session)
+    held = contents[["dev", "transaction"]].drop_duplicates()
+    rows = held.merge(per_tx, on=["dev", "transaction"], how="inner")
+    return _shares(rows, cgroup_names(session))
+
+
+def named(session, processes):
+    """processes.per_process rows with ``cgroup``, their cgroup's name (None: unknown), where
+    they have a ``cgroup_id``."""
+    v = processes.copy()
+    if "cgroup_id" in v.columns:
+        names = cgroup_names(session)
+        v["cgroup"] = [names.get(int(c), str(int(c))) if pd.notna(c) and int(c) else None
+                       for c in v["cgroup_id"]]
+    return v
+
+
+def victims(session, stalls):
+    """Stall time by journal, process and cgroup: processes.per_process of each device's
+    stalls, with ``dev`` and ``cgroup`` (its name); share_pct of that journal's stall time."""
+    parts = [named(session, per_process(session, st)).assign(dev=dev)
+             for dev, st in stalls.groupby(stalls["dev"].astype("str"))] if len(stalls) else []
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return pd.DataFrame(columns=["dev", "pid", "comm", "cgroup", "stall_ms"])
+    v = pd.concat(parts, ignore_index=True)
+    return v[["dev"] + [c for c in v.columns if c != "dev"]]
+
+
+def _who(r):
+    cg = r.get("cgroup")
+    return f"{r['comm']} (pid {int(r['pid'])}" + (f", cgroup {cg})" if cg else ")")
+
+
+def verdicts(writers, fill, victim_rows):
+    """One sentence per journal: who had written most of the journal when it filled (over
+    the run when it never ran out), and the process other than that writer that waited
+    longest (the writer itself when no other waited)."""
+    out = []
+    if not len(writers):
+        return out
+    for dev, ws in writers.groupby("dev", sort=True):
+        v = victim_rows[victim_rows["dev"] == dev]
+        v = v.sort_values("stall_ms", ascending=False, kind="stable")
+        f = fill[fill["dev"] == dev] if len(fill) else fill
+        if len(f):
+            top, when = f.iloc[0], "when the journal filled"
+        else:
+            top, when = ws.iloc[0], "over the run"
+        unit = "logged blocks" if pd.notna(top["logged_blocks"]) else "logged bytes"
+        if not len(v):
+            text = (f"{dev}: {when}, {_who(top)} had written {top['share_pct']:.1f} % of the "
+                    f"{unit}; no call stalled")
+            out.append({"dev": dev, "text": text, "writer": _who(top),
+                        "share_pct": float(top["share_pct"]),
+                        "victim": None, "victim_stall_ms": None})
+            continue
+        # the victim: who waited longest but for the top writer (unless it alone waited)
+        others = v[v["pid"].astype("int64") != int(top["pid"])]
+        vic = (others if len(others) else v).iloc[0]
+        same = int(vic["pid"]) == int(top["pid"])
+        text = (f"{dev}: {_who(vic)} waited {vic['stall_ms'] / 1e3:,.1f} s; {when}, "
+                + ("it had itself written" if same else f"{_who(top)} had written")
+                + f" {top['share_pct']:.1f} % of the {unit}")
+        out.append({"dev": dev, "text": text, "writer": _who(top),
+                    "share_pct": float(top["share_pct"]), "victim": _who(vic),
+                    "victim_stall_ms": float(vic["stall_ms"]), "same_process": same})
+    return out
+
+
+def summary(session, checkpoints, stalls):
+    """{"writers", "at_fill", "victims" (records), "verdicts"} for the JSON document."""
+    w = writer_shares(session)
+    f = at_fill(session, checkpoints)
+    v = victims(session, stalls)
+    return {"writers": w.to_dict("records"), "at_fill": f.to_dict("records"),
+            "victims": v.to_dict("records"), "verdicts": verdicts(w, f, v)}

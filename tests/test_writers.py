@@ -1,0 +1,110 @@
+"""Writers and victims (analyzer/stalls/writers.py) on hand-built sessions."""
+
+import pandas as pd
+import pytest
+
+from jstall.analyzer.stalls import writers
+from jstall.analyzer.session.load import load_session
+from synthetic import journal_meta, metadata, write_session
+
+S = 1_000_000_000
+POD = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1a2b_3c4d.slice"
+
+
+def w(pid, comm, cgroup_id, transaction, dirtied=0, handles=1, logged_bytes=0, dev="7:0"):
+    return {"ts_ns": 9 * S, "first_ns": 1, "dev": dev, "transaction": transaction, "pid": pid, "comm": comm,
+            "cgroup_id": cgroup_id, "handles": handles, "requested_blocks": 2 * dirtied,
+            "dirtied_blocks": dirtied, "logged_bytes": logged_bytes}
+
+
+def session(tmp_path, rows, run_stats=(), log_tail=(), journals=None):
+    meta = metadata(journals=journals or [journal_meta()],
+                    cgroups={"10": "/system.slice/victim.service", "20": POD, "30": None})
+    rs = pd.DataFrame([{"ts_ns": t, "dev": "7:0", "transaction": tx, "blocks": b, "blocks_logged": bl}
+                       for t, tx, b, bl in run_stats])
+    lt = pd.DataFrame([{"ts_ns": t, "dev": "7:0", "first_tid": tid} for t, tid in log_tail])
+    tables = {"writers": pd.DataFrame(rows)}
+    if len(rs):
+        tables["run_stats"] = rs
+    if len(lt):
+        tables["log_tail"] = lt
+    return load_session(write_session(str(tmp_path / "s"), tables, meta))
+
+
+def test_each_transaction_logged_blocks_are_shared_by_the_blocks_dirtied(tmp_path):
+    s = session(tmp_path, [w(1, "culprit", 20, 1, dirtied=90), w(2, "victim", 10, 1, dirtied=10),
+                           w(1, "culprit", 20, 2, dirtied=5)],    # transaction 2: no commit seen
+                run_stats=[(2 * S, 1, 100, 110)])
+    per = writers.logged_per_transaction(s).set_index(["pid", "transaction"])["logged_blocks"]
+    assert per[(1, 1)] == pytest.approx(99) and per[(2, 1)] == pytest.approx(11) and per[(1, 2)] == 5
+    shares = writers.writer_shares(s)
+    assert list(shares["comm"]) == ["culprit", "victim"]
+    assert shares["logged_blocks"].tolist() == pytest.approx([104, 11])
+    assert shares["share_pct"].tolist() == pytest.approx([100 * 104 / 115, 100 * 11 / 115])
+    assert shares["cgroup"].tolist() == ["pod 1a2b-3c4d (burstable)", "victim.service"]
+
+
+def test_at_fill_counts_the_transactions_between_the_tail_and_the_head(tmp_path):
+    # commits of 1..4 at 1, 3, 5.5, 7 s; the tail moved to transaction 2 at 5 s; a forced
+    # checkpoint at 6 s: the log held 2 and 3 (1 checkpointed, 4 not yet committed)
+    s = session(tmp_path, [w(1, "a", 20, 1, dirtied=100), w(2, "b", 10, 2, dirtied=30), w(1, "a", 20, 3, dirtied=10),
+                           w(1, "a", 20, 4, dirtied=500)],
+                run_stats=[(1 * S, 1, 100, 100), (3 * S, 2, 30, 30), (int(5.5 * S), 3, 10, 10), (7 * S, 4, 500, 500)],
+                log_tail=[(5 * S, 2)])
+    cps = pd.DataFrame({"ts_ns": [6 * S, 6 * S], "dev": ["7:0", "7:0"], "forced": [True, False]})
+    contents = writers.log_contents(s, cps)
+    assert contents["transaction"].tolist() == [2, 3]
+    f = writers.at_fill(s, cps)
+    assert dict(zip(f["comm"], f["logged_blocks"])) == {"b": 30, "a": 10}
+    assert f["share_pct"].tolist() == pytest.approx([75, 25])
+    # without a tail move before it, from the session's first commit
+    early = writers.log_contents(s, pd.DataFrame({"ts_ns": [4 * S], "dev": ["7:0"], "forced": [True]}))
+    assert early["transaction"].tolist() == [1, 2]
+
+
+def test_the_sentence_names_a_victim_other_than_the_writer(tmp_path):
+    ws = pd.DataFrame([{"dev": "7:0", "pid": 1, "comm": "a", "cgroup_id": 20, "cgroup": "pod x", "handles": 9,
+                        "dirtied_blocks": 9, "logged_blocks": 94.0, "ticket_bytes": None, "logged_bytes": None,
+                        "share_pct": 94.0}])
+    victims = pd.DataFrame([{"dev": "7:0", "pid": 1, "comm": "a", "cgroup": "pod x", "stall_ms": 20_000.0},
+                            {"dev": "7:0", "pid": 2, "comm": "db", "cgroup": "db.service", "stall_ms": 18_200.0}])
+    (v,) = writers.verdicts(ws, ws, victims)
+    assert v["text"] == ("7:0: db (pid 2, cgroup db.service) waited 18.2 s; when the journal filled, "
+                         "a (pid 1, cgroup pod x) had written 94.0 % of the logged blocks")
+    (alone,) = writers.verdicts(ws, ws.iloc[:0], victims.iloc[:1])
+    assert "over the run, it had itself written 94.0 %" in alone["text"] and alone["same_process"]
+
+
+def test_xfs_writers_share_out_the_kernels_log_bytes(tmp_path):
+    j = journal_meta(dev="7:1", kind="xfs", xfs_stats_start={"log": {"writes": 1, "blocks": 100}},
+                     xfs_stats_end={"log": {"writes": 9, "blocks": 1100}})
+    s = session(tmp_path, [w(5, "rm", 20, None, logged_bytes=600_000, dev="7:1"),
+                           w(6, "kworker/0:1", 1, None, logged_bytes=200_000, dev="7:1")], journals=[j])
+    x = writers.writer_shares(s)
+    assert x["ticket_bytes"].tolist() == [600_000, 200_000]
+    assert x["logged_bytes"].tolist() == pytest.approx([384_000, 128_000])   # 1,000 blocks of 512 bytes
+    assert x["share_pct"].tolist() == pytest.approx([75, 25])
+    assert x["dirtied_blocks"].isna().all()
+
+
+def test_the_monitor_names_the_top_writers_and_sums_the_rest_as_other():
+    from jstall.monitor.tracer import top_writers
+
+    amounts = {("7:0", "blocks", "a.service"): 50, ("7:0", "blocks", "b.service"): 30,
+               ("7:0", "blocks", "c.service"): 15, ("7:0", "blocks", "d.service"): 5,
+               ("7:0", "blocks", "idle.service"): 0, ("7:1", "bytes", "rm"): 4096}
+    assert top_writers(amounts, 2) == {("7:0", "blocks", "a.service"): 50, ("7:0", "blocks", "b.service"): 30,
+                                       ("7:0", "blocks", "other"): 20, ("7:1", "bytes", "rm"): 4096}
+    assert top_writers(amounts, 0) == {("7:0", "blocks", "other"): 100, ("7:1", "bytes", "other"): 4096}
+
+
+def test_compare_lists_the_top_writers_of_both_sides_by_cgroup(tmp_path):
+    from jstall.analyzer.multi.compare import compare
+
+    a = session(tmp_path / "a", [w(1, "culprit", 20, 1, dirtied=90), w(2, "victim", 10, 1, dirtied=10)],
+                run_stats=[(2 * S, 1, 100, 100)])
+    b = session(tmp_path / "b", [w(7, "victim", 10, 1, dirtied=10)], run_stats=[(2 * S, 1, 10, 10)])
+    c = compare(a.path, b.path)
+    rows = {r["cgroup"]: (r["share_a"], r["share_b"]) for r in c.to_dict()["writers"]}
+    assert rows == {"pod 1a2b-3c4d (burstable)": (90.0, None), "victim.service": (10.0, 100.0)}
+    assert "top writers" in c.text()
