@@ -21,7 +21,7 @@ The judging is benchmarks/advice_judge.py (pure functions, tests/test_advice_ben
 
 usage: sudo .venv/bin/python benchmarks/advice_accuracy.py [--resume DIR] [--only NAME,...]
            [--scale small|large|both] [--write-iops N[,N...]] [--tunes] [--scratch DIR]
-       .venv/bin/python benchmarks/advice_accuracy.py --report DIR     # no runs: judge what DIR holds
+       .venv/bin/python benchmarks/advice_accuracy.py --report DIR   # judge what DIR holds
 
   # the new clients at the smaller scale, 1,000 writes/s, kept to resume in another session
   sudo .venv/bin/python benchmarks/advice_accuracy.py --resume /var/tmp/adv \\
@@ -65,6 +65,7 @@ CLIENTS = os.path.join(HERE, "clients.py")
 EXT4 = {"fs_size": "2G", "inode_size": 128, "journal_size": "4M"}
 XFS = {"fs_type": "xfs", "fs_size": "1G", "journal_size": "8M"}
 MIN_MS = 10.0
+TAR_PIPE = "tar --xattrs -cf - src | tar --xattrs -xf - -C dst"
 
 
 def _sh(script):
@@ -72,26 +73,55 @@ def _sh(script):
 
 
 def _client(*args):
-    return _sh(f"{shlex.quote(sys.executable)} {shlex.quote(CLIENTS)} " + " ".join(str(a) for a in args))
+    return _sh(
+        f"{shlex.quote(sys.executable)} {shlex.quote(CLIENTS)} " + " ".join(str(a) for a in args)
+    )
 
 
 def _tree(directory, n):
-    return f"{shlex.quote(sys.executable)} {shlex.quote(os.path.join(HERE, 'maketree.py'))} {directory} {n}"
+    maketree = shlex.quote(os.path.join(HERE, "maketree.py"))
+    return f"{shlex.quote(sys.executable)} {maketree} {directory} {n}"
 
 
 #: name -> (filesystem, [(scale, pattern, params)], the smaller scale first)
 WORKLOADS = {name: (EXT4, cases) for name, cases in TUNED_WORKLOADS.items()}
-WORKLOADS.update({
-    "sqlite rollback": (EXT4, [(f"{n:,} commits", "command", _client("sqlite", n)) for n in (1000, 3000)]),
-    "maildir": (EXT4, [(f"{n:,} messages", "command", _client("maildir", n)) for n in (2000, 6000)]),
-    "tenants": (EXT4, [(f"{f:,} files, {u:,} updates", "command", _client("tenants", f, u))
-                       for f, u in ((1500, 6000), (3000, 12000))]),
-    "xfs rm -rf": (XFS, [(f"{n:,} files", "command", _sh(f"{_tree('src', n)}; sync -f .; rm -rf src"))
-                         for n in (20000, 50000)]),
-    "xfs tar --xattrs": (XFS, [(f"{n:,} files", "command",
-                               _sh(f"{_tree('src', n)}; mkdir dst; tar --xattrs -cf - src | tar --xattrs -xf - -C dst"))
-                              for n in (5000, 20000)]),
-})
+WORKLOADS.update(
+    {
+        "sqlite rollback": (
+            EXT4,
+            [(f"{n:,} commits", "command", _client("sqlite", n)) for n in (1000, 3000)],
+        ),
+        "maildir": (
+            EXT4,
+            [(f"{n:,} messages", "command", _client("maildir", n)) for n in (2000, 6000)],
+        ),
+        "tenants": (
+            EXT4,
+            [
+                (f"{f:,} files, {u:,} updates", "command", _client("tenants", f, u))
+                for f, u in ((1500, 6000), (3000, 12000))
+            ],
+        ),
+        "xfs rm -rf": (
+            XFS,
+            [
+                (f"{n:,} files", "command", _sh(f"{_tree('src', n)}; sync -f .; rm -rf src"))
+                for n in (20000, 50000)
+            ],
+        ),
+        "xfs tar --xattrs": (
+            XFS,
+            [
+                (
+                    f"{n:,} files",
+                    "command",
+                    _sh(f"{_tree('src', n)}; mkdir dst; " + TAR_PIPE),
+                )
+                for n in (5000, 20000)
+            ],
+        ),
+    }
+)
 
 
 def fs_config(fs, iops, change=None):
@@ -116,13 +146,24 @@ def remedy(a, fs):
             return None, f"{mib} MiB is more than the lab's {hi} MiB on this filesystem"
         return f"{'log' if xfs else 'journal'} {mib}M", {"journal_size": f"{mib}M"}
     if kind == "inode_size":
-        return ("256-byte inodes", {"inode_size": 256}) if not xfs and fs.inode_size < 256 else (None, "inodes not smaller")
+        return (
+            ("256-byte inodes", {"inode_size": 256})
+            if not xfs and fs.inode_size < 256
+            else (None, "inodes not smaller")
+        )
     if kind in ("external_journal", "external_log", "xfs_log_device"):
         # a device of its own, as slow as the data device (the advice's low end)
-        return ("external log" if xfs else "external journal",
-                {"journal_device": True, "journal_device_profile": fs.device_profile,
-                 "journal_read_iops": fs.read_iops, "journal_write_iops": fs.write_iops,
-                 "journal_read_bps": fs.read_bps, "journal_write_bps": fs.write_bps})
+        return (
+            "external log" if xfs else "external journal",
+            {
+                "journal_device": True,
+                "journal_device_profile": fs.device_profile,
+                "journal_read_iops": fs.read_iops,
+                "journal_write_iops": fs.write_iops,
+                "journal_read_bps": fs.read_bps,
+                "journal_write_bps": fs.write_bps,
+            },
+        )
     if kind == "fast_commit":
         return "fast_commit", {"fast_commit": True}
     if kind == "log_buffers":
@@ -137,7 +178,8 @@ def remedy(a, fs):
 
 
 def _commit():
-    p = subprocess.run(["git", "-C", HERE, "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True)
+    git = ["git", "-C", HERE, "rev-parse", "--short=12", "HEAD"]
+    p = subprocess.run(git, check=False, capture_output=True, text=True)
     return p.stdout.strip() or None
 
 
@@ -146,23 +188,42 @@ def _json_safe(change):
 
 
 def run_one(fs, pattern, params, out, scratch):
-    """One lab run recorded into out; (stall ms, durable s, analyze's JSON document)."""
+    """One lab run recorded into out; (stall ms, durable s, analyze's JSON document, what each
+    device served: {role: {"write_ios", "flush_ios"}} from /sys/block/*/stat, as the lab
+    sampled it)."""
     from jstall.analyzer.analysis import analyze
-    from jstall.metadata import lab_of
     from jstall.workloads.lab import LabConfig, run_lab
 
+    from jstall.metadata import lab_of
+
     with open(os.devnull, "w") as quiet:
-        r = run_lab(LabConfig(fs=fs, pattern=pattern, params=params, output_dir=out, scratch_dir=scratch),
-                    console=quiet, out=quiet)
+        r = run_lab(
+            LabConfig(fs=fs, pattern=pattern, params=params, output_dir=out, scratch_dir=scratch),
+            console=quiet,
+            out=quiet,
+        )
     if r.exit_status:
-        raise SystemExit(f"{params.get('command', pattern)}: exited {r.exit_status}; its session is {out}")
+        raise SystemExit(
+            f"{params.get('command', pattern)}: exited {r.exit_status}; its session is {out}"
+        )
     a = analyze(out, min_ms=MIN_MS)
     doc = a.to_dict()
     phases = lab_of(a.session.meta).phases
-    return float(doc["stalls"]["total_ms"] or 0.0), round(sum(p.durable_s for p in phases), 4), doc
+    served = {
+        role: {c: int(v.get(c) or 0) for c in ("write_ios", "flush_ios")}
+        for role, v in (r.lab.get("device_served") or {}).items()
+    }
+    return (
+        float(doc["stalls"]["total_ms"] or 0.0),
+        round(sum(p.durable_s for p in phases), 4),
+        doc,
+        served,
+    )
 
 
-def run_case(name, scale, pattern, params, fs_fields, iops, results, runs_dir, scratch, keep_sessions, tunes):
+def run_case(
+    name, scale, pattern, params, fs_fields, iops, results, runs_dir, scratch, keep_sessions, tunes
+):
     """Every run of one case not yet in the results file, in the interleaved order."""
     records, _ = judge.read_results(results)
     done = {judge.key(r): r for r in records}
@@ -175,10 +236,22 @@ def run_case(name, scale, pattern, params, fs_fields, iops, results, runs_dir, s
         if k in done:
             return done[k]
         out = os.path.join(runs_dir, f"{slug}-{re.sub(r'[^A-Za-z0-9]+', '-', config)}-{n}")
-        shutil.rmtree(out, ignore_errors=True)   # a run killed before: its partial session
-        stall, durable, doc = run_one(fs_config(fs_fields, iops, change), pattern, params, out, scratch)
-        rec = {**ident, "config": config, "run": n, "kind": kind, "change": _json_safe(change), "stall_ms": stall,
-               "durable_s": durable, "commit": commit, "date": datetime.date.today().isoformat()}
+        shutil.rmtree(out, ignore_errors=True)  # a run killed before: its partial session
+        stall, durable, doc, served = run_one(
+            fs_config(fs_fields, iops, change), pattern, params, out, scratch
+        )
+        rec = {
+            **ident,
+            "config": config,
+            "run": n,
+            "kind": kind,
+            "change": _json_safe(change),
+            "stall_ms": stall,
+            "durable_s": durable,
+            "device_served": served,
+            "commit": commit,
+            "date": datetime.date.today().isoformat(),
+        }
         if config == "baseline":
             rec["advice"] = judge.advice_of(doc)
             rec["verdict"] = doc.get("verdict")
@@ -186,8 +259,12 @@ def run_case(name, scale, pattern, params, fs_fields, iops, results, runs_dir, s
         if not keep_sessions:
             shutil.rmtree(out, ignore_errors=True)
         done[k] = rec
-        print(f"# {name} ({scale}, {iops:,} writes/s) {config} run {n}: stall {stall:,.0f} ms, durable "
-              f"{durable:.1f} s", file=sys.stderr, flush=True)
+        print(
+            f"# {name} ({scale}, {iops:,} writes/s) {config} run {n}: stall {stall:,.0f} ms, "
+            f"durable {durable:.1f} s",
+            file=sys.stderr,
+            flush=True,
+        )
         return rec
 
     first = run("baseline", 1, None, None)
@@ -202,7 +279,10 @@ def run_case(name, scale, pattern, params, fs_fields, iops, results, runs_dir, s
         run(config, n, *configs[config])
     for kind, why in skipped:
         print(f"# {name} ({scale}, {iops:,} writes/s): {kind} not tried: {why}", file=sys.stderr)
-    if tunes and any(a["kind"] in ("journal_size", "log_size") and a["regime"] == "hot_set" for a in first["advice"]):
+    if tunes and any(
+        a["kind"] in ("journal_size", "log_size") and a["regime"] == "hot_set"
+        for a in first["advice"]
+    ):
         from jstall.workloads.tune import tune
 
         for n in range(1, judge.RUNS + 1):
@@ -212,9 +292,26 @@ def run_case(name, scale, pattern, params, fs_fields, iops, results, runs_dir, s
             out = os.path.join(runs_dir, f"{slug}-tune-{n}")
             shutil.rmtree(out, ignore_errors=True)
             with open(os.devnull, "w") as quiet:
-                t = tune(pattern, params, base, compare=False, output_dir=out, scratch_dir=scratch, console=quiet)
-            judge.append_result(results, {**ident, "config": "tune", "run": n, "threshold_mib": t.threshold_mib,
-                                          "commit": commit, "date": datetime.date.today().isoformat()})
+                t = tune(
+                    pattern,
+                    params,
+                    base,
+                    compare=False,
+                    output_dir=out,
+                    scratch_dir=scratch,
+                    console=quiet,
+                )
+            judge.append_result(
+                results,
+                {
+                    **ident,
+                    "config": "tune",
+                    "run": n,
+                    "threshold_mib": t.threshold_mib,
+                    "commit": commit,
+                    "date": datetime.date.today().isoformat(),
+                },
+            )
             if not keep_sessions:
                 shutil.rmtree(out, ignore_errors=True)
 
@@ -228,13 +325,20 @@ def report(results, out=sys.stdout):
     commits = sorted({r.get("commit") for r in records if r.get("commit")})
     dates = sorted({r.get("date") for r in records if r.get("date")})
     sources = sorted({a["source"] for r in records for a in r.get("advice") or []})
-    print(f"advice judged by running it: {len(cs)} cases, {len(records)} runs; dates {', '.join(dates)}; "
-          f"commits {', '.join(commits)}; predicted intervals from {' and '.join(sources) or 'no advice'} fields\n",
-          file=out)
+    src = " and ".join(sources) or "no advice"
+    print(
+        f"advice judged by running it: {len(cs)} cases, {len(records)} runs; dates "
+        f"{', '.join(dates)}; commits {', '.join(commits)}; predicted intervals from {src} "
+        "fields\n",
+        file=out,
+    )
     print(judge.table(judge.pairs(cs)) + "\n", file=out)
     ok = True
     for line, met in judge.targets(cs):
-        print(f"{line}: {'met' if met else 'not met' if met is not None else 'nothing measured'}", file=out)
+        print(
+            f"{line}: {'met' if met else 'not met' if met is not None else 'nothing measured'}",
+            file=out,
+        )
         ok = ok and met is not False
     print("PASS" if ok else "FAIL", file=out)
     return 0 if ok else 1
@@ -242,30 +346,50 @@ def report(results, out=sys.stdout):
 
 def main():
     ap = parser(__doc__)
-    ap.add_argument("--resume", metavar="DIR", help="keep results in DIR/results.jsonl and skip the runs it holds")
-    ap.add_argument("--report", metavar="DIR", help="no runs: the table and targets of DIR/results.jsonl")
+    ap.add_argument(
+        "--resume",
+        metavar="DIR",
+        help="keep results in DIR/results.jsonl and skip the runs it holds",
+    )
+    ap.add_argument(
+        "--report", metavar="DIR", help="no runs: the table and targets of DIR/results.jsonl"
+    )
     ap.add_argument("--only", help="these workloads only (names as in the table, comma-separated)")
     ap.add_argument("--scale", choices=("small", "large", "both"), default="both")
-    ap.add_argument("--write-iops", default="1000,500", help="the paced device's write IOPS, comma-separated")
-    ap.add_argument("--tunes", action="store_true", help="also 3 lab tunes of each hot-set case (target 3)")
+    ap.add_argument(
+        "--write-iops", default="1000,500", help="the paced device's write IOPS, comma-separated"
+    )
+    ap.add_argument(
+        "--tunes", action="store_true", help="also 3 lab tunes of each hot-set case (target 3)"
+    )
     ap.add_argument("--scratch", help="lab scratch directory (default: the lab's)")
-    ap.add_argument("--keep-sessions", action="store_true", help="keep every run's session beside the results")
+    ap.add_argument(
+        "--keep-sessions", action="store_true", help="keep every run's session beside the results"
+    )
     args = ap.parse_args()
     if args.report:
         path = os.path.join(args.report, "results.jsonl")
         if not os.path.exists(path):
-            raise SystemExit(f"--report: {path} does not exist; give the directory a --resume run kept")
+            raise SystemExit(
+                f"--report: {path} does not exist; give the directory a --resume run kept"
+            )
         return report(path)
     if os.geteuid() != 0:
-        raise SystemExit("needs root (the lab makes loop devices); --report DIR judges kept results without")
+        raise SystemExit(
+            "needs root (the lab makes loop devices); --report DIR judges kept results without"
+        )
     names = list(WORKLOADS) if not args.only else [n.strip() for n in args.only.split(",")]
     unknown = [n for n in names if n not in WORKLOADS]
     if unknown:
-        raise SystemExit(f"--only: unknown workload {unknown[0]!r}; choose from {', '.join(WORKLOADS)}")
+        raise SystemExit(
+            f"--only: unknown workload {unknown[0]!r}; choose from {', '.join(WORKLOADS)}"
+        )
     try:
         speeds = [int(x) for x in args.write_iops.split(",")]
     except ValueError:
-        raise SystemExit(f"--write-iops {args.write_iops}: give whole numbers, comma-separated (e.g. 1000,500)")
+        raise SystemExit(
+            f"--write-iops {args.write_iops}: give whole numbers, comma-separated (e.g. 1000,500)"
+        )
     pick = {"small": slice(0, 1), "large": slice(1, 2), "both": slice(0, 2)}[args.scale]
     top = args.resume or tempfile.mkdtemp(prefix="jstall-advice-", dir="/var/tmp")
     os.makedirs(os.path.join(top, "runs"), exist_ok=True)
@@ -275,10 +399,24 @@ def main():
             for name in names:
                 fs, cases = WORKLOADS[name]
                 for scale, pattern, params in cases[pick]:
-                    run_case(name, scale, pattern, params, fs, iops, results, os.path.join(top, "runs"),
-                             args.scratch, args.keep_sessions, args.tunes)
+                    run_case(
+                        name,
+                        scale,
+                        pattern,
+                        params,
+                        fs,
+                        iops,
+                        results,
+                        os.path.join(top, "runs"),
+                        args.scratch,
+                        args.keep_sessions,
+                        args.tunes,
+                    )
     except KeyboardInterrupt:
-        print("interrupted: the runs finished are kept" + (f" in {results}" if args.resume else ""), file=sys.stderr)
+        print(
+            "interrupted: the runs finished are kept" + (f" in {results}" if args.resume else ""),
+            file=sys.stderr,
+        )
     finally:
         status = report(results)
         if not args.resume:

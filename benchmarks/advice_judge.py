@@ -20,6 +20,7 @@ not carry them yet, its printed range stands in: ``inputs.removed_low_ms`` and
 """
 
 import json
+import os
 import statistics
 
 #: kinds that are findings about the recording, not changes
@@ -62,11 +63,9 @@ def read_results(path):
     parse (a run killed while writing it) is left out and counted; a later record of the
     same key replaces an earlier one. No file: ([], 0)."""
     by, bad = {}, 0
-    try:
-        f = open(path)
-    except FileNotFoundError:
+    if not os.path.exists(path):
         return [], 0
-    with f:
+    with open(path) as f:
         for line in f:
             if not line.strip():
                 continue
@@ -82,8 +81,6 @@ def read_results(path):
 
 def append_result(path, rec):
     """Add one run's record to the results file, written whole and flushed to disk."""
-    import os
-
     line = json.dumps(rec, sort_keys=True) + "\n"
     with open(path, "a") as f:
         f.write(line)
@@ -115,11 +112,21 @@ def advice_of(doc):
             low = high = r.get("stall_ms_addressed") or 0.0
             source = "fallback"
         regime = r.get("regime") or inputs.get("regime")
-        out.append({"kind": r["kind"], "rank": len(out) + 1, "low_ms": _num(low), "high_ms": _num(high),
-                    "total_ms": _num(r.get("stall_ms_total")), "mechanism_ms": _num(r.get("mechanism_ms_removed")),
-                    "regime": regime.replace(" ", "_") if isinstance(regime, str) else None,
-                    "cost": r.get("cost"), "command": r.get("command"),
-                    "journal_size_mib": _num(r.get("journal_size_mib")), "source": source})
+        out.append(
+            {
+                "kind": r["kind"],
+                "rank": len(out) + 1,
+                "low_ms": _num(low),
+                "high_ms": _num(high),
+                "total_ms": _num(r.get("stall_ms_total")),
+                "mechanism_ms": _num(r.get("mechanism_ms_removed")),
+                "regime": regime.replace(" ", "_") if isinstance(regime, str) else None,
+                "cost": r.get("cost"),
+                "command": r.get("command"),
+                "journal_size_mib": _num(r.get("journal_size_mib")),
+                "source": source,
+            }
+        )
     return out
 
 
@@ -173,8 +180,16 @@ def cases(records):
     ``thresholds`` (the tunes')."""
     out = {}
     for rec in sorted(records, key=key):
-        c = out.setdefault(case_of(rec), {"baseline": {"stall_ms": {}, "durable_s": {}}, "remedies": {},
-                                          "advice": {}, "verdicts": {}, "thresholds": {}})
+        c = out.setdefault(
+            case_of(rec),
+            {
+                "baseline": {"stall_ms": {}, "durable_s": {}},
+                "remedies": {},
+                "advice": {},
+                "verdicts": {},
+                "thresholds": {},
+            },
+        )
         run = int(rec["run"])
         if rec["config"] == "tune":
             c["thresholds"][run] = rec.get("threshold_mib")
@@ -184,8 +199,15 @@ def cases(records):
             c["advice"][run] = rec.get("advice") or []
             c["verdicts"][run] = rec.get("verdict")
         else:
-            slot = c["remedies"].setdefault(rec["config"], {"kind": rec.get("kind"), "change": rec.get("change"),
-                                                            "stall_ms": {}, "durable_s": {}})
+            slot = c["remedies"].setdefault(
+                rec["config"],
+                {
+                    "kind": rec.get("kind"),
+                    "change": rec.get("change"),
+                    "stall_ms": {},
+                    "durable_s": {},
+                },
+            )
         slot["stall_ms"][run] = rec.get("stall_ms")
         slot["durable_s"][run] = rec.get("durable_s")
     return out
@@ -207,21 +229,40 @@ def pairs(cs):
             r_stall = median(r["stall_ms"].values())
             removed = None if None in (b_stall, r_stall) else b_stall - r_stall
             low, high = a.get("low_ms"), a.get("high_ms")
-            out.append({"workload": ck[0], "scale": ck[1], "iops": ck[2], "config": config, "kind": r["kind"],
-                        "rank": a.get("rank"), "low_ms": low, "high_ms": high, "source": a.get("source"),
-                        "baseline_stall_ms": b_stall, "stall_ms": r_stall, "removed_ms": removed,
-                        "removed_share": removed / b_stall if removed is not None and b_stall else None,
-                        "baseline_durable_s": b_dur, "durable_s": median(r["durable_s"].values()),
-                        "runs": (len(c["baseline"]["stall_ms"]), len(r["stall_ms"])),
-                        "inside": inside(removed, low, high), "narrow": narrow(low, high)})
+            out.append(
+                {
+                    "workload": ck[0],
+                    "scale": ck[1],
+                    "iops": ck[2],
+                    "config": config,
+                    "kind": r["kind"],
+                    "rank": a.get("rank"),
+                    "low_ms": low,
+                    "high_ms": high,
+                    "source": a.get("source"),
+                    "baseline_stall_ms": b_stall,
+                    "stall_ms": r_stall,
+                    "removed_ms": removed,
+                    "removed_share": removed / b_stall if removed is not None and b_stall else None,
+                    "baseline_durable_s": b_dur,
+                    "durable_s": median(r["durable_s"].values()),
+                    "runs": (len(c["baseline"]["stall_ms"]), len(r["stall_ms"])),
+                    "inside": inside(removed, low, high),
+                    "narrow": narrow(low, high),
+                }
+            )
     return out
 
 
 def calibration(ps):
     """Target 1: (hits, pairs, inside, narrow): a hit lies inside a narrow enough interval."""
     ps = [p for p in ps if p["removed_ms"] is not None]
-    return (sum(p["inside"] and p["narrow"] for p in ps), len(ps), sum(bool(p["inside"]) for p in ps),
-            sum(bool(p["narrow"]) for p in ps))
+    return (
+        sum(p["inside"] and p["narrow"] for p in ps),
+        len(ps),
+        sum(bool(p["inside"]) for p in ps),
+        sum(bool(p["narrow"]) for p in ps),
+    )
 
 
 def headline(cs, ps):
@@ -231,7 +272,11 @@ def headline(cs, ps):
     option removes most of it."""
     out = []
     for ck, c in sorted(cs.items()):
-        mine = [p for p in ps if (p["workload"], p["scale"], p["iops"]) == ck and p["removed_share"] is not None]
+        mine = [
+            p
+            for p in ps
+            if (p["workload"], p["scale"], p["iops"]) == ck and p["removed_share"] is not None
+        ]
         if not mine:
             continue
         best = max(p["removed_share"] for p in mine)
@@ -253,12 +298,28 @@ def journal_sizes(cs):
     out = []
     for ck, c in sorted(cs.items()):
         first = c["advice"].get(1) or []
-        js = next((a for a in first if a["kind"] in ("journal_size", "log_size") and a["regime"] == "hot_set"), None)
+        js = next(
+            (
+                a
+                for a in first
+                if a["kind"] in ("journal_size", "log_size") and a["regime"] == "hot_set"
+            ),
+            None,
+        )
         if js is None or not js.get("journal_size_mib") or len(c["thresholds"]) < RUNS:
             continue
         thr = [t for t in c["thresholds"].values() if t is not None]
-        m = median(thr) if len(thr) == len(c["thresholds"]) else None   # a tune with none big enough: no median
-        out.append((ck, js["journal_size_mib"], m, m is not None and js["journal_size_mib"] <= JOURNAL_RATIO * m))
+        m = (
+            median(thr) if len(thr) == len(c["thresholds"]) else None
+        )  # a tune with none big enough: no median
+        out.append(
+            (
+                ck,
+                js["journal_size_mib"],
+                m,
+                m is not None and js["journal_size_mib"] <= JOURNAL_RATIO * m,
+            )
+        )
     return out
 
 
@@ -284,21 +345,29 @@ def _ms(x):
     return "" if x is None else f"{x:,.0f}"
 
 
+HEADER = (
+    "| workload | scale | write IOPS | remedy (rank) | predicted removal ms | baseline stall ms "
+    "| measured removal ms (share) | inside | durable s baseline -> remedy |"
+)
+
+
 def table(ps):
     """The markdown table of every pair."""
-    rows = ["| workload | scale | write IOPS | remedy (rank) | predicted removal ms | baseline stall ms | "
-            "measured removal ms (share) | inside | durable s baseline -> remedy |",
-            "|---|---|---:|---|---:|---:|---:|---|---:|"]
+    rows = [HEADER, "|---|---|---:|---|---:|---:|---:|---|---:|"]
     for p in ps:
-        pred = (_ms(p["low_ms"]) if p["low_ms"] == p["high_ms"] else f"{_ms(p['low_ms'])}-{_ms(p['high_ms'])}")
-        dur = ("" if None in (p["baseline_durable_s"], p["durable_s"])
-               else f"{p['baseline_durable_s']:.1f} -> {p['durable_s']:.1f}")
+        low, high = p["low_ms"], p["high_ms"]
+        pred = _ms(low) if low == high else f"{_ms(low)}-{_ms(high)}"
+        b, d = p["baseline_durable_s"], p["durable_s"]
+        dur = "" if None in (b, d) else f"{b:.1f} -> {d:.1f}"
         ok = "yes" if p["inside"] else "no"
         if p["inside"] and not p["narrow"]:
             ok += " (wider than 2x)"
-        rows.append(f"| {p['workload']} | {p['scale']} | {p['iops']:,} | {p['config']} ({p['rank'] or '-'}) | "
-                    f"{pred} | {_ms(p['baseline_stall_ms'])} | {_ms(p['removed_ms'])} ({_pct(p['removed_share'])}) | "
-                    f"{ok} | {dur} |")
+        removed = f"{_ms(p['removed_ms'])} ({_pct(p['removed_share'])})"
+        rows.append(
+            f"| {p['workload']} | {p['scale']} | {p['iops']:,} "
+            f"| {p['config']} ({p['rank'] or '-'}) "
+            f"| {pred} | {_ms(p['baseline_stall_ms'])} | {removed} | {ok} | {dur} |"
+        )
     return "\n".join(rows)
 
 
@@ -307,25 +376,38 @@ def targets(cs):
     ps = pairs(cs)
     hits, n, ins, nar = calibration(ps)
     s = share(hits, n)
-    out = [(f"1. calibration: {hits} of {n} (workload, remedy) pairs measured inside a narrow enough interval "
-            f"({_pct(s)}; target >= {CALIBRATION_SHARE:.0%}); {ins} inside, {nar} narrow enough",
-            None if s is None else s >= CALIBRATION_SHARE)]
+    line1 = (
+        f"1. calibration: {hits} of {n} (workload, remedy) pairs measured inside a narrow enough "
+        f"interval ({_pct(s)}; target >= {CALIBRATION_SHARE:.0%}); {ins} inside, {nar} narrow "
+        "enough"
+    )
+    out = [(line1, None if s is None else s >= CALIBRATION_SHARE)]
     h = headline(cs, ps)
     most = [x for x in h if x[1] == "most"]
     none = [x for x in h if x[1] == "none"]
-    s_most = share(sum(x[2] for x in most), len(most))
-    s_none = share(sum(x[2] for x in none), len(none))
-    met = None if not h else (s_most is None or s_most >= HEADLINE_SHARE) and (s_none is None or s_none == 1.0)
-    out.append((f"2. headline: where a tried remedy removed >= {MOST:.0%} ({len(most)} workloads), the headline one "
-                f"did in {sum(x[2] for x in most)} ({_pct(s_most)}; target >= {HEADLINE_SHARE:.0%}); where none did "
-                f"({len(none)}), the verdict said no filesystem option removes most in {sum(x[2] for x in none)}",
-                met))
+    hit_most, hit_none = sum(x[2] for x in most), sum(x[2] for x in none)
+    s_most, s_none = share(hit_most, len(most)), share(hit_none, len(none))
+    met = None
+    if h:
+        met = (s_most is None or s_most >= HEADLINE_SHARE) and (s_none is None or s_none == 1.0)
+    line2 = (
+        f"2. headline: where a tried remedy removed >= {MOST:.0%} ({len(most)} workloads), the "
+        f"headline one did in {hit_most} ({_pct(s_most)}; target >= {HEADLINE_SHARE:.0%}); where "
+        f"none did ({len(none)}), the verdict said no filesystem option removes most in {hit_none}"
+    )
+    out.append((line2, met))
     j = journal_sizes(cs)
-    s_j = share(sum(x[3] for x in j), len(j))
-    out.append((f"3. journal size <= {JOURNAL_RATIO:g}x the median of {RUNS} tunes' thresholds: {sum(x[3] for x in j)} "
-                f"of {len(j)} hot-set workloads tuned ({_pct(s_j)}; target >= {JOURNAL_SHARE:.0%})",
-                None if s_j is None else s_j >= JOURNAL_SHARE))
+    hit_j = sum(x[3] for x in j)
+    s_j = share(hit_j, len(j))
+    line3 = (
+        f"3. journal size <= {JOURNAL_RATIO:g}x the median of {RUNS} tunes' thresholds: {hit_j} of "
+        f"{len(j)} hot-set workloads tuned ({_pct(s_j)}; target >= {JOURNAL_SHARE:.0%})"
+    )
+    out.append((line3, None if s_j is None else s_j >= JOURNAL_SHARE))
     st = stability(cs)
-    out.append((f"4. identical verdicts (remedy kinds and ranks) on {RUNS} identical runs: {sum(x[1] for x in st)} of "
-                f"{len(st)} workloads", None if not st else all(x[1] for x in st)))
+    line4 = (
+        f"4. identical verdicts (remedy kinds and ranks) on {RUNS} identical runs: "
+        f"{sum(x[1] for x in st)} of {len(st)} workloads"
+    )
+    out.append((line4, None if not st else all(x[1] for x in st)))
     return out

@@ -27,7 +27,7 @@ import time
 
 
 def sqlite_commits(n):
-    db = sqlite3.connect("db", isolation_level=None)   # autocommit: one transaction a statement
+    db = sqlite3.connect("db", isolation_level=None)  # autocommit: one transaction a statement
     db.execute("PRAGMA journal_mode=DELETE")
     db.execute("PRAGMA synchronous=FULL")
     db.execute("CREATE TABLE IF NOT EXISTS t (id INTEGER PRIMARY KEY, v TEXT)")
@@ -42,7 +42,10 @@ def _deliver(w, count):
         tmp = os.path.join("tmp", name)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
-            os.write(fd, (f"From: w{w}@lab\nSubject: {i}\n\n".encode() + b"m" * (1024 + (i * 997) % 7168)))
+            os.write(
+                fd,
+                (f"From: w{w}@lab\nSubject: {i}\n\n".encode() + b"m" * (1024 + (i * 997) % 7168)),
+            )
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -91,7 +94,9 @@ def _storm(files, updates):
     for p in paths:
         open(p, "w").close()
     for k in range(updates):
-        os.setxattr(paths[k % files], "user.a" if (k // files) % 2 == 0 else "user.b", f"{k:032d}".encode())
+        os.setxattr(
+            paths[k % files], "user.a" if (k // files) % 2 == 0 else "user.b", f"{k:032d}".encode()
+        )
 
 
 def tenants(files, updates, period_s=0.005, size=4096, span=4 << 20):
@@ -112,7 +117,7 @@ def tenants(files, updates, period_s=0.005, size=4096, span=4 << 20):
             if delay > 0:
                 time.sleep(delay)
             else:
-                nxt = time.monotonic()   # behind: the next write at once, no burst to catch up
+                nxt = time.monotonic()  # behind: the next write at once, no burst to catch up
     finally:
         os.close(fd)
     if writes == 0:
@@ -123,7 +128,9 @@ def main(argv):
     usage = __doc__.split("usage: ")[1].split("\n\n")[0]
     try:
         kind, nums = argv[0], [int(x) for x in argv[1:]]
-        run = {"sqlite": (sqlite_commits, 1), "maildir": (maildir, 1), "tenants": (tenants, 2)}[kind]
+        run = {"sqlite": (sqlite_commits, 1), "maildir": (maildir, 1), "tenants": (tenants, 2)}[
+            kind
+        ]
         if len(nums) != run[1]:
             raise ValueError
     except (IndexError, ValueError, KeyError):
