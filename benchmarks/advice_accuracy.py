@@ -177,10 +177,21 @@ def remedy(a, fs):
     return None, "names no setting the lab applies"
 
 
-def _commit():
-    git = ["git", "-C", HERE, "rev-parse", "--short=12", "HEAD"]
-    p = subprocess.run(git, check=False, capture_output=True, text=True)
+def _git(*args):
+    p = subprocess.run(["git", "-C", HERE, *args], check=False, capture_output=True, text=True)
     return p.stdout.strip() or None
+
+
+def _commit():
+    """(this checkout's commit, the last commit that changed the advice's code, analyzer/;
+    "+changes" after it when analyzer/ differs from it in the work tree)."""
+    top = _git("rev-parse", "--show-toplevel")
+    head = _git("rev-parse", "--short=12", "HEAD")
+    analyzer = os.path.join(top or "", "analyzer")
+    advice = (_git("log", "-1", "--format=%H", "--", analyzer) or "")[:12] or None
+    if advice and _git("status", "--porcelain", "--", analyzer):
+        advice += "+changes"
+    return head, advice
 
 
 def _json_safe(change):
@@ -229,7 +240,10 @@ def run_case(
     done = {judge.key(r): r for r in records}
     base = fs_config(fs_fields, iops)
     ident = {"workload": name, "scale": scale, "iops": iops}
-    commit, slug = _commit(), re.sub(r"[^A-Za-z0-9]+", "-", f"{name}-{scale}-{iops}").strip("-")
+    (commit, advice_commit), slug = (
+        _commit(),
+        re.sub(r"[^A-Za-z0-9]+", "-", f"{name}-{scale}-{iops}").strip("-"),
+    )
 
     def run(config, n, change, kind):
         k = (name, scale, iops, config, n)
@@ -250,6 +264,7 @@ def run_case(
             "durable_s": durable,
             "device_served": served,
             "commit": commit,
+            "advice_commit": advice_commit,
             "date": datetime.date.today().isoformat(),
         }
         if config == "baseline":
@@ -323,13 +338,14 @@ def report(results, out=sys.stdout):
         print(f"{results}: {bad} lines unreadable (a run killed while writing): left out", file=out)
     cs = judge.cases(records)
     commits = sorted({r.get("commit") for r in records if r.get("commit")})
+    advice = sorted({r.get("advice_commit") for r in records if r.get("advice_commit")})
     dates = sorted({r.get("date") for r in records if r.get("date")})
     sources = sorted({a["source"] for r in records for a in r.get("advice") or []})
     src = " and ".join(sources) or "no advice"
     print(
         f"advice judged by running it: {len(cs)} cases, {len(records)} runs; dates "
-        f"{', '.join(dates)}; commits {', '.join(commits)}; predicted intervals from {src} "
-        "fields\n",
+        f"{', '.join(dates)}; commits {', '.join(commits)} (analyzer/ last changed at "
+        f"{', '.join(advice) or 'not recorded'}); predicted intervals from {src} fields\n",
         file=out,
     )
     print(judge.table(judge.pairs(cs)) + "\n", file=out)

@@ -244,6 +244,8 @@ def pairs(cs):
                     "stall_ms": r_stall,
                     "removed_ms": removed,
                     "removed_share": removed / b_stall if removed is not None and b_stall else None,
+                    "baseline_runs_ms": _sorted(c["baseline"]["stall_ms"].values()),
+                    "runs_ms": _sorted(r["stall_ms"].values()),
                     "baseline_durable_s": b_dur,
                     "durable_s": median(r["durable_s"].values()),
                     "runs": (len(c["baseline"]["stall_ms"]), len(r["stall_ms"])),
@@ -252,6 +254,15 @@ def pairs(cs):
                 }
             )
     return out
+
+
+def _sorted(values):
+    return sorted(v for v in values if v is not None)
+
+
+def _span(xs):
+    """'lowest-highest' of the runs' stall ms (the noise the medians stand in)."""
+    return "" if not xs else f"{xs[0] / 1e3:.1f}-{xs[-1] / 1e3:.1f}"
 
 
 def calibration(ps):
@@ -347,13 +358,14 @@ def _ms(x):
 
 HEADER = (
     "| workload | scale | write IOPS | remedy (rank) | predicted removal ms | baseline stall ms "
-    "| measured removal ms (share) | inside | durable s baseline -> remedy |"
+    "| measured removal ms (share) | inside | runs' stall s baseline; remedy "
+    "| durable s baseline -> remedy |"
 )
 
 
 def table(ps):
     """The markdown table of every pair."""
-    rows = [HEADER, "|---|---|---:|---|---:|---:|---:|---|---:|"]
+    rows = [HEADER, "|---|---|---:|---|---:|---:|---:|---|---:|---:|"]
     for p in ps:
         low, high = p["low_ms"], p["high_ms"]
         pred = _ms(low) if low == high else f"{_ms(low)}-{_ms(high)}"
@@ -366,7 +378,8 @@ def table(ps):
         rows.append(
             f"| {p['workload']} | {p['scale']} | {p['iops']:,} "
             f"| {p['config']} ({p['rank'] or '-'}) "
-            f"| {pred} | {_ms(p['baseline_stall_ms'])} | {removed} | {ok} | {dur} |"
+            f"| {pred} | {_ms(p['baseline_stall_ms'])} | {removed} | {ok} "
+            f"| {_span(p['baseline_runs_ms'])}; {_span(p['runs_ms'])} | {dur} |"
         )
     return "\n".join(rows)
 

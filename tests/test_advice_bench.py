@@ -321,3 +321,24 @@ def test_sqlite_client_commits_through_a_rollback_journal(tmp_path, monkeypatch)
     assert db.execute("SELECT count(*) FROM t").fetchone() == (5,)
     assert db.execute("PRAGMA journal_mode").fetchone() == ("delete",)
     assert not (tmp_path / "db-journal").exists()
+
+
+def test_maildir_client_delivers_every_message_through_tmp_new_cur(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert clients.main(["maildir", "10"]) == 0
+    cur = sorted(os.listdir(tmp_path / "cur"))
+    assert len(cur) == 10 and all(n.endswith(":2,S") for n in cur)
+    assert os.listdir(tmp_path / "tmp") == [] and os.listdir(tmp_path / "new") == []
+    assert os.getxattr(tmp_path / "cur" / cur[0], "user.flags") == b"filtered,spam-score=0.0"
+    # 4 writers shared them: each writer's number is in its messages' names
+    assert {n.split("Q")[1].split(".")[0] for n in cur} == {"0", "1", "2", "3"}
+
+
+def test_tenants_client_runs_the_latency_tenant_while_the_storm_lasts(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert clients.main(["tenants", "20", "40"]) == 0
+    files = sorted(os.listdir(tmp_path / "storm"))
+    assert len(files) == 20
+    # 40 updates over 20 files: each got user.a, then user.b, with the update's number
+    assert os.getxattr(tmp_path / "storm" / files[0], "user.b") == f"{20:032d}".encode()
+    assert os.path.getsize(tmp_path / "latency.dat") >= 4096
