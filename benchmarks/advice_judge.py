@@ -249,6 +249,7 @@ def pairs(cs):
                     "baseline_durable_s": b_dur,
                     "durable_s": median(r["durable_s"].values()),
                     "runs": (len(c["baseline"]["stall_ms"]), len(r["stall_ms"])),
+                    "complete": min(len(c["baseline"]["stall_ms"]), len(r["stall_ms"])) >= RUNS,
                     "inside": inside(removed, low, high),
                     "narrow": narrow(low, high),
                 }
@@ -266,8 +267,9 @@ def _span(xs):
 
 
 def calibration(ps):
-    """Target 1: (hits, pairs, inside, narrow): a hit lies inside a narrow enough interval."""
-    ps = [p for p in ps if p["removed_ms"] is not None]
+    """Target 1: (hits, pairs, inside, narrow) over the pairs with all their runs: a hit lies
+    inside a narrow enough interval."""
+    ps = [p for p in ps if p["removed_ms"] is not None and p["complete"]]
     return (
         sum(p["inside"] and p["narrow"] for p in ps),
         len(ps),
@@ -278,7 +280,7 @@ def calibration(ps):
 
 def headline(cs, ps):
     """Target 2: [(case, "most" or "none", hit, headline kind, best share)] per case with
-    remedies measured: where a tried remedy removed >= 90 % of the stall time, the hit is the
+    every remedy's runs done: where a tried remedy removed >= 90 % of the stall time, the hit is the
     headline remedy removing that much too; where none did, the verdict saying no filesystem
     option removes most of it."""
     out = []
@@ -288,7 +290,7 @@ def headline(cs, ps):
             for p in ps
             if (p["workload"], p["scale"], p["iops"]) == ck and p["removed_share"] is not None
         ]
-        if not mine:
+        if not mine or not all(p["complete"] for p in mine):
             continue
         best = max(p["removed_share"] for p in mine)
         first = c["advice"].get(1) or []
@@ -372,6 +374,8 @@ def table(ps):
         b, d = p["baseline_durable_s"], p["durable_s"]
         dur = "" if None in (b, d) else f"{b:.1f} -> {d:.1f}"
         ok = "yes" if p["inside"] else "no"
+        if not p["complete"]:
+            ok += f" ({min(p['runs'])} of {RUNS} runs: not judged)"
         if p["inside"] and not p["narrow"]:
             ok += " (wider than 2x)"
         removed = f"{_ms(p['removed_ms'])} ({_pct(p['removed_share'])})"

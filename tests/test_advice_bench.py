@@ -342,3 +342,17 @@ def test_tenants_client_runs_the_latency_tenant_while_the_storm_lasts(tmp_path, 
     # 40 updates over 20 files: each got user.a, then user.b, with the update's number
     assert os.getxattr(tmp_path / "storm" / files[0], "user.b") == f"{20:032d}".encode()
     assert os.path.getsize(tmp_path / "latency.dat") >= 4096
+
+
+def test_a_case_cut_short_is_shown_but_not_judged():
+    """A run stopped half-way (resumed later): the pairs without all three runs of the
+    baseline and the remedy count in no target, and the table says so."""
+    advice = [adv("journal_size", 8000.0, 9500.0, 1, mib=66.0)]
+    rs = _case([10000.0, 10000.0], {"journal 66M": ("journal_size", [500.0, 900.0])}, advice)
+    cs = judge.cases(rs)
+    (p,) = judge.pairs(cs)
+    assert p["inside"] and not p["complete"] and p["runs"] == (2, 2)
+    assert judge.calibration([p]) == (0, 0, 0, 0)
+    assert judge.headline(cs, [p]) == [] and judge.stability(cs) == []
+    assert "(2 of 3 runs: not judged)" in judge.table([p])
+    assert [m for _, m in judge.targets(cs)] == [None, None, None, None]
