@@ -265,6 +265,23 @@ def test_stability_compares_kinds_and_ranks_of_three_baseline_runs():
     flipped = same[:2] + [rec("baseline", 3, 3.0, advice=b)]
     assert judge.stability(judge.cases(flipped))[0][1] is False
     assert judge.stability(judge.cases(same[:2])) == []  # two runs: not judged yet
+    # a per-cause finding moving between them changes no remedy's rank
+    noted = [
+        adv("journal_size", 1.0, 2.0, 1),
+        adv("cpu", 1.0, 1.0, 2),
+        adv("inode_size", 1.0, 2.0, 3),
+    ]
+    moved = same[:2] + [rec("baseline", 3, 3.0, advice=noted)]
+    assert judge.stability(judge.cases(moved))[0][1] is True
+    # the same ranks, but the verdict leads with another remedy in one run
+    for r, v in zip(
+        moved, ({"remedy": "journal_size"}, {"remedy": "journal_size"}, {"remedy": "inode_size"})
+    ):
+        r["verdict"] = v
+    assert judge.stability(judge.cases(moved))[0][1] is False
+    # a new kind that states its cost is a remedy
+    online = [*a, {**adv("dirty_expire", 1.0, 2.0, 3), "cost": "online"}]
+    assert judge.signature(online) == ("journal_size", "inode_size", "dirty_expire")
 
 
 def test_results_file_survives_a_killed_write_and_resumes(tmp_path):
