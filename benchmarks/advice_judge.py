@@ -366,8 +366,9 @@ def stability(cs):
             seen = set()
             for run, a in c["advice"].items():
                 v = c["verdicts"].get(run)
-                tried = {x["kind"] for x in a}
-                seen.add((signature(a), headline_kind(v, a, tried), says_none_removes_most(v)))
+                rem = [x for x in a if is_remedy(x)]
+                head = headline_kind(v, rem, {x["kind"] for x in rem})
+                seen.add((signature(a), head, says_none_removes_most(v)))
             out.append((ck, len(seen) == 1))
     return out
 
