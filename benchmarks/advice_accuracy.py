@@ -386,24 +386,20 @@ def main():
     if args.report:
         path = os.path.join(args.report, "results.jsonl")
         if not os.path.exists(path):
-            raise SystemExit(
-                f"--report: {path} does not exist; give the directory a --resume run kept"
-            )
+            ap.error(f"--report: {path} does not exist; give the directory a --resume run kept")
         return report(path)
     if os.geteuid() != 0:
-        raise SystemExit(
+        ap.error(
             "needs root (the lab makes loop devices); --report DIR judges kept results without"
         )
     names = list(WORKLOADS) if not args.only else [n.strip() for n in args.only.split(",")]
     unknown = [n for n in names if n not in WORKLOADS]
     if unknown:
-        raise SystemExit(
-            f"--only: unknown workload {unknown[0]!r}; choose from {', '.join(WORKLOADS)}"
-        )
+        ap.error(f"--only: unknown workload {unknown[0]!r}; choose from {', '.join(WORKLOADS)}")
     try:
         speeds = [int(x) for x in args.write_iops.split(",")]
     except ValueError:
-        raise SystemExit(
+        ap.error(
             f"--write-iops {args.write_iops}: give whole numbers, comma-separated (e.g. 1000,500)"
         )
     pick = {"small": slice(0, 1), "large": slice(1, 2), "both": slice(0, 2)}[args.scale]
