@@ -29,7 +29,8 @@ bench: setup-bench
 	$(PY) benchmarks/record_overhead.py
 	$(PY) benchmarks/probe_startstop.py
 	$(PY) benchmarks/analyze_speed.py
-	$(PY) benchmarks/advice_accuracy.py
+	$(PY) benchmarks/advice_accuracy.py --resume /var/tmp/jstall-advice-accuracy
+	$(PY) benchmarks/tune_check.py
 	$(PY) benchmarks/monitor_overhead.py
 	$(PY) benchmarks/report_speed.py
 	$(PY) benchmarks/fleet_speed.py

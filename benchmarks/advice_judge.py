@@ -1,0 +1,457 @@
+"""The arithmetic of benchmarks/advice_accuracy.py, apart from its runs: pure functions on
+the results it keeps (one JSON object per line, one line per run), so the judging can be
+checked on hand-built results and a run killed half-way resumes from its file.
+
+A run's record: ``workload``, ``scale``, ``iops`` (the paced device's write IOPS), ``config``
+("baseline" or a remedy's label), ``run`` (1, 2, 3), ``kind`` (the remedy's advice kind;
+None for the baseline), ``change`` (the lab's FsConfig fields it changed), ``stall_ms``
+(analyze's JSON ``stalls.total_ms``: every stalled call, every cause), ``durable_s`` (the
+lab's phases' durable time, summed), and on baseline runs ``advice`` (advice_of: the
+remedies analyze named, ranked) and ``verdict`` (analyze's top-level ``verdict`` object, or
+None). A tune's record: ``config`` "tune", ``run``, ``threshold_mib`` (lab tune's smallest
+journal big enough; None when none up to its bound was).
+
+What the advice predicts is read from analyze's JSON (advice_of): per recommendation
+``stall_ms_removed_low`` and ``stall_ms_removed_high`` (stall time over all causes and tasks
+the change would remove), ``regime``, ``cost`` and ``command``. Where a recommendation does
+not carry them yet, its printed range stands in: ``inputs.removed_low_ms`` and
+``removed_high_ms`` where it gives them, else ``stall_ms_addressed`` as both ends (its
+``source`` is then "fallback"), and the journal model's ``inputs.regime``.
+"""
+
+import json
+import os
+import statistics
+
+#: kinds that are findings about the recording, not changes
+FINDINGS = ("lost_events", "no_stalls", "untraced_checkpoints")
+#: the kinds of advice that name a change to the filesystem
+CHANGES = (
+    "journal_size",
+    "inode_size",
+    "external_journal",
+    "fast_commit",
+    "log_size",
+    "log_buffers",
+    "external_log",
+    "xfs_log_device",
+    "commit_interval",
+    "writeback_window",
+)
+#: a remedy "removes most" of the stall time at this share (target 2)
+MOST = 0.9
+#: calibration: an interval is narrow enough when high <= WIDTH x low, or, under SMALL_MS,
+#: when it is within +- PLUS_MINUS_MS of its middle (high - low <= 2 x PLUS_MINUS_MS)
+WIDTH, SMALL_MS, PLUS_MINUS_MS = 2.0, 2000.0, 1000.0
+#: the targets' shares
+CALIBRATION_SHARE, HEADLINE_SHARE, JOURNAL_SHARE = 0.8, 0.9, 0.9
+#: target 3: the journal (log) size at most this many times the median of the tunes' thresholds
+JOURNAL_RATIO = 2.0
+RUNS = 3
+
+
+def schedule(configs, runs=RUNS):
+    """[(config, run)] in the order they run: the configurations interleaved, round after
+    round (B R1 R2 B R1 R2 ...), so a machine's drift falls on all of them alike."""
+    return [(c, r) for r in range(1, runs + 1) for c in configs]
+
+
+def median(values):
+    """The median of the values that are not None (None when there are none)."""
+    xs = [v for v in values if v is not None]
+    return statistics.median(xs) if xs else None
+
+
+def key(rec):
+    """The record's identity: (workload, scale, iops, config, run)."""
+    return (rec["workload"], rec["scale"], int(rec["iops"]), rec["config"], int(rec["run"]))
+
+
+def case_of(rec):
+    return (rec["workload"], rec["scale"], int(rec["iops"]))
+
+
+def read_results(path):
+    """(records, bad lines) of a results file: one JSON object per line; a line that does not
+    parse (a run killed while writing it) is left out and counted; a later record of the
+    same key replaces an earlier one. No file: ([], 0)."""
+    by, bad = {}, 0
+    if not os.path.exists(path):
+        return [], 0
+    with open(path) as f:
+        for line in f:
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                k = key(rec)
+            except (ValueError, KeyError, TypeError):
+                bad += 1
+                continue
+            by[k] = rec
+    return list(by.values()), bad
+
+
+def append_result(path, rec):
+    """Add one run's record to the results file, written whole and flushed to disk."""
+    line = json.dumps(rec, sort_keys=True) + "\n"
+    with open(path, "a") as f:
+        f.write(line)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _num(x):
+    return None if x is None else float(x)
+
+
+def advice_of(doc):
+    """The remedies of analyze's JSON document, in its rank order: [{"kind", "rank" (1 the
+    first remedy), "low_ms", "high_ms", "total_ms", "mechanism_ms", "regime", "cost",
+    "command", "journal_size_mib", "source" ("model" when the recommendation carries the
+    stall-time interval, else "fallback")}]. Findings about the recording are left out."""
+    out = []
+    for r in doc.get("recommendations") or []:
+        if r.get("kind") in FINDINGS:
+            continue
+        inputs = r.get("inputs") or r.get("values") or {}
+        if r.get("stall_ms_removed_low") is not None:
+            low, high, source = r["stall_ms_removed_low"], r.get("stall_ms_removed_high"), "model"
+            high = low if high is None else high
+        elif inputs.get("removed_low_ms") is not None:
+            low, high, source = inputs["removed_low_ms"], inputs.get("removed_high_ms"), "fallback"
+            high = low if high is None else high
+        else:
+            low = high = r.get("stall_ms_addressed") or 0.0
+            source = "fallback"
+        regime = r.get("regime") or inputs.get("regime")
+        out.append(
+            {
+                "kind": r["kind"],
+                "rank": len(out) + 1,
+                "low_ms": _num(low),
+                "high_ms": _num(high),
+                "total_ms": _num(r.get("stall_ms_total")),
+                "mechanism_ms": _num(r.get("mechanism_ms_removed")),
+                "regime": regime.replace(" ", "_") if isinstance(regime, str) else None,
+                "cost": r.get("cost"),
+                "command": r.get("command"),
+                "journal_size_mib": _num(r.get("journal_size_mib")),
+                "source": source,
+            }
+        )
+    return out
+
+
+def is_remedy(a):
+    """The advice names a change (a kind of CHANGES, or one that states its cost to apply),
+    not a finding about a cause (the per-cause notes: cpu, other, data_writeback...)."""
+    return a["kind"] in CHANGES or bool(a.get("cost"))
+
+
+def signature(advice):
+    """What must not change between identical runs (target 4): the remedies' kinds in their
+    rank order (the per-cause findings between them left out)."""
+    return tuple(a["kind"] for a in advice if is_remedy(a))
+
+
+def narrow(low, high):
+    """The interval is no wider than the target allows: high <= 2 x low, or, under 2 s, within
+    +- 1 s (high - low <= 2 s)."""
+    if low is None or high is None:
+        return False
+    if high < SMALL_MS:
+        return high - low <= 2 * PLUS_MINUS_MS
+    return low > 0 and high <= WIDTH * low
+
+
+def inside(measured, low, high):
+    """The measured removal lies in [low, high]."""
+    return None not in (measured, low, high) and low <= measured <= high
+
+
+def says_none_removes_most(verdict):
+    """The verdict says no filesystem option removes most of the stall time: its
+    ``filesystem_removes_most`` is false, or a text of it says "no filesystem option"."""
+    if not isinstance(verdict, dict):
+        return False
+    if verdict.get("filesystem_removes_most") is False:
+        return True
+    return any(isinstance(v, str) and "no filesystem option" in v.lower() for v in verdict.values())
+
+
+def headline_kind(verdict, advice, tried):
+    """The remedy the advice leads with: the verdict's ``remedy`` (or ``kind``) when it names
+    one, else the first-ranked remedy that was tried."""
+    if isinstance(verdict, dict):
+        for k in ("remedy", "kind", "headline"):
+            v = verdict.get(k)
+            if isinstance(v, dict):
+                v = v.get("kind")
+            if isinstance(v, str) and v:
+                return v
+    return next((a["kind"] for a in advice if a["kind"] in tried), None)
+
+
+def cases(records):
+    """{(workload, scale, iops): case} of the records: each case's ``baseline`` and
+    ``remedies`` ({config: {"kind", "change", "stall_ms": [by run], "durable_s": [...]}}), the
+    advice of each baseline run (``advice``: {run: [...]}, ``verdicts``: {run: ...}) and
+    ``thresholds`` (the tunes')."""
+    out = {}
+    for rec in sorted(records, key=key):
+        c = out.setdefault(
+            case_of(rec),
+            {
+                "baseline": {"stall_ms": {}, "durable_s": {}},
+                "remedies": {},
+                "advice": {},
+                "verdicts": {},
+                "thresholds": {},
+            },
+        )
+        run = int(rec["run"])
+        if rec["config"] == "tune":
+            c["thresholds"][run] = rec.get("threshold_mib")
+            continue
+        if rec["config"] == "baseline":
+            slot = c["baseline"]
+            c["advice"][run] = rec.get("advice") or []
+            c["verdicts"][run] = rec.get("verdict")
+        else:
+            slot = c["remedies"].setdefault(
+                rec["config"],
+                {
+                    "kind": rec.get("kind"),
+                    "change": rec.get("change"),
+                    "stall_ms": {},
+                    "durable_s": {},
+                },
+            )
+        slot["stall_ms"][run] = rec.get("stall_ms")
+        slot["durable_s"][run] = rec.get("durable_s")
+    return out
+
+
+def pairs(cs):
+    """[pair] of every (case, remedy) with runs: the predicted interval from the first
+    baseline run's advice (the advice that chose the remedy), the medians of stall and durable
+    time of the baseline and of the remedy, the measured removal (baseline median - remedy
+    median), its share of the baseline's, ``inside`` and ``narrow``."""
+    out = []
+    for ck, c in sorted(cs.items()):
+        first = c["advice"].get(1) or next(iter(c["advice"].values()), [])
+        by_kind = {a["kind"]: a for a in first}
+        b_stall = median(c["baseline"]["stall_ms"].values())
+        b_dur = median(c["baseline"]["durable_s"].values())
+        for config, r in sorted(c["remedies"].items()):
+            a = by_kind.get(r["kind"]) or {}
+            r_stall = median(r["stall_ms"].values())
+            removed = None if None in (b_stall, r_stall) else b_stall - r_stall
+            low, high = a.get("low_ms"), a.get("high_ms")
+            out.append(
+                {
+                    "workload": ck[0],
+                    "scale": ck[1],
+                    "iops": ck[2],
+                    "config": config,
+                    "kind": r["kind"],
+                    "rank": a.get("rank"),
+                    "low_ms": low,
+                    "high_ms": high,
+                    "source": a.get("source"),
+                    "baseline_stall_ms": b_stall,
+                    "stall_ms": r_stall,
+                    "removed_ms": removed,
+                    "removed_share": removed / b_stall if removed is not None and b_stall else None,
+                    "baseline_runs_ms": _sorted(c["baseline"]["stall_ms"].values()),
+                    "runs_ms": _sorted(r["stall_ms"].values()),
+                    "baseline_durable_s": b_dur,
+                    "durable_s": median(r["durable_s"].values()),
+                    "runs": (len(c["baseline"]["stall_ms"]), len(r["stall_ms"])),
+                    "complete": min(len(c["baseline"]["stall_ms"]), len(r["stall_ms"])) >= RUNS,
+                    "inside": inside(removed, low, high),
+                    "narrow": narrow(low, high),
+                }
+            )
+    return out
+
+
+def _sorted(values):
+    return sorted(v for v in values if v is not None)
+
+
+def _span(xs):
+    """'lowest-highest' of the runs' stall ms (the noise the medians stand in)."""
+    return "" if not xs else f"{xs[0] / 1e3:.1f}-{xs[-1] / 1e3:.1f}"
+
+
+def calibration(ps):
+    """Target 1: (hits, pairs, inside, narrow) over the pairs with all their runs: a hit lies
+    inside a narrow enough interval."""
+    ps = [p for p in ps if p["removed_ms"] is not None and p["complete"]]
+    return (
+        sum(p["inside"] and p["narrow"] for p in ps),
+        len(ps),
+        sum(bool(p["inside"]) for p in ps),
+        sum(bool(p["narrow"]) for p in ps),
+    )
+
+
+def headline(cs, ps):
+    """Target 2: [(case, "most" or "none", hit, headline kind, best share)] per case with
+    every remedy's runs done: where a tried remedy removed >= 90 % of the stall time, the hit is the
+    headline remedy removing that much too; where none did, the verdict saying no filesystem
+    option removes most of it."""
+    out = []
+    for ck, c in sorted(cs.items()):
+        mine = [
+            p
+            for p in ps
+            if (p["workload"], p["scale"], p["iops"]) == ck and p["removed_share"] is not None
+        ]
+        if not mine or not all(p["complete"] for p in mine):
+            continue
+        best = max(p["removed_share"] for p in mine)
+        first = c["advice"].get(1) or []
+        verdict = c["verdicts"].get(1)
+        head = headline_kind(verdict, first, {p["kind"] for p in mine})
+        if best >= MOST:
+            share = next((p["removed_share"] for p in mine if p["kind"] == head), None)
+            out.append((ck, "most", share is not None and share >= MOST, head, best))
+        else:
+            out.append((ck, "none", says_none_removes_most(verdict), head, best))
+    return out
+
+
+def journal_sizes(cs):
+    """Target 3: [(case, size MiB, median threshold MiB or None, hit)] of the hot-set cases
+    (the first baseline run's journal_size or log_size advice in the hot_set regime) that
+    have three tunes; a hit: size <= 2 x the median threshold."""
+    out = []
+    for ck, c in sorted(cs.items()):
+        first = c["advice"].get(1) or []
+        js = next(
+            (
+                a
+                for a in first
+                if a["kind"] in ("journal_size", "log_size") and a["regime"] == "hot_set"
+            ),
+            None,
+        )
+        if js is None or not js.get("journal_size_mib") or len(c["thresholds"]) < RUNS:
+            continue
+        thr = [t for t in c["thresholds"].values() if t is not None]
+        m = (
+            median(thr) if len(thr) == len(c["thresholds"]) else None
+        )  # a tune with none big enough: no median
+        out.append(
+            (
+                ck,
+                js["journal_size_mib"],
+                m,
+                m is not None and js["journal_size_mib"] <= JOURNAL_RATIO * m,
+            )
+        )
+    return out
+
+
+def stability(cs):
+    """Target 4: [(case, same)] of the cases with three baseline runs: the remedies' kinds
+    and ranks identical in all three, and so the verdict's headline remedy and whether it
+    says no filesystem option removes most of the stall time."""
+    out = []
+    for ck, c in sorted(cs.items()):
+        if len(c["advice"]) >= RUNS:
+            seen = set()
+            for run, a in c["advice"].items():
+                v = c["verdicts"].get(run)
+                rem = [x for x in a if is_remedy(x)]
+                head = headline_kind(v, rem, {x["kind"] for x in rem})
+                seen.add((signature(a), head, says_none_removes_most(v)))
+            out.append((ck, len(seen) == 1))
+    return out
+
+
+def share(hits, n):
+    return hits / n if n else None
+
+
+def _pct(x):
+    return "n/a" if x is None else f"{100 * x:.0f} %"
+
+
+def _ms(x):
+    return "" if x is None else f"{x:,.0f}"
+
+
+HEADER = (
+    "| workload | scale | write IOPS | remedy (rank) | predicted removal ms | baseline stall ms "
+    "| measured removal ms (share) | inside | runs' stall s baseline; remedy "
+    "| durable s baseline -> remedy |"
+)
+
+
+def table(ps):
+    """The markdown table of every pair."""
+    rows = [HEADER, "|---|---|---:|---|---:|---:|---:|---|---:|---:|"]
+    for p in ps:
+        low, high = p["low_ms"], p["high_ms"]
+        pred = _ms(low) if low == high else f"{_ms(low)}-{_ms(high)}"
+        b, d = p["baseline_durable_s"], p["durable_s"]
+        dur = "" if None in (b, d) else f"{b:.1f} -> {d:.1f}"
+        ok = "yes" if p["inside"] else "no"
+        if not p["complete"]:
+            ok += f" ({min(p['runs'])} of {RUNS} runs: not judged)"
+        if p["inside"] and not p["narrow"]:
+            ok += " (wider than 2x)"
+        removed = f"{_ms(p['removed_ms'])} ({_pct(p['removed_share'])})"
+        rows.append(
+            f"| {p['workload']} | {p['scale']} | {p['iops']:,} "
+            f"| {p['config']} ({p['rank'] or '-'}) "
+            f"| {pred} | {_ms(p['baseline_stall_ms'])} | {removed} | {ok} "
+            f"| {_span(p['baseline_runs_ms'])}; {_span(p['runs_ms'])} | {dur} |"
+        )
+    return "\n".join(rows)
+
+
+def targets(cs):
+    """[(target line, met or None when nothing was measured for it)] of the four targets."""
+    ps = pairs(cs)
+    hits, n, ins, nar = calibration(ps)
+    s = share(hits, n)
+    line1 = (
+        f"1. calibration: {hits} of {n} (workload, remedy) pairs measured inside a narrow enough "
+        f"interval ({_pct(s)}; target >= {CALIBRATION_SHARE:.0%}); {ins} inside, {nar} narrow "
+        "enough"
+    )
+    out = [(line1, None if s is None else s >= CALIBRATION_SHARE)]
+    h = headline(cs, ps)
+    most = [x for x in h if x[1] == "most"]
+    none = [x for x in h if x[1] == "none"]
+    hit_most, hit_none = sum(x[2] for x in most), sum(x[2] for x in none)
+    s_most, s_none = share(hit_most, len(most)), share(hit_none, len(none))
+    met = None
+    if h:
+        met = (s_most is None or s_most >= HEADLINE_SHARE) and (s_none is None or s_none == 1.0)
+    line2 = (
+        f"2. headline: where a tried remedy removed >= {MOST:.0%} ({len(most)} workloads), the "
+        f"headline one did in {hit_most} ({_pct(s_most)}; target >= {HEADLINE_SHARE:.0%}); where "
+        f"none did ({len(none)}), the verdict said no filesystem option removes most in {hit_none}"
+    )
+    out.append((line2, met))
+    j = journal_sizes(cs)
+    hit_j = sum(x[3] for x in j)
+    s_j = share(hit_j, len(j))
+    line3 = (
+        f"3. journal size <= {JOURNAL_RATIO:g}x the median of {RUNS} tunes' thresholds: {hit_j} of "
+        f"{len(j)} hot-set workloads tuned ({_pct(s_j)}; target >= {JOURNAL_SHARE:.0%})"
+    )
+    out.append((line3, None if s_j is None else s_j >= JOURNAL_SHARE))
+    st = stability(cs)
+    line4 = (
+        f"4. identical verdicts (remedy kinds and ranks) on {RUNS} identical runs: "
+        f"{sum(x[1] for x in st)} of {len(st)} workloads"
+    )
+    out.append((line4, None if not st else all(x[1] for x in st)))
+    return out

@@ -1,0 +1,144 @@
+"""Real clients for benchmarks/advice_accuracy.py, each written as such a program does its
+I/O, nothing in them chosen to suit jstall's advice. Run in the current directory.
+
+usage: python3 benchmarks/clients.py sqlite COMMITS
+       python3 benchmarks/clients.py maildir MESSAGES
+       python3 benchmarks/clients.py tenants FILES UPDATES
+
+sqlite   a database with a rollback journal (journal_mode=DELETE, synchronous=FULL, the
+         defaults of the sqlite3 library): COMMITS single-row INSERT transactions, each of
+         which creates, writes and fsyncs db-journal, writes and fsyncs the database and
+         deletes db-journal.
+maildir  mail delivery into a maildir: 4 writer processes deliver MESSAGES messages between
+         them (1 to 8 KiB each) as a delivery agent does: write tmp/NAME, fsync it, set a
+         user.* attribute (the flags a filtering agent keeps), rename it into new/; one mover
+         process renames what arrives in new/ into cur/NAME:2,S (a reader marking it seen)
+         until the writers are done and new/ is empty.
+tenants  two tenants on one filesystem: an xattr storm (FILES files, then UPDATES setxattr
+         calls of 32-byte values on them in turn, two attribute names) beside a latency
+         tenant that writes 4 KiB at the next offset of a 4 MiB file and fdatasyncs it every
+         5 ms for as long as the storm runs.
+"""
+
+import os
+import sqlite3
+import sys
+import time
+
+
+def sqlite_commits(n):
+    db = sqlite3.connect("db", isolation_level=None)  # autocommit: one transaction a statement
+    db.execute("PRAGMA journal_mode=DELETE")
+    db.execute("PRAGMA synchronous=FULL")
+    db.execute("CREATE TABLE IF NOT EXISTS t (id INTEGER PRIMARY KEY, v TEXT)")
+    for i in range(n):
+        db.execute("INSERT INTO t (v) VALUES (?)", (f"row {i:08d} " + "x" * 100,))
+    db.close()
+
+
+def _deliver(w, count):
+    for i in range(count):
+        name = f"{int(time.time())}.M{i}P{os.getpid()}Q{w}.lab"
+        tmp = os.path.join("tmp", name)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(
+                fd,
+                (f"From: w{w}@lab\nSubject: {i}\n\n".encode() + b"m" * (1024 + (i * 997) % 7168)),
+            )
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.setxattr(tmp, "user.flags", b"filtered,spam-score=0.0")
+        os.rename(tmp, os.path.join("new", name))
+
+
+def _move(done):
+    while True:
+        names = os.listdir("new")
+        for name in names:
+            os.rename(os.path.join("new", name), os.path.join("cur", name + ":2,S"))
+        if not names:
+            if os.path.exists(done):
+                if not os.listdir("new"):
+                    return
+            else:
+                time.sleep(0.005)
+
+
+def maildir(n, writers=4):
+    for d in ("tmp", "new", "cur"):
+        os.makedirs(d, exist_ok=True)
+    done = "writers-done"
+    mover = os.fork()
+    if mover == 0:
+        _move(done)
+        os._exit(0)
+    kids = []
+    for w in range(writers):
+        pid = os.fork()
+        if pid == 0:
+            _deliver(w, n // writers + (w < n % writers))
+            os._exit(0)
+        kids.append(pid)
+    bad = sum(os.waitpid(p, 0)[1] != 0 for p in kids)
+    open(done, "w").close()
+    bad += os.waitpid(mover, 0)[1] != 0
+    if bad:
+        raise SystemExit(f"maildir: {bad} of its processes failed")
+
+
+def _storm(files, updates):
+    os.makedirs("storm", exist_ok=True)
+    paths = [os.path.join("storm", f"f{i:06d}") for i in range(files)]
+    for p in paths:
+        open(p, "w").close()
+    for k in range(updates):
+        os.setxattr(
+            paths[k % files], "user.a" if (k // files) % 2 == 0 else "user.b", f"{k:032d}".encode()
+        )
+
+
+def tenants(files, updates, period_s=0.005, size=4096, span=4 << 20):
+    storm = os.fork()
+    if storm == 0:
+        _storm(files, updates)
+        os._exit(0)
+    fd = os.open("latency.dat", os.O_WRONLY | os.O_CREAT, 0o644)
+    block, off, writes = b"l" * size, 0, 0
+    nxt = time.monotonic()
+    try:
+        while os.waitpid(storm, os.WNOHANG) == (0, 0):
+            os.pwrite(fd, block, off)
+            os.fdatasync(fd)
+            off, writes = (off + size) % span, writes + 1
+            nxt += period_s
+            delay = nxt - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            else:
+                nxt = time.monotonic()  # behind: the next write at once, no burst to catch up
+    finally:
+        os.close(fd)
+    if writes == 0:
+        raise SystemExit("tenants: the latency tenant wrote nothing")
+
+
+def main(argv):
+    usage = __doc__.split("usage: ")[1].split("\n\n")[0]
+    try:
+        kind, nums = argv[0], [int(x) for x in argv[1:]]
+        run = {"sqlite": (sqlite_commits, 1), "maildir": (maildir, 1), "tenants": (tenants, 2)}[
+            kind
+        ]
+        if len(nums) != run[1]:
+            raise ValueError
+    except (IndexError, ValueError, KeyError):
+        print("usage: " + usage, file=sys.stderr)
+        return 2
+    run[0](*nums)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,375 @@
+"""The judging arithmetic of benchmarks/advice_accuracy.py (benchmarks/advice_judge.py) on
+hand-built results: medians, the interleaved order, the interval check, the targets' tallies,
+reading a results file a killed run left, and the advice read from analyze's JSON (the new
+stall-time fields, and the fallback to what the advice prints today)."""
+
+import json
+import os
+import sys
+
+import pytest
+
+sys.path.insert(
+    0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+)
+
+import advice_judge as judge
+import clients
+
+CASE = {"workload": "maildir", "scale": "2,000 messages", "iops": 1000}
+
+
+def adv(kind, low, high, rank, regime=None, mib=None, source="model"):
+    return {
+        "kind": kind,
+        "rank": rank,
+        "low_ms": low,
+        "high_ms": high,
+        "regime": regime,
+        "journal_size_mib": mib,
+        "source": source,
+        "total_ms": None,
+        "mechanism_ms": None,
+        "cost": None,
+        "command": None,
+    }
+
+
+def rec(config, run, stall, durable=10.0, kind=None, advice=None, verdict=None, case=CASE):
+    r = {
+        **case,
+        "config": config,
+        "run": run,
+        "kind": kind,
+        "stall_ms": stall,
+        "durable_s": durable,
+    }
+    if config == "baseline":
+        r["advice"], r["verdict"] = advice or [], verdict
+    return r
+
+
+def test_schedule_interleaves_round_after_round():
+    assert judge.schedule(["B", "R1", "R2"]) == [
+        ("B", 1),
+        ("R1", 1),
+        ("R2", 1),
+        ("B", 2),
+        ("R1", 2),
+        ("R2", 2),
+        ("B", 3),
+        ("R1", 3),
+        ("R2", 3),
+    ]
+    assert judge.schedule(["B"], runs=2) == [("B", 1), ("B", 2)]
+
+
+def test_median_leaves_out_missing_runs():
+    assert judge.median([3.0, 1.0, 2.0]) == 2.0
+    assert judge.median([4.0, None, 1.0]) == 2.5
+    assert judge.median([None]) is None and judge.median([]) is None
+
+
+@pytest.mark.parametrize(
+    "low,high,ok",
+    [
+        (1000.0, 2000.0, True),  # 2x exactly
+        (1000.0, 2100.0, False),  # over 2x, and not under 2 s
+        (0.0, 1900.0, True),  # under 2 s: within +- 1 s
+        (0.0, 2500.0, False),
+        (5000.0, 10000.0, True),
+        (5000.0, 10001.0, False),
+        (None, 10.0, False),
+    ],
+)
+def test_narrow_is_2x_or_plus_minus_1s_under_2s(low, high, ok):
+    assert judge.narrow(low, high) is ok
+
+
+def test_inside_holds_both_ends():
+    assert judge.inside(5.0, 5.0, 9.0) and judge.inside(9.0, 5.0, 9.0)
+    assert not judge.inside(4.9, 5.0, 9.0) and not judge.inside(None, 5.0, 9.0)
+
+
+def test_advice_of_reads_the_new_fields_and_falls_back_to_what_is_printed():
+    doc = {
+        "recommendations": [
+            {"kind": "lost_events", "stall_ms_addressed": 0.0},
+            {
+                "kind": "external_journal",
+                "stall_ms_addressed": 800.0,
+                "stall_ms_removed_low": 900.0,
+                "stall_ms_removed_high": 1500.0,
+                "stall_ms_total": 3000.0,
+                "mechanism_ms_removed": 700.0,
+                "regime": "device_bound",
+                "cost": "new_filesystem",
+                "command": "mke2fs -O journal_dev ...",
+            },
+            {
+                "kind": "journal_size",
+                "stall_ms_addressed": 400.0,
+                "journal_size_mib": 66.0,
+                "inputs": {"regime": "hot set"},
+            },
+            {
+                "kind": "external_journal",
+                "stall_ms_addressed": 300.0,
+                "inputs": {"removed_low_ms": 300.0, "removed_high_ms": 700.0},
+            },
+        ]
+    }
+    a = judge.advice_of(doc)
+    assert [(x["kind"], x["rank"], x["source"]) for x in a] == [
+        ("external_journal", 1, "model"),
+        ("journal_size", 2, "fallback"),
+        ("external_journal", 3, "fallback"),
+    ]
+    assert (a[0]["low_ms"], a[0]["high_ms"], a[0]["total_ms"], a[0]["cost"]) == (
+        900.0,
+        1500.0,
+        3000.0,
+        "new_filesystem",
+    )
+    assert (a[1]["low_ms"], a[1]["high_ms"], a[1]["regime"], a[1]["journal_size_mib"]) == (
+        400.0,
+        400.0,
+        "hot_set",
+        66.0,
+    )
+    assert (a[2]["low_ms"], a[2]["high_ms"]) == (300.0, 700.0)
+
+
+def _case(base, remedies, advice, verdict=None, case=CASE):
+    """Records of one case: base = [stall by run], remedies = {config: (kind, [stall by run])}."""
+    out = [
+        rec("baseline", i + 1, s, advice=advice, verdict=verdict, case=case)
+        for i, s in enumerate(base)
+    ]
+    for config, (kind, stalls) in remedies.items():
+        out += [rec(config, i + 1, s, kind=kind, case=case) for i, s in enumerate(stalls)]
+    return out
+
+
+def test_pairs_use_medians_and_the_first_runs_interval():
+    advice = [
+        adv("journal_size", 7000.0, 9000.0, 1, mib=66.0),
+        adv("inode_size", 1000.0, 1000.0, 2),
+    ]
+    rs = _case(
+        [10000.0, 12000.0, 30000.0],
+        {
+            "journal 66M": ("journal_size", [3000.0, 2500.0, 4000.0]),
+            "256-byte inodes": ("inode_size", [11000.0, 9000.0, 12500.0]),
+        },
+        advice,
+    )
+    ps = {p["config"]: p for p in judge.pairs(judge.cases(rs))}
+    j = ps["journal 66M"]
+    assert (j["baseline_stall_ms"], j["stall_ms"], j["removed_ms"]) == (12000.0, 3000.0, 9000.0)
+    assert j["inside"] and j["narrow"] and j["rank"] == 1 and j["removed_share"] == 0.75
+    i = ps["256-byte inodes"]
+    assert i["removed_ms"] == 1000.0 and i["inside"] and i["narrow"]
+    assert judge.calibration(list(ps.values())) == (2, 2, 2, 2)
+
+
+def test_calibration_counts_a_wide_interval_as_a_miss_though_inside():
+    advice = [adv("external_journal", 1000.0, 9000.0, 1)]
+    rs = _case([10000.0] * 3, {"external journal": ("external_journal", [5000.0] * 3)}, advice)
+    (p,) = judge.pairs(judge.cases(rs))
+    assert p["inside"] and not p["narrow"]
+    assert judge.calibration([p]) == (0, 1, 1, 0)
+    assert "(wider than 2x)" in judge.table([p])
+
+
+def test_headline_target_most_and_none():
+    other = {**CASE, "workload": "sqlite rollback"}
+    # case 1: the second-ranked remedy removes 95 %, the headline only 40 %: a miss
+    a1 = [adv("journal_size", 1.0, 2.0, 1, mib=8.0), adv("external_journal", 1.0, 2.0, 2)]
+    rs = _case(
+        [10000.0] * 3,
+        {
+            "journal 8M": ("journal_size", [6000.0] * 3),
+            "external journal": ("external_journal", [500.0] * 3),
+        },
+        a1,
+    )
+    # case 2: nothing removes 90 %, and the verdict says so
+    rs += _case(
+        [10000.0] * 3,
+        {"fast_commit": ("fast_commit", [7000.0] * 3)},
+        [adv("fast_commit", 1.0, 2.0, 1)],
+        verdict={
+            "text": "No filesystem option removes most of it: commit waits on a device at its limit"
+        },
+        case=other,
+    )
+    cs = judge.cases(rs)
+    h = {x[0][0]: x for x in judge.headline(cs, judge.pairs(cs))}
+    assert h["maildir"][1:4] == ("most", False, "journal_size")
+    assert h["sqlite rollback"][1:3] == ("none", True)
+    # the verdict naming the remedy decides the headline over the rank
+    rs[0]["verdict"] = {"remedy": "external_journal"}
+    cs = judge.cases(rs)
+    assert {x[0][0]: x for x in judge.headline(cs, judge.pairs(cs))}["maildir"][1:4] == (
+        "most",
+        True,
+        "external_journal",
+    )
+    (_, met) = judge.targets(cs)[1]
+    assert met is True
+
+
+def test_headline_none_without_a_verdict_is_a_miss():
+    rs = _case(
+        [10000.0] * 3,
+        {"fast_commit": ("fast_commit", [7000.0] * 3)},
+        [adv("fast_commit", 1.0, 2.0, 1)],
+    )
+    cs = judge.cases(rs)
+    assert judge.headline(cs, judge.pairs(cs))[0][1:3] == ("none", False)
+    assert not judge.says_none_removes_most(None)
+    assert judge.says_none_removes_most({"filesystem_removes_most": False})
+
+
+def test_journal_size_target_on_hot_set_cases_with_three_tunes():
+    hot = [adv("journal_size", 1.0, 2.0, 1, regime="hot_set", mib=40.0)]
+    rs = _case([1000.0], {}, hot)
+    rs += [
+        {**CASE, "config": "tune", "run": n, "threshold_mib": t}
+        for n, t in ((1, 12.0), (2, 25.0), (3, 90.0))
+    ]
+    stream = {**CASE, "workload": "dbench"}
+    rs += _case(
+        [1000.0], {}, [adv("journal_size", 1.0, 2.0, 1, regime="streaming", mib=400.0)], case=stream
+    )
+    rs += [{**stream, "config": "tune", "run": n, "threshold_mib": 10.0} for n in (1, 2, 3)]
+    (row,) = judge.journal_sizes(judge.cases(rs))  # the streaming case is not judged here
+    assert row[1:] == (40.0, 25.0, True)
+    rs[0]["advice"] = [adv("journal_size", 1.0, 2.0, 1, regime="hot_set", mib=51.0)]
+    assert judge.journal_sizes(judge.cases(rs))[0][1:] == (51.0, 25.0, False)
+    # two tunes only: not judged
+    two = [
+        r
+        for r in rs
+        if not (r["workload"] == "maildir" and r["config"] == "tune" and r["run"] == 3)
+    ]
+    assert [x[0][0] for x in judge.journal_sizes(judge.cases(two))] == []
+
+
+def test_stability_compares_kinds_and_ranks_of_three_baseline_runs():
+    a = [adv("journal_size", 1.0, 2.0, 1), adv("inode_size", 1.0, 2.0, 2)]
+    b = [adv("inode_size", 5.0, 9.0, 1), adv("journal_size", 1.0, 2.0, 2)]
+    same = _case([1.0, 2.0, 3.0], {}, a)
+    assert judge.stability(judge.cases(same))[0][1] is True
+    flipped = same[:2] + [rec("baseline", 3, 3.0, advice=b)]
+    assert judge.stability(judge.cases(flipped))[0][1] is False
+    assert judge.stability(judge.cases(same[:2])) == []  # two runs: not judged yet
+    # a per-cause finding moving between them changes no remedy's rank
+    noted = [
+        adv("journal_size", 1.0, 2.0, 1),
+        adv("cpu", 1.0, 1.0, 2),
+        adv("inode_size", 1.0, 2.0, 3),
+    ]
+    moved = same[:2] + [rec("baseline", 3, 3.0, advice=noted)]
+    assert judge.stability(judge.cases(moved))[0][1] is True
+    # the same ranks, but the verdict leads with another remedy in one run
+    for r, v in zip(
+        moved, ({"remedy": "journal_size"}, {"remedy": "journal_size"}, {"remedy": "inode_size"})
+    ):
+        r["verdict"] = v
+    assert judge.stability(judge.cases(moved))[0][1] is False
+    # a new kind that states its cost is a remedy
+    online = [*a, {**adv("dirty_expire", 1.0, 2.0, 3), "cost": "online"}]
+    assert judge.signature(online) == ("journal_size", "inode_size", "dirty_expire")
+
+
+def test_results_file_survives_a_killed_write_and_resumes(tmp_path):
+    path = str(tmp_path / "results.jsonl")
+    assert judge.read_results(path) == ([], 0)
+    judge.append_result(path, rec("baseline", 1, 100.0))
+    judge.append_result(path, rec("journal 8M", 1, 50.0, kind="journal_size"))
+    with open(path, "a") as f:
+        f.write('{"workload": "maildir", "scale": "2,000 mess')  # killed mid-line
+    records, bad = judge.read_results(path)
+    assert bad == 1 and sorted(judge.key(r) for r in records) == [
+        ("maildir", "2,000 messages", 1000, "baseline", 1),
+        ("maildir", "2,000 messages", 1000, "journal 8M", 1),
+    ]
+    # a run again of the same key replaces the first record (the last one wins)
+    with open(path, "a") as f:
+        f.write("\n")
+    judge.append_result(path, rec("baseline", 1, 120.0))
+    records, bad = judge.read_results(path)
+    assert bad == 1 and len(records) == 2
+    assert next(r for r in records if r["config"] == "baseline")["stall_ms"] == 120.0
+    with open(path) as f:
+        assert json.loads(f.readline())["stall_ms"] == 100.0
+
+
+def test_targets_met_and_not_met():
+    advice = [adv("journal_size", 8000.0, 9500.0, 1, mib=66.0)]
+    rs = _case(
+        [10000.0, 10000.0, 10000.0],
+        {"journal 66M": ("journal_size", [500.0, 900.0, 700.0])},
+        advice,
+    )
+    t = judge.targets(judge.cases(rs))
+    assert [m for _, m in t] == [True, True, None, True]
+    assert t[0][0].startswith("1. calibration: 1 of 1")
+    # measured 9,300 removed; an interval of 5,000-6,000 misses it
+    rs[0]["advice"] = [adv("journal_size", 5000.0, 6000.0, 1, mib=66.0)]
+    assert judge.targets(judge.cases(rs))[0][1] is False
+
+
+def test_clients_refuse_bad_arguments(capsys):
+    assert clients.main(["sqlite"]) == 2
+    assert clients.main(["tenants", "10"]) == 2
+    assert clients.main(["mbox", "10"]) == 2
+    assert "usage:" in capsys.readouterr().err
+
+
+def test_sqlite_client_commits_through_a_rollback_journal(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert clients.main(["sqlite", "5"]) == 0
+    import sqlite3
+
+    db = sqlite3.connect(str(tmp_path / "db"))
+    assert db.execute("SELECT count(*) FROM t").fetchone() == (5,)
+    assert db.execute("PRAGMA journal_mode").fetchone() == ("delete",)
+    assert not (tmp_path / "db-journal").exists()
+
+
+def test_maildir_client_delivers_every_message_through_tmp_new_cur(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert clients.main(["maildir", "10"]) == 0
+    cur = sorted(os.listdir(tmp_path / "cur"))
+    assert len(cur) == 10 and all(n.endswith(":2,S") for n in cur)
+    assert os.listdir(tmp_path / "tmp") == [] and os.listdir(tmp_path / "new") == []
+    assert os.getxattr(tmp_path / "cur" / cur[0], "user.flags") == b"filtered,spam-score=0.0"
+    # 4 writers shared them: each writer's number is in its messages' names
+    assert {n.split("Q")[1].split(".")[0] for n in cur} == {"0", "1", "2", "3"}
+
+
+def test_tenants_client_runs_the_latency_tenant_while_the_storm_lasts(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert clients.main(["tenants", "20", "40"]) == 0
+    files = sorted(os.listdir(tmp_path / "storm"))
+    assert len(files) == 20
+    # 40 updates over 20 files: each got user.a, then user.b, with the update's number
+    assert os.getxattr(tmp_path / "storm" / files[0], "user.b") == f"{20:032d}".encode()
+    assert os.path.getsize(tmp_path / "latency.dat") >= 4096
+
+
+def test_a_case_cut_short_is_shown_but_not_judged():
+    """A run stopped half-way (resumed later): the pairs without all three runs of the
+    baseline and the remedy count in no target, and the table says so."""
+    advice = [adv("journal_size", 8000.0, 9500.0, 1, mib=66.0)]
+    rs = _case([10000.0, 10000.0], {"journal 66M": ("journal_size", [500.0, 900.0])}, advice)
+    cs = judge.cases(rs)
+    (p,) = judge.pairs(cs)
+    assert p["inside"] and not p["complete"] and p["runs"] == (2, 2)
+    assert judge.calibration([p]) == (0, 0, 0, 0)
+    assert judge.headline(cs, [p]) == [] and judge.stability(cs) == []
+    assert "(2 of 3 runs: not judged)" in judge.table([p])
+    assert [m for _, m in judge.targets(cs)] == [None, None, None, None]
