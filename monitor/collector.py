@@ -62,11 +62,13 @@ class MonitorCollector:
             stall_s = dict(t.stall_seconds)
             in_stalls = {dev: s.checkpoints_in_stalls for dev, s in t.states.items()}
             states = {dev: (s.space(), s.transactions, s.blocks_logged, dict(s.checkpoints),
-                            dict(s.checkpoint_written), {p: (s.phase_counts[p].copy(), s.phase_sum_s[p]) for p in PHASES})
+                            dict(s.checkpoint_written),
+                            {p: (s.phase_counts[p].copy(), s.phase_sum_s[p]) for p in PHASES})
                       for dev, s in t.states.items()}
             flight_dropped = t.flight_dropped
         c = CounterMetricFamily("jstall_stalls", "Operations at or above the stall threshold, by primary cause "
-                                "(the largest off-CPU share, the analyzer's taxonomy).", labels=["device", "op", "cause"])
+                                "(the largest off-CPU share, the analyzer's taxonomy).",
+                                labels=["device", "op", "cause"])
         for (dev, op, cause), n in sorted(stalls.items()):
             c.add_metric([dev, op, cause], n)
         yield c
@@ -82,7 +84,8 @@ class MonitorCollector:
             "log_space_left_blocks": ("jstall_journal_log_space_left_blocks",
                                       "jbd2_log_space_left(): j_free - 32 - the committing transaction's credits."),
             "headroom_blocks": ("jstall_journal_headroom_blocks",
-                                "Log space left above j_max_transaction_buffers; below 0 a new handle must checkpoint."),
+                                "Log space left above j_max_transaction_buffers; "
+                                "below 0 a new handle must checkpoint."),
             "headroom_ratio": ("jstall_journal_headroom_ratio",
                                "Headroom to the forced-checkpoint condition, 1 for an empty journal, 0 at it."),
             "headroom_low_ratio": ("jstall_journal_headroom_low_ratio",
@@ -103,7 +106,8 @@ class MonitorCollector:
                                         "Forced checkpoints that ran in an operation at or above the stall threshold "
                                         "(the rest of the forced ones cost less).", labels=["device"])
         cpw = CounterMetricFamily("jstall_journal_checkpoint_written_blocks",
-                                  "Blocks written home by checkpoints (jbd2_checkpoint_stats).", labels=["device", "mode"])
+                                  "Blocks written home by checkpoints (jbd2_checkpoint_stats).",
+                                  labels=["device", "mode"])
         phase = HistogramMetricFamily("jstall_journal_commit_phase_seconds",
                                       "Duration of each commit phase (jbd2_run_stats, jiffy resolution).",
                                       labels=["device", "phase"])
@@ -124,8 +128,10 @@ class MonitorCollector:
         with t.state_lock:
             writers = dict(t.logged)
         by = {"blocks": CounterMetricFamily(
-                  "jstall_journal_logged_blocks", "Blocks the journal handles of each cgroup dirtied (jbd2_handle_stats; "
-                  "the top writers per journal and interval by name, the rest as other).", labels=["device", "cgroup"]),
+                  "jstall_journal_logged_blocks",
+                  "Blocks the journal handles of each cgroup dirtied (jbd2_handle_stats; "
+                  "the top writers per journal and interval by name, the rest as other).",
+                  labels=["device", "cgroup"]),
               "bytes": CounterMetricFamily(
                   "jstall_journal_logged_bytes", "XFS log bytes the transaction tickets of each cgroup used (the top "
                   "writers per log and interval by name, the rest as other).", labels=["device", "cgroup"])}

@@ -1,6 +1,7 @@
 """The recorder's live console output, as bcc's tools print theirs: the "Tracing ... Hit
-Ctrl-C to end." line (what is traced, how the probes attached, the kernel and its flavour) and a column header once the probes are attached, then one line per
-slow call (the call's latency in milliseconds, the journal fill the handle saw in percent)."""
+Ctrl-C to end." line (what is traced, how the probes attached, the kernel and its flavour)
+and a column header once the probes are attached, then one line per slow call (the call's
+latency in milliseconds, the journal fill the handle saw in percent)."""
 
 import time
 
@@ -61,5 +62,5 @@ def print_call(out, e, syscall_names):
     file = e["file"].decode(errors="replace") or "-"
     if int(e["syscall_nr"]) == events.OPS["OP_JOURNAL_START"]:   # a handle wait outside traced calls
         file = f"(in {tables.context_name(int(e['context_nr']), int(e['task_flags'])) or 'an untraced call'})"
-    print(f"{t:<8} {comm:<16} {e['pid']:>7} {e['tid']:>7} {name:<13} {e['latency_ns'] / 1e6:>9.2f} {dev:>7} {fill} {file}",
-          file=out, flush=True)
+    print(f"{t:<8} {comm:<16} {e['pid']:>7} {e['tid']:>7} {name:<13} {e['latency_ns'] / 1e6:>9.2f} {dev:>7} "
+          f"{fill} {file}", file=out, flush=True)

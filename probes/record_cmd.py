@@ -50,7 +50,8 @@ def add_arguments(p):
     p.add_argument("-o", "--output", metavar="DIR", help="session directory (default: jstall-session-<time>)")
     p.add_argument("-d", "--device", action="append", default=[], metavar="DEV",
                    help="trace only this ext4 (MAJ:MIN, block device or mount point); repeatable")
-    p.add_argument("-p", "--pid", type=int, help="trace only this process, its threads and children; stop when it exits")
+    p.add_argument("-p", "--pid", type=int,
+                   help="trace only this process, its threads and children; stop when it exits")
     p.add_argument("--cgroup", metavar="PATH", help="trace only tasks in this cgroup v2 directory")
     p.add_argument("--min-ms", type=float, default=1.0, metavar="MS",
                    help="print and store calls at or above MS milliseconds (default 1); every call is counted")
@@ -182,7 +183,8 @@ def _summary(rec, path):
     devless = m.get("calls_without_device") or {}
     n_devless = sum(v["count"] for v in devless.values())
     if n_devless:
-        where = "not in the tables (the -d filter cannot place them)" if m["filters"]["devices"] else "stored with no device"
+        where = ("not in the tables (the -d filter cannot place them)" if m["filters"]["devices"]
+                 else "stored with no device")
         print(f"jstall: {n_devless} calls resolved to no filesystem (a path that failed before any journal handle, "
               f"or a filesystem that journals nothing): "
               + ", ".join(f"{k} {v['count']}" for k, v in devless.items()) + f"; {where}", file=sys.stderr)

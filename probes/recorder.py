@@ -269,8 +269,8 @@ class Recorder:
 
     def _write_snapshots(self, b):
         """The in-kernel call counters so far, as whole tables (rewritten atomically)."""
-        hist, totals, self.calls_without_device = tables.histogram_tables(b, self.probes.syscall_names, bool(self.devices),
-                                                                          self.probes.call_slots)
+        hist, totals, self.calls_without_device = tables.histogram_tables(
+            b, self.probes.syscall_names, bool(self.devices), self.probes.call_slots)
         self.tables = {"call_histograms": hist, "call_totals": totals}
         if self.sampler is not None:   # what the devices served so far: a table of its own
             self.tables["device_stats"] = self.sampler.table()

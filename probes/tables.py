@@ -167,7 +167,8 @@ def stacks_table(b, ids):
             frames.append([b.ksym(addr).decode(errors="replace") for addr in table.walk(sid)])
         except KeyError:
             frames.append([])
-    return _table("stacks", {"stack_id": np.array(ids, dtype=np.int32), "frames": pa.array(frames, type=pa.list_(pa.string()))})
+    return _table("stacks", {"stack_id": np.array(ids, dtype=np.int32),
+                             "frames": pa.array(frames, type=pa.list_(pa.string()))})
 
 
 def jbd2_table(a):
@@ -188,7 +189,9 @@ def jbd2_table(a):
 
 
 def _jiffies_ns(values, hz):
-    return np.rint(np.asarray(values, dtype=np.float64) * (1e9 / hz)).astype(np.int64) if hz else np.full(len(values), None)
+    if not hz:
+        return np.full(len(values), None)
+    return np.rint(np.asarray(values, dtype=np.float64) * (1e9 / hz)).astype(np.int64)
 
 
 def run_stats_table(a, hz):

@@ -337,7 +337,8 @@ def interval_causes(stack_id, tid, call_ts_ns, runnable, stacks, own_checkpoint_
     if nostack.any() and own_checkpoint_keys is not None and len(own_checkpoint_keys):
         k = pd.MultiIndex.from_arrays([own_checkpoint_keys["tid"].to_numpy(dtype="int64"),
                                        own_checkpoint_keys["call_ts_ns"].to_numpy(dtype="int64")])
-        mine = pd.MultiIndex.from_arrays([np.asarray(tid, dtype="int64"), np.asarray(call_ts_ns, dtype="int64")]).isin(k)
+        mine = pd.MultiIndex.from_arrays([np.asarray(tid, dtype="int64"),
+                                          np.asarray(call_ts_ns, dtype="int64")]).isin(k)
         own = nostack & mine
         cause[own], label[own] = OWN_CHECKPOINT_NO_STACK
     run = np.asarray(runnable, dtype=bool)

@@ -254,7 +254,9 @@ def find_stalls(session, timeline, min_ms=DEFAULT_MIN_MS, xfs_waits=None):
     li = limits.index.get_indexer(st["dev"].astype("str")) if n else np.zeros(0, dtype="int64")
 
     def limit(col):
-        return np.where(li >= 0, limits[col].to_numpy()[np.maximum(li, 0)], np.nan) if len(limits) else np.full(n, np.nan)
+        if not len(limits):
+            return np.full(n, np.nan)
+        return np.where(li >= 0, limits[col].to_numpy()[np.maximum(li, 0)], np.nan)
 
     def fill_nan(a, b):
         return np.where(np.isnan(a), b, a)
@@ -324,7 +326,8 @@ def _xfs_headroom(session, st, w=None):
     w = w[w["in_traced_call"].astype(bool)]
     if not len(w):
         return st
-    g = w.sort_values("ts_ns").groupby([w["tid"].astype("int64"), w["call_ts_ns"].astype("int64")])["headroom_start_pct"]
+    by_call = [w["tid"].astype("int64"), w["call_ts_ns"].astype("int64")]
+    g = w.sort_values("ts_ns").groupby(by_call)["headroom_start_pct"]
     key = pd.MultiIndex.from_arrays([st["tid"].astype("int64"), st["ts_ns"].astype("int64")])
     first, low = g.first().reindex(key).to_numpy(), g.min().reindex(key).to_numpy()
     has = ~np.isnan(first)
