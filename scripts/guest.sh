@@ -12,7 +12,8 @@
 #                                      (shared at the same path). Exit status: COMMAND's.
 #   guest.sh test [KVER ...] [-- PYTEST ARGS]
 #                                      the kernel tests (pytest -m 'kernel and not guest') in a
-#                                      guest of each listed kernel (or of those given), one
+#                                      guest of each listed kernel and flavour (or of those
+#                                      given; fetched if need be), one
 #                                      after another, their children's timeouts stretched 20x
 #                                      (JSTALL_TEST_SLOWDOWN); exit status 1 if any failed
 #   guest.sh kernels [generic]         the kernels listed in tests/guest-kernels.txt, each
@@ -186,6 +187,7 @@ test_kernels() {
     [ ${#ks[@]} -gt 0 ] || ks=($(kernels))
     [ ${#args[@]} -gt 0 ] || args=(-m "kernel and not guest" tests)
     for k in "${ks[@]}"; do
+        fetch "$k" || { failed=1; continue; }
         echo "guest: kernel tests on $k"
         # 8 GiB: the guest's /var/tmp (a tmpfs of half its memory) holds the lab's 2 GiB images
         (run "$k" -t 14400 -m 8G -- "JSTALL_TEST_SLOWDOWN=20 $(printf '%q ' .venv/bin/python -m pytest -p no:cacheprovider -ra "${args[@]}")") || failed=1
