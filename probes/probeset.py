@@ -478,6 +478,7 @@ class ProbeSet:
     def stack_frames(self, stack_id):
         """The kernel frames of a stored stack id (innermost first), or None once it is gone."""
         try:
-            return [self.bpf.ksym(addr).decode(errors="replace") for addr in tables.stack_addrs(self.bpf, stack_id)]
+            addrs = tables.stack_addrs(self.bpf, stack_id)
+            return [self.bpf.ksym(addr).decode(errors="replace") for addr in addrs]
         except KeyError:
             return None

@@ -293,7 +293,8 @@ def run_briefly(script, *args, wait_for="Ctrl-C to end"):
 
 def test_usage_and_arguments():
     out, err, _ = run_briefly("jstall-slowcalls.bt")
-    assert "Tracing metadata calls >= 10 ms and their jbd2 events. Ctrl-C" in out and not errors(err), (out, err)
+    assert "Tracing metadata calls >= 10 ms and their jbd2 events. Ctrl-C" in out, out
+    assert not errors(err), err
     out, err, _ = run_briefly("jstall-commits.bt", 250, 7, 0, 60, 1, wait_for="USAGE")
     assert "USAGE: jstall-commits.bt [HZ [MAJOR MINOR] [SECS]]" in out and "Tracing" not in out
     out, err, _ = run_briefly("jstall-slowcalls.bt", 10, 60, 1, wait_for="USAGE")
@@ -343,9 +344,9 @@ def test_each_script_ends_by_itself_after_its_duration(tmp_path):
                     if len(began) == len(runs) and "work" not in began:
                         began["work"] = time.monotonic()
                         before = proc_info(name)["transactions"]
-                        work = json.loads(subprocess.run(
-                            [sys.executable, "-c", WORK, fs.mountpoint, str(n)], capture_output=True,
-                            text=True, timeout=60, check=True).stdout)
+                        argv = [sys.executable, "-c", WORK, fs.mountpoint, str(n)]
+                        work = json.loads(subprocess.run(argv, capture_output=True, text=True,
+                                                         timeout=60, check=True).stdout)
                         worked = time.monotonic() - began["work"]
                     time.sleep(0.1)
                 after = proc_info(name)["transactions"]
@@ -368,7 +369,8 @@ def test_each_script_ends_by_itself_after_its_duration(tmp_path):
 
     # every call of the workload (MIN_MS 0: every traced call): n openat, n fsync
     mine = [c for c, _ in calls(out["slow"][0]) if c["pid"] == work["pid"]]
-    assert sum(c["call"] == "fsync" for c in mine) == n and sum(c["call"] == "openat" for c in mine) == n, mine
+    assert sum(c["call"] == "fsync" for c in mine) == n, mine
+    assert sum(c["call"] == "openat" for c in mine) == n, mine
     # each fsync committed: the lines, the summary over them, and the kernel's count
     text = out["commits"][0]
     rows = commits(text, (major, minor))

@@ -510,12 +510,15 @@ def test_a_stack_whose_bucket_another_holds_goes_to_the_second_way(tmp_path, mon
               "for i in range(30):\n"
               "    fd = os.open(f'{sys.argv[1]}/f{i}', os.O_CREAT | os.O_WRONLY)\n"
               "    os.write(fd, b'x' * 8192); os.fsync(fd)\n"
-              "    os.setxattr(f'{sys.argv[1]}/f{i}', 'user.a', b'y' * 64); os.fsync(fd); os.close(fd)\n")
+              "    os.setxattr(f'{sys.argv[1]}/f{i}', 'user.a', b'y' * 64)\n"
+              "    os.fsync(fd); os.close(fd)\n")
     out = str(tmp_path / "s")
     with ScratchFs(FsConfig(fs_size="32M", journal_size="4M", write_iops=300)) as fs:
-        child = subprocess.Popen([sys.executable, "-c", script, fs.mountpoint], stdin=subprocess.PIPE, text=True)
+        child = subprocess.Popen([sys.executable, "-c", script, fs.mountpoint], stdin=subprocess.PIPE,
+                                 text=True)
         try:
-            rec = Recorder(RecordOptions(output_dir=out, devices=[fs.mountpoint], pid=child.pid, quiet=True))
+            opts = RecordOptions(output_dir=out, devices=[fs.mountpoint], pid=child.pid, quiet=True)
+            rec = Recorder(opts)
             rec.start()
             release(child)
             rec.stop()

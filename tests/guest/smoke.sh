@@ -15,7 +15,7 @@
 set -u
 OUT=$1
 # the XFS lab run's bound, and jstall-xfslog.bt's duration: it covers the run
-XFSLOG_SECS=${XFSLOG_SECS:-900}
+XFSLOG_SECS=${XFSLOG_SECS:-1200}
 ROOT=$PWD
 J=$PWD/.venv/bin/jstall
 PORT=9853
