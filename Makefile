@@ -20,8 +20,9 @@ test: setup-test
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -ra --durations=15 tests
 
-# The kernel tests on each stock kernel of tests/guest-kernels.txt, in QEMU guests (emulated:
-# hours, not minutes; make test runs a smoke run on each of them).
+# The kernel tests on each stock kernel of tests/guest-kernels.txt and its flavours (cloud,
+# rt), in QEMU guests (emulated: hours, not minutes; make test runs a smoke run on each
+# generic kernel).
 test-kernels: setup-test
 	bash scripts/guest.sh test
 

@@ -54,7 +54,7 @@ POLL_MS = 100              # the ring buffers are read at least this often
 #: a record wakes the reader once this many came from its CPU since the last wakeup
 #: (rb_flags in recorder.bpf.c): 512 of the largest (168 bytes) are 84 KiB a CPU
 RB_WAKE_EVERY = 512
-STACK_ENTRIES = 16384
+STACK_ENTRIES = tables.STACK_ENTRIES
 HIST_BUCKETS = 40          # log2(latency_ns) buckets: the last holds everything from 2^39 ns (9 min)
 FILL_SAMPLE_NS = 10_000_000
 #: distinct blocks forced checkpoints wrote home, counted at most (home_writes; the map
@@ -252,6 +252,7 @@ class ProbeSet:
             RB_PAGES=RING_PAGES,
             RB_WAKE_EVERY=RB_WAKE_EVERY,
             STACK_ENTRIES=STACK_ENTRIES,
+            STACK2_ENTRIES=tables.STACK2_ENTRIES,
             HIST_BUCKETS=HIST_BUCKETS,
             FILTER_PID=0,  # -p traces the process's tree (FILTER_TREE), seeded with the pid
             FILTER_TREE=int(bool(self.opts.command_tree or self.opts.pid)),
@@ -577,6 +578,7 @@ class ProbeSet:
     def stack_frames(self, stack_id):
         """The kernel frames of a stored stack id (innermost first), or None once it is gone."""
         try:
-            return [self.bpf.ksym(addr).decode(errors="replace") for addr in self.bpf[b"stacks"].walk(stack_id)]
+            addrs = tables.stack_addrs(self.bpf, stack_id)
+            return [self.bpf.ksym(addr).decode(errors="replace") for addr in addrs]
         except KeyError:
             return None

@@ -190,6 +190,7 @@ BPF_PERCPU_ARRAY(rb_unannounced, __u64, 1);      /* records since this CPU last 
 BPF_TASK_STORAGE(inflight, struct inflight);   /* ts_ns == 0: no traced call */
 BPF_HASH(offstart, __u32, struct offstart, 65536);
 BPF_STACK_TRACE(stacks, STACK_ENTRIES);
+BPF_STACK_TRACE(stacks2, STACK2_ENTRIES);   /* a second way: kernel_stack_id() */
 /* A call_slots counter: a syscall's row holds STATS_WAYS of them, chosen by device; each
  * CPU's copy belongs to the first device counted in it (owner), others go to call_stats. */
 struct slot_stats {
@@ -1381,6 +1382,22 @@ static __always_inline void offcpu_end(__u64 now, __u32 tid, __u64 next, __u64 s
 		count(BUF_OFFCPU);
 }
 
+/* A kernel stack's id. The stack map is a hash table of STACK_ENTRIES buckets, a stack's
+ * bucket its hash's low bits, and a bucket that holds another stack refuses it (-EEXIST; no
+ * BPF_F_REUSE_STACKID: the reader symbolizes each stack id once, so an id taken over by
+ * another stack would lend its frames to later intervals). Such a stack goes to stacks2, a
+ * second way, its id there offset by STACK_ENTRIES. PREEMPT_RT kernels sleep in many more
+ * places (their spinlocks are rt_mutexes): hundreds of distinct stacks in a session where
+ * a generic kernel has tens, and a collision in every session. */
+static __always_inline __s32 kernel_stack_id(void *ctx)
+{
+	__s32 id = stacks.get_stackid(ctx, 0);
+	if (id != -EEXIST)
+		return id;
+	__s32 id2 = stacks2.get_stackid(ctx, 0);
+	return id2 >= 0 ? STACK_ENTRIES + id2 : id2;
+}
+
 /* sched_switch(bool preempt, struct task_struct *prev, struct task_struct *next,
  *              unsigned int prev_state): fires in prev's context, before the switch
  * (__schedule). A thread switched out inside a traced call keeps the time, its task state
@@ -1403,10 +1420,9 @@ static __always_inline int sched_switch_body(struct bpf_raw_tracepoint_args *ctx
 		now = bpf_ktime_get_ns();
 		/* a preempted task is runnable whatever its __state says */
 		__s64 state = ctx->args[0] ? 0 : (__u32)ctx->args[3];
-		/* no BPF_F_REUSE_STACKID: the reader symbolizes each stack id once, so an id
-		 * taken over by another stack would lend its frames to later intervals;
-		 * a hash collision (-EEXIST) and a full map (-ENOMEM) are counted apart */
-		__s32 stack_id = stacks.get_stackid(ctx, 0);
+		/* a hash collision in both ways (-EEXIST) and a full map (-ENOMEM) are counted
+		 * apart */
+		__s32 stack_id = kernel_stack_id(ctx);
 		if (stack_id == -ENOMEM)
 			count(STACKS_FULL);
 		else if (stack_id == -EEXIST)
@@ -1502,7 +1518,7 @@ static __always_inline int sched_waking_body(struct bpf_raw_tracepoint_args *ctx
 	w->wake_ts_ns = bpf_ktime_get_ns();
 	w->waker_tid = (__u32)id;
 	w->waker_pid = id >> 32;
-	w->waker_stack_id = stacks.get_stackid(ctx, 0);
+	w->waker_stack_id = kernel_stack_id(ctx);
 	bpf_get_current_comm(&w->waker_comm, sizeof(w->waker_comm));
 	struct inflight *c = current_call(0);
 	if (c && c->ts_ns) {

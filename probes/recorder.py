@@ -79,7 +79,7 @@ class Recorder:
         self.checkpoints = {"forced": 0, "background": 0}  # jbd2_checkpoint events by task
         self.calls_without_device = {}
         self.offcpu_without_stack = 0                     # off-CPU rows whose stack was lost
-        self._stack_ids = set()                           # symbolized; at most STACK_ENTRIES
+        self._stack_ids = set()                           # symbolized; at most both stack maps' entries
         self._max_tx = {}                                 # dev -> j_max_transaction_buffers seen
         self._pidfd = None
         self.last_flush = None

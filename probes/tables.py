@@ -159,12 +159,25 @@ def _waker(a, names):
     }
 
 
+#: the kernel stack maps (recorder.bpf.c): ids below STACK_ENTRIES are the stacks map's,
+#: those from it the second way's (stacks2, id - STACK_ENTRIES: a stack whose bucket in
+#: stacks held another one)
+STACK_ENTRIES = 16384
+STACK2_ENTRIES = 4096
+
+
+def stack_addrs(b, sid):
+    """The return addresses of a stored kernel stack id, innermost first (KeyError: none)."""
+    if sid >= STACK_ENTRIES:
+        return b[b"stacks2"].walk(sid - STACK_ENTRIES)
+    return b[b"stacks"].walk(sid)
+
+
 def stacks_table(b, ids):
-    table = b[b"stacks"]
     frames = []
     for sid in ids:
         try:
-            frames.append([b.ksym(addr).decode(errors="replace") for addr in table.walk(sid)])
+            frames.append([b.ksym(addr).decode(errors="replace") for addr in stack_addrs(b, sid)])
         except KeyError:
             frames.append([])
     return _table("stacks", {"stack_id": np.array(ids, dtype=np.int32),

@@ -3,18 +3,21 @@
 # in it, with this machine's / (and so the checkout and its .venv) shared read-only and a
 # tmpfs for writes: jstall's guest tests run its probes on the kernels production hosts run.
 #
-#   guest.sh setup                     install qemu, busybox and virtme-ng, and fetch every
-#                                      kernel in tests/guest-kernels.txt (image + headers)
+#   guest.sh setup [all]               install qemu, busybox and virtme-ng, and fetch the
+#                                      kernels of tests/guest-kernels.txt's first column
+#                                      (all: their flavours too), image and headers
 #   guest.sh run KVER [-t SECS] [-c CPUS] [-w DIR] -- COMMAND
 #                                      boot KVER, run COMMAND (bash -c, as root, in the
 #                                      checkout); -w DIR: a host directory the guest may write
 #                                      (shared at the same path). Exit status: COMMAND's.
 #   guest.sh test [KVER ...] [-- PYTEST ARGS]
 #                                      the kernel tests (pytest -m 'kernel and not guest') in a
-#                                      guest of each listed kernel (or of those given), one
+#                                      guest of each listed kernel and flavour (or of those
+#                                      given; fetched if need be), one
 #                                      after another, their children's timeouts stretched 20x
 #                                      (JSTALL_TEST_SLOWDOWN); exit status 1 if any failed
-#   guest.sh kernels                   the kernels listed in tests/guest-kernels.txt
+#   guest.sh kernels [generic]         the kernels listed in tests/guest-kernels.txt, each
+#                                      release and its flavours (generic: the releases alone)
 #
 # Kernels are Debian's linux-image-KVER packages, unpacked (not installed) under
 # $JSTALL_GUEST_BASE/kernels/KVER with their headers (Debian splits them into the
@@ -29,7 +32,17 @@ LIST=$ROOT/tests/guest-kernels.txt
 VNG_VERSION=1.42
 die() { echo "guest: $*" >&2; exit 125; }
 
-kernels() { sed -e 's/#.*//' -e '/^[[:space:]]*$/d' "$LIST"; }
+# The listed kernels: each line's release (`kernels generic`: those alone), then each of its
+# flavours (cloud, rt), the flavour's name before the architecture's: 6.1.0-56-amd64 cloud
+# is 6.1.0-56-cloud-amd64.
+kernels() {
+    local rel f
+    sed -e 's/#.*//' -e '/^[[:space:]]*$/d' "$LIST" | while read -r rel flavours; do
+        echo "$rel"
+        [ "${1:-}" = generic ] && continue
+        for f in $flavours; do echo "${rel%-*}-$f-${rel##*-}"; done
+    done
+}
 
 setup() {
     [ "$(id -u)" -eq 0 ] || die "run as root"
@@ -54,7 +67,7 @@ setup() {
         rm -rf "$tmp"
     fi
     local k
-    for k in $(kernels); do fetch "$k" || exit $?; done
+    for k in $(kernels "${1:-generic}"); do fetch "$k" || exit $?; done
 }
 
 # linux-image-KVER and its headers (-amd64: build/, -common: source/), unpacked under kernels/KVER
@@ -120,22 +133,44 @@ bash -c $(printf %q "$*") < /dev/null 2>&1
 echo "__GUEST_RC=\$?"
 EOF
     chmod 644 "$script"
+    # The guest's root: virtio-fs where the kernel has it (Debian's cloud kernels have no
+    # 9p: the guest could not mount its root), served by QEMU's own virtiofsd through
+    # scripts/guest-virtiofsd.sh (virtme-ng speaks to the Rust one), else 9p.
+    # JSTALL_GUEST_FS=9p|virtiofs chooses.
+    local fs=${JSTALL_GUEST_FS:-} fsopt=() vbin
+    if [ -z "$fs" ]; then
+        if grep -qE '^CONFIG_VIRTIO_FS=[ym]' "$d/boot/config-$kv" && [ -x /usr/lib/qemu/virtiofsd ]; then
+            fs=virtiofs
+        else
+            fs=9p
+        fi
+    fi
+    vbin=$(mktemp -d "$BASE/logs/bin.XXXXXX")
+    trap 'rm -rf "$vbin"' EXIT
+    case $fs in
+        virtiofs) mkdir "$vbin/share"   # where each daemon's namespace mounts its directory
+                  ln -s "$ROOT/scripts/guest-virtiofsd.sh" "$vbin/virtiofsd"
+                  ln -s "$ROOT/scripts/guest-virtiofsd.sh" "$vbin/qemu-system-x86_64" ;;
+        9p) fsopt=(--force-9p) ;;
+        *) rm -rf "$vbin"; die "JSTALL_GUEST_FS=$fs: 9p or virtiofs" ;;
+    esac
+    echo "guest: kernel $kv, its root shared by $fs" >&2
     local start=$SECONDS
-    export PATH=$BASE/venv/bin:$PATH   # vng runs virtme-run
+    export PATH=$vbin:$BASE/venv/bin:$PATH   # vng runs virtme-run; virtiofsd and QEMU: the wrapper
     # thread=single: the vCPUs take turns on one host thread. With one thread per vCPU
     # (QEMU's default), 6.12 oopsed on an int3 in bpf_trace_run1 (a tracepoint's BPF program
     # running while another vCPU patched the code: the monitor turns BPF run-time statistics
     # on, a static key) in one smoke run of three; in turns the patching is never seen half done.
-    # --force-9p: Debian's qemu 7.2 virtiofsd is not the one virtme-ng expects; --rodir:
-    # the guest's tmpfs over /var/tmp hides the kernel tree otherwise. With no udev here
+    # --rodir: the guest's tmpfs over /var/tmp hides the kernel tree otherwise. With no udev here
     # virtme-ng runs the command on the serial console: hence the markers and the filter.
-    timeout -k 10 "$tmo" "$BASE/venv/bin/vng" --run "$d/boot/vmlinuz-$kv" --disable-kvm --force-9p \
+    timeout -k 10 "$tmo" "$BASE/venv/bin/vng" --run "$d/boot/vmlinuz-$kv" --disable-kvm "${fsopt[@]}" \
         --busybox "$BASE/busybox/bin/busybox" --cpus "$cpus" --memory "$mem" \
         --qemu-opts="-accel tcg,thread=single" --rodir="$BASE" "${rw[@]}" \
         --verbose --append "loglevel=1" --exec "bash $script" < /dev/null 2>&1 \
       | tee "$log" \
-      | grep --line-buffered -avE '^Probing EDD|^\[ *[0-9]+\.[0-9]+\] |^(Memory|Poking) KASLR|^__GUEST_RC=|^qemu-system-x86_64: terminating'
+      | grep --line-buffered -avE '^Probing EDD|^\[ *[0-9]+\.[0-9]+\] |^(Memory|Poking) KASLR|^__GUEST_RC=|^qemu-system-x86_64: terminating|^virtme: waiting for virtiofsd|^fv_remove_watch: TODO|^virtio_loop: Unexpected poll revents'
     rm -f "$script"
+    rm -rf "$vbin"
     local rc
     rc=$(grep -a -m1 -o '__GUEST_RC=[0-9]*' "$log" | cut -d= -f2)
     echo "guest: kernel $kv, $((SECONDS - start)) s, status ${rc:-none (timed out or crashed)}, log $log" >&2
@@ -152,6 +187,7 @@ test_kernels() {
     [ ${#ks[@]} -gt 0 ] || ks=($(kernels))
     [ ${#args[@]} -gt 0 ] || args=(-m "kernel and not guest" tests)
     for k in "${ks[@]}"; do
+        fetch "$k" || { failed=1; continue; }
         echo "guest: kernel tests on $k"
         # 8 GiB: the guest's /var/tmp (a tmpfs of half its memory) holds the lab's 2 GiB images
         (run "$k" -t 14400 -m 8G -- "JSTALL_TEST_SLOWDOWN=20 $(printf '%q ' .venv/bin/python -m pytest -p no:cacheprovider -ra "${args[@]}")") || failed=1
@@ -160,9 +196,9 @@ test_kernels() {
 }
 
 case ${1:-} in
-    setup) setup ;;
+    setup) shift; setup "$@" ;;
     test) shift; test_kernels "$@" ;;
     run) shift; [ $# -gt 0 ] || die "run: no kernel"; run "$@" ;;
-    kernels) kernels ;;
+    kernels) shift; kernels "$@" ;;
     *) sed -n '2,/^set -u/p' "$0" | sed -e '/^set -u/d' -e 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -1,7 +1,8 @@
 """The bpftrace scripts (probes/*.bt) on a real loop-device ext4 where an xattr workload
 stalls in forced checkpoints (128-byte inodes, 4 MiB journal, throttled device): each script
 runs under bpftrace while the workload runs, is stopped with SIGINT, and what it printed is
-checked against the workload and /proc/fs/jbd2/<dev>/info."""
+checked against the workload and /proc/fs/jbd2/<dev>/info. Given a duration (SECS, their last
+argument), each script ends by itself and prints the same."""
 
 import json
 import os
@@ -292,8 +293,100 @@ def run_briefly(script, *args, wait_for="Ctrl-C to end"):
 
 def test_usage_and_arguments():
     out, err, _ = run_briefly("jstall-slowcalls.bt")
-    assert "Tracing metadata calls >= 10 ms" in out and not errors(err), (out, err)
-    out, err, _ = run_briefly("jstall-commits.bt", 250, 7, wait_for="USAGE")
-    assert "USAGE: jstall-commits.bt [HZ [MAJOR MINOR]]" in out and "Tracing" not in out
+    assert "Tracing metadata calls >= 10 ms and their jbd2 events. Ctrl-C" in out, out
+    assert not errors(err), err
+    out, err, _ = run_briefly("jstall-commits.bt", 250, 7, 0, 60, 1, wait_for="USAGE")
+    assert "USAGE: jstall-commits.bt [HZ [MAJOR MINOR] [SECS]]" in out and "Tracing" not in out
+    out, err, _ = run_briefly("jstall-slowcalls.bt", 10, 60, 1, wait_for="USAGE")
+    assert "USAGE: jstall-slowcalls.bt [MIN_MS [SECS]]" in out and "Tracing" not in out
     out, err, status = run_briefly("jstall-commits.bt", "7,0", wait_for="USAGE")
     assert status != 0 and "used numerically" in err, (out, err)
+
+
+#: the duration given to each script; the workload below runs in well under a second of it
+SECS = 15
+#: jstall-slowcalls' threshold there: most fsyncs on a device paced at 200 write IOPS wait
+#: longer (the throttle lets a burst through at once); few other calls of a busy machine do
+DURATION_MIN_MS = 2
+WORK = """
+import json, os, sys, time
+top, n = sys.argv[1], int(sys.argv[2])
+ms = []
+for i in range(n):
+    with open(f"{top}/f{i}", "w") as f:
+        os.setxattr(f.name, "user.a", b"%064d" % i)
+        t = time.monotonic()
+        os.fsync(f.fileno())
+        ms.append((time.monotonic() - t) * 1000)
+print(json.dumps({"pid": os.getpid(), "fsync_ms": ms}))
+"""
+
+
+def test_each_script_ends_by_itself_after_its_duration(tmp_path):
+    """SECS, each script's last argument: it ends by itself SECS after it began tracing (its
+    clock is checked each second) and prints what Ctrl-C would have it print: the lines of
+    what it traced meanwhile and its end summary."""
+    subprocess.run(["modprobe", "-q", "xfs"])   # jstall-xfslog's tracepoints, where xfs is a module
+    scratch = f"/var/tmp/jstall-test-bt-{uuid.uuid4().hex[:10]}"
+    n = 20
+    try:
+        cfg = FsConfig(fs_size="64M", journal_size="4M", write_iops=200)
+        with ScratchFs(cfg, scratch_dir=scratch) as fs:
+            major, minor = map(int, fs.dev.split(":"))
+            name = os.path.basename(fs.device) + "-8"
+            subprocess.run(["sync", "-f", fs.mountpoint], check=True)
+            args = {"slow": ("jstall-slowcalls.bt", DURATION_MIN_MS, SECS),
+                    "commits": ("jstall-commits.bt", HZ, major, minor, SECS),
+                    "xfslog": ("jstall-xfslog.bt", SECS)}
+            runs = {key: Bpftrace(str(tmp_path), *a) for key, a in args.items()}
+            began, ended = {}, {}
+            try:
+                deadline = time.monotonic() + 120
+                while len(ended) < len(runs) and time.monotonic() < deadline:
+                    for key, r in runs.items():
+                        if key not in began and "Ctrl-C to end" in r.text():
+                            began[key] = time.monotonic()
+                        if key not in ended and r.proc.poll() is not None:
+                            ended[key] = time.monotonic()
+                    if len(began) == len(runs) and "work" not in began:
+                        began["work"] = time.monotonic()
+                        before = proc_info(name)["transactions"]
+                        argv = [sys.executable, "-c", WORK, fs.mountpoint, str(n)]
+                        work = json.loads(subprocess.run(argv, capture_output=True, text=True,
+                                                         timeout=60, check=True).stdout)
+                        worked = time.monotonic() - began["work"]
+                    time.sleep(0.1)
+                after = proc_info(name)["transactions"]
+            finally:
+                out = {key: r.stop() for key, r in runs.items()}
+    finally:
+        left = leftovers(scratch)
+        if not any(left):
+            shutil.rmtree(scratch, ignore_errors=True)
+    assert not any(left), left
+    assert ended.keys() == runs.keys(), (ended, out)   # every one ended by itself
+    for key, r in runs.items():
+        text, err = out[key]
+        assert r.proc.returncode == 0 and not errors(err), (key, err)
+        assert f" for {SECS} s. " in text, text[:500]
+        # SECS from the header it printed once it attached, and a second's check after
+        assert SECS - 1 <= ended[key] - began[key] <= SECS + 30, (key, ended[key] - began[key])
+    # the workload ran inside every script's time
+    assert max(began.values()) + worked < min(began[k] for k in runs) + SECS, (began, worked)
+
+    # the workload's fsyncs that took MIN_MS in the kernel: at most those it timed as long
+    # (its own clock adds the way in and out), at least one of the slow ones
+    mine = [c for c, _ in calls(out["slow"][0]) if c["pid"] == work["pid"]]
+    fsyncs = [c["lat"] for c in mine if c["call"] == "fsync"]
+    timed = sorted(work["fsync_ms"])
+    assert 1 <= len(fsyncs) <= sum(t >= DURATION_MIN_MS for t in timed), (fsyncs, timed)
+    assert all(a <= b for a, b in zip(sorted(fsyncs, reverse=True), sorted(timed, reverse=True))), (fsyncs, timed)
+    # each fsync committed: the lines, the summary over them, and the kernel's count
+    text = out["commits"][0]
+    rows = commits(text, (major, minor))
+    assert n <= len(rows) <= after - before, (before, after, text)
+    assert averages(text)[(major, minor)][0] == len(rows), text
+    # the wait lines (any XFS's, system-wide; none here but the other tests') and their count
+    text = out["xfslog"][0]
+    rows = re.findall(r"^\d\d:\d\d:\d\d\s+\d+,\d+\s.*\d+\.\d+$", text, re.M)
+    assert re.search(rf"^@waits: {len(rows)}$", text, re.M), text[-2000:]
