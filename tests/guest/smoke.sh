@@ -7,14 +7,15 @@
 #   - `jstall lab run xattr` (its recording in the kernel's default attach mode: fentry on a
 #     stock kernel) of the seed stall: 128-byte inodes, a 4 MiB journal, a paced device;
 #   - `jstall lab run command` on an XFS with an 8 MiB log: its log-space waits, and
-#     probes/jstall-xfslog.bt (bpftrace, xfs a module) over the same run, for XFSLOG_SECS
-#     (its duration argument: it ends by itself; Debian's bpftrace 0.17 in these guests did
-#     not always exit within 600 s of SIGINT).
+#     probes/jstall-xfslog.bt (bpftrace, xfs a module) over the same run, given XFSLOG_SECS
+#     as its duration: it is ended with Ctrl-C (SIGINT) once the run is over, as a user ends
+#     it, and its duration ends it by itself whatever becomes of the signal (Debian's
+#     bpftrace 0.17 in these guests did not always exit within 600 s of SIGINT alone).
 # Everything lands in OUT (a host directory the guest may write); the host test analyzes
 # and checks it there. Every wait has a bound.
 set -u
 OUT=$1
-# the XFS lab run's bound, and jstall-xfslog.bt's duration: it covers the run
+# the XFS lab run's bound, and jstall-xfslog.bt's duration: the latest it ends by itself
 XFSLOG_SECS=${XFSLOG_SECS:-1200}
 ROOT=$PWD
 J=$PWD/.venv/bin/jstall
@@ -58,7 +59,7 @@ if [ $ready = 1 ]; then
     echo "lab_xfs=$?" >> status.txt
     echo "lab_xfs_s=$(( $(date +%s) - t1 ))" >> status.txt
 fi
-# (the recorder and the monitor end first: the script's duration runs out meanwhile)
+# (the recorder and the monitor end first)
 if [ $ready = 1 ]; then
     sleep 2   # the monitor reads its ring buffers every 100 ms
     curl -sf "http://127.0.0.1:$PORT/metrics" > metrics.txt
@@ -73,10 +74,13 @@ done
 wait $REC; echo "record=$?" >> status.txt
 wait $MON; echo "monitor=$?" >> status.txt
 if [ $ready = 1 ]; then
-    # bpftrace ends XFSLOG_SECS after it began tracing, drains its buffers and prints its maps
-    # (in a starved emulated guest that took more than 120 s once)
+    # Ctrl-C now; else bpftrace ends XFSLOG_SECS after it began tracing. Either way it drains
+    # its buffers and prints its maps (in a starved emulated guest that took more than 120 s once)
+    kill -INT $BT 2>/dev/null
+    t2=$(date +%s)
     for _ in $(seq $(( XFSLOG_SECS + 600 ))); do kill -0 $BT 2>/dev/null || break; sleep 1; done
     echo "xfslog_ran_s=$(( $(date +%s) - t1 ))" >> status.txt
+    echo "xfslog_exit_s=$(( $(date +%s) - t2 ))" >> status.txt
     if kill -0 $BT 2>/dev/null; then
         # where it is stuck, for the test's message
         for t in /proc/$BT/task/*; do
