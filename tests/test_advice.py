@@ -235,3 +235,56 @@ def test_device_lines_say_the_writes_against_the_devices_limit():
         "of its limit"
         not in device_lines([{**r, "limit_write_iops": float("nan"), "limit_pct": float("nan")}])[0]
     )
+
+
+def _commit_ctx(mount_options, running_ms):
+    """A context of one journal whose transactions ran ``running_ms`` each, closed at 1 s
+    steps, with handle waits over three of them and a commit wait over the first."""
+    from types import SimpleNamespace
+
+    n = len(running_ms)
+    t0 = [int(1e9 * (k + 1)) for k in range(n)]
+    txns = pd.DataFrame({
+        "dev": ["7:0"] * n, "transaction": list(range(n)), "running_ms": running_ms,
+        "blocks": [10] * n, "commit_locking_ns": t0, "end_commit_ns": [a + int(2e8) for a in t0],
+    })
+    st = stalls([
+        {"latency_ms": 300.0, "transaction_wait_ms": 300.0, "ts_ns": t0[0], "end_ns": t0[0] + int(3e8)},
+        {"latency_ms": 300.0, "transaction_wait_ms": 300.0, "ts_ns": t0[1], "end_ns": t0[1] + int(3e8)},
+        {"latency_ms": 200.0, "transaction_wait_ms": 200.0, "ts_ns": t0[3], "end_ns": t0[3] + int(2e8)},
+        {"latency_ms": 100.0, "commit_wait_ms": 100.0, "ts_ns": t0[0], "end_ns": t0[0] + int(1e8)},
+    ])
+    session = SimpleNamespace(journals=[{"dev": "7:0", "device": "/dev/loop0", "mountpoint": "/mnt",
+                                         "mount_options": mount_options}], meta={})
+    journals = pd.DataFrame([{"dev": "7:0", "kind": "ext4"}])
+    ctx = recommend.Context(session, journals, st, None, None, txns, None, 1.0)
+    ctx._memo("models", dict)
+    ctx._memo(("regime", "7:0"), lambda: ("hot_set", {}))
+    return ctx
+
+
+def test_commit_interval_removes_the_waits_beside_the_commits_its_timer_closed():
+    # transactions 0-2 ran the whole 5 s interval (timer), 3-5 were cut short (fsync)
+    ctx = _commit_ctx("rw,relatime", [5000.0, 5000.0, 4950.0, 300.0, 20.0, 700.0])
+    (r,) = recommend.commit_interval(ctx)
+    inp = r.inputs
+    assert (inp["closed_by_timer"], inp["closed_other"], inp["commit_s_advised"]) == (3, 3, 15)
+    assert inp["transaction_wait_ms_beside_timer_commits"] == pytest.approx(600.0)
+    assert inp["commit_wait_ms_beside_timer_commits"] == pytest.approx(100.0)
+    assert r.stall_ms_addressed == pytest.approx(2 / 3 * 700.0)
+    recommend.annotate(ctx, [r])
+    assert (r.cost, r.command) == ("remount", "mount -o remount,commit=15 /mnt")
+    # the low end: 2/3 of the lock waits' share beside timer commits (600 of 800 ms), every
+    # handle wait alike; the high end adds 2/3 of the commit wait
+    lo = 2 / 3 * 600 / 800 * 800.0
+    assert r.stall_ms_removed_low == pytest.approx(lo)
+    assert r.stall_ms_removed_high == pytest.approx(lo + 2 / 3 * 100.0)
+    assert "commit=15" in r.text and f"{r.stall_ms_removed_low:,.0f}" in r.text
+
+
+def test_commit_interval_says_nothing_where_no_timer_closed_a_commit():
+    # commit=10: 5 s transactions were closed by something else
+    ctx = _commit_ctx("rw,commit=10", [5000.0, 5000.0, 4950.0, 300.0, 20.0, 700.0])
+    assert recommend.commit_interval(ctx) == []
+    assert recommend.commit_seconds("rw,commit=10") == 10
+    assert recommend.commit_seconds("rw,commit=0") == recommend.DEFAULT_COMMIT_S

@@ -16,6 +16,7 @@ import math
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
+import pandas as pd
 
 from jstall.enough import BOUND, verdict
 from jstall.metadata import lab_of
@@ -371,6 +372,104 @@ def writeback_window(ctx):
                   f"effect at once, for every filesystem's dirty pages on the host, and costs "
                   f"writes of blocks that would have been re-dirtied) lets checkpoints find them clean: up to "
                   f"{e.wait_ms:,.0f} ms of forced-checkpoint waits removed.")))
+    return out
+
+
+#: ext4's commit interval when the mount options do not set one (JBD2_DEFAULT_MAX_COMMIT_AGE)
+DEFAULT_COMMIT_S = 5
+#: the longer commit interval advised, as a multiple of the current one
+COMMIT_LONGER = 3
+#: a transaction whose running phase lasted this share of the commit interval or more was
+#: closed by the interval's timer (its running phase ends when the timer fires; jiffies)
+TIMER_SHARE = 0.9
+#: a transaction that logged this share of j_max_transaction_buffers or more was closed
+#: because it was full
+FULL_SHARE = 0.9
+
+
+def commit_seconds(mount_options):
+    """ext4's commit interval (s) from a filesystem's mount options (``commit=N``; 0 is the
+    default), DEFAULT_COMMIT_S without one."""
+    for opt in (mount_options or "").split(","):
+        if opt.startswith("commit="):
+            try:
+                v = int(opt.split("=", 1)[1])
+            except ValueError:
+                continue
+            return v if v > 0 else DEFAULT_COMMIT_S
+    return DEFAULT_COMMIT_S
+
+
+def commit_closes(txns, interval_s, max_buffers=None):
+    """What closed each transaction (a Series: ``timer``, the commit interval expired;
+    ``full``, it logged FULL_SHARE of ``max_buffers`` or more; ``other``, a commit asked for
+    (fsync, sync, a checkpoint) or a running phase cut short), from the transactions table."""
+    run = txns["running_ms"].to_numpy(dtype="float64")
+    out = np.where(run >= TIMER_SHARE * interval_s * 1e3, "timer", "other").astype(object)
+    if max_buffers:
+        full = txns["blocks"].to_numpy(dtype="float64") >= FULL_SHARE * max_buffers
+        out = np.where((out == "other") & full, "full", out)
+    return pd.Series(out, index=txns.index, dtype=object)
+
+
+def commit_interval(ctx):
+    """A longer commit interval (mount -o remount,commit=N): transactions the interval's timer
+    closed become 1/COMMIT_LONGER as many; the handles that waited for one of them to lock
+    (transaction_wait) wait once where they waited COMMIT_LONGER times, and so do the commit
+    waits overlapping them at best (a bigger commit carries more data and metadata, so at
+    worst those stay). Commits fsync or a full transaction forced are as many as before.
+    Nothing when no timer-closed commit had a wait beside it. Costs a remount; a crash loses
+    up to N seconds of metadata changes."""
+    out = []
+    models = _models(ctx)
+    for _, j in ctx.journals.iterrows():  # one row per journal
+        dev = str(j["dev"])
+        if j.get("kind") == "xfs":
+            continue
+        t = ctx.txns[ctx.txns["dev"].astype("str") == dev] if len(ctx.txns) else ctx.txns
+        if not len(t) or "running_ms" not in t:
+            continue
+        jrow = next((x for x in ctx.session.journals if str(x.get("dev")) == dev), {})
+        interval = commit_seconds(jrow.get("mount_options"))
+        m = models.get(dev)
+        maxb = None
+        if m is not None:
+            maxb = m.journal_mib * 2**20 / m.block_size / max(m.divisor, 1.0)
+        by = commit_closes(t, interval, maxb)
+        n = {k: int((by == k).sum()) for k in ("timer", "full", "other")}
+        if not n["timer"]:
+            continue
+        tt = t[(by == "timer").to_numpy()]
+        c0 = tt["commit_locking_ns"].to_numpy(dtype="float64")
+        c1 = tt["end_commit_ns"].to_numpy(dtype="float64")
+        ok = np.isfinite(c0) & np.isfinite(c1)
+        if not ok.any():
+            continue
+        c0, c1 = c0[ok].astype("int64"), c1[ok].astype("int64")
+        share = {c: remedies.through_share(ctx.stalls, c0, c1, dev, c) for c in remedies.THROUGH}
+        ms = {c: share[c] * ctx.cause_ms(c, dev) for c in remedies.THROUGH}
+        if not sum(ms.values()) > 0:
+            continue
+        longer = interval * COMMIT_LONGER
+        gone = 1.0 - 1.0 / COMMIT_LONGER
+        _, mnt = _where(ctx, dev)
+        cmd = f"mount -o remount,commit={longer} {mnt}"
+        inputs = {"commit_s": interval, "commit_s_advised": longer, "transactions": int(len(t)),
+                  "closed_by_timer": n["timer"], "closed_full": n["full"], "closed_other": n["other"],
+                  "timer_commits_removed_share": gone, "command": cmd,
+                  **{f"{c}_share_beside_timer_commits": share[c] for c in remedies.THROUGH},
+                  **{f"{c}_ms_beside_timer_commits": ms[c] for c in remedies.THROUGH}}
+        out.append(Recommendation(
+            "commit_interval", estimate=True, dev=dev, stall_ms_addressed=gone * sum(ms.values()),
+            inputs=inputs,
+            text=(f"{dev}: the commit interval ({interval} s) closed {n['timer']:,} of the "
+                  f"{len(t):,} transactions ({n['full']:,} closed full, {n['other']:,} by a commit asked "
+                  f"for: fsync, sync or a checkpoint); "
+                  f"{ms['transaction_wait']:,.0f} ms of waits for a transaction to lock and "
+                  f"{ms['commit_wait']:,.0f} ms of commit waits overlapped those commits. A {longer} s "
+                  f"interval ({cmd}; a remount, online; a crash loses up to {longer} s of metadata "
+                  f"changes) closes a {COMMIT_LONGER}rd as many: the lock waits go with the commits "
+                  "removed; the commit waits at best (a bigger commit carries more).")))
     return out
 
 
@@ -952,6 +1051,12 @@ def _effects(ctx, r):
                     (f"mkfs.ext4 -I 256 NEWDEV, then copy the files with their attributes (cp -a, rsync -aHAX) "
                      f"from {mnt}"))
         return lo, hi, "online", inp.get("command")
+    if r.kind == "commit_interval":
+        g = inp["timer_commits_removed_share"]
+        tw = g * inp["transaction_wait_share_beside_timer_commits"]
+        cw = g * inp["commit_wait_share_beside_timer_commits"]
+        return ({"transaction_wait": tw}, {"transaction_wait": tw, "commit_wait": cw}, "remount",
+                inp["command"])
     if r.kind == "external_journal":
         if inp.get("log_request_share") is None:
             # no counters of the data device: from nothing to every wait on the commits' I/O
@@ -1057,7 +1162,7 @@ def __getattr__(name):
 
 
 #: Every rule, in no particular order (the result is ranked).
-RULES = (lost_events, no_stalls, writeback_window, journal_size, inode_size, external_journal, fast_commit, log_size,
+RULES = (lost_events, no_stalls, writeback_window, commit_interval, journal_size, inode_size, external_journal, fast_commit, log_size,
          xfs_log_device, per_cause)
 #: Kinds ranked before all others whatever their stall time.
 FINDINGS = ("lost_events", "no_stalls", "untraced_checkpoints")

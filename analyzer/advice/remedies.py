@@ -59,6 +59,7 @@ COSTS = ("online", "remount", "offline", "new_filesystem")
 #: the remedies (kinds) that carry a stall-time interval, a cost and a command
 REMEDIES = (
     "writeback_window",
+    "commit_interval",
     "journal_size",
     "inode_size",
     "external_journal",
