@@ -288,3 +288,26 @@ def test_commit_interval_says_nothing_where_no_timer_closed_a_commit():
     assert recommend.commit_interval(ctx) == []
     assert recommend.commit_seconds("rw,commit=10") == 10
     assert recommend.commit_seconds("rw,commit=0") == recommend.DEFAULT_COMMIT_S
+
+
+def test_durable_time_shortens_at_most_by_the_removed_waits_on_the_critical_path():
+    from jstall.metadata import PhaseRecord
+
+    # two tasks in phase 1 (0-10 s), one in phase 2 (10-14 s)
+    t = stalls([
+        {"latency_ms": 900.0, "checkpoint_ms": 800.0, "tid": 1, "ts_ns": int(1e9)},
+        {"latency_ms": 500.0, "checkpoint_ms": 500.0, "tid": 1, "ts_ns": int(2e9)},
+        {"latency_ms": 700.0, "checkpoint_ms": 700.0, "tid": 2, "ts_ns": int(3e9)},
+        {"latency_ms": 400.0, "commit_wait_ms": 400.0, "tid": 3, "ts_ns": int(11e9)},
+        {"latency_ms": 300.0, "checkpoint_ms": 300.0, "tid": 3, "ts_ns": int(12e9)},
+    ])
+    ph = [PhaseRecord("a", start_ns=0, end_ns=int(10e9), durable_s=10.0),
+          PhaseRecord("b", start_ns=int(10e9), end_ns=int(14e9), durable_s=4.0)]
+    lo, hi = remedies.durable_interval(t, {"checkpoint": 1.0}, 10.0, ph)
+    # phase a: task 1 loses 800 + 500 (the longer path), task 2 700; phase b: task 3 300
+    assert (lo, hi) == pytest.approx((14.0 - 1.3 - 0.3, 14.0))
+    assert remedies.durable_interval(t, {"checkpoint": 1.0}, 10.0, []) is None
+    r = Recommendation("journal_size", "")
+    assert "durable_s_low" not in r.to_dict()
+    r.durable_s_low, r.durable_s_high = lo, hi
+    assert r.to_dict()["durable_s_low"] == lo

@@ -84,9 +84,16 @@ class Recommendation:
     #: remedies.COSTS: what applying it takes; ``command`` the exact command(s)
     cost: str = None
     command: str = None
+    #: a lab session's durable time (s, its phases') with the remedy applied, as an interval
+    #: (remedies.durable_interval); None without phases' durable times
+    durable_s_low: float = None
+    durable_s_high: float = None
 
     def to_dict(self):
         d = asdict(self)
+        for k in ("durable_s_low", "durable_s_high"):
+            if d[k] is None:
+                del d[k]   # absent outside a lab session with phases' durable times
         d["values"] = dict(self.inputs)  # the earlier name of ``inputs``
         return d
 
@@ -1129,6 +1136,10 @@ def annotate(ctx, recs):
         r.inputs = {**r.inputs, "regime_figures": fig, "fractions_low": lo, "fractions_high": hi}
         r.stall_ms_removed_low, r.stall_ms_removed_high = remedies.stall_interval(
             ctx.stalls, lo, hi, ctx.min_ms, r.dev, total)
+        lab = lab_of(ctx.session.meta)
+        d = remedies.durable_interval(ctx.stalls, hi, ctx.min_ms, lab.phases if lab else None, r.dev)
+        if d is not None:
+            r.durable_s_low, r.durable_s_high = d
         r.text += " " + _removal_text(r)
 
 
@@ -1143,7 +1154,11 @@ def _removal_text(r):
            "device_bound": "the device ran at its write limit: only the checkpoint waits whose writes this "
                            "saves go; commit, data and flush waits stay"}[r.regime]
     dev = (f"; the data device at {100 * u:.0f}% of its limit ({fig['device_util_basis']})" if u is not None else "")
-    return (f"Stall time removed: {remedies.fmt_interval(r)}; of its own mechanism {r.mechanism_ms_removed:,.0f} ms. "
+    dur = (f"; the work durable in {r.durable_s_low:,.1f}-{r.durable_s_high:,.1f} s (measured "
+           f"{r.durable_s_high:,.1f} s; at most the removed waits on the critical path shorter)"
+           if r.durable_s_low is not None else "")
+    return (f"Stall time removed: {remedies.fmt_interval(r)}{dur}; of its own mechanism "
+            f"{r.mechanism_ms_removed:,.0f} ms. "
             f"Regime {r.regime} ({why}{dev}). Cost: {r.cost}: {r.command}.")
 
 
