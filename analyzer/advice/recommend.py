@@ -22,7 +22,7 @@ from jstall.enough import BOUND, verdict
 from jstall.metadata import lab_of
 from jstall import jbd2
 
-from jstall.analyzer.advice import remedies
+from jstall.analyzer.advice import curve, remedies
 from jstall.analyzer.stalls import causes
 from jstall.analyzer.jbd2.fill import timeline as fill_timeline
 from jstall.analyzer.jbd2.model import MARGIN, holding_divisor, model
@@ -1140,7 +1140,24 @@ def annotate(ctx, recs):
         d = remedies.durable_interval(ctx.stalls, hi, ctx.min_ms, lab.phases if lab else None, r.dev)
         if d is not None:
             r.durable_s_low, r.durable_s_high = d
+        _add_curve(r)
         r.text += " " + _removal_text(r)
+
+
+def _add_curve(r):
+    """A log-size remedy's predicted curve (advice.curve: waits and stall time at the current
+    size, twice and four times it, the recommended) into ``inputs["curve"]`` and its text."""
+    inp = r.inputs
+    if not r.estimate or r.kind not in ("journal_size", "log_size") or not r.journal_size_mib:
+        return
+    if r.kind == "journal_size":
+        cur, lo, hi, what = inp["journal_mib"], inp["low_mib"], inp["high_mib"], "forced-checkpoint waits"
+    else:
+        cur, lo, hi, what = inp["log_mib"], r.journal_size_mib, r.journal_size_mib, "log-space waits"
+    t = curve.size_curve(cur, r.mechanism_ms_removed, lo, hi, r.stall_ms_total, r.stall_ms_removed_low,
+                         r.stall_ms_removed_high, curve.sizes_for(cur, r.journal_size_mib))
+    r.inputs = {**inp, "curve": t.to_dict("records")}
+    r.text += " " + curve.curve_text(r.inputs["curve"], what)
 
 
 def _removal_text(r):
