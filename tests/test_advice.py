@@ -311,3 +311,27 @@ def test_durable_time_shortens_at_most_by_the_removed_waits_on_the_critical_path
     assert "durable_s_low" not in r.to_dict()
     r.durable_s_low, r.durable_s_high = lo, hi
     assert r.to_dict()["durable_s_low"] == lo
+
+
+def test_the_predicted_curve_falls_as_the_square_of_the_shortfall_and_its_text_is_its_values():
+    from jstall.analyzer.advice import curve
+
+    sizes = curve.sizes_for(4, 20)
+    assert sizes == [4.0, 8.0, 16.0, 20.0]
+    t = curve.size_curve(4, 1600.0, 8.0, 16.0, 2000.0, 1200.0, 1800.0, sizes)
+    assert list(t.columns) == list(curve.COLUMNS)
+    # at the session's size: what it measured; at 8 MiB the high curve (N = 16) keeps
+    # (8/12)^2 of the waits, the low one (N = 8) none; from 16 MiB on none
+    assert t["wait_ms_high"].tolist() == pytest.approx([1600.0, 1600.0 * (8 / 12) ** 2, 0.0, 0.0])
+    assert t["wait_ms_low"].tolist() == pytest.approx([1600.0, 0.0, 0.0, 0.0])
+    # the stall time left: the total less the remedy's interval times the share gone
+    assert t["stall_ms_low"].tolist() == pytest.approx([2000.0, 200.0, 200.0, 200.0])
+    assert t["stall_ms_high"].tolist() == pytest.approx(
+        [2000.0, 2000.0 - 1200.0 * (1 - (8 / 12) ** 2), 800.0, 800.0])
+    text = curve.curve_text(t.to_dict("records"))
+    assert "8 MiB 0-711 ms (stall time 200-1,333 ms)" in text and "20 MiB 0 ms" in text
+    # a lower bound no more than the journal: nothing predicted beyond it at the low end
+    assert curve.size_curve(4, 1600.0, 3.0, 16.0, 2000.0, 1200.0, 1800.0, [8])["wait_ms_low"][0] == 0.0
+    table = curve.curves([Recommendation("journal_size", "", dev="7:0",
+                                         inputs={"curve": t.to_dict("records")})])
+    assert len(table) == 4 and set(table["dev"]) == {"7:0"}
