@@ -249,9 +249,12 @@ def _commit_ctx(mount_options, running_ms):
         "blocks": [10] * n, "commit_locking_ns": t0, "end_commit_ns": [a + int(2e8) for a in t0],
     })
     st = stalls([
-        {"latency_ms": 300.0, "transaction_wait_ms": 300.0, "ts_ns": t0[0], "end_ns": t0[0] + int(3e8)},
-        {"latency_ms": 300.0, "transaction_wait_ms": 300.0, "ts_ns": t0[1], "end_ns": t0[1] + int(3e8)},
-        {"latency_ms": 200.0, "transaction_wait_ms": 200.0, "ts_ns": t0[3], "end_ns": t0[3] + int(2e8)},
+        {"latency_ms": 300.0, "transaction_wait_ms": 300.0, "ts_ns": t0[0],
+         "end_ns": t0[0] + int(3e8)},
+        {"latency_ms": 300.0, "transaction_wait_ms": 300.0, "ts_ns": t0[1],
+         "end_ns": t0[1] + int(3e8)},
+        {"latency_ms": 200.0, "transaction_wait_ms": 200.0, "ts_ns": t0[3],
+         "end_ns": t0[3] + int(2e8)},
         {"latency_ms": 100.0, "commit_wait_ms": 100.0, "ts_ns": t0[0], "end_ns": t0[0] + int(1e8)},
     ])
     session = SimpleNamespace(journals=[{"dev": "7:0", "device": "/dev/loop0", "mountpoint": "/mnt",
@@ -279,7 +282,7 @@ def test_commit_interval_removes_the_waits_beside_the_commits_its_timer_closed()
     lo = 2 / 3 * 600 / 800 * 800.0
     assert r.stall_ms_removed_low == pytest.approx(lo)
     assert r.stall_ms_removed_high == pytest.approx(lo + 2 / 3 * 100.0)
-    assert "commit=15" in r.text and f"{r.stall_ms_removed_low:,.0f}" in r.text
+    assert "commit=15" in r.text and "1/3 as many" in r.text
 
 
 def test_commit_interval_says_nothing_where_no_timer_closed_a_commit():
@@ -331,7 +334,8 @@ def test_the_predicted_curve_falls_as_the_square_of_the_shortfall_and_its_text_i
     text = curve.curve_text(t.to_dict("records"))
     assert "8 MiB 0-711 ms (stall time 200-1,333 ms)" in text and "20 MiB 0 ms" in text
     # a lower bound no more than the journal: nothing predicted beyond it at the low end
-    assert curve.size_curve(4, 1600.0, 3.0, 16.0, 2000.0, 1200.0, 1800.0, [8])["wait_ms_low"][0] == 0.0
+    low = curve.size_curve(4, 1600.0, 3.0, 16.0, 2000.0, 1200.0, 1800.0, [8])["wait_ms_low"]
+    assert low[0] == 0.0
     table = curve.curves([Recommendation("journal_size", "", dev="7:0",
                                          inputs={"curve": t.to_dict("records")})])
     assert len(table) == 4 and set(table["dev"]) == {"7:0"}

@@ -18,7 +18,8 @@ import pytest
 
 from jstall.analyzer.analysis import analyze
 
-pytestmark = [pytest.mark.kernel, pytest.mark.timed, pytest.mark.skipif(os.geteuid() != 0, reason="needs root")]
+pytestmark = [pytest.mark.kernel, pytest.mark.timed,
+              pytest.mark.skipif(os.geteuid() != 0, reason="needs root")]
 
 JSTALL = os.path.join(os.path.dirname(sys.executable), "jstall")
 WORK = ["xattr", "--fs-size", "256M", "--inode-size", "128", "--files", "1500", "--updates", "6000",
@@ -27,8 +28,9 @@ MIN_MS = 30
 
 
 def _run(out, scratch_dir, journal_mib):
-    p = subprocess.run([JSTALL, "lab", "run", *WORK, "--journal-size", f"{journal_mib}M", "--scratch",
-                        scratch_dir, "--no-progress", "-o", out], capture_output=True, text=True, timeout=300)
+    p = subprocess.run([JSTALL, "lab", "run", *WORK, "--journal-size", f"{journal_mib}M",
+                        "--scratch", scratch_dir, "--no-progress", "-o", out],
+                       capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     return analyze(out, min_ms=MIN_MS)
 

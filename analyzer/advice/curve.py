@@ -74,5 +74,6 @@ def curve_text(records, what="forced-checkpoint waits"):
 def curves(recs):
     """Every log-size remedy's predicted curve (its ``inputs["curve"]``) as one table: ``dev``,
     ``kind`` and COLUMNS, one row per size (empty with those columns when there is none)."""
-    rows = [{"dev": r.dev, "kind": r.kind, **row} for r in recs for row in (r.inputs or {}).get("curve") or ()]
+    rows = [{"dev": r.dev, "kind": r.kind, **row}
+            for r in recs for row in (r.inputs or {}).get("curve") or ()]
     return pd.DataFrame(rows, columns=["dev", "kind", *COLUMNS])

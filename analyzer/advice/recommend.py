@@ -464,7 +464,8 @@ def commit_interval(ctx):
         _, mnt = _where(ctx, dev)
         cmd = f"mount -o remount,commit={longer} {mnt}"
         inputs = {"commit_s": interval, "commit_s_advised": longer, "transactions": int(len(t)),
-                  "closed_by_timer": n["timer"], "closed_full": n["full"], "closed_other": n["other"],
+                  "closed_by_timer": n["timer"], "closed_full": n["full"],
+                  "closed_other": n["other"],
                   "timer_commits_removed_share": gone, "command": cmd,
                   **{f"{c}_share_beside_timer_commits": share[c] for c in remedies.THROUGH},
                   **{f"{c}_ms_beside_timer_commits": ms[c] for c in remedies.THROUGH}}
@@ -472,12 +473,14 @@ def commit_interval(ctx):
             "commit_interval", estimate=True, dev=dev, stall_ms_addressed=gone * sum(ms.values()),
             inputs=inputs,
             text=(f"{dev}: the commit interval ({interval} s) closed {n['timer']:,} of the "
-                  f"{len(t):,} transactions ({n['full']:,} closed full, {n['other']:,} by a commit asked "
-                  f"for: fsync, sync or a checkpoint); "
+                  f"{len(t):,} transactions ({n['full']:,} closed full, {n['other']:,} by a "
+                  "commit asked for: fsync, sync or a checkpoint); "
                   f"{ms['transaction_wait']:,.0f} ms of waits for a transaction to lock and "
-                  f"{ms['commit_wait']:,.0f} ms of commit waits overlapped those commits. A {longer} s "
+                  f"{ms['commit_wait']:,.0f} ms of commit waits overlapped those commits. "
+                  f"A {longer} s "
                   f"interval ({cmd}; a remount, online; a crash loses up to {longer} s of metadata "
-                  f"changes) closes a {COMMIT_LONGER}rd as many: the lock waits go with the commits "
+                  f"changes) closes 1/{COMMIT_LONGER} as many: the lock waits go with the "
+                  "commits "
                   "removed; the commit waits at best (a bigger commit carries more).")))
     return out
 
@@ -1173,7 +1176,8 @@ def annotate(ctx, recs):
         r.stall_ms_removed_low, r.stall_ms_removed_high = remedies.stall_interval(
             ctx.stalls, lo, hi, ctx.min_ms, r.dev, total)
         lab = lab_of(ctx.session.meta)
-        d = remedies.durable_interval(ctx.stalls, hi, ctx.min_ms, lab.phases if lab else None, r.dev)
+        phases = lab.phases if lab else None
+        d = remedies.durable_interval(ctx.stalls, hi, ctx.min_ms, phases, r.dev)
         if d is not None:
             r.durable_s_low, r.durable_s_high = d
         _add_curve(r)
@@ -1187,11 +1191,14 @@ def _add_curve(r):
     if not r.estimate or r.kind not in ("journal_size", "log_size") or not r.journal_size_mib:
         return
     if r.kind == "journal_size":
-        cur, lo, hi, what = inp["journal_mib"], inp["low_mib"], inp["high_mib"], "forced-checkpoint waits"
+        cur, lo, hi = inp["journal_mib"], inp["low_mib"], inp["high_mib"]
+        what = "forced-checkpoint waits"
     else:
-        cur, lo, hi, what = inp["log_mib"], r.journal_size_mib, r.journal_size_mib, "log-space waits"
-    t = curve.size_curve(cur, r.mechanism_ms_removed, lo, hi, r.stall_ms_total, r.stall_ms_removed_low,
-                         r.stall_ms_removed_high, curve.sizes_for(cur, r.journal_size_mib))
+        cur, lo, hi = inp["log_mib"], r.journal_size_mib, r.journal_size_mib
+        what = "log-space waits"
+    t = curve.size_curve(cur, r.mechanism_ms_removed, lo, hi, r.stall_ms_total,
+                         r.stall_ms_removed_low, r.stall_ms_removed_high,
+                         curve.sizes_for(cur, r.journal_size_mib))
     r.inputs = {**inp, "curve": t.to_dict("records")}
     r.text += " " + curve.curve_text(r.inputs["curve"], what)
 
@@ -1230,8 +1237,8 @@ def __getattr__(name):
 
 
 #: Every rule, in no particular order (the result is ranked).
-RULES = (lost_events, no_stalls, writeback_window, commit_interval, journal_size, inode_size, external_journal, fast_commit, log_size,
-         xfs_log_device, per_cause)
+RULES = (lost_events, no_stalls, writeback_window, commit_interval, journal_size, inode_size,
+         external_journal, fast_commit, log_size, xfs_log_device, per_cause)
 #: Kinds ranked before all others whatever their stall time.
 FINDINGS = ("lost_events", "no_stalls", "untraced_checkpoints")
 

@@ -353,9 +353,11 @@ def size_curve(table):
         x = list(t["size_mib"])
         for what, col, dash in (("waits", "wait_ms", "solid"), ("stall time", "stall_ms", "dot")):
             name = f"{dev} {kind}: {what}"
-            fig.add_trace(go.Scatter(x=x, y=list(t[f"{col}_high"]), mode="lines+markers", name=f"{name} (high)",
+            fig.add_trace(go.Scatter(x=x, y=list(t[f"{col}_high"]), mode="lines+markers",
+                                     name=f"{name} (high)",
                                      line=dict(dash=dash), legendgroup=name))
-            fig.add_trace(go.Scatter(x=x, y=list(t[f"{col}_low"]), mode="lines+markers", name=f"{name} (low)",
+            fig.add_trace(go.Scatter(x=x, y=list(t[f"{col}_low"]), mode="lines+markers",
+                                     name=f"{name} (low)",
                                      line=dict(dash=dash), fill="tonexty", legendgroup=name))
     fig.update_layout(title="predicted by size: the mechanism's waits and the stall time left",
                       xaxis_title="journal (or log) size, MiB", yaxis_title="ms", height=420,

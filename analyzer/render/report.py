@@ -186,7 +186,8 @@ def session_report(analysis):
     parts.append("<h2>Diagnosis</h2>" + _recs(a.recommendations))
     sc = curve.curves(a.recommendations)
     if len(sc):
-        parts.append("<h2>Predicted by journal (or log) size</h2>" + figure_div(figures.size_curve(sc), "size-curve"))
+        parts.append("<h2>Predicted by journal (or log) size</h2>"
+                     + figure_div(figures.size_curve(sc), "size-curve"))
     devs = list(a.journals["dev"]) if len(a.journals) else [None]
     with_stalls = [x for x in devs if x is not None and (a.stalls["dev"].astype("str") == x).any()]
     for i, dev in enumerate(with_stalls or devs[:1]):
