@@ -235,3 +235,107 @@ def test_device_lines_say_the_writes_against_the_devices_limit():
         "of its limit"
         not in device_lines([{**r, "limit_write_iops": float("nan"), "limit_pct": float("nan")}])[0]
     )
+
+
+def _commit_ctx(mount_options, running_ms):
+    """A context of one journal whose transactions ran ``running_ms`` each, closed at 1 s
+    steps, with handle waits over three of them and a commit wait over the first."""
+    from types import SimpleNamespace
+
+    n = len(running_ms)
+    t0 = [int(1e9 * (k + 1)) for k in range(n)]
+    txns = pd.DataFrame({
+        "dev": ["7:0"] * n, "transaction": list(range(n)), "running_ms": running_ms,
+        "blocks": [10] * n, "commit_locking_ns": t0, "end_commit_ns": [a + int(2e8) for a in t0],
+    })
+    st = stalls([
+        {"latency_ms": 300.0, "transaction_wait_ms": 300.0, "ts_ns": t0[0],
+         "end_ns": t0[0] + int(3e8)},
+        {"latency_ms": 300.0, "transaction_wait_ms": 300.0, "ts_ns": t0[1],
+         "end_ns": t0[1] + int(3e8)},
+        {"latency_ms": 200.0, "transaction_wait_ms": 200.0, "ts_ns": t0[3],
+         "end_ns": t0[3] + int(2e8)},
+        {"latency_ms": 100.0, "commit_wait_ms": 100.0, "ts_ns": t0[0], "end_ns": t0[0] + int(1e8)},
+    ])
+    session = SimpleNamespace(journals=[{"dev": "7:0", "device": "/dev/loop0", "mountpoint": "/mnt",
+                                         "mount_options": mount_options}], meta={})
+    journals = pd.DataFrame([{"dev": "7:0", "kind": "ext4"}])
+    ctx = recommend.Context(session, journals, st, None, None, txns, None, 1.0)
+    ctx._memo("models", dict)
+    ctx._memo(("regime", "7:0"), lambda: ("hot_set", {}))
+    return ctx
+
+
+def test_commit_interval_removes_the_waits_beside_the_commits_its_timer_closed():
+    # transactions 0-2 ran the whole 5 s interval (timer), 3-5 were cut short (fsync)
+    ctx = _commit_ctx("rw,relatime", [5000.0, 5000.0, 4950.0, 300.0, 20.0, 700.0])
+    (r,) = recommend.commit_interval(ctx)
+    inp = r.inputs
+    assert (inp["closed_by_timer"], inp["closed_other"], inp["commit_s_advised"]) == (3, 3, 15)
+    assert inp["transaction_wait_ms_beside_timer_commits"] == pytest.approx(600.0)
+    assert inp["commit_wait_ms_beside_timer_commits"] == pytest.approx(100.0)
+    assert r.stall_ms_addressed == pytest.approx(2 / 3 * 700.0)
+    recommend.annotate(ctx, [r])
+    assert (r.cost, r.command) == ("remount", "mount -o remount,commit=15 /mnt")
+    # the low end: 2/3 of the lock waits' share beside timer commits (600 of 800 ms), every
+    # handle wait alike; the high end adds 2/3 of the commit wait
+    lo = 2 / 3 * 600 / 800 * 800.0
+    assert r.stall_ms_removed_low == pytest.approx(lo)
+    assert r.stall_ms_removed_high == pytest.approx(lo + 2 / 3 * 100.0)
+    assert "commit=15" in r.text and "1/3 as many" in r.text
+
+
+def test_commit_interval_says_nothing_where_no_timer_closed_a_commit():
+    # commit=10: 5 s transactions were closed by something else
+    ctx = _commit_ctx("rw,commit=10", [5000.0, 5000.0, 4950.0, 300.0, 20.0, 700.0])
+    assert recommend.commit_interval(ctx) == []
+    assert recommend.commit_seconds("rw,commit=10") == 10
+    assert recommend.commit_seconds("rw,commit=0") == recommend.DEFAULT_COMMIT_S
+
+
+def test_durable_time_shortens_at_most_by_the_removed_waits_on_the_critical_path():
+    from jstall.metadata import PhaseRecord
+
+    # two tasks in phase 1 (0-10 s), one in phase 2 (10-14 s)
+    t = stalls([
+        {"latency_ms": 900.0, "checkpoint_ms": 800.0, "tid": 1, "ts_ns": int(1e9)},
+        {"latency_ms": 500.0, "checkpoint_ms": 500.0, "tid": 1, "ts_ns": int(2e9)},
+        {"latency_ms": 700.0, "checkpoint_ms": 700.0, "tid": 2, "ts_ns": int(3e9)},
+        {"latency_ms": 400.0, "commit_wait_ms": 400.0, "tid": 3, "ts_ns": int(11e9)},
+        {"latency_ms": 300.0, "checkpoint_ms": 300.0, "tid": 3, "ts_ns": int(12e9)},
+    ])
+    ph = [PhaseRecord("a", start_ns=0, end_ns=int(10e9), durable_s=10.0),
+          PhaseRecord("b", start_ns=int(10e9), end_ns=int(14e9), durable_s=4.0)]
+    lo, hi = remedies.durable_interval(t, {"checkpoint": 1.0}, 10.0, ph)
+    # phase a: task 1 loses 800 + 500 (the longer path), task 2 700; phase b: task 3 300
+    assert (lo, hi) == pytest.approx((14.0 - 1.3 - 0.3, 14.0))
+    assert remedies.durable_interval(t, {"checkpoint": 1.0}, 10.0, []) is None
+    r = Recommendation("journal_size", "")
+    assert "durable_s_low" not in r.to_dict()
+    r.durable_s_low, r.durable_s_high = lo, hi
+    assert r.to_dict()["durable_s_low"] == lo
+
+
+def test_the_predicted_curve_falls_as_the_square_of_the_shortfall_and_its_text_is_its_values():
+    from jstall.analyzer.advice import curve
+
+    sizes = curve.sizes_for(4, 20)
+    assert sizes == [4.0, 8.0, 16.0, 20.0]
+    t = curve.size_curve(4, 1600.0, 8.0, 16.0, 2000.0, 1200.0, 1800.0, sizes)
+    assert list(t.columns) == list(curve.COLUMNS)
+    # at the session's size: what it measured; at 8 MiB the high curve (N = 16) keeps
+    # (8/12)^2 of the waits, the low one (N = 8) none; from 16 MiB on none
+    assert t["wait_ms_high"].tolist() == pytest.approx([1600.0, 1600.0 * (8 / 12) ** 2, 0.0, 0.0])
+    assert t["wait_ms_low"].tolist() == pytest.approx([1600.0, 0.0, 0.0, 0.0])
+    # the stall time left: the total less the remedy's interval times the share gone
+    assert t["stall_ms_low"].tolist() == pytest.approx([2000.0, 200.0, 200.0, 200.0])
+    assert t["stall_ms_high"].tolist() == pytest.approx(
+        [2000.0, 2000.0 - 1200.0 * (1 - (8 / 12) ** 2), 800.0, 800.0])
+    text = curve.curve_text(t.to_dict("records"))
+    assert "8 MiB 0-711 ms (stall time 200-1,333 ms)" in text and "20 MiB 0 ms" in text
+    # a lower bound no more than the journal: nothing predicted beyond it at the low end
+    low = curve.size_curve(4, 1600.0, 3.0, 16.0, 2000.0, 1200.0, 1800.0, [8])["wait_ms_low"]
+    assert low[0] == 0.0
+    table = curve.curves([Recommendation("journal_size", "", dev="7:0",
+                                         inputs={"curve": t.to_dict("records")})])
+    assert len(table) == 4 and set(table["dev"]) == {"7:0"}

@@ -165,11 +165,13 @@ def test_session_report_renders(tmp_path):
     s = classic_session(tmp_path)
     out = str(tmp_path / "report.html")
     html = write_report(s.path, out)
-    check_page(html, 4)
+    # the timeline, causes, latency, transactions, and the journal size's predicted curve
+    check_page(html, 5)
     assert "below 0: handles wait for log space" in html and "journal_size" in html
+    assert "Predicted by journal (or log) size" in html
     dom, console, attrs, _ = render(out)
-    check_rendered(dom, console, attrs, 4)
-    assert dom.count("class=\"main-svg\"") >= 4
+    check_rendered(dom, console, attrs, 5)
+    assert dom.count("class=\"main-svg\"") >= 5
     # headline figures first: stalls, their time, the dominant cause, the worst call
     head = dom[dom.index('class="head"'):dom.index("<h2>")]
     assert ">30<" in head and "dominant cause" in head and "checkpoint" in head and "worst call" in head
@@ -263,12 +265,12 @@ def test_long_session_report_fits_the_budget_and_renders(tmp_path):
     html = write_report(path, out)
     secs = time.perf_counter() - t
     mb = os.path.getsize(out) / 1e6
-    check_page(html, 4)
+    check_page(html, 5)  # with the journal size's predicted curve
     assert "of 25,000 drawn" in html  # the thinned stalls say so
     dom, console, attrs, wall = render(out)
     print(f"\n30-minute session, 25,000 stalls: report {mb:.2f} MB written in {secs:.1f} s; Chromium drew "
           f"every figure {int(attrs.get('renderMs', -1)) / 1000:.1f} s after the page loaded, "
           f"{wall:.1f} s after it was launched (bound: 30 s)")
     assert mb <= 5.0
-    check_rendered(dom, console, attrs, 4)
+    check_rendered(dom, console, attrs, 5)
     assert wall <= 30.0  # seconds, on a contended 2-core machine with software WebGL

@@ -16,12 +16,13 @@ import math
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
+import pandas as pd
 
 from jstall.enough import BOUND, verdict
 from jstall.metadata import lab_of
 from jstall import jbd2
 
-from jstall.analyzer.advice import remedies
+from jstall.analyzer.advice import curve, remedies
 from jstall.analyzer.stalls import causes
 from jstall.analyzer.jbd2.fill import timeline as fill_timeline
 from jstall.analyzer.jbd2.model import MARGIN, holding_divisor, model
@@ -83,9 +84,16 @@ class Recommendation:
     #: remedies.COSTS: what applying it takes; ``command`` the exact command(s)
     cost: str = None
     command: str = None
+    #: a lab session's durable time (s, its phases') with the remedy applied, as an interval
+    #: (remedies.durable_interval); None without phases' durable times
+    durable_s_low: float = None
+    durable_s_high: float = None
 
     def to_dict(self):
         d = asdict(self)
+        for k in ("durable_s_low", "durable_s_high"):
+            if d[k] is None:
+                del d[k]   # absent outside a lab session with phases' durable times
         d["values"] = dict(self.inputs)  # the earlier name of ``inputs``
         return d
 
@@ -371,6 +379,109 @@ def writeback_window(ctx):
                   f"effect at once, for every filesystem's dirty pages on the host, and costs "
                   f"writes of blocks that would have been re-dirtied) lets checkpoints find them clean: up to "
                   f"{e.wait_ms:,.0f} ms of forced-checkpoint waits removed.")))
+    return out
+
+
+#: ext4's commit interval when the mount options do not set one (JBD2_DEFAULT_MAX_COMMIT_AGE)
+DEFAULT_COMMIT_S = 5
+#: the longer commit interval advised, as a multiple of the current one
+COMMIT_LONGER = 3
+#: a transaction whose running phase lasted this share of the commit interval or more was
+#: closed by the interval's timer (its running phase ends when the timer fires; jiffies)
+TIMER_SHARE = 0.9
+#: a transaction that logged this share of j_max_transaction_buffers or more was closed
+#: because it was full: it closes when the credits its handles reserved reach the limit, so
+#: the blocks it logs fall short of it by what they reserved and did not use (xattr updates,
+#: 4 MiB journal: every full one logged 292 or 331 blocks of 341, 86 % and 97 %)
+FULL_SHARE = 0.8
+
+
+def commit_seconds(mount_options):
+    """ext4's commit interval (s) from a filesystem's mount options (``commit=N``; 0 is the
+    default), DEFAULT_COMMIT_S without one."""
+    for opt in (mount_options or "").split(","):
+        if opt.startswith("commit="):
+            try:
+                v = int(opt.split("=", 1)[1])
+            except ValueError:
+                continue
+            return v if v > 0 else DEFAULT_COMMIT_S
+    return DEFAULT_COMMIT_S
+
+
+def commit_closes(txns, interval_s, max_buffers=None):
+    """What closed each transaction (a Series: ``timer``, the commit interval expired;
+    ``full``, it logged FULL_SHARE of ``max_buffers`` or more; ``other``, a commit asked for
+    (fsync, sync, a checkpoint) or a running phase cut short), from the transactions table."""
+    run = txns["running_ms"].to_numpy(dtype="float64")
+    out = np.where(run >= TIMER_SHARE * interval_s * 1e3, "timer", "other").astype(object)
+    if max_buffers:
+        full = txns["blocks"].to_numpy(dtype="float64") >= FULL_SHARE * max_buffers
+        out = np.where((out == "other") & full, "full", out)
+    return pd.Series(out, index=txns.index, dtype=object)
+
+
+def commit_interval(ctx):
+    """A longer commit interval (mount -o remount,commit=N): transactions the interval's timer
+    closed become 1/COMMIT_LONGER as many; the handles that waited for one of them to lock
+    (transaction_wait) wait once where they waited COMMIT_LONGER times, and so do the commit
+    waits overlapping them at best (a bigger commit carries more data and metadata, so at
+    worst those stay). Commits fsync or a full transaction forced are as many as before.
+    Nothing when no timer-closed commit had a wait beside it. Costs a remount; a crash loses
+    up to N seconds of metadata changes."""
+    out = []
+    models = _models(ctx)
+    for _, j in ctx.journals.iterrows():  # one row per journal
+        dev = str(j["dev"])
+        if j.get("kind") == "xfs":
+            continue
+        t = ctx.txns[ctx.txns["dev"].astype("str") == dev] if len(ctx.txns) else ctx.txns
+        if not len(t) or "running_ms" not in t:
+            continue
+        jrow = next((x for x in ctx.session.journals if str(x.get("dev")) == dev), {})
+        interval = commit_seconds(jrow.get("mount_options"))
+        m = models.get(dev)
+        maxb = None
+        if m is not None:
+            maxb = m.journal_mib * 2**20 / m.block_size / max(m.divisor, 1.0)
+        by = commit_closes(t, interval, maxb)
+        n = {k: int((by == k).sum()) for k in ("timer", "full", "other")}
+        if not n["timer"]:
+            continue
+        tt = t[(by == "timer").to_numpy()]
+        c0 = tt["commit_locking_ns"].to_numpy(dtype="float64")
+        c1 = tt["end_commit_ns"].to_numpy(dtype="float64")
+        ok = np.isfinite(c0) & np.isfinite(c1)
+        if not ok.any():
+            continue
+        c0, c1 = c0[ok].astype("int64"), c1[ok].astype("int64")
+        share = {c: remedies.through_share(ctx.stalls, c0, c1, dev, c) for c in remedies.THROUGH}
+        ms = {c: share[c] * ctx.cause_ms(c, dev) for c in remedies.THROUGH}
+        if not sum(ms.values()) > 0:
+            continue
+        longer = interval * COMMIT_LONGER
+        gone = 1.0 - 1.0 / COMMIT_LONGER
+        _, mnt = _where(ctx, dev)
+        cmd = f"mount -o remount,commit={longer} {mnt}"
+        inputs = {"commit_s": interval, "commit_s_advised": longer, "transactions": int(len(t)),
+                  "closed_by_timer": n["timer"], "closed_full": n["full"],
+                  "closed_other": n["other"],
+                  "timer_commits_removed_share": gone, "command": cmd,
+                  **{f"{c}_share_beside_timer_commits": share[c] for c in remedies.THROUGH},
+                  **{f"{c}_ms_beside_timer_commits": ms[c] for c in remedies.THROUGH}}
+        out.append(Recommendation(
+            "commit_interval", estimate=True, dev=dev, stall_ms_addressed=gone * sum(ms.values()),
+            inputs=inputs,
+            text=(f"{dev}: the commit interval ({interval} s) closed {n['timer']:,} of the "
+                  f"{len(t):,} transactions ({n['full']:,} closed full, {n['other']:,} by a "
+                  "commit asked for: fsync, sync or a checkpoint); "
+                  f"{ms['transaction_wait']:,.0f} ms of waits for a transaction to lock and "
+                  f"{ms['commit_wait']:,.0f} ms of commit waits overlapped those commits. "
+                  f"A {longer} s "
+                  f"interval ({cmd}; a remount, online; a crash loses up to {longer} s of metadata "
+                  f"changes) closes 1/{COMMIT_LONGER} as many: the lock waits go with the "
+                  "commits "
+                  "removed; the commit waits at best (a bigger commit carries more).")))
     return out
 
 
@@ -941,6 +1052,12 @@ def _effects(ctx, r):
         # go with the checkpoint they waited through: the high end; the low end keeps them
         for c in remedies.THROUGH:
             dhi[c] = max(fig.get(f"{c}_through_checkpoints", 0.0) * hi, dhi[c])
+        if r.kind == "journal_size" and r.estimate:
+            # a larger journal takes larger transactions: handles that waited for a full one
+            # to commit wait less (all of it at the high end)
+            full = full_transaction_share(ctx, dev)
+            dhi["transaction_wait"] = min(dhi["transaction_wait"] + full, 1.0)
+            fig["transaction_wait_full_transactions"] = full
         lo, hi = {**dlo, "checkpoint": lo}, {**dhi, "checkpoint": hi}
         if r.kind == "journal_size":
             size = f"{int(r.journal_size_mib)}" if r.journal_size_mib else "N"
@@ -952,6 +1069,12 @@ def _effects(ctx, r):
                     (f"mkfs.ext4 -I 256 NEWDEV, then copy the files with their attributes (cp -a, rsync -aHAX) "
                      f"from {mnt}"))
         return lo, hi, "online", inp.get("command")
+    if r.kind == "commit_interval":
+        g = inp["timer_commits_removed_share"]
+        tw = g * inp["transaction_wait_share_beside_timer_commits"]
+        cw = g * inp["commit_wait_share_beside_timer_commits"]
+        return ({"transaction_wait": tw}, {"transaction_wait": tw, "commit_wait": cw}, "remount",
+                inp["command"])
     if r.kind == "external_journal":
         if inp.get("log_request_share") is None:
             # no counters of the data device: from nothing to every wait on the commits' I/O
@@ -1000,6 +1123,34 @@ def _effects(ctx, r):
     return None
 
 
+def full_transaction_share(ctx, dev):
+    """The share of a journal's transaction_wait stall time in stalls that did not overlap a
+    forced checkpoint and whose running transaction was closed full (commit_closes): handles
+    that waited for a transaction at j_max_transaction_buffers (journal / divisor) to commit."""
+    st = ctx.stalls
+    if not len(st) or "running_transaction" not in st or not len(ctx.txns):
+        return 0.0
+    m = _models(ctx).get(dev)
+    t = ctx.txns[ctx.txns["dev"].astype("str") == str(dev)]
+    if m is None or not len(t):
+        return 0.0
+    jrow = next((x for x in ctx.session.journals if str(x.get("dev")) == str(dev)), {})
+    maxb = m.journal_mib * 2**20 / m.block_size / max(m.divisor, 1.0)
+    by = commit_closes(t, commit_seconds(jrow.get("mount_options")), maxb)
+    full = set(t["transaction"].to_numpy()[(by == "full").to_numpy()].tolist())
+    on = st[st["dev"].astype("str") == str(dev)]
+    tw = np.nan_to_num(on["transaction_wait_ms"].to_numpy(dtype="float64"))
+    if not full or not tw.sum() > 0:
+        return 0.0
+    hit = on["running_transaction"].isin(full).to_numpy().copy()
+    if len(ctx.costs):
+        c0, c1 = checkpoint_spans(ctx.costs, str(dev))
+        s0, s1 = on["ts_ns"].to_numpy(dtype="int64"), on["end_ns"].to_numpy(dtype="int64")
+        for a, b in zip(c0, c1):
+            hit &= ~((s0 < b) & (s1 > a))
+    return float(tw[hit].sum() / tw.sum())
+
+
 def _ext_command(device, mnt):
     return (f"mkfs.ext4 -O journal_dev JDEV && umount {mnt} && tune2fs -O ^has_journal {device} && "
             f"tune2fs -J device=JDEV {device} && mount {device} {mnt}")
@@ -1024,7 +1175,32 @@ def annotate(ctx, recs):
         r.inputs = {**r.inputs, "regime_figures": fig, "fractions_low": lo, "fractions_high": hi}
         r.stall_ms_removed_low, r.stall_ms_removed_high = remedies.stall_interval(
             ctx.stalls, lo, hi, ctx.min_ms, r.dev, total)
+        lab = lab_of(ctx.session.meta)
+        phases = lab.phases if lab else None
+        d = remedies.durable_interval(ctx.stalls, hi, ctx.min_ms, phases, r.dev)
+        if d is not None:
+            r.durable_s_low, r.durable_s_high = d
+        _add_curve(r)
         r.text += " " + _removal_text(r)
+
+
+def _add_curve(r):
+    """A log-size remedy's predicted curve (advice.curve: waits and stall time at the current
+    size, twice and four times it, the recommended) into ``inputs["curve"]`` and its text."""
+    inp = r.inputs
+    if not r.estimate or r.kind not in ("journal_size", "log_size") or not r.journal_size_mib:
+        return
+    if r.kind == "journal_size":
+        cur, lo, hi = inp["journal_mib"], inp["low_mib"], inp["high_mib"]
+        what = "forced-checkpoint waits"
+    else:
+        cur, lo, hi = inp["log_mib"], r.journal_size_mib, r.journal_size_mib
+        what = "log-space waits"
+    t = curve.size_curve(cur, r.mechanism_ms_removed, lo, hi, r.stall_ms_total,
+                         r.stall_ms_removed_low, r.stall_ms_removed_high,
+                         curve.sizes_for(cur, r.journal_size_mib))
+    r.inputs = {**inp, "curve": t.to_dict("records")}
+    r.text += " " + curve.curve_text(r.inputs["curve"], what)
 
 
 def _removal_text(r):
@@ -1038,7 +1214,11 @@ def _removal_text(r):
            "device_bound": "the device ran at its write limit: only the checkpoint waits whose writes this "
                            "saves go; commit, data and flush waits stay"}[r.regime]
     dev = (f"; the data device at {100 * u:.0f}% of its limit ({fig['device_util_basis']})" if u is not None else "")
-    return (f"Stall time removed: {remedies.fmt_interval(r)}; of its own mechanism {r.mechanism_ms_removed:,.0f} ms. "
+    dur = (f"; the work durable in {r.durable_s_low:,.1f}-{r.durable_s_high:,.1f} s (measured "
+           f"{r.durable_s_high:,.1f} s; at most the removed waits on the critical path shorter)"
+           if r.durable_s_low is not None else "")
+    return (f"Stall time removed: {remedies.fmt_interval(r)}{dur}; of its own mechanism "
+            f"{r.mechanism_ms_removed:,.0f} ms. "
             f"Regime {r.regime} ({why}{dev}). Cost: {r.cost}: {r.command}.")
 
 
@@ -1051,8 +1231,8 @@ def generic_causes():
 
 
 #: Every rule, in no particular order (the result is ranked).
-RULES = (lost_events, no_stalls, writeback_window, journal_size, inode_size, external_journal, fast_commit, log_size,
-         xfs_log_device, per_cause)
+RULES = (lost_events, no_stalls, writeback_window, commit_interval, journal_size, inode_size,
+         external_journal, fast_commit, log_size, xfs_log_device, per_cause)
 #: Kinds ranked before all others whatever their stall time.
 FINDINGS = ("lost_events", "no_stalls", "untraced_checkpoints")
 

@@ -59,6 +59,7 @@ COSTS = ("online", "remount", "offline", "new_filesystem")
 #: the remedies (kinds) that carry a stall-time interval, a cost and a command
 REMEDIES = (
     "writeback_window",
+    "commit_interval",
     "journal_size",
     "inode_size",
     "external_journal",
@@ -78,17 +79,54 @@ def removed_ms(stalls, fractions, min_ms, dev=None):
     a stall whose latency falls under ``min_ms`` is no longer one (all of it goes)."""
     if not len(stalls) or not fractions:
         return 0.0
+    out = removed_each(stalls, fractions, min_ms)
+    if dev is not None:
+        out = out[stalls["dev"].astype("str").to_numpy(dtype=object) == str(dev)]
+    return float(out.sum())
+
+
+def removed_each(stalls, fractions, min_ms):
+    """Per stall, the ms :func:`removed_ms` removes of it (an array, in the table's order)."""
     r = np.zeros(len(stalls))
+    if not len(stalls) or not fractions:
+        return r
     for c, f in fractions.items():
         col = f"{c}_ms"
         if f and col in stalls:
             r += float(f) * np.nan_to_num(stalls[col].to_numpy(dtype="float64"))
     lat = stalls["latency_ms"].to_numpy(dtype="float64")
     r = np.minimum(r, lat)
-    out = np.where((r > 0) & (lat - r < min_ms), lat, r)
-    if dev is not None:
-        out = out[stalls["dev"].astype("str").to_numpy(dtype=object) == str(dev)]
-    return float(out.sum())
+    return np.where((r > 0) & (lat - r < min_ms), lat, r)
+
+
+def durable_interval(stalls, fractions, min_ms, phases, dev=None):
+    """(low, high) seconds the work takes to be durable with a remedy applied, for a lab
+    session's ``phases`` (metadata.PhaseRecord: ``start_ns``, ``end_ns``, ``durable``), from
+    the same per-stall removal as the stall-time interval (``fractions``: its high end).
+    Removed stall time shortens the durable time only on the critical path, and at most by
+    that much: per phase, the task whose stalls lose the most; the device may still need the
+    whole time to make the work durable, so the high end is the time measured. None without
+    phases' durable times."""
+    ph = [p for p in phases or () if p.durable is not None and None not in (p.start_ns, p.end_ns)]
+    if not ph:
+        return None
+    total = float(sum(p.durable for p in ph))
+    cut = 0.0
+    if len(stalls) and fractions:
+        r = removed_each(stalls, fractions, min_ms)
+        ts = stalls["ts_ns"].to_numpy(dtype="int64")
+        tid = stalls["tid"].to_numpy() if "tid" in stalls else np.zeros(len(stalls))
+        on = np.ones(len(stalls), dtype=bool)
+        if dev is not None:
+            on = stalls["dev"].astype("str").to_numpy(dtype=object) == str(dev)
+        for p in ph:
+            sel = on & (ts >= p.start_ns) & (ts < p.end_ns) & (r > 0)
+            if sel.any():
+                per = {}
+                for t, ms in zip(tid[sel], r[sel]):
+                    per[t] = per.get(t, 0.0) + float(ms)
+                cut += min(max(per.values()) / 1e3, float(p.durable))
+    return max(total - cut, 0.0), total
 
 
 def narrow(low, high):

@@ -343,3 +343,24 @@ def device_served(analysis):
     fig.update_layout(height=260 + 200 * max(1, len(roles)), margin=dict(l=60, r=20, t=50, b=40))
     fig.update_xaxes(title_text="seconds since the session start", row=max(1, len(roles)), col=1)
     return fig
+
+
+def size_curve(table):
+    """The predicted waits and stall time (ms) against the journal's or log's size (MiB): a
+    band from the low to the high end per filesystem (advice.curve.curves' table)."""
+    fig = go.Figure()
+    for (dev, kind), t in table.groupby(["dev", "kind"], sort=True):
+        t = t.sort_values("size_mib")
+        x = list(t["size_mib"])
+        for what, col, dash in (("waits", "wait_ms", "solid"), ("stall time", "stall_ms", "dot")):
+            name = f"{dev} {kind}: {what}"
+            fig.add_trace(go.Scatter(x=x, y=list(t[f"{col}_high"]), mode="lines+markers",
+                                     name=f"{name} (high)",
+                                     line=dict(dash=dash), legendgroup=name))
+            fig.add_trace(go.Scatter(x=x, y=list(t[f"{col}_low"]), mode="lines+markers",
+                                     name=f"{name} (low)",
+                                     line=dict(dash=dash), fill="tonexty", legendgroup=name))
+    fig.update_layout(title="predicted by size: the mechanism's waits and the stall time left",
+                      xaxis_title="journal (or log) size, MiB", yaxis_title="ms", height=420,
+                      margin=dict(l=60, r=20, t=50, b=40))
+    return fig

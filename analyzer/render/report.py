@@ -12,6 +12,7 @@
 import html
 import math
 
+from jstall.analyzer.advice import curve
 from jstall.analyzer.render import figures
 from jstall.jbd2 import headroom_low
 from jstall.analyzer.render.text import session_summary
@@ -183,6 +184,10 @@ def session_report(analysis):
     for w in a.summary.warnings:
         parts.append(f'<p class="warn">WARNING: {html.escape(w)}</p>')
     parts.append("<h2>Diagnosis</h2>" + _recs(a.recommendations))
+    sc = curve.curves(a.recommendations)
+    if len(sc):
+        parts.append("<h2>Predicted by journal (or log) size</h2>"
+                     + figure_div(figures.size_curve(sc), "size-curve"))
     devs = list(a.journals["dev"]) if len(a.journals) else [None]
     with_stalls = [x for x in devs if x is not None and (a.stalls["dev"].astype("str") == x).any()]
     for i, dev in enumerate(with_stalls or devs[:1]):
