@@ -13,8 +13,9 @@ from jstall.analyzer.session import recording
 from jstall.analyzer.stalls.calls import call_stats
 from jstall.analyzer.session.devices import device_summary
 from jstall.analyzer.jbd2.fill import timeline
-from jstall.analyzer.jbd2.journals import (checkpoint_costs, checkpoint_waits, checkpoints, commit_phases, proc_agreement,
-                                           recorder_checkpoints, recorder_text, transactions, untraced_checkpoints,
+from jstall.analyzer.jbd2.journals import (checkpoint_costs, checkpoint_waits, checkpoints, commit_phases,
+                                           proc_agreement, recorder_checkpoints, recorder_text, transactions,
+                                           untraced_checkpoints,
                                            untraced_text)
 from jstall.analyzer.jbd2.journals import summary as journal_summary
 from jstall.analyzer.session.load import Session, load_session
@@ -165,7 +166,8 @@ class Analysis:
             w.append(f"{n} XFS log-space wait{'s' * (n != 1)} ran outside the traced calls: {where}; "
                      "their time is in no stall below")
         if not len(self.session.jbd2_events) and not len(self.session.run_stats) and not xfs_only(self.session):
-            w.append("no jbd2 events in this session: no commit or checkpoint happened while recording, or the journal's device was not traced")
+            w.append("no jbd2 events in this session: no commit or checkpoint happened while recording, "
+                     "or the journal's device was not traced")
         if len(self.proc):
             bad = self.proc[self.proc["status"] == "disagree"]
             for _, r in bad.iterrows():  # a handful of rows at most

@@ -182,7 +182,8 @@ def test_stock_kernel_runs_the_xfslog_bpftrace_script(smoke, kernel):
     assert st.get("lab_xfs") == "0" and st.get("xfslog") == "0", (st, hang[-3000:], text[:1000], text[-1500:],
                                                                   console[-2000:])
     # no error or warning but bpftrace's harmless RLIMIT_MEMLOCK one
-    complaints = [ln for ln in text.splitlines() if re.search(r"error|warning", ln, re.I) and "RLIMIT_MEMLOCK" not in ln]
+    complaints = [ln for ln in text.splitlines()
+                  if re.search(r"error|warning", ln, re.I) and "RLIMIT_MEMLOCK" not in ln]
     assert re.search(r"^Tracing XFS log-space waits for \d+ s\.", text, re.M), text[:3000]
     assert not complaints, text[:3000]
     rows = re.findall(r"^\S+\s+\d+,\d+\s+\S+\s+\d+\s+(?:reserve|write)\s+(\d+)\s+(\d+)\s+(\d+)\s+\d+\.\d+$", text, re.M)

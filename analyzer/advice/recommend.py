@@ -26,8 +26,9 @@ from jstall.analyzer.advice import curve, remedies
 from jstall.analyzer.stalls import causes
 from jstall.analyzer.jbd2.fill import timeline as fill_timeline
 from jstall.analyzer.jbd2.model import MARGIN, holding_divisor, model
-from jstall.analyzer.jbd2.journals import (checkpoint_costs, checkpoint_spans, checkpoint_waits, device_load, device_saturation,
-                       log_share_during, logging_overlap, untraced_checkpoints, untraced_text)
+from jstall.analyzer.jbd2.journals import (checkpoint_costs, checkpoint_spans, checkpoint_waits, device_load,
+                                           device_saturation, log_share_during, logging_overlap, untraced_checkpoints,
+                                           untraced_text)
 from jstall.analyzer.session.devices import device_rows, device_time
 from jstall.analyzer.session.recording import NOTE_SHARE, home_writes, losses, session_span_s
 from jstall.analyzer.xfs.logs import kernel_delta
@@ -285,7 +286,8 @@ def journal_size(ctx):
                   f"Estimate: a journal of {m.journal_size_mib} MiB (mkfs.ext4 -J size={m.journal_size_mib}, or "
                   f"tune2fs) {_holds_text(m)} (the model's upper bound, "
                   f"{m.high_mib:.1f} MiB, and {100 * (MARGIN - 1):.0f}% for how the smallest journal big enough "
-                  f"moves between runs, rounded up to whole MiB); {low_text}. Inputs: {m.blocks} blocks in {m.transactions} transactions, {m.relogged_blocks} of them "
+                  f"moves between runs, rounded up to whole MiB); {low_text}. Inputs: {m.blocks} blocks in "
+                  f"{m.transactions} transactions, {m.relogged_blocks} of them "
                   f"re-logged by a later commit and {m.written_home_blocks} written home by checkpoints; a log span "
                   f"of {m.span_mean_blocks:.0f} blocks on average ({m.span_peak_blocks:.0f} at most) "
                   f"{_home_text(m)}give a hot set of {hot}; j_max_transaction_buffers = journal / "
@@ -509,8 +511,8 @@ def inode_size(ctx):
         rec = Recommendation("inode_size", "", estimate=True, dev=dev, inputs=inputs)
         if fits is False:
             rec.text = text + (f"256-byte inodes would NOT suffice: {attrs} attributes of {size} bytes need "
-                               f"{inputs['in_inode_bytes_needed']} bytes, more than the {IN_INODE_XATTR_BYTES_256} bytes "
-                               "a 256-byte inode holds (try -I 512).")
+                               f"{inputs['in_inode_bytes_needed']} bytes, more than the "
+                               f"{IN_INODE_XATTR_BYTES_256} bytes a 256-byte inode holds (try -I 512).")
             rec.stall_ms_addressed = 0.0
         elif m is not None and not math.isnan(xshare):
             hot = m.hot_blocks_high * (1.0 - xshare)
@@ -776,8 +778,9 @@ def fast_commit(ctx):
         if xc:
             out.append(Recommendation(
                 "fast_commit", dev=dev, stall_ms_addressed=0.0, inputs=inputs,
-                text=(f"{dev}: {100 * cw / total:.0f}% of the stall time waited for fsync-driven commits, but fast_commit "
-                      f"would not help: the {xc} extended-attribute changes make every commit a full one.")))
+                text=(f"{dev}: {100 * cw / total:.0f}% of the stall time waited for fsync-driven commits, "
+                      f"but fast_commit would not help: the {xc} extended-attribute changes make every commit "
+                      "a full one.")))
             continue
         out.append(Recommendation(
             "fast_commit", dev=dev, stall_ms_addressed=cw, inputs=inputs,
@@ -969,8 +972,9 @@ def xfs_log_device(ctx):
                 out.append(Recommendation(
                     "external_log", dev=dev, estimate=True, stall_ms_addressed=low, inputs=inputs,
                     text=head + (f"The log's {io['log_writes']:,.0f} writes and {flushes:,.0f} cache flushes were "
-                                 + _share_of_requests(saved, io["device_requests"]) + f", about {log_ms:,.0f} ms of its "
-                                 f"{io['device_ms']:,.0f} ms of device time ({io['device_time_basis']}). An external log "
+                                 + _share_of_requests(saved, io["device_requests"])
+                                 + f", about {log_ms:,.0f} ms of its {io['device_ms']:,.0f} ms of device time "
+                                 f"({io['device_time_basis']}). An external log "
                                  "(mkfs.xfs -l logdev=DEV,size=; "
                                  f"the filesystem is made again) takes them off it. Estimate: {low:,.0f} ms removed "
                                  f"on a log device as slow as this one, up to {high:,.0f} ms on a fast one.")))

@@ -123,7 +123,8 @@ def session_summary(analysis, top=10):
         out.append("")
         out.append(f"top {min(top, st.count)} stalls")
         tops = analysis.top_stalls(top)
-        rows = [[_clock(r), r.comm, r.pid, call_label(r.syscall, r.context), f"{r.latency_ms:.1f}", r.dev or "-", r.cause,
+        rows = [[_clock(r), r.comm, r.pid, call_label(r.syscall, r.context), f"{r.latency_ms:.1f}", r.dev or "-",
+                 r.cause,
                  _f(r.headroom_start_pct), _f(r.min_headroom_pct), "yes" if r.forced else "", r.cause_label[:48]]
                 for r in tops]
         out.append(text_table([_clock_heading(tops), "comm", "pid", "call", "ms", "dev", "cause", "headroom%", "low%",
@@ -320,7 +321,8 @@ def xfs_log_lines(su):
             out.append(f"{x['dev']}: the log's tail waited on " + ", ".join(parts))
         if x["sleeps_agree"] is not None:
             out.append(f"{x['dev']}: /sys/fs/xfs sleep_logspace: "
-                       + ("agrees with the sleeps recorded" if x["sleeps_agree"] else "DISAGREES with the sleeps recorded"))
+                       + ("agrees with the sleeps recorded" if x["sleeps_agree"]
+                          else "DISAGREES with the sleeps recorded"))
     out.append("headroom: the grant head's space left (log size - tail space - grants) minus what the ticket "
                "needs, in % of the log, when it first slept")
     return out
