@@ -24,8 +24,8 @@ import numpy as np
 from jstall import cgroups, jbd2, xfs
 from jstall.analyzer import causes
 from jstall.probes import events, filesystems, host, tables
-from jstall.probes.probeset import (BPF_SOURCE, BTF_TRACEPOINTS, EXT4_RAW_TRACEPOINTS, MONITOR_BPF_SOURCE,
-                                    POLL_MS, ProbeOptions, ProbeSet)
+from jstall.probes.probeset import (BPF_SOURCE, BTF_TRACEPOINTS, EXT4_RAW_TRACEPOINTS,
+                                    MONITOR_BPF_SOURCE, POLL_MS, ProbeOptions, ProbeSet)
 from jstall.schema import PHASES
 
 from . import bpfstats

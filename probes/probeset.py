@@ -1,9 +1,10 @@
 """One set of jstall's probes (recorder.bpf.c, or the monitor's monitor.bpf.c: each a short
 list of the shared parts in probes/*.bpf.h and its own calls): what to trace, checked when
 the set is made (a JstallError naming the fix, nothing attached); open() compiles the
-programs for this kernel (its BTF, attach plan and tracepoints), attaches them and hands every ring-buffer
-record to a callback; close() detaches them. Who reads the records is apart: the recorder
-writes sessions from them (recorder.py), the monitor keeps live totals (monitor/tracer.py).
+programs for this kernel (its BTF, attach plan and tracepoints), attaches them and hands
+every ring-buffer record to a callback; close() detaches them. Who reads the records is
+apart: the recorder writes sessions from them (recorder.py), the monitor keeps live totals
+(monitor/tracer.py).
 
     p = ProbeSet(ProbeOptions(devices=["/mnt/x"], quiet=True)).open(on_record)
     p.bpf.ring_buffer_poll(100)    # on_record(ctx, data, size) for each record
@@ -46,9 +47,9 @@ HANDLE_START_PLANS = (
     (("ext4_journal_start", "ext4_journal_start_sb"),),
 )
 #: loaded as BTF-typed raw tracepoints (tp_btf) where the kernel takes them: their programs
-#: (btf_<name> in handles.bpf.h, jbd2.bpf.h, offcpu.bpf.h) read the superblock, journal and statistics they are
-#: given without bpf_probe_read_kernel, and sched_switch finds the thread switched in by
-#: its task storage
+#: (btf_<name> in handles.bpf.h, jbd2.bpf.h, offcpu.bpf.h) read the superblock, journal and
+#: statistics they are given without bpf_probe_read_kernel, and sched_switch finds the
+#: thread switched in by its task storage
 BTF_TRACEPOINTS = EXT4_RAW_TRACEPOINTS + tuple(n for n in JBD2_RAW_TRACEPOINTS if n != "jbd2_lock_buffer_stall") + (
     "sched_switch", "sched_waking")
 RING_PAGES = 1024          # 4 MiB per ring buffer

@@ -40,7 +40,8 @@ def test_every_header_is_a_part_of_a_program_and_installed():
     used = {n for top in TOPS for n in includes(top)}
     assert headers == used
     # the recorder's parts are the monitor's, but for the process tree
-    assert set(includes(probeset.BPF_SOURCE)) - set(includes(probeset.MONITOR_BPF_SOURCE)) == {"forks.bpf.h"}
+    recorder, monitor = (set(includes(top)) for top in TOPS)
+    assert recorder - monitor == {"forks.bpf.h"} and monitor <= recorder
     with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
         patterns = tomllib.load(f)["tool"]["setuptools"]["package-data"]["jstall.probes"]
     for name in headers | {os.path.basename(t) for t in TOPS} | {"jstall_events.h"}:
@@ -89,15 +90,18 @@ def compiled():
         b.cleanup()
 
 
-XFS = {f"tracepoint__xfs__{tp}" for tp in probeset.XFS_TRACEPOINTS + probeset.XFS_WRITER_TRACEPOINTS}
+XFS = {f"tracepoint__xfs__{tp}"
+       for tp in probeset.XFS_TRACEPOINTS + probeset.XFS_WRITER_TRACEPOINTS}
+#: untyped programs of both owners: a stall event with no pointer, a handle wait's end, writers
+RAW_ONLY = {"rtp_jbd2_lock_buffer_stall", "rtp_jbd2_handle_start", "rtp_jbd2_handle_stats"}
+#: the recorder's alone: blocks going home, the process tree
+RECORDER_ONLY = {"rtp_block_bio_queue", "rtp_sched_process_fork"}
 
 
 def everything(b):
     """Every program either owner may load or attach that the compiled program holds."""
-    return functions(b, SYSCALL_ENTRIES | MONITOR_OPS | XFS | twins(JBD2 | HANDLE_PROGRAMS)
-                     | twins({"sched_switch", "sched_waking"})
-                     | {"rtp_jbd2_lock_buffer_stall", "rtp_jbd2_handle_start", "rtp_jbd2_handle_stats",
-                        "rtp_block_bio_queue", "rtp_sched_process_fork"})
+    return functions(b, SYSCALL_ENTRIES | MONITOR_OPS | XFS | RAW_ONLY | RECORDER_ONLY
+                     | twins(JBD2 | HANDLE_PROGRAMS | {"sched_switch", "sched_waking"}))
 
 
 def xfs(p):
@@ -107,15 +111,14 @@ def xfs(p):
 
 @pytest.mark.kernel
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
-@pytest.mark.parametrize("attach, entries", [("syscalls", {"sc_enter", "sc_enter_at", "sc_exit"}),
-                                             ("raw", {"on_sys_enter", "on_sys_exit"})])
+@pytest.mark.parametrize("attach, entries", [
+    ("syscalls", {"sc_enter", "sc_enter_at", "sc_exit"}), ("raw", {"on_sys_enter", "on_sys_exit"})])
 def test_the_recorder_compiles_with_what_record_attaches(compiled, attach, entries):
     p = probeset.ProbeSet(probeset.ProbeOptions(quiet=True, attach=attach))
     assert p.source == probeset.BPF_SOURCE
     b = compiled(p)
     expected = (entries | twins(JBD2 | HANDLE_PROGRAMS | {"sched_switch", "sched_waking"})
-                | {"rtp_jbd2_lock_buffer_stall", "rtp_jbd2_handle_start", "rtp_jbd2_handle_stats",
-                   "rtp_block_bio_queue", "rtp_sched_process_fork"} | xfs(p))
+                | RAW_ONLY | RECORDER_ONLY | xfs(p))
     assert everything(b) == expected
     for name in SHARED_MAPS + ("home_writes", "offstart", "offstart_pending"):
         assert b[name.encode()] is not None
@@ -135,8 +138,7 @@ def test_the_monitor_compiles_with_what_it_attaches(compiled):
     # no syscall entry, no process tree, no waker, no blocks going home
     assert {n for _, n in MONITOR_RAW_TRACEPOINTS} == {"jbd2_handle_start", "ext4_sync_file_enter",
                                                       "ext4_sync_file_exit"}
-    expected = (MONITOR_OPS | twins(JBD2 | HANDLE_PROGRAMS | {"sched_switch"})
-                | {"rtp_jbd2_lock_buffer_stall", "rtp_jbd2_handle_start", "rtp_jbd2_handle_stats"} | xfs(p))
+    expected = MONITOR_OPS | twins(JBD2 | HANDLE_PROGRAMS | {"sched_switch"}) | RAW_ONLY | xfs(p)
     assert everything(b) == expected
     for name in SHARED_MAPS + ("mon_journals", "offstart"):
         assert b[name.encode()] is not None
