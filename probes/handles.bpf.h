@@ -3,7 +3,8 @@
  * journal's device and fill at its first handle; a traced task's handle wait outside
  * traced calls is an operation of its own (HANDLE_WAITS, or the monitor's, MONITOR_OPS),
  * ended by jbd2_handle_start; at most one fill sample per journal per FILL_SAMPLE_NS.
- * Included by recorder.bpf.c and monitor.bpf.c after the top program's calls (probeset.bpf_text inlines it).
+ * Included by recorder.bpf.c and monitor.bpf.c after their own calls (probeset.bpf_text
+ * inlines it).
  */
 #if MONITOR_OPS || HANDLE_WAITS
 /* jbd2_handle_start(dev_t dev, tid_t tid, unsigned int type, unsigned int line_no,

@@ -11,9 +11,10 @@
  * common.bpf.h) are the run-time configuration, chosen by ProbeSet._cflags
  * (probes/probeset.py); each leaves out at compile time what is not traced, at no cost
  * per event. probeset.bpf_text puts each "<name>.bpf.h" in place of its #include line
- * before bcc compiles. The order of the parts is the order of their definitions.
+ * before bcc compiles. Each part uses only what the parts before it define (the operations
+ * declare the three functions of handles.bpf.h they call).
  */
-#define MONITOR_OPS 1
+#define MONITOR_OPS 1   /* its calls are the operations below (common.bpf.h) */
 #if HANDLE_WAITS
 #error "HANDLE_WAITS: the monitor's operations time handle waits themselves"
 #endif

@@ -7,13 +7,13 @@
  * (probes/probeset.py); each leaves out at compile time what a session does not trace,
  * at no cost per event. probeset.bpf_text puts each "<name>.bpf.h" in place of its
  * #include line before bcc compiles (bcc rewrites map calls and finds programs only in the
- * file it compiles). The order of the parts is the order of their definitions.
+ * file it compiles). Each part uses only what the parts before it define.
  *
  * Its own switches: PER_SYSCALL_TRACEPOINTS 1, per-syscall tracepoints
  * (syscalls:sys_enter_<name>); 0: raw_syscalls, or with FENTRY_SYSCALLS fentry/fexit on
  * the syscalls' functions (JSTALL_ATTACH, ProbeSet.attach_mode).
  */
-#define MONITOR_OPS 0
+#define MONITOR_OPS 0   /* its calls are syscalls (common.bpf.h) */
 #ifndef PER_SYSCALL_TRACEPOINTS
 #define PER_SYSCALL_TRACEPOINTS 0
 #endif
