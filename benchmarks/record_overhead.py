@@ -178,17 +178,17 @@ def tool_running(argv, ready):
         interrupt(p)
 
 
-#: the start of each program's body in recorder.bpf.c (plain and in a macro), and the
+#: the start of each program's body in the probes' inlined text (plain and in a macro), and the
 #: opening brace's line continuation if any
 PROGRAM_START = re.compile(r"(^\s*int [\w#]+\(struct \w+ \*ctx\)[ \t\\]*\n\s*\{)([ \t]*\\?)\n", re.M)
 
 
 def floor_source(text):
-    """recorder.bpf.c with every program returning at once (maps, sections and attach
+    """The probes' text with every program returning at once (maps, sections and attach
     points unchanged): what attaching alone costs."""
     out, n = PROGRAM_START.subn(lambda m: f"{m.group(1)} return 0;{m.group(2)}\n", text)
     if n < 10:
-        raise RuntimeError(f"floor: found only {n} programs in recorder.bpf.c")
+        raise RuntimeError(f"floor: found only {n} programs in the probes' text")
     return out
 
 
@@ -199,7 +199,7 @@ class FloorProbes(probeset.ProbeSet):
         from bcc import BPF
 
         os.environ.update(probeset.host.kernel_headers_env())
-        text = floor_source(probeset.bpf_text())
+        text = floor_source(probeset.bpf_text(self.source))
         return BPF(text=text.encode(), cflags=self._cflags())
 
 

@@ -2,7 +2,7 @@
 running totals (per journal, per stall cause), a flight buffer of recent detailed events, and
 a list of the slowest recent operations.
 
-The probes are a probes.probeset.ProbeSet compiled with ``MONITOR_OPS=1``: an operation is a
+The probes are a probes.probeset.ProbeSet compiled from probes/monitor.bpf.c: an operation is a
 handle wait (``ext4_journal_start*`` to ``jbd2_handle_start``) or an fsync
 (``ext4_sync_file_enter`` to ``_exit``), so tasks that do not journal run no program; on XFS,
 each log-space wait of a reservation (``xfs_log_grant_sleep`` to its ``_exit``). With
@@ -24,7 +24,8 @@ import numpy as np
 from jstall import cgroups, jbd2, kinds, xfs
 from jstall.analyzer.stalls import causes
 from jstall.probes import events, filesystems, host, tables
-from jstall.probes.probeset import BTF_TRACEPOINTS, EXT4_RAW_TRACEPOINTS, POLL_MS, ProbeOptions, ProbeSet
+from jstall.probes.probeset import (BPF_SOURCE, BTF_TRACEPOINTS, EXT4_RAW_TRACEPOINTS,
+                                    MONITOR_BPF_SOURCE, POLL_MS, ProbeOptions, ProbeSet)
 from jstall.schema import PHASES
 
 from . import bpfstats
@@ -172,9 +173,9 @@ class XfsLogState:
 
 
 class MonitorProbes(ProbeSet):
-    """jstall's probes in monitor mode: the operations of MONITOR_OPS (handle waits, fsyncs)
-    and XFS log-space waits, or with ``syscalls`` exactly record's; no sched_waking (the
-    monitor's stalls are classified as they end)."""
+    """jstall's probes in monitor mode: monitor.bpf.c, the monitor's operations (handle
+    waits, fsyncs) and XFS log-space waits, or with ``syscalls`` exactly record's
+    (recorder.bpf.c); no sched_waking (the monitor's stalls are classified as they end)."""
 
     wait_chains = False
     home_writes = False
@@ -187,22 +188,21 @@ class MonitorProbes(ProbeSet):
                                       **({} if options.syscalls else {"attach": "syscalls"})))
 
     @property
+    def source(self):
+        """The program compiled: the monitor's, or with --syscalls the recorder's."""
+        return BPF_SOURCE if self.mopts.syscalls else MONITOR_BPF_SOURCE
+
+    @property
     def handle_waits(self):
         """Handle waits as the recorder records them: with --syscalls (else the monitor's own
         operations time every handle wait)."""
         return self.mopts.syscalls
 
     def _call_slot_rows(self):
-        """The operations' call_slots rows (recorder.bpf.c: OP_ROW), or the syscalls'."""
+        """The operations' call_slots rows (monitor.bpf.c: OP_ROW), or the syscalls'."""
         if self.mopts.syscalls:
             return super()._call_slot_rows()
         return {OPS["OP_JOURNAL_START"]: 0, OPS["OP_SYNC_FILE"]: 1}
-
-    def _cflags(self):
-        flags = super()._cflags()
-        if self.mopts.syscalls:
-            return flags
-        return flags + ["-DMONITOR_OPS=1", "-DTRACE_SYSCALLS=0", "-DTRACE_FORKS=0"]
 
     def _attach(self, b):
         if self.mopts.syscalls:
@@ -308,7 +308,7 @@ class Tracer:
 
     def _poll(self):
         """Read the ring buffers every POLL_S and process what came (records wake nobody:
-        rb_flags in recorder.bpf.c; a forced wake-up finds no one waiting here)."""
+        rb_flags in common.bpf.h; a forced wake-up finds no one waiting here)."""
         next_ns = time.monotonic_ns()
         while not self._stop.is_set():
             next_ns += int(POLL_S * 1e9)

@@ -1,8 +1,10 @@
-"""One set of jstall's probes (recorder.bpf.c): what to trace, checked when the set is made
-(a JstallError naming the fix, nothing attached); open() compiles the programs for this
-kernel (its BTF, attach plan and tracepoints), attaches them and hands every ring-buffer
-record to a callback; close() detaches them. Who reads the records is apart: the recorder
-writes sessions from them (recorder.py), the monitor keeps live totals (monitor/tracer.py).
+"""One set of jstall's probes (recorder.bpf.c, or the monitor's monitor.bpf.c: each a short
+list of the shared parts in probes/*.bpf.h and its own calls): what to trace, checked when
+the set is made (a JstallError naming the fix, nothing attached); open() compiles the
+programs for this kernel (its BTF, attach plan and tracepoints), attaches them and hands
+every ring-buffer record to a callback; close() detaches them. Who reads the records is
+apart: the recorder writes sessions from them (recorder.py), the monitor keeps live totals
+(monitor/tracer.py).
 
     p = ProbeSet(ProbeOptions(devices=["/mnt/x"], quiet=True)).open(on_record)
     p.bpf.ring_buffer_poll(100)    # on_record(ctx, data, size) for each record
@@ -22,6 +24,8 @@ from jstall.errors import JstallError
 from . import bpfsys, btf, events, filesystems, host, syscalls, tables
 
 BPF_SOURCE = os.path.join(os.path.dirname(__file__), "recorder.bpf.c")
+#: the monitor's program: the same parts, the monitor's fs-level operations for syscalls
+MONITOR_BPF_SOURCE = os.path.join(os.path.dirname(__file__), "monitor.bpf.c")
 
 JBD2_RAW_TRACEPOINTS = (
     "jbd2_start_commit", "jbd2_commit_locking", "jbd2_commit_flushing", "jbd2_commit_logging",
@@ -44,15 +48,15 @@ HANDLE_START_PLANS = (
     (("ext4_journal_start", "ext4_journal_start_sb"),),
 )
 #: loaded as BTF-typed raw tracepoints (tp_btf) where the kernel takes them: their programs
-#: (btf_<name> in recorder.bpf.c) read the superblock, journal and statistics they are
-#: given without bpf_probe_read_kernel, and sched_switch finds the thread switched in by
-#: its task storage
+#: (btf_<name> in handles.bpf.h, jbd2.bpf.h, offcpu.bpf.h) read the superblock, journal and
+#: statistics they are given without bpf_probe_read_kernel, and sched_switch finds the
+#: thread switched in by its task storage
 BTF_TRACEPOINTS = EXT4_RAW_TRACEPOINTS + tuple(n for n in JBD2_RAW_TRACEPOINTS if n != "jbd2_lock_buffer_stall") + (
     "sched_switch", "sched_waking")
 RING_PAGES = 1024          # 4 MiB per ring buffer
 POLL_MS = 100              # the ring buffers are read at least this often
 #: a record wakes the reader once this many came from its CPU since the last wakeup
-#: (rb_flags in recorder.bpf.c): 512 of the largest (168 bytes) are 84 KiB a CPU
+#: (rb_flags in common.bpf.h): 512 of the largest (168 bytes) are 84 KiB a CPU
 RB_WAKE_EVERY = 512
 STACK_ENTRIES = tables.STACK_ENTRIES
 HIST_BUCKETS = 40          # log2(latency_ns) buckets: the last holds everything from 2^39 ns (9 min)
@@ -80,9 +84,10 @@ _LOCAL_INCLUDE = re.compile(r'^#include "(\w+\.bpf\.h)"\s*$', re.M)
 
 
 def bpf_text(path=BPF_SOURCE):
-    """recorder.bpf.c with each of its sections kept in a header of its own (``#include
-    "<name>.bpf.h"``) put in place of the include line: bcc rewrites map calls and loads
-    programs only in the file it compiles, never in what that file includes."""
+    """A top program (recorder.bpf.c, monitor.bpf.c) with each of its parts kept in a header
+    of its own (``#include "<name>.bpf.h"``) put in place of the include line: bcc rewrites
+    map calls and loads programs only in the file it compiles, never in what that file
+    includes."""
     here = os.path.dirname(path)
 
     def inline(m):
@@ -152,8 +157,9 @@ RINGS = ("calls_rb", "offcpu_rb", "jbd2_rb")
 
 class ProbeSet:
     """The probes for one set of options: checked when made, attached by open(), detached
-    by close(). Subclasses choose what is compiled in (handle_waits, wait_chains, xfs_log,
-    _cflags) and attached (_attach): the monitor's operations are one such set."""
+    by close(). Subclasses choose the program (source), what is compiled in (handle_waits,
+    wait_chains, xfs_log, _cflags) and attached (_attach): the monitor's operations are one
+    such set."""
 
     def __init__(self, options):
         self.opts = options
@@ -206,6 +212,9 @@ class ProbeSet:
         self._xfs_refused = None                          # why the XFS programs did not compile (_compile)
 
     # ---- set-up -------------------------------------------------------------------
+
+    #: the top program compiled (bpf_text inlines its parts)
+    source = BPF_SOURCE
 
     #: a traced task's handle waits outside traced calls are recorded (HANDLE_WAITS)
     handle_waits = True
@@ -313,7 +322,7 @@ class ProbeSet:
 
         cflags = self._cflags()
         try:
-            return BPF(text=bpf_text().encode(), cflags=cflags)
+            return BPF(text=bpf_text(self.source).encode(), cflags=cflags)
         except Exception as e:
             if self.xfs_log:   # this kernel's XFS tracepoints: the rest is recorded without them
                 self._xfs_refused = f"the XFS programs did not compile ({e})"

@@ -1,5 +1,6 @@
 /* ==== WRITERS: who put what into each journal =====================================
- * Included at the end of recorder.bpf.c (it uses the common section: journal_traced, count).
+ * Included last by recorder.bpf.c and monitor.bpf.c (it uses common.bpf.h: journal_traced,
+ * count; and xfslog.bpf.h: xfs_traced).
  *
  * jbd2: jbd2_handle_stats(dev_t dev, tid_t tid, unsigned int type, unsigned int line_no,
  * int interval, int sync, int requested_blocks, int dirtied_blocks) fires in
@@ -19,7 +20,7 @@
  * keys of committed transactions (writers table, probes/tables.py).
  *
  * bcc rewrites map calls and finds programs only in the file it compiles: probeset.bpf_text
- * puts this header's text in place of its #include line in recorder.bpf.c. */
+ * puts this header's text in place of its #include line in the top program. */
 #ifndef WRITERS
 #define WRITERS 0
 #endif

@@ -1,0 +1,158 @@
+"""The two BPF programs, recorder.bpf.c and monitor.bpf.c, built from the shared parts in
+probes/*.bpf.h: what the inliner gives bcc, what an install carries, and (on this kernel,
+as root) that each compiles with bcc and holds the programs and maps its owner attaches
+and reads."""
+
+import fnmatch
+import glob
+import os
+import re
+import tomllib
+
+import pytest
+
+from jstall.probes import probeset
+
+PROBES = os.path.dirname(probeset.BPF_SOURCE)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOPS = (probeset.BPF_SOURCE, probeset.MONITOR_BPF_SOURCE)
+INCLUDE = re.compile(r'^#include "(\w+\.bpf\.h)"', re.M)
+
+
+def includes(path):
+    with open(path) as f:
+        return INCLUDE.findall(f.read())
+
+
+def test_each_part_is_put_in_place_once_and_no_local_include_is_left():
+    for top in TOPS:
+        names = includes(top)
+        assert names[0] == "common.bpf.h" and len(set(names)) == len(names)
+        text = probeset.bpf_text(top)
+        assert not INCLUDE.search(text), f"{os.path.basename(top)}: an include left for bcc"
+        for name in names:
+            with open(os.path.join(PROBES, name)) as f:
+                assert text.count(f.read()) == 1, name
+
+
+def test_every_header_is_a_part_of_a_program_and_installed():
+    headers = {os.path.basename(p) for p in glob.glob(os.path.join(PROBES, "*.bpf.h"))}
+    used = {n for top in TOPS for n in includes(top)}
+    assert headers == used
+    # the recorder's parts are the monitor's, but for the process tree
+    recorder, monitor = (set(includes(top)) for top in TOPS)
+    assert recorder - monitor == {"forks.bpf.h"} and monitor <= recorder
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        patterns = tomllib.load(f)["tool"]["setuptools"]["package-data"]["jstall.probes"]
+    for name in headers | {os.path.basename(t) for t in TOPS} | {"jstall_events.h"}:
+        assert any(fnmatch.fnmatch(name, p) for p in patterns), f"{name} is not installed"
+
+
+# ---- compiled by bcc on this kernel ----------------------------------------------------
+
+def functions(b, names):
+    """The names among ``names`` the compiled program holds."""
+    held = set()
+    for n in names:
+        try:
+            b.dump_func(n.encode())
+        except Exception:   # bcc: "Unknown program"
+            continue
+        held.add(n)
+    return held
+
+
+def twins(names):
+    return {f"{kind}_{n}" for n in names for kind in ("rtp", "btf")}
+
+
+JBD2 = set(probeset.JBD2_RAW_TRACEPOINTS) - {"jbd2_lock_buffer_stall"}
+HANDLE_PROGRAMS = {prog for plan in probeset.HANDLE_START_PLANS for _, prog in plan}
+SHARED_MAPS = ("calls_rb", "offcpu_rb", "jbd2_rb", "counters", "traced_nr", "devices", "tgids",
+               "used_devs", "stacks", "call_stats", "call_slots", "writers")
+SYSCALL_ENTRIES = {"sc_enter", "sc_enter_at", "sc_exit", "on_sys_enter", "on_sys_exit",
+                   "fentry_call", "fexit_call"}
+MONITOR_OPS = {"mon_ext4_journal_start_sb", "mon_ext4_journal_start_inode",
+               "rtp_ext4_sync_file_enter", "rtp_ext4_sync_file_exit"}
+
+
+@pytest.fixture
+def compiled():
+    made = []
+
+    def compile_(probes):
+        b = probes._compile()
+        made.append(b)
+        return b
+
+    yield compile_
+    for b in made:
+        b.cleanup()
+
+
+XFS = {f"tracepoint__xfs__{tp}"
+       for tp in probeset.XFS_TRACEPOINTS + probeset.XFS_WRITER_TRACEPOINTS}
+#: untyped programs of both owners: a stall event with no pointer, a handle wait's end, writers
+RAW_ONLY = {"rtp_jbd2_lock_buffer_stall", "rtp_jbd2_handle_start", "rtp_jbd2_handle_stats"}
+#: the recorder's alone: blocks going home, the process tree
+RECORDER_ONLY = {"rtp_block_bio_queue", "rtp_sched_process_fork"}
+
+
+def everything(b):
+    """Every program either owner may load or attach that the compiled program holds."""
+    return functions(b, SYSCALL_ENTRIES | MONITOR_OPS | XFS | RAW_ONLY | RECORDER_ONLY
+                     | twins(JBD2 | HANDLE_PROGRAMS | {"sched_switch", "sched_waking"}))
+
+
+def xfs(p):
+    """The XFS programs bcc attached as it loaded them, when an XFS is traced."""
+    return XFS if p.xfs_log else set()
+
+
+@pytest.mark.kernel
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
+@pytest.mark.parametrize("attach, entries", [
+    ("syscalls", {"sc_enter", "sc_enter_at", "sc_exit"}), ("raw", {"on_sys_enter", "on_sys_exit"})])
+def test_the_recorder_compiles_with_what_record_attaches(compiled, attach, entries):
+    p = probeset.ProbeSet(probeset.ProbeOptions(quiet=True, attach=attach))
+    assert p.source == probeset.BPF_SOURCE
+    b = compiled(p)
+    expected = (entries | twins(JBD2 | HANDLE_PROGRAMS | {"sched_switch", "sched_waking"})
+                | RAW_ONLY | RECORDER_ONLY | xfs(p))
+    assert everything(b) == expected
+    for name in SHARED_MAPS + ("home_writes", "offstart", "offstart_pending"):
+        assert b[name.encode()] is not None
+    with pytest.raises(KeyError):
+        b[b"mon_journals"]
+
+
+@pytest.mark.kernel
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
+def test_the_monitor_compiles_with_what_it_attaches(compiled):
+    from jstall.monitor.tracer import MONITOR_RAW_TRACEPOINTS, MonitorOptions, MonitorProbes
+
+    p = MonitorProbes(MonitorOptions())
+    assert p.source == probeset.MONITOR_BPF_SOURCE
+    b = compiled(p)
+    # its operations begin at the handle start and fsync's tracepoints, end at the others;
+    # no syscall entry, no process tree, no waker, no blocks going home
+    assert {n for _, n in MONITOR_RAW_TRACEPOINTS} == {"jbd2_handle_start", "ext4_sync_file_enter",
+                                                      "ext4_sync_file_exit"}
+    expected = MONITOR_OPS | twins(JBD2 | HANDLE_PROGRAMS | {"sched_switch"}) | RAW_ONLY | xfs(p)
+    assert everything(b) == expected
+    for name in SHARED_MAPS + ("mon_journals", "offstart"):
+        assert b[name.encode()] is not None
+    with pytest.raises(KeyError):
+        b[b"home_writes"]
+
+
+@pytest.mark.kernel
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
+def test_the_monitor_with_syscalls_compiles_the_recorder(compiled):
+    from jstall.monitor.tracer import MonitorOptions, MonitorProbes
+
+    p = MonitorProbes(MonitorOptions(syscalls=True))
+    assert p.source == probeset.BPF_SOURCE
+    b = compiled(p)
+    held = everything(b)
+    assert {"sc_enter", "sc_exit", "rtp_jbd2_handle_start"} <= held and not held & MONITOR_OPS
