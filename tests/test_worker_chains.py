@@ -160,10 +160,11 @@ def test_device_queue_waits_beside_another_tasks_checkpoint_are_tied_to_it(tmp_p
            iv(120, 60, 11, "victim", 2, 120), iv(180, 30, 11, "victim", 3, 120),    # 30 + 20, 20
            iv(300, 40, 11, "victim", 2, 300),                      # no checkpoint running then
            iv(100, 80, 33, "other", 2, 100, dev="7:1"),            # another device
-           iv(130, 60, 44, "waiter", 4, 130)]                      # waits for the mutex
+           iv(130, 60, 44, "waiter", 4, 130),                      # waits for the mutex
+           iv(400, 30, 55, "nodev", 1, 400, dev=None)]             # a checkpoint on no known device
     calls = [_call(100, 110, 22, "culprit", "setxattr"), _call(120, 95, 11, "victim", "fsync"),
              _call(300, 45, 11, "victim", "fsync"), _call(100, 85, 33, "other", "fsync", "7:1"),
-             _call(130, 65, 44, "waiter", "setxattr")]
+             _call(130, 65, 44, "waiter", "setxattr"), _call(400, 35, 55, "nodev", "setxattr", None)]
     meta = metadata(journals=[journal_meta("7:0"), journal_meta("7:1")])
     write_session(path, {"calls": rows(calls), "offcpu": rows(off), "stacks": rows(stacks)}, meta)
     a = analyze(path)

@@ -364,7 +364,8 @@ def checkpoint_waits(session, stalls, costs):
             xfs_devs.add(d)
     if len(stalls):
         for t, c, d, cp, ls in zip(stalls["tid"].astype("int64").tolist(), stalls["ts_ns"].astype("int64").tolist(),
-                                   stalls["dev"].astype("str"), stalls["checkpoint_ms"].to_numpy(dtype="float64"),
+                                   stalls["dev"].astype("string").fillna(""),   # no device: ""
+                                   stalls["checkpoint_ms"].to_numpy(dtype="float64"),
                                    stalls["log_space_ms"].to_numpy(dtype="float64")):
             for kind, stacked in (("jbd2", cp), ("xfs", ls)):
                 got = measured.pop((kind, t, c), {})
@@ -372,7 +373,7 @@ def checkpoint_waits(session, stalls, costs):
                 if total > (stacked if stacked > 0 else 0.0):
                     for dev, ms in got.items():   # measured: one wait per stall and device
                         waits.setdefault(dev, []).append(sum(ms))
-                elif stacked > 0:
+                elif stacked > 0 and d:   # a stall on no known journal judges none
                     waits.setdefault(d, []).append(float(stacked))
     for got in measured.values():   # measured inside a call the stall table does not hold
         for dev, ms in got.items():

@@ -265,7 +265,7 @@ def checkpoint_overlap(offcpu, cause, label, inherited):
     victim = np.isin(cause, DEVICE_QUEUE)
     if not writing.any() or not victim.any():
         return overlap, by
-    dev = offcpu["dev"].astype("str").to_numpy(dtype=object)
+    dev = offcpu["dev"].astype("string").fillna("").to_numpy(dtype=object)   # no device: ""
     tid = offcpu["tid"].to_numpy(dtype="int64")
     start = offcpu["ts_ns"].to_numpy(dtype="int64")
     end = start + offcpu["offcpu_ns"].to_numpy(dtype="int64")
