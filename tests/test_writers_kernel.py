@@ -84,6 +84,24 @@ def cgroups_made():
                     time.sleep(0.1)
 
 
+
+def start_bpftrace(script, dev):
+    """bpftrace running ``script`` with the device ``dev`` ('MAJ:MIN') as the kernel's dev_t in
+    $1, once it printed "ready"."""
+    major, minor = (int(x) for x in dev.split(":"))
+    bt = subprocess.Popen(["bpftrace", "-e", script, str(major << 20 | minor)],
+                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        line = None
+        while line not in ("ready\n", ""):
+            line = read_line(bt.stdout, 60)
+        assert line == "ready\n", "bpftrace did not start"
+    except BaseException:
+        bt.kill()
+        bt.wait()
+        raise
+    return bt
+
 def test_the_culprit_that_filled_the_journal_is_named_for_the_victims_stalls(tmp_path,
                                                                             cgroups_made):
     from jstall.analyzer.analysis import analyze
@@ -94,14 +112,8 @@ def test_the_culprit_that_filled_the_journal_is_named_for_the_victims_stalls(tmp
     out = str(tmp_path / "s")
     with ScratchFs(CONFIG) as fs:
         mnt, dev = fs.mountpoint, fs.dev
-        major, minor = (int(x) for x in dev.split(":"))
-        bt = subprocess.Popen(["bpftrace", "-e", BT, str(major << 20 | minor)],
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        bt = start_bpftrace(BT, dev)
         try:
-            line = None
-            while line not in ("ready\n", ""):
-                line = read_line(bt.stdout, 60)
-            assert line == "ready\n", "bpftrace did not start"
             subprocess.run(["sync", "-f", mnt], check=True)
             calls = tuple(parse_calls("metadata,fsync,write"))
             rec = Recorder(RecordOptions(output_dir=out, devices=[dev], quiet=True, calls=calls))
@@ -190,14 +202,8 @@ def test_xfs_writers_share_the_kernels_log_bytes(tmp_path, cgroups_made):
         subprocess.run([sys.executable, "-c", create, mnt, "20000"], check=True,
                        timeout=600 * SLOWDOWN)
         subprocess.run(["sync", "-f", mnt], check=True)
-        major, minor = (int(x) for x in dev.split(":"))
-        bt = subprocess.Popen(["bpftrace", "-e", XFS_BT, str(major << 20 | minor)],
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        bt = start_bpftrace(XFS_BT, dev)
         try:
-            line = None
-            while line not in ("ready\n", ""):
-                line = read_line(bt.stdout, 60)
-            assert line == "ready\n", "bpftrace did not start"
             rec = Recorder(RecordOptions(output_dir=out, devices=[dev], quiet=True))
             rec.start()
             rm = subprocess.run(in_cgroup(cgroups_made["culprit"],
