@@ -38,6 +38,16 @@ def status(out):
         return {}
 
 
+def log_tail(out, name, chars=3000):
+    """The end of a step's own log (lab.log, record.log, ...): what it printed before it
+    failed (a Python fault prints its threads' stacks there, PYTHONFAULTHANDLER)."""
+    try:
+        with open(os.path.join(out, name), errors="replace") as f:
+            return f.read()[-chars:]
+    except OSError as e:
+        return f"({name}: {e.strerror})"
+
+
 def call_count(path, call, dev):
     t = pq.read_table(session.table_path(path, "call_totals")).to_pandas()
     return int(t[(t["syscall"] == call) & (t["dev"] == dev)]["count"].sum())
@@ -63,7 +73,8 @@ def test_stock_kernel_records_the_seed_stall(smoke, kernel):
 
     out, rc, console = smoke[kernel]
     st = status(out)
-    assert rc == 0 and st.get("ready") == "1" and st.get("lab") == "0", (rc, st, console[-3000:])
+    assert rc == 0 and st.get("ready") == "1" and st.get("lab") == "0", (rc, st, log_tail(out, "lab.log"),
+                                                                          console[-3000:])
     lab = os.path.join(out, "lab")
     meta = session.read_metadata(lab)
     assert meta["kernel_release"] == kernel
@@ -106,7 +117,8 @@ def test_fentry_counts_equal_the_syscall_tracepoints(smoke, kernel):
     the same run: the same setxattr count on the lab's filesystem, the workload's own."""
     out, rc, console = smoke[kernel]
     st = status(out)
-    assert st.get("record") == "0", (st, console[-3000:])
+    assert st.get("record") == "0" and st.get("lab") == "0", (st, log_tail(out, "record.log"),
+                                                              log_tail(out, "lab.log"), console[-3000:])
     lab, other = os.path.join(out, "lab"), os.path.join(out, "syscalls-session")
     meta = session.read_metadata(lab)
     assert session.read_metadata(other)["probes"]["attach"] == "syscalls"
@@ -125,7 +137,7 @@ def test_fentry_counts_equal_the_syscall_tracepoints(smoke, kernel):
 def test_stock_kernel_monitor_serves_the_stalls(smoke, kernel):
     out, rc, console = smoke[kernel]
     st = status(out)
-    assert st.get("scrape") == "0" and st.get("monitor") == "0", (st, console[-3000:])
+    assert st.get("scrape") == "0" and st.get("monitor") == "0", (st, log_tail(out, "monitor.log"), console[-3000:])
     with open(os.path.join(out, "metrics.txt")) as f:
         text = f.read()
     dev = session.read_metadata(os.path.join(out, "lab"))["filters"]["devices"][0]
@@ -143,7 +155,7 @@ def test_stock_kernel_records_xfs_log_waits(smoke, kernel):
 
     out, rc, console = smoke[kernel]
     st = status(out)
-    assert st.get("lab_xfs") == "0", (st, console[-3000:])
+    assert st.get("lab_xfs") == "0", (st, log_tail(out, "lab-xfs.log"), console[-3000:])
     a = analyze(os.path.join(out, "lab-xfs"))
     d = a.to_dict()
     probes = session.read_metadata(os.path.join(out, "lab-xfs"))["probes"]

@@ -14,6 +14,8 @@
 # Everything lands in OUT (a host directory the guest may write); the host test analyzes
 # and checks it there. Every wait has a bound.
 set -u
+# a fault in a Python process prints its threads' stacks to its step's log (lab.log, ...)
+export PYTHONFAULTHANDLER=1
 OUT=$1
 # the XFS lab run's bound, and jstall-xfslog.bt's duration: the latest it ends by itself
 XFSLOG_SECS=${XFSLOG_SECS:-1200}
@@ -38,7 +40,10 @@ echo "ready=$ready" > status.txt
 if [ $ready = 1 ]; then
     "$J" lab run xattr --fs-size 64M --journal-size 4M --inode-size 128 --files 1500 --updates 6000 \
         --write-iops 2000 --scratch /var/tmp/jstall-smoke -o lab > lab.log 2>&1
-    echo "lab=$?" >> status.txt
+    rc=$?
+    echo "lab=$rc" >> status.txt
+    # a failed step's log on the console too: the guest's log under $JSTALL_GUEST_BASE/logs keeps it
+    [ $rc = 0 ] || { echo "== lab.log (exit $rc)"; tail -n 60 lab.log; }
     # XFS (a module there, loaded here for bpftrace's tracepoints): distinct metadata on an
     # 8 MiB log over a device paced for the emulator's speed
     modprobe xfs
@@ -56,7 +61,9 @@ if [ $ready = 1 ]; then
         "$J" lab run command --fs-type xfs --fs-size 400M --journal-size 8M --write-iops 20 \
         --command "$ROOT/.venv/bin/python $ROOT/tests/create_workload.py . 20000" \
         --scratch /var/tmp/jstall-smoke -o lab-xfs > lab-xfs.log 2>&1
-    echo "lab_xfs=$?" >> status.txt
+    rc=$?
+    echo "lab_xfs=$rc" >> status.txt
+    [ $rc = 0 ] || { echo "== lab-xfs.log (exit $rc)"; tail -n 60 lab-xfs.log; }
     echo "lab_xfs_s=$(( $(date +%s) - t1 ))" >> status.txt
 fi
 # (the recorder and the monitor end first)
