@@ -6,7 +6,8 @@ head), ``op`` (journal_start,
 sync_file, xfs_log_reserve, xfs_log_regrant, or a syscall name with --syscalls), ``tail``
 (what an XFS log's tail waited for), ``cause`` (the analyzer's taxonomy),
 ``phase`` (a jbd2 commit phase), ``mode`` (forced or background), ``buffer``, ``program``,
-``result``. Never a pid, comm or path.
+``result``, ``cgroup`` (the --top-writers cgroups of each interval by name, the rest "other").
+Never a pid, comm or path.
 """
 
 import collections
@@ -60,6 +61,7 @@ class MonitorCollector:
         with t.state_lock:
             stalls = dict(t.stalls)
             stall_s = dict(t.stall_seconds)
+            cgroup_stall_s = dict(t.cgroup_stall_seconds)
             in_stalls = {dev: s.checkpoints_in_stalls for dev, s in t.states.items()}
             states = {dev: (s.space(), s.transactions, s.blocks_logged, dict(s.checkpoints),
                             dict(s.checkpoint_written),
@@ -76,6 +78,12 @@ class MonitorCollector:
                                 labels=["device", "cause"])
         for (dev, cause), v in sorted(stall_s.items()):
             c.add_metric([dev, cause], v)
+        yield c
+        c = CounterMetricFamily("jstall_cgroup_stall_seconds", "Off-CPU time inside stalled operations, by the "
+                                "stalled task's cgroup (the cgroups that stalled most per device and interval by "
+                                "name, the rest as other; read every 2 s).", labels=["device", "cgroup"])
+        for (dev, cg), v in sorted(cgroup_stall_s.items()):
+            c.add_metric([dev, cg], v)
         yield c
 
         gauges = {

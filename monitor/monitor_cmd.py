@@ -54,8 +54,8 @@ def add_arguments(p):
     p.add_argument("--max-disk", default="1G", metavar="SIZE", help="captures take at most SIZE (default 1G)")
     p.add_argument("--syscalls", action="store_true", help="trace every metadata syscall (costlier)")
     p.add_argument("--top-writers", type=int, default=5, metavar="N",
-                   help="per journal, name the N cgroups that logged most in each interval, the rest 'other' "
-                        "(default 5)")
+                   help="per journal, name the N cgroups that logged most in each interval, and the N that "
+                        "stalled most, the rest 'other' (default 5)")
     p.add_argument("--bpf-stats", type=float, default=0.1, metavar="SHARE",
                    help="share of time BPF run-time statistics are on, for jstall_bpf_run_seconds (they add two "
                         "clock reads to every BPF program run on the host; default 0.1: 1 s in 10; "

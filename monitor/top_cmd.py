@@ -5,7 +5,8 @@ DESCRIPTION = """\
 A live view, refreshed every second, of each ext4 journal: its fill and headroom to the
 forced-checkpoint condition (now and its low over the last minute), blocks logged per
 second, commits per second, forced checkpoints; of each XFS log: its headroom and its
-log-space waits; and the slowest recent operations with their cause. It reads the same
+log-space waits; who fills each journal (the cgroups that logged most, their share and their
+stall time); and the slowest recent operations with their cause. It reads the same
 data as 'jstall monitor': from its own probes (root), or from a running monitor (--url)."""
 
 EXAMPLES = """\
@@ -20,7 +21,9 @@ columns: FILL% used log space; HEADROOM% log space left above one maximum transa
 per second; CP forced checkpoints (in user tasks) since the monitor started. XFS logs:
 HEADROOM% space left on the reserve grant head over the log's size; WAITS, WAIT(s)
 reservations that waited for log space and their time, SLEEPS the kernel's sleeps in them,
-since the monitor started."""
+since the monitor started. Who fills the journal: per journal, the cgroups whose tasks logged
+most since the monitor started (blocks for ext4, bytes for XFS; the rest as other), SHARE%
+of the journal's logged total, STALL(s) their tasks' off-CPU time inside stalls there."""
 
 import json
 import time
@@ -89,6 +92,16 @@ def render(snap, prev, source, width=120, height=40):
             head = f"{100 * x['headroom_ratio']:9.1f}" if x.get("headroom_ratio") is not None else f"{'-':>9}"
             lines.append(f"{dev:<7} {(x.get('mountpoint') or '-')[-28:]:<28} {size} {head} {x['waits']:>7} "
                          f"{x['wait_s']:>8.2f} {x['sleeps']:>7}")
+    ws = snap.get("writers") or {}
+    if ws:
+        lines += ["", "WHO FILLS THE JOURNAL (since the monitor started)",
+                  f"{'DEV':<7} {'CGROUP':<40} {'LOGGED':>11} {'SHARE%':>6} {'STALL(s)':>8}"]
+        for dev, rows in sorted(ws.items()):
+            for w in rows:
+                logged = f"{w['logged']:.0f} {'blk' if w['unit'] == 'blocks' else 'B'}"
+                cg = w["cgroup"] if len(w["cgroup"]) <= 40 else "…" + w["cgroup"][-39:]
+                lines.append(f"{dev:<7} {cg:<40} {logged:>11} {100 * w['share']:>6.1f} "
+                             f"{w['stall_s']:>8.2f}")
     lost = sum(snap.get("events_lost", {}).values())
     lines += ["", f"SLOWEST RECENT CALLS{'  (events lost: %d)' % lost if lost else ''}",
               f"{'TIME':<8} {'OP':<14} {'LAT(ms)':>9} {'DEV':>7} {'CAUSE':<17} {'BLOCKED IN':<30} "

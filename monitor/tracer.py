@@ -57,7 +57,8 @@ WRITERS_EVERY_NS = 2_000_000_000
 def top_writers(amounts, n):
     """{(dev, kind, cgroup): amount} with, per (dev, kind), the ``n`` largest amounts under
     their own cgroup and the rest summed as cgroup "other" (bounded label sets); zero
-    amounts dropped."""
+    amounts dropped. Kinds: ``blocks`` (jbd2) and ``bytes`` (XFS) logged, ``stall_s`` (off-CPU
+    seconds inside stalls)."""
     out = collections.Counter()
     groups = collections.defaultdict(list)
     for (dev, kind, cg), v in amounts.items():
@@ -68,6 +69,33 @@ def top_writers(amounts, n):
         for i, (v, cg) in enumerate(vs):
             out[(dev, kind, cg if i < n else "other")] += v
     return dict(out)
+
+
+def journal_writers(logged, stall_s, n=None):
+    """{dev: [{"cgroup", "logged", "unit" (blocks or bytes), "share", "stall_s"}, ...]}: what
+    each named cgroup (and "other") logged on each journal, its share of the journal's total
+    (0-1) and its tasks' off-CPU seconds in stalls there (a cgroup that only stalled logged 0),
+    largest writer first, "other" last; with ``n``, at most ``n`` rows (the smallest summed
+    into "other"). ``logged``: {(dev, kind, cgroup): amount}; ``stall_s``: {(dev, cgroup):
+    seconds} (Tracer.logged and Tracer.cgroup_stall_seconds: the metrics' values)."""
+    amount, units = collections.defaultdict(dict), {}
+    for (dev, kind, cg), v in logged.items():
+        amount[dev][cg] = amount[dev].get(cg, 0) + v
+        units[dev] = kind
+    for (dev, cg), v in stall_s.items():
+        amount[dev].setdefault(cg, 0)
+    out = {}
+    for dev, ws in amount.items():
+        total = sum(ws.values())
+        order = sorted(ws, key=lambda cg: (cg == "other", -ws[cg], -stall_s.get((dev, cg), 0.0), cg))
+        keep = order if n is None or len(order) <= n else order[:max(n - 1, 0)]
+        rows = [(cg, ws[cg], stall_s.get((dev, cg), 0.0)) for cg in keep]
+        rest = order[len(keep):]
+        if rest:
+            rows.append(("other", sum(ws[cg] for cg in rest), sum(stall_s.get((dev, cg), 0.0) for cg in rest)))
+        out[dev] = [{"cgroup": cg, "logged": v, "unit": units.get(dev, "blocks"),
+                     "share": v / total if total else 0.0, "stall_s": st} for cg, v, st in rows]
+    return out
 
 
 @dataclasses.dataclass
@@ -244,6 +272,8 @@ class Tracer:
         self.xfs_states = {}                              # dev -> XfsLogState
         self.stalls = collections.Counter()               # (dev, op, cause) -> stalled operations
         self.stall_seconds = collections.Counter()        # (dev, cause) -> off-CPU seconds inside stalls
+        self.cgroup_stall_seconds = collections.Counter() # (dev, cgroup name) -> the same, by the task's cgroup
+        self._stalled_cgroups = collections.Counter()     # (dev, cgroup id) -> seconds since the last read
         self.recent = collections.deque(maxlen=RECENT_CALLS)
         self.flight = collections.deque()                 # (poll monotonic ns, {kind: records}, records, bytes)
         self.flight_bytes = 0
@@ -375,6 +405,7 @@ class Tracer:
             self._writers_read_ns = now
             self._count_writers(self.probes.writers_since(self._committed))
             self._committed = set()
+            self._count_stalled_cgroups()
             if "checkpoint_stats_event" in a:
                 self._count_checkpoint_blocks(a["checkpoint_stats_event"])
         if "xfs_wait_event" in a:
@@ -400,19 +431,39 @@ class Tracer:
         while self._own_checkpoints and self._own_checkpoints[0][1] < cutoff:
             self._own_checkpoints.popleft()
 
-    def _count_writers(self, rows):
-        """Add what the writers put into the journals since the last read (ProbeSet.writers_since
-        rows) to ``logged``, by cgroup name, the top_writers per journal and the rest as other."""
-        new = {k[2] for k in rows} - set(self._cgroup_names)
+    def _name_cgroups(self, ids):
+        """Name the cgroup ids not named yet (cgroups.name_of of their paths)."""
+        new = set(ids) - set(self._cgroup_names)
         if new:
             paths = cgroups.paths_of(new)
             self._cgroup_names.update({i: cgroups.name_of(paths.get(str(i)))["name"] for i in new})
+
+    def _count_writers(self, rows):
+        """Add what the writers put into the journals since the last read (ProbeSet.writers_since
+        rows) to ``logged``, by cgroup name, the top_writers per journal and the rest as other."""
+        self._name_cgroups(k[2] for k in rows)
         amounts = collections.Counter()
         for (_, dev, cg, tx), v in rows.items():
             kind = "bytes" if tx is None else "blocks"
             amounts[(dev, kind, self._cgroup_names.get(cg, str(cg)))] += v[3] if tx is None else v[2]
         with self.state_lock:
             self.logged.update(top_writers(amounts, self.mopts.top_writers))
+
+    def _count_stalled_cgroups(self):
+        """Add the stall seconds of each cgroup since the last read to ``cgroup_stall_seconds``,
+        by name, the top_writers per journal (here: those that stalled most) and the rest as
+        other."""
+        with self.state_lock:
+            pending, self._stalled_cgroups = self._stalled_cgroups, collections.Counter()
+        if not pending:
+            return
+        self._name_cgroups(cg for _dev, cg in pending)
+        amounts = collections.Counter()
+        for (dev, cg), v in pending.items():
+            amounts[(dev, "stall_s", self._cgroup_names.get(cg, str(cg)))] += v
+        with self.state_lock:
+            self.cgroup_stall_seconds.update({(dev, cg): v for (dev, _k, cg), v in
+                                              top_writers(amounts, self.mopts.top_writers).items()})
 
     def _state(self, dev):
         s = self.states.get(dev)
@@ -486,6 +537,7 @@ class Tracer:
         self.stalls[(dev, op, cause)] += 1
         for k, v in seconds.items():
             self.stall_seconds[(dev, k)] += v
+        self._stalled_cgroups[(dev, int(r["cgroup_id"]))] += sum(seconds.values())
         self.recent.append(call)
         return call
 
@@ -587,6 +639,7 @@ class Tracer:
                         "wait_s": sum(x.wait_sum_s.values()), "sleeps": x.sleeps}
                   for dev, x in self.xfs_states.items()}
             recent = list(self.recent)
+            writers = journal_writers(dict(self.logged), dict(self.cgroup_stall_seconds), self.mopts.top_writers + 1)
         mounts = filesystems.ext4_mounts()
         for dev, j in js.items():
             j["mountpoint"] = mounts.get(dev, {}).get("mountpoint")
@@ -599,5 +652,5 @@ class Tracer:
             state = xfs.read_log_state(j["xfs_name"])
             if state and j.get("log_bytes") and xfs.log_state_kind(state):
                 x["headroom_ratio"] = xfs.log_state_space_left(state, j["log_bytes"]) / j["log_bytes"]
-        return {"time": time.time(), "journals": js, "xfs_logs": xs, "recent": recent,
+        return {"time": time.time(), "journals": js, "xfs_logs": xs, "recent": recent, "writers": writers,
                 "events_lost": self.events_lost()}

@@ -290,6 +290,7 @@ struct xfs_wait_event {
 	__u64 ail_flushing;       /* xfs_ail_flushing: items already being written home */
 	__u64 log_forces;         /* xfs_log_force */
 	__u64 log_writes;         /* xlog_iclog_sync_done: the log's own writes completed */
+	__u64 cgroup_id;          /* the waiting task's cgroup (bpf_get_current_cgroup_id) */
 };
 
 #endif

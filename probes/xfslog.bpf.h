@@ -166,6 +166,7 @@ static __always_inline int xfs_granted(struct task_struct *task, struct xfs_wait
 	e->head = w->head;
 	e->sleeps = w->sleeps;
 	current_task(&e->task);
+	e->cgroup_id = bpf_get_current_cgroup_id();
 	struct inflight *c = current_call(0);
 	e->in_traced_call = c && c->ts_ns;
 	e->call_ts_ns = e->in_traced_call ? c->ts_ns : 0;

@@ -108,3 +108,24 @@ def test_compare_lists_the_top_writers_of_both_sides_by_cgroup(tmp_path):
     rows = {r["cgroup"]: (r["share_a"], r["share_b"]) for r in c.to_dict()["writers"]}
     assert rows == {"pod 1a2b-3c4d (burstable)": (90.0, None), "victim.service": (10.0, 100.0)}
     assert "top writers" in c.text()
+
+
+def test_the_top_pane_shares_each_journal_among_its_writers_with_their_stall_time():
+    from jstall.monitor import top_cmd
+    from jstall.monitor.tracer import journal_writers
+
+    logged = {("7:0", "blocks", "pod x"): 900, ("7:0", "blocks", "db.service"): 60, ("7:0", "blocks", "a"): 30,
+              ("7:0", "blocks", "other"): 10, ("7:1", "bytes", "rm"): 4096}
+    stall = {("7:0", "db.service"): 2.5, ("7:0", "pod x"): 0.5, ("7:0", "idle.service"): 0.25}
+    ws = journal_writers(logged, stall)
+    assert [(w["cgroup"], w["logged"], w["share"], w["stall_s"]) for w in ws["7:0"]] == [
+        ("pod x", 900, 0.9, 0.5), ("db.service", 60, 0.06, 2.5), ("a", 30, 0.03, 0.0),
+        ("idle.service", 0, 0.0, 0.25), ("other", 10, 0.01, 0.0)]
+    assert ws["7:1"] == [{"cgroup": "rm", "logged": 4096, "unit": "bytes", "share": 1.0, "stall_s": 0.0}]
+    # at most n rows: the smallest with "other"
+    short = journal_writers(logged, stall, 3)["7:0"]
+    assert [(w["cgroup"], w["logged"], w["stall_s"]) for w in short] == [
+        ("pod x", 900, 0.5), ("db.service", 60, 2.5), ("other", 40, 0.25)]
+    lines = top_cmd.render({"time": 1.0, "journals": {}, "recent": [], "writers": {"7:0": short}}, None, "test")
+    assert lines[lines.index("WHO FILLS THE JOURNAL (since the monitor started)") + 2].split() == [
+        "7:0", "pod", "x", "900", "blk", "90.0", "0.50"]

@@ -8,34 +8,22 @@ import re
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from jstall.workloads.scratch import FsConfig, ScratchFs
 
+import cgroup_pair
+from cgroup_pair import CID, UID, VICTIM, in_cgroup
 from child_output import read_line
 from conftest import SLOWDOWN
 
 pytestmark = [pytest.mark.kernel, pytest.mark.skipif(os.geteuid() != 0, reason="needs root")]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = "/sys/fs/cgroup/unified"
-UID = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
-CID = "c0ffee" + "0123456789abcdef" * 3 + "abcdef0123"   # 64 hex digits
 # 128-byte inodes: every file's attributes need a block of their own; a 4 MiB journal
 CONFIG = FsConfig(fs_size="64M", journal_size="4M", inode_size=128, write_iops=2000)
 FILES, UPDATES = 3000, 6000
-
-VICTIM = """
-import os, sys, time
-fd = os.open(sys.argv[1], os.O_CREAT | os.O_WRONLY, 0o644)
-buf = b"v" * 4096
-while not os.path.exists(sys.argv[2]):
-    os.pwrite(fd, buf, 0)
-    os.fdatasync(fd)
-    time.sleep(0.005)
-"""
 
 # independent sums by cgroup: the blocks each cgroup's handles dirtied, and what the kernel
 # logged per commit. Each script wakes its reader every 200 ms (an empty printf): Debian's
@@ -50,39 +38,12 @@ interval:ms:200 { printf(""); }
 """
 
 
-def in_cgroup(cg, argv):
-    """argv run as a process that first moves itself into cgroup directory ``cg``."""
-    return ["sh", "-c", f'echo $$ > {cg}/cgroup.procs && exec "$@"', "sh"] + argv
-
-
 @pytest.fixture
 def cgroups_made():
-    if not os.path.exists(os.path.join(ROOT, "cgroup.procs")):
-        pytest.skip("no cgroup v2 hierarchy at " + ROOT)
-    top = os.path.join(ROOT, f"jstall-test-{os.getpid()}")
-    victim = os.path.join(top, "tenant.slice", "victim.scope")
-    culprit = os.path.join(top, "kubepods.slice", "kubepods-burstable.slice",
-                           f"kubepods-burstable-pod{UID.replace('-', '_')}.slice",
-                           f"cri-containerd-{CID}.scope")
-    made = []
-    try:
-        for leaf in (victim, culprit):
-            parts = os.path.relpath(leaf, ROOT).split("/")
-            for i in range(1, len(parts) + 1):
-                d = os.path.join(ROOT, *parts[:i])
-                if not os.path.exists(d):
-                    os.mkdir(d)
-                    made.append(d)
-        yield {"victim": victim, "culprit": culprit}
-    finally:
-        for d in reversed(made):
-            for _ in range(50):   # a process that just exited may linger a moment in cgroup.procs
-                try:
-                    os.rmdir(d)
-                    break
-                except OSError:
-                    time.sleep(0.1)
-
+    if not cgroup_pair.available():
+        pytest.skip("no cgroup v2 hierarchy at " + cgroup_pair.ROOT)
+    with cgroup_pair.cgroup_pair() as made:
+        yield made
 
 
 def start_bpftrace(script, dev):
