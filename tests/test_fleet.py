@@ -273,3 +273,29 @@ def test_collect_dir_and_output_refused_together(argv, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "give either -o DIR or --collect-dir ROOT, not both" in err and err.count("\n") == 1
     assert os.listdir(tmp_path) == []  # nothing created
+
+
+def test_fleet_ranks_writers_across_hosts_on_dask(tmp_path, cluster, capsys):
+    """Writers summed by cgroup over sessions collected from two hosts, on the cluster's
+    workers: what the local Fleet of the same summaries says, in the JSON and the text."""
+    from test_writers import writer_session
+
+    root = tmp_path / "c"
+    day = dt.date(2026, 11, 23)
+    for host, name, culprit, victim, stall in (("db-1", "a", 90, 10, 300), ("db-2", "b", 45, 5, None),
+                                               ("db-2", "c", 30, 0, None)):
+        writer_session(collected_path(str(root), host, day, name), host, culprit, victim, stall)
+    fleet = run_fleet([str(root)], scheduler=cluster.scheduler_address)
+    local = Fleet([summarize(p) for p in find_sessions([str(root)])])
+    assert fleet.writers().to_dict("records") == local.writers().to_dict("records")
+    top = fleet.writers().iloc[0]
+    assert (top["cgroup"], top["logged"], top["hosts"]) == ("pod 1a2b-3c4d (burstable)", 165.0, ["db-1", "db-2"])
+    assert main(["fleet", str(root), "--scheduler", cluster.scheduler_address, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [(r["cgroup"], r["sessions"], r["stall_ms"]) for r in doc["writers"]] == [
+        ("pod 1a2b-3c4d (burstable)", 3, 0.0), ("victim.service", 2, 300.0)]
+    html = tmp_path / "fleet.html"
+    assert main(["fleet", str(root), "--scheduler", cluster.scheduler_address, "-o", str(html)]) == 0
+    assert "who fills the journals" in capsys.readouterr().out
+    page = html.read_text()
+    assert "Who fills the journals" in page and "db-1, db-2" in page

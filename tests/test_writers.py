@@ -129,3 +129,41 @@ def test_the_top_pane_shares_each_journal_among_its_writers_with_their_stall_tim
     lines = top_cmd.render({"time": 1.0, "journals": {}, "recent": [], "writers": {"7:0": short}}, None, "test")
     assert lines[lines.index("WHO FILLS THE JOURNAL (since the monitor started)") + 2].split() == [
         "7:0", "pod", "x", "900", "blk", "90.0", "0.50"]
+
+
+def writer_session(path, host, culprit, victim, stall_ms=None):
+    """A session of ``host``: one transaction of the culprit's (pod) and the victim's
+    (victim.service) dirtied blocks, and with ``stall_ms`` one stalled fsync of the victim."""
+    meta = metadata(journals=[journal_meta()], host=host, cgroups={"10": "/system.slice/victim.service", "20": POD})
+    tables = {"writers": pd.DataFrame([w(1, "culprit", 20, 1, dirtied=culprit), w(2, "victim", 10, 1, dirtied=victim)]),
+              "run_stats": pd.DataFrame([{"ts_ns": 2 * S, "dev": "7:0", "transaction": 1,
+                                          "blocks": culprit + victim, "blocks_logged": culprit + victim}])}
+    if stall_ms:
+        tables["calls"] = pd.DataFrame([{"ts_ns": 3 * S, "latency_ns": int(stall_ms * 1e6), "pid": 2, "tid": 2,
+                                         "comm": "victim", "syscall": "fsync", "ret": 0, "dev": "7:0",
+                                         "cgroup_id": 10}])
+    return write_session(str(path), tables, meta)
+
+
+def test_fleet_ranks_writers_by_cgroup_over_sessions_with_their_hosts(tmp_path, capsys):
+    from jstall.analyzer.multi.fleet import Fleet, summarize
+
+    a = writer_session(tmp_path / "a", "db-1", 90, 10, stall_ms=300)
+    b = writer_session(tmp_path / "b", "db-2", 45, 5)
+    c = writer_session(tmp_path / "c", "db-2", 30, 0)
+    fleet = Fleet([summarize(p) for p in (a, b, c)])
+    ws = fleet.writers()
+    assert ws[["cgroup", "journal_kind", "logged", "sessions", "journals"]].values.tolist() == [
+        ["pod 1a2b-3c4d (burstable)", "jbd2", 165.0, 3, 3], ["victim.service", "jbd2", 15.0, 2, 2]]
+    assert ws["share_pct"].tolist() == pytest.approx([100 * 165 / 180, 100 * 15 / 180])
+    assert ws["hosts"].tolist() == [["db-1", "db-2"], ["db-1", "db-2"]]
+    # the victim's stall time as analyze gives it (its process' stalls), the culprit none
+    assert ws["stall_ms"].tolist() == pytest.approx([0.0, 300.0])
+    # the JSON and the text, from the same values
+    doc = fleet.to_dict()
+    assert [(r["cgroup"], r["hosts"], round(r["share_pct"], 1)) for r in doc["writers"]] == [
+        ("pod 1a2b-3c4d (burstable)", ["db-1", "db-2"], 91.7), ("victim.service", ["db-1", "db-2"], 8.3)]
+    text = fleet.text()
+    assert "who fills the journals" in text
+    row = next(ln for ln in text.splitlines() if ln.startswith("pod 1a2b-3c4d"))
+    assert "165 blocks" in row and "91.7" in row and "db-1, db-2" in row

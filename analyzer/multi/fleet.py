@@ -354,6 +354,54 @@ class Fleet:
         """Filesystems (host, device, mount point) ranked by stall time, as :meth:`hosts`."""
         return self._rank(["host", "dev", "mountpoint", "journal_mib", "inode_size"])
 
+    def writers(self):
+        """Who fills the journals over the fleet: one row per cgroup name and journal kind
+        (``jbd2``: the blocks its processes logged; ``xfs``: the log bytes), summed over every
+        session's writers (the analyze document's ``writers.writers``), with ``share_pct`` of
+        all that kind logged in the fleet, ``sessions``, ``journals`` (session and device
+        pairs it logged something on), ``hosts`` (the host names, sorted) and ``stall_ms``: the stall time of the
+        cgroup's processes on journals of that kind (``writers.victims``). Largest share first."""
+        cols = ["cgroup", "journal_kind", "unit", "logged", "share_pct", "sessions", "journals", "hosts",
+                "stall_ms"]
+        if getattr(self, "_writers", None) is not None:  # the text, JSON and HTML each ask
+            return self._writers.copy()
+        wrote, stalled = [], []
+        for s in self.ok:
+            d = s["analysis"]
+            host = d["session"].get("host") or collected_partitions(s["path"]).get("host")
+            kind_of = {j["dev"]: kinds.of(j).name for j in d["journals"]}
+            kind_of.update({x["dev"]: kinds.XFS.name for x in d.get("xfs_logs") or []})
+            w = d.get("writers") or {}
+            for r in w.get("writers") or []:
+                xfs_log = r.get("logged_bytes") is not None
+                if not (r["logged_bytes"] if xfs_log else r.get("logged_blocks")):
+                    continue   # handles that logged nothing: not a writer of this session
+                wrote.append({"cgroup": r.get("cgroup") or "-", "journal_kind": kinds.XFS.name if xfs_log
+                              else kinds.JBD2.name, "unit": "bytes" if xfs_log else "blocks",
+                              "logged": float(r["logged_bytes"] if xfs_log else r.get("logged_blocks") or 0.0),
+                              "session": s["path"], "dev": r["dev"], "host": host})
+            for r in w.get("victims") or []:
+                stalled.append({"cgroup": r.get("cgroup") or "-",
+                                "journal_kind": kind_of.get(r["dev"], kinds.JBD2.name),
+                                "stall_ms": float(r.get("stall_ms") or 0.0)})
+        if not wrote:
+            self._writers = pd.DataFrame(columns=cols)
+            return self._writers.copy()
+        w = pd.DataFrame(wrote)
+        keys = ["cgroup", "journal_kind", "unit"]
+        g = w.groupby(keys, sort=False)
+        out = g.agg(logged=("logged", "sum"), sessions=("session", "nunique"),
+                    hosts=("host", lambda h: sorted({str(x) for x in h if x is not None})))
+        out["journals"] = w.drop_duplicates(keys + ["session", "dev"]).groupby(keys, sort=False).size()
+        out = out.reset_index()
+        out["share_pct"] = 100.0 * out["logged"] / out.groupby("journal_kind")["logged"].transform("sum")
+        st = (pd.DataFrame(stalled).groupby(["cgroup", "journal_kind"])["stall_ms"].sum() if stalled
+              else pd.Series(dtype="float64"))
+        out["stall_ms"] = [float(st.get((c, k), 0.0)) for c, k in zip(out["cgroup"], out["journal_kind"])]
+        self._writers = out.sort_values(["share_pct", "logged", "cgroup"], ascending=[False, False, True],
+                                        kind="stable").reset_index(drop=True)[cols]
+        return self._writers.copy()
+
     def histograms(self):
         """Fleet-wide log2 latency histograms: one row per (syscall, bucket) with ``low_ns``,
         ``high_ns`` and ``count`` -- the sum of every session's call_histograms."""
@@ -407,7 +455,7 @@ class Fleet:
             "stall_ms": float(sum(s["analysis"]["stalls"]["total_ms"] for s in self.ok)),
             "hosts": records(self.hosts()), "filesystems": records(self.filesystems()),
             "distributions": records(self.distributions()), "histograms": records(self.histograms()),
-            "rows": records(self.rows), "errors": records(self.errors),
+            "writers": records(self.writers()), "rows": records(self.rows), "errors": records(self.errors),
         })
 
     def text(self, top=20):
@@ -441,6 +489,15 @@ class Fleet:
                     for _, r in fsys.head(top).iterrows()]
             out.append(text_table(["host", "dev", "mount point", "journal MiB", "inode", "sessions", "stalls",
                                    "stall ms", "forced cp", "headroom low", "cause"], rows))
+        ws = self.writers()
+        if len(ws):
+            out.append("")
+            out.append(f"who fills the journals (cgroups by their share of what the fleet logged; top "
+                       f"{min(top, len(ws))} of {len(ws)})")
+            out.append(text_table(["cgroup", "journal", "logged", "share %", "sessions", "hosts", "stall ms"],
+                                  [[r["cgroup"], r["journal_kind"], f"{r['logged']:,.0f} {r['unit']}",
+                                    f(r["share_pct"]), r["sessions"], _hosts(r["hosts"]), f(r["stall_ms"], "{:.0f}")]
+                                   for _, r in ws.head(top).iterrows()]))
         dist = self.distributions()
         if len(dist):
             out.append("")
@@ -466,6 +523,11 @@ class Fleet:
             for _, e in self.errors.iterrows():
                 out.append(f"- {e['session']}: {e['error']}")
         return "\n".join(out) + "\n"
+
+
+def _hosts(hosts, n=3):
+    """The first ``n`` host names, and how many more."""
+    return ", ".join(hosts[:n]) + (f" +{len(hosts) - n}" if len(hosts) > n else "")
 
 
 def _short(path, n=40):

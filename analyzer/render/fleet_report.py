@@ -64,6 +64,12 @@ def fleet_report(fleet, top=50):
     cols = ["host", "dev", "mountpoint", "journal_mib", "inode_size", "sessions", "stalls", "stall_ms",
             "forced_checkpoints", "headroom_low_blocks", "dominant_cause"]
     parts.append(html_table(fsys[cols].head(top).fillna({"dominant_cause": "-"})) if len(fsys) else "<p>none</p>")
+    ws = f.writers()
+    if len(ws):
+        parts.append("<h2>Who fills the journals</h2><p>cgroups by their share of what the fleet's journals "
+                     "logged (ext4: blocks, XFS: log bytes), with the hosts they ran on and their processes' "
+                     "stall time.</p>")
+        parts.append(html_table(ws.head(top).assign(hosts=ws["hosts"].head(top).map(", ".join))))
     parts.append("<h2>Latency per call over the fleet</h2>" + figure_div(latency_distributions(f), "fleet-latency"))
     dist = f.distributions()
     if len(dist):
