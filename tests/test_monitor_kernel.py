@@ -346,7 +346,9 @@ def test_top_pane_shows_the_journal_and_a_stalled_call(run):
     (max_tx,) = re.findall(r"each up to (\d+) blocks", run["proc_info"])
     assert j["max_transaction_blocks"] == int(max_tx), (j, run["proc_info"])
     assert j["headroom_ratio"] == jbd2.headroom_ratio(j["log_space_left_blocks"], int(max_tx), j["log_blocks"]), j
-    (row,) = [ln.split() for ln in pane.splitlines() if ln.startswith(run["dev"] + " ")]
+    # the journal's row: the device's first (its writers' rows follow, under WHO FILLS THE JOURNAL)
+    row = next(ln.split() for ln in pane.splitlines() if ln.startswith(run["dev"] + " "))
+    assert "WHO FILLS THE JOURNAL" in pane, pane
     assert row[5] == "0.0", pane   # DEV MOUNTPOINT BLOCKS FILL% HEADROOM% LOW%
 
 
