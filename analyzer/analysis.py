@@ -97,7 +97,7 @@ class Analysis:
     writers = _result(writers_summary, "checkpoints", "stalls")
     xfs_logs = _result(xfs_log_summary, "xfs_waits", "stalls", "checkpoint_waits")
     recommendations = _result(recommendations, "journals", "stalls", "causes", "calls", "transactions", "min_ms",
-                              "timeline", "checkpoint_waits")
+                              "timeline", "checkpoint_waits", "checkpoint_costs")
 
     @cached_property
     def verdict(self):

@@ -112,6 +112,7 @@ class Context:
     timeline: object
     min_ms: float
     waits: object = None
+    given_costs: object = None
 
     def enough(self, dev):
         """The jstall.enough verdict of a journal's forced-checkpoint waits (journals.checkpoint_waits)."""
@@ -129,7 +130,9 @@ class Context:
 
     @property
     def costs(self):
-        """journals.checkpoint_costs of the session (once per context)."""
+        """journals.checkpoint_costs of the session (as given, or once per context)."""
+        if self.given_costs is not None:
+            return self.given_costs
         return self._memo("costs", lambda: checkpoint_costs(self.session, self.min_ms))
 
     def _memo(self, key, make):
@@ -1255,12 +1258,14 @@ def rank(recs):
     return sorted(recs, key=key)
 
 
-def recommendations(session, journals, stalls, causes, call_table, txns, min_ms, timeline=None, waits=None):
+def recommendations(session, journals, stalls, causes, call_table, txns, min_ms, timeline=None, waits=None,
+                    costs=None):
     """Run every rule of RULES and return the ranked list of :class:`Recommendation`
-    (``waits``: journals.checkpoint_waits, computed when not given)."""
+    (``waits``: journals.checkpoint_waits, ``costs``: journals.checkpoint_costs, each computed
+    when not given)."""
     if timeline is None:
         timeline = fill_timeline(session)
-    ctx = Context(session, journals, stalls, causes, call_table, txns, timeline, min_ms, waits)
+    ctx = Context(session, journals, stalls, causes, call_table, txns, timeline, min_ms, waits, costs)
     recs = []
     for rule in RULES:
         recs.extend(rule(ctx))

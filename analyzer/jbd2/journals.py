@@ -163,6 +163,19 @@ def checkpoints(session, timeline=None):
     return out.drop(columns=["first_block", "last_block"]).reset_index(drop=True)
 
 
+def _by_tid(t):
+    """``t`` ordered by task (its own order kept within each), and ``rows(tid)``: the (start,
+    end) of that task's rows in it."""
+    tid = t["tid"].to_numpy(dtype="int64")
+    order = np.argsort(tid, kind="stable")
+    keys = tid[order]
+
+    def rows(k):
+        return int(np.searchsorted(keys, k, side="left")), int(np.searchsorted(keys, k, side="right"))
+
+    return t.iloc[order], rows
+
+
 def checkpoint_costs(session, min_ms):
     """Each forced checkpoint (jbd2_checkpoint in a task, not a jbd2 thread) with what it
     cost: ``written_blocks`` home by it (the jbd2_checkpoint_stats rows of its task until its
@@ -183,33 +196,42 @@ def checkpoint_costs(session, min_ms):
     if not len(cp):
         return pd.DataFrame(columns=cols)
     cp = cp.sort_values("ts_ns", kind="stable")
-    calls = session.calls
-    cs = session.checkpoint_stats
+    calls, by_call = _by_tid(session.calls)
+    cs, by_stat = _by_tid(session.checkpoint_stats)
+    c_all = calls["ts_ns"].to_numpy(dtype="int64")
+    lat_all = calls["latency_ns"].to_numpy(dtype="int64")
+    sys_all = calls["syscall"].to_numpy(dtype=object)
+    s_all = cs["ts_ns"].to_numpy(dtype="int64")
+    written_all = cs["written"].to_numpy(dtype="int64")
+    chp_all = cs["chp_time_ns"].to_numpy(dtype="float64") if "chp_time_ns" in cs else np.zeros(len(cs))
+    traced = cp["traced_task"].to_numpy(dtype=object) if "traced_task" in cp else np.full(len(cp), None)
+    cp_ts = cp["ts_ns"].to_numpy(dtype="int64")
+    cp_dev, cp_pid, cp_comm = (cp[c].to_numpy(dtype=object) for c in ("dev", "pid", "comm"))
     rows = []
-    for tid, g in cp.groupby("tid", sort=False):
-        mine = calls[calls["tid"] == tid]
-        c_start = mine["ts_ns"].to_numpy(dtype="int64")
-        c_end = c_start + mine["latency_ns"].to_numpy(dtype="int64")
-        stats = cs[cs["tid"] == tid]
-        s_ts = stats["ts_ns"].to_numpy(dtype="int64")
-        written = stats["written"].to_numpy(dtype="int64")
-        chp = stats["chp_time_ns"].to_numpy(dtype="float64") if "chp_time_ns" in stats else np.zeros(len(stats))
-        ts = g["ts_ns"].to_numpy(dtype="int64")
-        for i, r in enumerate(g.to_dict("records")):
+    for tid, at in pd.Series(np.arange(len(cp))).groupby(cp["tid"].to_numpy(), sort=False):
+        at = at.to_numpy()
+        lo, hi = by_call(tid)
+        c_start, lat, syscall = c_all[lo:hi], lat_all[lo:hi], sys_all[lo:hi]
+        c_end = c_start + lat
+        lo, hi = by_stat(tid)
+        s_ts, written, chp = s_all[lo:hi], written_all[lo:hi], chp_all[lo:hi]
+        ts, dev, pid, comm = cp_ts[at], cp_dev[at], cp_pid[at], cp_comm[at]
+        for i in range(len(at)):
             inside = np.flatnonzero((c_start <= ts[i]) & (c_end >= ts[i]))
             call_end = int(c_end[inside[0]]) if len(inside) else None
             until = ts[i + 1] if i + 1 < len(ts) else np.iinfo("int64").max
             if call_end is not None:
                 until = min(until, call_end)
             sel = (s_ts >= ts[i]) & (s_ts <= until)
-            wait = float(mine["latency_ns"].iloc[inside[0]]) / 1e6 if len(inside) else np.nan
-            rows.append({"ts_ns": int(ts[i]), "dev": str(r["dev"]), "tid": int(tid), "pid": int(r["pid"]),
-                         "comm": str(r["comm"]), "written_blocks": int(written[sel].sum()),
+            wait = float(lat[inside[0]]) / 1e6 if len(inside) else np.nan
+            t = traced[at[i]]
+            rows.append({"ts_ns": int(ts[i]), "dev": str(dev[i]), "tid": int(tid), "pid": int(pid[i]),
+                         "comm": str(comm[i]), "written_blocks": int(written[sel].sum()),
                          "chp_ms": float(chp[sel].sum()) / 1e6, "wait_ms": wait,
                          "call_ts_ns": int(c_start[inside[0]]) if len(inside) else -1,
-                         "syscall": str(mine["syscall"].iloc[inside[0]]) if len(inside) else None,
+                         "syscall": str(syscall[inside[0]]) if len(inside) else None,
                          "expensive": bool(wait >= min_ms),
-                         "traced_task": bool(r["traced_task"]) if pd.notna(r.get("traced_task")) else True})
+                         "traced_task": bool(t) if pd.notna(t) else True})
     return pd.DataFrame(rows, columns=cols).sort_values("ts_ns", kind="stable").reset_index(drop=True)
 
 

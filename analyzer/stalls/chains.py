@@ -271,9 +271,21 @@ def checkpoint_overlap(offcpu, cause, label, inherited):
     end = start + offcpu["offcpu_ns"].to_numpy(dtype="int64")
     comm = offcpu["comm"].to_numpy(dtype=object)
     best = np.zeros(n, dtype="int64")
+    # the device-queue waits of each device, by start, with the longest one's length: those
+    # in a checkpointing task's window
+    victims = {}
+    vi = np.flatnonzero(victim)
+    for d in set(dev[vi].tolist()):
+        v = vi[dev[vi] == d]
+        v = v[np.argsort(start[v], kind="stable")]
+        victims[d] = (v, start[v], int((end[v] - start[v]).max()))
     # one pass per checkpointing task and device
-    for d, t in sorted(set(zip(dev[writing].tolist(), tid[writing].tolist()))):
-        mine = np.flatnonzero(writing & (dev == d) & (tid == t))
+    w = np.flatnonzero(writing)
+    tasks = pd.DataFrame({"dev": dev[w], "tid": tid[w], "i": w}).groupby(["dev", "tid"], sort=True)["i"]
+    for (d, t), mine in tasks:
+        if d not in victims:
+            continue
+        mine = mine.to_numpy()
         mine = mine[np.argsort(start[mine], kind="stable")]
         s0, s1 = start[mine], end[mine]
         cum = np.concatenate([[0], np.cumsum(s1 - s0)])
@@ -284,7 +296,11 @@ def checkpoint_overlap(offcpu, cause, label, inherited):
             inside = np.clip(x - s0[np.maximum(i, 0)], 0, (s1 - s0)[np.maximum(i, 0)])
             return np.where(i >= 0, cum[np.maximum(i, 0)] + inside, 0)
 
-        v = np.flatnonzero(victim & (dev == d) & (tid != t))
+        # the waits that can overlap this task's writing: begun before its last ended and
+        # after its first began less the longest wait (one begun earlier ended before it)
+        v, vs, longest = victims[d]
+        v = v[np.searchsorted(vs, s0[0] - longest, side="left"):np.searchsorted(vs, s1.max(), side="right")]
+        v = v[tid[v] != t]
         if not len(v):
             continue
         ov = covered(end[v]) - covered(start[v])

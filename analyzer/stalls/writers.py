@@ -20,6 +20,7 @@ journal:
 Cgroups are named by jstall.cgroups from the paths the recorder kept (metadata ``cgroups``).
 """
 
+import numpy as np
 import pandas as pd
 
 from jstall import cgroups
@@ -121,38 +122,42 @@ def writer_shares(session):
 
 
 def log_contents(session, checkpoints):
-    """The transactions in each journal's log when it ran out: one row per (forced
-    checkpoint, transaction) with ``checkpoint_ns``, ``dev``, ``transaction``: those
-    committed before the checkpoint from the log's tail then (the newest
-    jbd2_update_log_tail's first_tid before it; the first transaction committed in the
-    session when none) on."""
+    """The transactions in each journal's log when it ran out, each once: ``dev``,
+    ``transaction``, for those committed before a forced checkpoint from the log's tail then
+    (the newest jbd2_update_log_tail's first_tid before it; the first transaction committed
+    in the session when none) on, at any forced checkpoint."""
     forced = checkpoints[checkpoints["forced"].astype(bool)] if len(checkpoints) else checkpoints
     rs, lt = session.run_stats, session.log_tail
     out = []
     for dev, cps in (forced.groupby(forced["dev"].astype("str")) if len(forced) else []):
-        commits = rs[rs["dev"].astype("str") == dev].sort_values("ts_ns")
-        tails = lt[lt["dev"].astype("str") == dev].sort_values("ts_ns")
+        commits = rs[rs["dev"].astype("str") == dev].sort_values("ts_ns", kind="stable")
         if not len(commits):
             continue
-        for t in cps["ts_ns"].drop_duplicates():
-            done = commits[commits["ts_ns"] <= t]
-            before = tails[tails["ts_ns"] <= t]
-            tail = (int(before["first_tid"].iloc[-1]) if len(before)
-                    else int(commits["transaction"].min()))
-            for tx in done.loc[done["transaction"] >= tail, "transaction"]:
-                out.append((int(t), dev, int(tx)))
-    return pd.DataFrame(out, columns=["checkpoint_ns", "dev", "transaction"])
+        tails = lt[lt["dev"].astype("str") == dev].sort_values("ts_ns", kind="stable")
+        c_ts, c_tx = commits["ts_ns"].to_numpy("int64"), commits["transaction"].to_numpy("int64")
+        t = np.unique(cps["ts_ns"].to_numpy("int64"))
+        done = np.searchsorted(c_ts, t, side="right")    # commits[:done] ended by each checkpoint
+        k = np.searchsorted(tails["ts_ns"].to_numpy("int64"), t, side="right") - 1
+        tail = np.where(k >= 0, tails["first_tid"].to_numpy("int64")[np.maximum(k, 0)] if len(tails) else 0,
+                        c_tx.min())
+        # commit i is held by some checkpoint c with i < done[c] and its transaction >= tail[c]:
+        # the checkpoints after the first whose done passes i, the smallest tail among them
+        lowest = np.minimum.accumulate(tail[::-1])[::-1]
+        first = np.searchsorted(done, np.arange(len(c_tx)), side="right")
+        held = first < len(t)
+        held[held] = c_tx[held] >= lowest[first[held]]
+        out.extend((dev, int(tx)) for tx in c_tx[held])
+    return pd.DataFrame(out, columns=["dev", "transaction"]).drop_duplicates(ignore_index=True)
 
 
 def at_fill(session, checkpoints):
     """The writers of what the logs held when they ran out (log_contents): each transaction
     in a log at any forced checkpoint counted once; COLUMNS, most first (empty without
     forced checkpoints)."""
-    contents = log_contents(session, checkpoints)
-    if not len(contents):
+    held = log_contents(session, checkpoints)
+    if not len(held):
         return _empty()
     per_tx = logged_per_transaction(session)
-    held = contents[["dev", "transaction"]].drop_duplicates()
     rows = held.merge(per_tx, on=["dev", "transaction"], how="inner")
     return _shares(rows, cgroup_names(session))
 
