@@ -198,8 +198,12 @@ def test_fs_mark_threads_queued_behind_the_checkpointing_thread(tmp_path):
     a = _fs_mark_session(tmp_path, "4M")
     d = a.to_dict()
     st = d["stalls"]
-    tids = {int(t) for t in a.stalls["tid"]}
-    assert len(tids) == 2, tids
+    # fs_mark's two workers stall; its parent at times too (a call at the start or end of the
+    # run that took the threshold under load), never for long
+    assert set(a.stalls["comm"].astype(str)) == {"fs_mark"}, a.stalls["comm"].unique()
+    per_task = a.stalls.groupby("tid")["latency_ms"].sum().sort_values(ascending=False)
+    tids = {int(t) for t in per_task.index[:2]}
+    assert len(tids) == 2 and per_task.iloc[:2].sum() >= 0.95 * per_task.sum(), per_task
     assert max(st["by_cause"], key=lambda c: st["by_cause"][c]["total_ms"]) == "checkpoint"
     assert st["by_cause"]["other"]["total_ms"] <= 0.05 * st["offcpu_ms"], st["by_cause"]
     lock_ms = _lock_wait_ms(a)
