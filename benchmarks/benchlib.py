@@ -18,6 +18,8 @@ import tempfile
 TESTS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests")
 if TESTS_DIR not in sys.path:
     sys.path.insert(0, TESTS_DIR)
+#: the environment of a benchmark's child Python that imports tests/ modules (synthetic)
+CHILD_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (TESTS_DIR, os.environ.get("PYTHONPATH")) if p)}
 
 
 def parser(doc):

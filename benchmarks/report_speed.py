@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 
-from benchlib import options, workdir
+from benchlib import CHILD_ENV, options, workdir
 
 GENERATE = """
 import sys
@@ -52,7 +52,7 @@ def main():
         t = time.perf_counter()
         if not os.path.exists(os.path.join(path, "metadata.json")):  # in a child: its memory is not ours
             subprocess.run([sys.executable, "-c", GENERATE, path, str(args.minutes * 60), str(args.calls),
-                            str(args.stalls)], check=True)
+                            str(args.stalls)], check=True, env=CHILD_ENV)
         size = sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path))
         print(f"session: {args.minutes:g} minutes, {args.calls:,} calls >= 1 ms, {args.stalls:,} stalls >= 10 ms "
               f"({size / 2**20:.1f} MiB on disk, built in {time.perf_counter() - t:.1f} s)")
