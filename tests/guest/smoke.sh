@@ -24,6 +24,7 @@ J=$PWD/.venv/bin/jstall
 PORT=9853
 cd "$OUT" || exit 1
 uname -r > kernel.txt
+T0=$(date +%s)
 "$J" monitor -q --listen 127.0.0.1:$PORT > monitor.log 2>&1 &
 MON=$!
 JSTALL_ATTACH=syscalls "$J" record -q --calls setxattr --min-ms 1000 -o syscalls-session > record.log 2>&1 &
@@ -37,11 +38,13 @@ for _ in $(seq 2400); do   # both compile their probes: minutes under emulation,
     sleep 1
 done
 echo "ready=$ready" > status.txt
+echo "ready_s=$(( $(date +%s) - T0 ))" >> status.txt   # each step's seconds: where a guest's time goes
 if [ $ready = 1 ]; then
     "$J" lab run xattr --fs-size 64M --journal-size 4M --inode-size 128 --files 1500 --updates 6000 \
         --write-iops 2000 --scratch /var/tmp/jstall-smoke -o lab > lab.log 2>&1
     rc=$?
     echo "lab=$rc" >> status.txt
+    echo "lab_s=$(( $(date +%s) - T0 ))" >> status.txt
     # a failed step's log on the console too: the guest's log under $JSTALL_GUEST_BASE/logs keeps it
     # (and the kernel's line of a crash: which library faulted, at which address)
     [ $rc = 0 ] || { echo "== lab.log (exit $rc)"; tail -n 60 lab.log; dmesg | grep -E "segfault|trap|general protection" | tail -n 5; }
@@ -100,3 +103,6 @@ if [ $ready = 1 ]; then
     kill -KILL $BT 2>/dev/null
     wait $BT; echo "xfslog=$?" >> status.txt
 fi
+echo "total_s=$(( $(date +%s) - T0 ))" >> status.txt
+# the steps' statuses and seconds on the console too (the guest's log keeps them)
+echo "== status: $(tr '\n' ' ' < status.txt)"
