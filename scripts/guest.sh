@@ -163,12 +163,19 @@ EOF
     # on, a static key) in one smoke run of three; in turns the patching is never seen half done.
     # --rodir: the guest's tmpfs over /var/tmp hides the kernel tree otherwise. With no udev here
     # virtme-ng runs the command on the serial console: hence the markers and the filter.
+    # In the background, waited for: a SIGTERM, SIGINT or SIGHUP to this script is passed on to
+    # timeout, which runs in a process group of its own (a signal to this script's group misses
+    # it) and ends the guest's (vng, QEMU, the daemons) with it.
     timeout -k 10 "$tmo" "$BASE/venv/bin/vng" --run "$d/boot/vmlinuz-$kv" --disable-kvm "${fsopt[@]}" \
         --busybox "$BASE/busybox/bin/busybox" --cpus "$cpus" --memory "$mem" \
         --qemu-opts="-accel tcg,thread=single" --rodir="$BASE" "${rw[@]}" \
         --verbose --append "loglevel=1" --exec "bash $script" < /dev/null 2>&1 \
       | tee "$log" \
-      | grep --line-buffered -avE '^Probing EDD|^\[ *[0-9]+\.[0-9]+\] |^(Memory|Poking) KASLR|^__GUEST_RC=|^qemu-system-x86_64: terminating|^virtme: waiting for virtiofsd|^fv_remove_watch: TODO|^virtio_loop: Unexpected poll revents'
+      | grep --line-buffered -avE '^Probing EDD|^\[ *[0-9]+\.[0-9]+\] |^(Memory|Poking) KASLR|^__GUEST_RC=|^qemu-system-x86_64: terminating|^virtme: waiting for virtiofsd|^fv_remove_watch: TODO|^virtio_loop: Unexpected poll revents' &
+    local last=$! me=$BASHPID
+    trap 'pkill -TERM -x timeout -P '"$me"'' TERM INT HUP
+    while kill -0 "$last" 2>/dev/null; do wait "$last"; done
+    trap - TERM INT HUP
     rm -f "$script"
     rm -rf "$vbin"
     local rc
