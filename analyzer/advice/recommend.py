@@ -20,7 +20,7 @@ import pandas as pd
 
 from jstall.enough import BOUND, verdict
 from jstall.metadata import lab_of
-from jstall import jbd2
+from jstall import jbd2, xfs
 
 from jstall.analyzer.advice import curve, remedies
 from jstall.analyzer.stalls import causes
@@ -830,8 +830,6 @@ def log_size(ctx):
     run logged (/sys/fs/xfs stats: ``xs_log_blocks`` over the session) waits on nothing.
     That is the size of this job: a larger one of the kind needs more. No size when the run
     logged less than the log holds (the waits came from elsewhere: lab tune measures)."""
-    from jstall import xfs
-
     out = []
     for j, e in _xfs_logs_waiting(ctx):
         dev = j["dev"]
@@ -871,8 +869,6 @@ def _xfs_log_io(ctx, j):
     by device time: the log's writes (the kernel's ``xs_log_writes``: one request per in-core
     log buffer written) and bytes (``xs_log_blocks`` x 512); the data device's write and flush
     requests and its device time (devices.device_time). None without either."""
-    from jstall import xfs
-
     delta = kernel_delta(j)
     d = device_time(ctx.session, j["dev"])
     if not delta or d is None:
@@ -1017,8 +1013,6 @@ def regime(ctx, dev):
 def _xfs_regime(ctx, dev):
     """An XFS log's regime by its counters: the run logged more than the log holds
     ("streaming": the size that holds it grows with the job), or less ("hot set")."""
-    from jstall import xfs
-
     j = next((j for j in ctx.session.journals if str(j.get("dev")) == str(dev) and j.get("kind") == "xfs"), None)
     if j is None:
         return None
