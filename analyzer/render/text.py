@@ -1,9 +1,12 @@
 """Readable summaries of an analysis (what ``jstall analyze`` prints), read from its
 summary (summary.Summary) and tables."""
 
+from __future__ import annotations
+
 import math
 import shlex
 import textwrap
+from typing import TYPE_CHECKING
 
 from jstall import enough
 from jstall.flavour import attach_words
@@ -14,8 +17,12 @@ from jstall.analyzer.session.recording import filters_text
 from jstall.analyzer.summary import json_safe
 from jstall.analyzer.xfs.logs import TAIL_REASONS
 
+if TYPE_CHECKING:
+    from jstall.analyzer.analysis import Analysis
+    from jstall.analyzer.summary import Summary
 
-def text_table(headers, rows, align=None):
+
+def text_table(headers: list[str], rows: list[list], align: list[str] | None = None) -> str:
     """A plain text table: ``headers`` list, ``rows`` list of lists of str."""
     widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) if rows else len(str(h))
               for i, h in enumerate(headers)]
@@ -32,7 +39,7 @@ def _f(v, fmt="{:.1f}", none="-"):
     return fmt.format(v)
 
 
-def call_label(syscall, context=None):
+def call_label(syscall: str, context: object = None) -> str:
     """A stall's call as the tables print it: a journal handle wait outside the traced calls
     (syscall journal_start) by what its task was doing, 'mknodat (wait)'."""
     if syscall == "journal_start" and isinstance(context, str) and context:
@@ -40,7 +47,7 @@ def call_label(syscall, context=None):
     return syscall
 
 
-def session_summary(analysis, top=10):
+def session_summary(analysis: Analysis, top: int = 10) -> str:
     """The text summary: header, warnings, stall totals by cause, top stalls, journals,
     slowest calls, recommendations (read from ``analysis.summary``)."""
     su = analysis.summary
@@ -274,7 +281,7 @@ def _quote(arg):
     return shlex.quote(str(arg))
 
 
-def header_lines(su):
+def header_lines(su: Summary) -> list[str]:
     """The summary's first lines (from a summary.Summary): the session, when it ran (wall
     clock), the traced command and its exit status, the filters, the traced calls, the status
     and the window."""
@@ -311,13 +318,13 @@ def header_lines(su):
     return out
 
 
-def warning_lines(su):
+def warning_lines(su: Summary) -> list[str]:
     """``WARNING:`` lines (the session is incomplete, large losses, disagreements) and
     ``note:`` lines (small losses, the threshold, what a window cannot narrow)."""
     return [f"WARNING: {w}" for w in su.warnings] + [f"note: {n}" for n in su.notes]
 
 
-def process_lines(su, top=10):
+def process_lines(su: Summary, top: int = 10) -> list[str]:
     """The per-process stall table (the ``top`` processes with the most stall time)."""
     procs = su.per_process
     if not procs:
@@ -333,7 +340,7 @@ def process_lines(su, top=10):
     return ["", f"stall time by process{more}", text_table(head, rows, align)]
 
 
-def writer_lines(su, top=5):
+def writer_lines(su: Summary, top: int = 5) -> list[str]:
     """Who filled each journal: the sentence tying the victim to the writer, then the top
     writers over the run and when the log ran out (from su.writers, the JSON's values)."""
     w = su.writers or {}
@@ -354,7 +361,7 @@ def writer_lines(su, top=5):
     return out
 
 
-def xfs_log_lines(su):
+def xfs_log_lines(su: Summary) -> list[str]:
     """The XFS logs' section: per log its waits for log space against the kernel's count of
     sleeps, the lowest headroom a wait started from, and what the tail waited for."""
     if not su.xfs_logs:

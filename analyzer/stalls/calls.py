@@ -7,10 +7,16 @@ value is exact from ``calls``; below it, it is interpolated inside the log2 buck
 ``call_histograms`` that holds the rank (an estimate within a factor of 2 of the bucket).
 """
 
+from __future__ import annotations
+
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
+
+if TYPE_CHECKING:
+    from jstall.analyzer.session.load import Session
 
 PERCENTILES = (0.5, 0.99)
 
@@ -67,7 +73,7 @@ def _histograms_by_name(ch):
     return hist_by
 
 
-def call_stats(session):
+def call_stats(session: Session) -> pd.DataFrame:
     """One row per syscall: ``count``, ``errors``, ``total_ms``, ``max_ms``, ``p50_ms``,
     ``p99_ms``, ``recorded`` (calls emitted one by one), ``p50_exact``/``p99_exact`` (whether
     the percentile came from individual calls rather than the histogram).  Sorted by total

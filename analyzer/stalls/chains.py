@@ -25,6 +25,8 @@ log-space waits and jbd2 thread checkpoints (:func:`worker_waits`); it runs befo
 task's checkpoint writing home on the same device, without changing its cause.
 """
 
+from __future__ import annotations
+
 import numpy as np
 import pandas as pd
 
@@ -34,7 +36,8 @@ MAX_DEPTH = 4
 NOT_INHERITED = frozenset(("other", "cpu"))
 
 
-def queued_causes(offcpu, cause, label, checkpoint_events=None):
+def queued_causes(offcpu: pd.DataFrame, cause: np.ndarray, label: np.ndarray,
+                  checkpoint_events: pd.DataFrame | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Causes of off-CPU intervals after wait chains.
 
     ``offcpu``: the session's offcpu table (``ts_ns``, ``offcpu_ns``, ``tid``, ``comm`` and the
@@ -151,7 +154,7 @@ def _overlapping_cause(cause, start, end, order, sorted_lines, line_lo, line_hi,
 KERNEL_THREAD = "kernel thread"
 
 
-def worker_waits(xfs_waits=None, jbd2_events=None):
+def worker_waits(xfs_waits: pd.DataFrame | None = None, jbd2_events: pd.DataFrame = None) -> pd.DataFrame:
     """What kernel workers waited on, from their own records: DataFrame(tid, comm, ts_ns,
     end_ns, cause), one row per wait.
 
@@ -183,7 +186,8 @@ def worker_waits(xfs_waits=None, jbd2_events=None):
     return pd.concat(parts, ignore_index=True).astype(cols)
 
 
-def worker_causes(offcpu, cause, label, waits):
+def worker_causes(offcpu: pd.DataFrame, cause: np.ndarray, label: np.ndarray,
+                  waits: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Causes of off-CPU intervals that waited for a kernel worker.
 
     A call that waits for a kernel worker's work (``__flush_work`` for XFS's inodegc worker
@@ -257,7 +261,8 @@ DEVICE_QUEUE = ("data_writeback", "commit_wait", "device_flush")
 WRITING_HOME = ("jbd2_log_do_checkpoint", "jbd2_cleanup_journal_tail", "jbd2_journal_flush")
 
 
-def checkpoint_overlap(offcpu, cause, label, inherited):
+def checkpoint_overlap(offcpu: pd.DataFrame, cause: np.ndarray, label: np.ndarray,
+                       inherited: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """How much of each device-queue wait ran while another task's checkpoint was writing home
     on the same device.
 

@@ -4,6 +4,10 @@ A stall is a traced call (``calls`` table) with ``latency_ns >= min_ms * 1e6``. 
 intervals join to their call by (``tid``, ``call_ts_ns`` == calls.``ts_ns``).
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 
@@ -14,10 +18,13 @@ from jstall.analyzer.stalls.chains import checkpoint_overlap, queued_causes, wor
 from jstall.analyzer.jbd2.fill import asof_positions, dev_codes, fill_pct, journal_limits, range_min
 from jstall.analyzer.xfs.logs import waits
 
+if TYPE_CHECKING:
+    from jstall.analyzer.session.load import Session
+
 DEFAULT_MIN_MS = 10.0
 
 
-def stall_columns():
+def stall_columns() -> list[str]:
     """Columns of the stall table, in order (``<cause>_ms`` for every registered cause follows
     ``oncpu_ms``)."""
     return (["ts_ns", "end_ns", "latency_ms", "tid", "pid", "comm", "syscall", "ret", "dev", "handles", "context",
@@ -32,7 +39,7 @@ def stall_columns():
                "background_checkpoints"])
 
 
-def select_stalls(calls, min_ms=DEFAULT_MIN_MS):
+def select_stalls(calls: pd.DataFrame, min_ms: float = DEFAULT_MIN_MS) -> pd.DataFrame:
     """Calls with latency >= min_ms, sorted by start, with ``end_ns`` (= ts + latency) added."""
     sel = np.flatnonzero(calls["latency_ns"].to_numpy() >= int(round(min_ms * 1e6)))
     # by (ts_ns, tid), ties in table order (np.lexsort is stable)
@@ -47,7 +54,8 @@ def _checkpoint_events(jbd2_events):
     return ev[ev["event"].to_numpy(dtype=object) == "checkpoint"]
 
 
-def own_checkpoints(stalls, jbd2_events, checkpoint_events=None):
+def own_checkpoints(stalls: pd.DataFrame, jbd2_events: pd.DataFrame,
+                    checkpoint_events: pd.DataFrame | None = None) -> np.ndarray:
     """Checkpoints that ran in each stall's own task during it.
 
     A ``checkpoint`` jbd2 event belongs to a stall when its ``tid`` is the stall's and
@@ -68,7 +76,8 @@ def own_checkpoints(stalls, jbd2_events, checkpoint_events=None):
     return counts
 
 
-def count_between(times, keys, start_col="ts_ns", end_col="end_ns"):
+def count_between(times: pd.DataFrame, keys: pd.DataFrame, start_col: str = "ts_ns",
+                  end_col: str = "end_ns") -> np.ndarray:
     """For each key row, how many of ``times`` (DataFrame ts_ns, dev) fall in [start, end] on
     the key's device.  Returns an int64 numpy array aligned with ``keys``."""
     out = np.zeros(len(keys), dtype="int64")
@@ -113,7 +122,8 @@ def _nan_min(*arrays):
     return out
 
 
-def find_stalls(session, timeline, min_ms=DEFAULT_MIN_MS, xfs_waits=None):
+def find_stalls(session: Session, timeline: pd.DataFrame, min_ms: float = DEFAULT_MIN_MS,
+                xfs_waits: pd.DataFrame | None = None) -> pd.DataFrame:
     """The stall table: one row per stalled call (columns stall_columns()). ``xfs_waits``: the
     session's XFS log-space waits as xfs_logs.waits gives them (computed when not given).
 
@@ -380,7 +390,7 @@ def _xfs_headroom(session, st, w=None):
     return st
 
 
-def by_cause(stalls):
+def by_cause(stalls: pd.DataFrame) -> pd.DataFrame:
     """Per cause: ``count`` (stalls whose primary cause it is) and ``total_ms`` (off-CPU time
     inside stalls attributed to it).  Every cause has a row, zeros included."""
     count = stalls["cause"].value_counts().reindex(list(CAUSES), fill_value=0)
