@@ -66,7 +66,7 @@ def add_arguments(p):
 
 
 def _check(args):
-    # deferred on purpose, as in run: the server loads prometheus_client, the tracer bcc, numpy and pyarrow
+    # deferred on purpose, as in run: the server loads prometheus_client
     from .server import parse_listen
 
     for name in ("trigger_ms", "stall_ms", "before", "after", "min_interval"):
@@ -83,6 +83,7 @@ def _check(args):
 
 
 def run(args):
+    # deferred on purpose: prometheus_client, and bcc, numpy and pyarrow (the tracer, the captures)
     from prometheus_client import CollectorRegistry
 
     from .collector import MonitorCollector
