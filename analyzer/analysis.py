@@ -6,7 +6,10 @@ and sweep read (summary.Summary), and ``to_dict()`` the stable JSON document
 (docs/analysis.md), a serialization of the same summary.
 """
 
+from __future__ import annotations
+
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from jstall.analyzer import summary
 from jstall.analyzer.session import recording
@@ -28,6 +31,11 @@ from jstall.analyzer.xfs.logs import untraced_waits as xfs_untraced_waits
 from jstall.analyzer.xfs.logs import waits as xfs_waits
 from jstall.analyzer.xfs.logs import xfs_only
 from jstall.analyzer.stalls.find import DEFAULT_MIN_MS, by_cause, find_stalls
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from jstall.analyzer.summary import Summary
 
 
 def _result(fn, *needs):
@@ -76,7 +84,7 @@ class Analysis:
 
     timeline = _result(timeline)
     @cached_property
-    def stalls(self):
+    def stalls(self) -> pd.DataFrame:
         # the XFS waits computed once, and only for a session that has any
         return find_stalls(self.session, self.timeline, self.min_ms,
                            self.xfs_waits if len(self.session.xfs_waits) else None)
@@ -100,7 +108,7 @@ class Analysis:
                               "timeline", "checkpoint_waits", "checkpoint_costs")
 
     @cached_property
-    def verdict(self):
+    def verdict(self) -> dict:
         """What dominates the stall time and which remedy removes how much of it
         (advice.verdict: a dict, the JSON's ``verdict``; the text renders it)."""
         st = self.stalls
@@ -109,7 +117,7 @@ class Analysis:
         return verdict(self.recommendations, st, self.min_ms, self.summary.stalls.total_ms, util)
 
     @cached_property
-    def causes(self):
+    def causes(self) -> pd.DataFrame:
         return by_cause(self.stalls)
 
     @cached_property
@@ -119,11 +127,11 @@ class Analysis:
         return self._warnings(notes), notes
 
     @property
-    def warnings(self):
+    def warnings(self) -> list:
         return self._messages[0]
 
     @property
-    def notes(self):
+    def notes(self) -> list:
         return self._messages[1]
 
     def _warnings(self, notes):
@@ -179,22 +187,22 @@ class Analysis:
     # --- the view model and its JSON --------------------------------------------------------
 
     @cached_property
-    def summary(self):
+    def summary(self) -> Summary:
         """The figures the text summary, the report, compare and sweep read
         (:class:`~jstall.analyzer.summary.Summary`)."""
         return summary.summarize(self)
 
-    def top_stalls(self, n):
+    def top_stalls(self, n: int) -> tuple:
         """The ``n`` slowest stalls, slowest first (:class:`~jstall.analyzer.summary.TopStall`)."""
         return summary.top_stalls(self, n)
 
-    def to_dict(self, top=20):
+    def to_dict(self, top: int = 20) -> dict:
         """The JSON document of docs/analysis.md (stable keys; numbers rounded to 3 decimals,
         NaN as null): the summary, the ``top`` slowest stalls and the recommendations."""
         return summary.document(self.summary, self.top_stalls(top), self.recommendations, self.verdict)
 
 
-def analyze(session, min_ms=DEFAULT_MIN_MS):
+def analyze(session: str | Session, min_ms: float = DEFAULT_MIN_MS) -> Analysis:
     """Analyze a session (a path or a loaded Session) and return an :class:`Analysis`."""
     if not isinstance(session, Session):
         session = load_session(session)

@@ -29,6 +29,7 @@ import threading
 
 from jstall import kinds
 from jstall.errors import JstallError
+from jstall.units import parse_size
 
 DEFAULT_LISTEN = "127.0.0.1:9853"
 FLIGHT_BYTES = 128 << 20   # the flight buffer's bound (records dropped over it are counted)
@@ -65,8 +66,7 @@ def add_arguments(p):
 
 
 def _check(args):
-    from jstall.units import parse_size
-
+    # deferred on purpose, as in run: the server loads prometheus_client
     from .server import parse_listen
 
     for name in ("trigger_ms", "stall_ms", "before", "after", "min_interval"):
@@ -83,6 +83,7 @@ def _check(args):
 
 
 def run(args):
+    # deferred on purpose: prometheus_client, and bcc, numpy and pyarrow (the tracer, the captures)
     from prometheus_client import CollectorRegistry
 
     from .collector import MonitorCollector

@@ -127,7 +127,7 @@ def run(args):
         fetch()  # fail early, before the screen is taken
         source = args.url
     else:
-        from .tracer import MonitorOptions, Tracer
+        from .tracer import MonitorOptions, Tracer  # deferred on purpose: bcc, numpy and pyarrow
 
         tracer = Tracer(MonitorOptions(devices=args.device, stall_ms=args.stall_ms, min_ms=min(1.0, args.stall_ms),
                                        before_s=0, after_s=0, flight_bytes=0,

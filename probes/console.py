@@ -3,7 +3,10 @@ Ctrl-C to end." line (what is traced, how the probes attached, the kernel and it
 and a column header once the probes are attached, then one line per slow call (the call's
 latency in milliseconds, the journal fill the handle saw in percent)."""
 
+import os
 import time
+
+from jstall import flavour
 
 from . import events, filesystems, tables
 
@@ -35,10 +38,6 @@ def how(rec):
     """How the probes attached and on which kernel, in words: ``syscall tracepoints, kernel
     6.1.0-56-rt-amd64 (rt)`` (the attach mode and the kernel's flavour, as metadata.json
     keeps them: probes.attach, kernel_flavour)."""
-    import os
-
-    from jstall import flavour
-
     mode = flavour.attach_words(getattr(rec, "attach_mode", None)) or "attach mode unknown"
     return f"{mode}, kernel {os.uname().release} ({flavour.running()})"
 

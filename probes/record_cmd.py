@@ -41,6 +41,9 @@ import time
 
 from jstall import system
 from jstall.errors import JstallError
+from jstall.session import collect_here
+
+from .syscalls import parse_calls
 
 
 def add_arguments(p):
@@ -90,12 +93,10 @@ def _check_args(args, command):
 
 
 def run(args):
-    from .recorder import RecordOptions, Recorder
+    from .recorder import RecordOptions, Recorder  # deferred on purpose: bcc, numpy and pyarrow
 
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     _check_args(args, command)
-    from .syscalls import parse_calls
-
     calls = parse_calls(args.calls)
     if args.collect_dir:
         args.output = _collected_output(args.output, args.collect_dir)
@@ -117,9 +118,7 @@ def run(args):
 
 def _collected_output(output, root):
     """The session directory under a collection root (jstall.session.collect_here)."""
-    from jstall.session import collect_here
-
-    from .recorder import default_output_dir
+    from .recorder import default_output_dir  # deferred on purpose, as in run
 
     if output:
         raise JstallError("give either -o DIR or --collect-dir ROOT, not both")

@@ -235,6 +235,62 @@ def _phase_record(phase, start, returned, end, wall0, wall1, counts, device=None
     return PhaseRecord.measured(phase.name, phase.unit, start, returned, end, wall0, wall1, counts, device)
 
 
+def _run_phase(cfg, lab, pat, phase, fs, roots, sampler, bar, progress, before_phase):
+    """One phase of run_lab: its census when it removes files first, its jobs, then its work
+    made durable; its record (with what the devices served) appended to ``lab.phases``."""
+    if phase.removal and lab.census is None and cfg.census:
+        lab.census = {**patterns.census(roots), "before_phase": phase.name}
+    if phase.drop_caches:
+        fs.drop_caches()
+    if before_phase:
+        before_phase(phase.name, fs)
+    before = sampler.snapshot()
+    extra = {}
+    if phase.run_all is not None:  # the pattern runs its jobs itself (e.g. a command)
+        w0 = time.time()
+        start, returned, counts, extra = phase.run_all(fs.mountpoint, roots)
+        end, w1 = make_durable(fs)
+    else:
+        t = bar.run(phase.name, phase.total, progress, time.monotonic_ns())
+        try:
+            start, returned, w0, _, counts = _fork_phase(phase, pat, roots, progress)
+            end, w1 = make_durable(fs)
+        finally:
+            bar.finish(t, phase.name, phase.total, progress.total())
+    record = _phase_record(phase, start, returned, end, w0, w1, counts,
+                            served_by_role(sampler, before))
+    record.extra.update(extra)
+    lab.phases.append(record)
+    lab.extra.update(pat.lab_fields([p.to_dict() for p in lab.phases]))
+
+
+def _write_run(cfg, lab, result, rec, sampler, status):
+    """The end of run_lab, whatever the run's ``status``: the device sampler stopped, the
+    session written (the lab metadata in it, or in lab.json without a recording) and
+    ``result`` filled."""
+    if sampler is not None:
+        sampler.stop()
+        lab.device_served = sampler.summary()
+        lab.device_interval_s = cfg.device_interval_s
+    result.lab = lab.to_dict()
+    if rec is not None:
+        if sampler is not None:
+            sampler.write(rec.output_dir)  # before the recorder's metadata.json
+        result.session_dir = rec.stop(extra_metadata={"lab": result.lab},
+                                      status="complete" if status == "complete" else "interrupted")
+        result.slow_calls = rec.rows["calls"]
+        result.events_lost = rec.metadata.get("events_lost")
+    else:
+        if sampler is not None:  # no session to hold the table: the lab metadata does
+            lab.device_stats = sampler.rows
+            result.lab = lab.to_dict()
+    if rec is None and cfg.output_dir:
+        os.makedirs(cfg.output_dir, exist_ok=True)
+        with open(os.path.join(cfg.output_dir, LAB_FILE), "w") as f:
+            json.dump(result.lab, f, indent=2, sort_keys=True)
+        result.session_dir = None
+
+
 def run_lab(cfg, before_phase=None, console=None, out=None):
     """Run one lab run (see the module docstring). ``before_phase(name, fs)`` is called before
     each phase, untimed (tests walk the filesystem there). Prints a progress bar (with
@@ -269,30 +325,7 @@ def run_lab(cfg, before_phase=None, console=None, out=None):
             sampler = DeviceSampler(fs.emulated_devices(), cfg.device_interval_s).start()
             lab.start = {"monotonic_ns": time.monotonic_ns(), "wall": time.time()}
             for phase in pat.phases():
-                if phase.removal and lab.census is None and cfg.census:
-                    lab.census = {**patterns.census(roots), "before_phase": phase.name}
-                if phase.drop_caches:
-                    fs.drop_caches()
-                if before_phase:
-                    before_phase(phase.name, fs)
-                before = sampler.snapshot()
-                extra = {}
-                if phase.run_all is not None:  # the pattern runs its jobs itself (e.g. a command)
-                    w0 = time.time()
-                    start, returned, counts, extra = phase.run_all(fs.mountpoint, roots)
-                    end, w1 = make_durable(fs)
-                else:
-                    t = bar.run(phase.name, phase.total, progress, time.monotonic_ns())
-                    try:
-                        start, returned, w0, _, counts = _fork_phase(phase, pat, roots, progress)
-                        end, w1 = make_durable(fs)
-                    finally:
-                        bar.finish(t, phase.name, phase.total, progress.total())
-                record = _phase_record(phase, start, returned, end, w0, w1, counts,
-                                        served_by_role(sampler, before))
-                record.extra.update(extra)
-                lab.phases.append(record)
-                lab.extra.update(pat.lab_fields([p.to_dict() for p in lab.phases]))
+                _run_phase(cfg, lab, pat, phase, fs, roots, sampler, bar, progress, before_phase)
             if lab.census is None and cfg.census:
                 lab.census = {**patterns.census(roots), "before_phase": None}
             lab.end = {"monotonic_ns": time.monotonic_ns(), "wall": time.time()}
@@ -311,27 +344,7 @@ def run_lab(cfg, before_phase=None, console=None, out=None):
             lab.seconds, lab.returned_seconds = lab.totals()
             # A second Ctrl-C while the session is written waits until it is complete.
             with system.signals_deferred():
-                if sampler is not None:
-                    sampler.stop()
-                    lab.device_served = sampler.summary()
-                    lab.device_interval_s = cfg.device_interval_s
-                result.lab = lab.to_dict()
-                if rec is not None:
-                    if sampler is not None:
-                        sampler.write(rec.output_dir)  # before the recorder's metadata.json
-                    result.session_dir = rec.stop(extra_metadata={"lab": result.lab},
-                                                  status="complete" if status == "complete" else "interrupted")
-                    result.slow_calls = rec.rows["calls"]
-                    result.events_lost = rec.metadata.get("events_lost")
-                else:
-                    if sampler is not None:  # no session to hold the table: the lab metadata does
-                        lab.device_stats = sampler.rows
-                        result.lab = lab.to_dict()
-                if rec is None and cfg.output_dir:
-                    os.makedirs(cfg.output_dir, exist_ok=True)
-                    with open(os.path.join(cfg.output_dir, LAB_FILE), "w") as f:
-                        json.dump(result.lab, f, indent=2, sort_keys=True)
-                    result.session_dir = None
+                _write_run(cfg, lab, result, rec, sampler, status)
     if out is not None:
         print_summary(result, out)
     return result

@@ -9,11 +9,21 @@ import sys
 
 from jstall import system
 from jstall.errors import JstallError
+from jstall.probes.syscalls import parse_calls
+from jstall.session import collect_here
+from jstall.units import parse_size
 
+from jstall.analyzer.multi.tune import print_result
+
+from .cleanup import cleanup
+from .lab import prepare, run_lab
 from .loopdev import LAB_NEEDS_ROOT
 from .options import (ALL_OPTIONS, FS_OPTIONS, PATTERN_NAMES, PATTERN_OPTIONS, RUN_OPTIONS, SWEEP_KINDS,  # noqa: F401
                       config_from, parse_value)
 from .options import flag as _flag
+from .scratchfs import Terminated
+from .sweep_run import run_sweep
+from .tune import tune
 
 DESCRIPTION = """\
 Reproduce journal stalls on scratch ext4 or XFS filesystems. 'run' makes a loop-device ext4
@@ -235,24 +245,17 @@ def _progress(args):
 
 
 def _run(args):
-    from .lab import prepare, run_lab
-    from .scratchfs import Terminated
-
     values = _values(args, sweep=False)
     out_dir = args.output
     if args.record and not out_dir:
         out_dir = f"jstall-lab-{args.pattern}-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     if args.collect_dir and args.record:
-        from jstall.session import collect_here
-
         if args.output:
             raise JstallError("give either -o DIR or --collect-dir ROOT, not both")
         out_dir = collect_here(args.collect_dir, os.path.basename(out_dir))
     cfg = config_from(values, args.pattern, record=args.record, min_ms=args.min_ms, output_dir=out_dir,
                       scratch_dir=args.scratch, progress=_progress(args))
     if args.calls:
-        from jstall.probes.syscalls import parse_calls
-
         cfg.calls = parse_calls(args.calls)
     prepare(cfg)
     system.require_root(LAB_NEEDS_ROOT)
@@ -277,8 +280,6 @@ def _run(args):
 
 
 def _sweep(args):
-    from .sweep_run import run_sweep
-
     values = _values(args, sweep=True)
     if args.repeat < 1:
         raise JstallError(f"--repeat {args.repeat}: give 1 or more")
@@ -287,12 +288,6 @@ def _sweep(args):
 
 
 def _tune(args):
-    from jstall.units import parse_size
-    from .scratchfs import Terminated
-    from jstall.analyzer.multi.tune import print_result
-
-    from .tune import tune
-
     if not args.record:
         raise JstallError("lab tune reads each run's recording; drop --no-record")
     values = _values(args, sweep=False)
@@ -320,8 +315,6 @@ def _tune(args):
 
 
 def _cleanup(args):
-    from .cleanup import cleanup
-
     if not args.dry_run:
         system.require_root("cleanup detaches loop devices and unmounts: run it as root (sudo), or add --dry-run")
     done = cleanup(args.scratch, dry_run=args.dry_run)

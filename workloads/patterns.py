@@ -359,6 +359,30 @@ class FdtreePattern(Pattern):
 # ---- smallfile ----------------------------------------------------------------------------
 
 
+def _walk_files(root, fn, tick):
+    """(files, sum of ``fn(path)``) over the files of ``root``'s directories, in readdir
+    order; ``tick(files)`` every 64 files."""
+    files = nbytes = 0
+    for d in os.scandir(root):
+        for e in os.scandir(d.path):  # readdir order
+            nbytes += fn(e.path)
+            files += 1
+            if files % 64 == 0:
+                tick(files)
+    return files, nbytes
+
+
+def _read_all(path):
+    """Read a file to its end (CHUNK at a time, unbuffered); return its bytes read."""
+    n = 0
+    with open(path, "rb", buffering=0) as f:
+        while True:
+            b = f.read(CHUNK)
+            if not b:
+                return n
+            n += len(b)
+
+
 class SmallfilePattern(Pattern):
     """Per job, ``files`` files of ``file_size`` bytes on average (each uniformly between half
     and one and a half times it), ``files_per_dir`` to a directory (the smallfile benchmark).
@@ -433,31 +457,12 @@ class SmallfilePattern(Pattern):
                     tick(i)
             return {"ops": files, "files": files, "bytes": nbytes}
 
-        def walk(job, root, fn, tick):
-            files = nbytes = 0
-            for d in os.scandir(root):
-                for e in os.scandir(d.path):  # readdir order
-                    nbytes += fn(e.path)
-                    files += 1
-                    if files % 64 == 0:
-                        tick(files)
-            return files, nbytes
-
-        def read_all(path):
-            n = 0
-            with open(path, "rb", buffering=0) as f:
-                while True:
-                    b = f.read(CHUNK)
-                    if not b:
-                        return n
-                    n += len(b)
-
         def read(job, root, rng, tick):
-            files, nbytes = walk(job, root, read_all, tick)
+            files, nbytes = _walk_files(root, _read_all, tick)
             return {"ops": files, "files": files, "bytes": nbytes}
 
         def stat(job, root, rng, tick):
-            files, _ = walk(job, root, lambda path: os.stat(path).st_size * 0, tick)
+            files, _ = _walk_files(root, lambda path: os.stat(path).st_size * 0, tick)
             return {"ops": files, "files": files}
 
         def unlink(job, root, rng, tick):

@@ -169,23 +169,9 @@ def _slug(label):
     return "".join(c if c.isalnum() else "-" for c in label).strip("-")
 
 
-def tune(pattern, params=None, fs=None, jobs=1, seed=1, threshold_ms=10.0, max_mib=None, compare=True,
-         output_dir=None, scratch_dir=None, min_ms=1.0, console=None):
-    """Search the threshold journal size and compare the remedies (module docstring); return
-    a TuneResult. ``fs``: the FsConfig of the starting point (its journal_size is the starting
-    size; an internal journal, or XFS log). Every run's session is kept under ``output_dir``
-    (default jstall-tune-PATTERN), with tune.json. Progress lines go to ``console`` (default
-    stderr)."""
-    console = console or sys.stderr
-    fs = fs or FsConfig()
-    params = dict(params or {})
-    xfs = fs.xfs
-    noun = kinds.of_fs_type(fs.fs_type).noun
-    if fs.journal_device:
-        raise JstallError(f"lab tune searches an internal {noun}'s size; drop --journal-device (an external {noun} "
-                          "is one of the comparisons)")
-    if not isinstance(threshold_ms, (int, float)) or threshold_ms <= 0:
-        raise JstallError(f"--threshold-ms {threshold_ms}: give milliseconds > 0")
+def _start_and_bounds(fs, max_mib):
+    """(start_mib, lo_mib, hi_mib) of tune: the starting size (whole MiB) and the search's
+    bounds (the geometry's, the upper one no higher than ``max_mib``)."""
     start = fs.journal_bytes
     if start % (1 << 20):
         raise JstallError(f"--journal-size {fs.journal_size}: give whole MiB for the search")
@@ -195,64 +181,26 @@ def tune(pattern, params=None, fs=None, jobs=1, seed=1, threshold_ms=10.0, max_m
         if max_mib < start_mib:
             raise JstallError(f"--max-journal-size {max_mib}M is below --journal-size {start_mib}M; give a larger one")
         hi_mib = min(hi_mib, max_mib)
-    out_dir = output_dir or f"jstall-tune-{pattern}"
-    if os.path.exists(os.path.join(out_dir, "tune.json")) or (os.path.isdir(out_dir) and os.listdir(out_dir)):
-        raise JstallError(f"-o {out_dir}: holds files; give a new or empty directory")
-    base = LabConfig(fs=fs, pattern=pattern, params=params, jobs=jobs, seed=seed, min_ms=min_ms,
-                     scratch_dir=scratch_dir)
-    variants = _variants(fs) if compare else []
-    for _, change in [(None, {})] + variants:  # validate every configuration before running any
-        prepare(dataclasses.replace(base, fs=dataclasses.replace(fs, **change)))
-    system.require_root(LAB_NEEDS_ROOT)
-    os.makedirs(out_dir, exist_ok=True)
-    result = TuneResult(pattern=pattern, params=params, threshold_ms=float(threshold_ms), start_mib=start_mib,
-                        bound_mib=hi_mib, config={**fs.as_dict(), "jobs": jobs, "seed": seed}, output_dir=out_dir,
-                        smallest_mib=lo_mib)
-    cache = {}
+    return start_mib, lo_mib, hi_mib
 
-    def run(label, mib, change):
-        """The measured run, or None when mkfs.xfs refused the log's size (not possible; the
-        first run's refusal is the caller's error)."""
-        key = (mib, tuple(sorted(change.items())))
-        if key in cache:
-            return cache[key]
-        sdir = os.path.join(out_dir, _slug(label))
-        cfg = dataclasses.replace(base, fs=dataclasses.replace(fs, journal_size=f"{mib}M", **change), output_dir=sdir,
-                                  extra={"tune": {"label": label, "journal_mib": mib, "options": change}})
-        print(f"tune: {label} ...", file=console, flush=True)
-        try:
-            run_lab(cfg)
-        except JstallError as e:
-            refusal = xfs_log_refusal(str(e), fs.block_size) if xfs and cache else None
-            if refusal is None:
-                raise
-            reason, smallest, _ = refusal
-            print(f"tune: {label}: not possible: mkfs.xfs refused it ({reason})", file=console, flush=True)
-            result.refused.append({"journal_mib": mib, "label": label, "reason": reason})
-            if smallest is not None and smallest > mib:
-                result.smallest_mib = max(result.smallest_mib or 0, smallest)
-            if os.path.isdir(sdir) and not os.listdir(sdir):
-                os.rmdir(sdir)
-            cache[key] = None
-            _save(result)
-            return None
-        r = measure(sdir, label, mib, change, threshold_ms)
-        if r.kind == kinds.XFS.name:
-            what = f"{r.log_waits} log-space waits, {r.log_space_stalls} log-space stalls"
-        else:
-            what = f"{r.forced_checkpoints} forced checkpoints, {r.checkpoint_stalls} checkpoint stalls"
-        print(f"tune: {label}: {r.enough.describe()} ({what}; durable {r.total_durable_s:.2f} s)", file=console,
-              flush=True)
-        cache[key] = r
-        if not change:
-            result.runs.append(r)
-        _save(result)
-        return r
 
-    def size(mib):
-        return run(f"{noun} {mib}M", mib, {})
+def _note_refusal(result, refusal, label, mib, sdir, console):
+    """A run mkfs.xfs refused (xfs_log_refusal's ``refusal``): said, kept in ``result`` (with
+    the smallest log it named), its empty directory removed."""
+    reason, smallest, _ = refusal
+    print(f"tune: {label}: not possible: mkfs.xfs refused it ({reason})", file=console, flush=True)
+    result.refused.append({"journal_mib": mib, "label": label, "reason": reason})
+    if smallest is not None and smallest > mib:
+        result.smallest_mib = max(result.smallest_mib or 0, smallest)
+    if os.path.isdir(sdir) and not os.listdir(sdir):
+        os.rmdir(sdir)
 
-    first = size(start_mib)
+
+def _search(size, first, start_mib, hi_mib, result):
+    """(stalled, enough) of tune: the largest size measured not big enough and the smallest
+    big enough (None when not found), from the ``first`` run at ``start_mib``: halving or
+    doubling (up to ``hi_mib``, down to ``result.smallest_mib``), then bisecting on the grid
+    between them. ``size(mib)``: the run at that size, or None when refused."""
     stalled, enough = (None, start_mib) if first.big_enough else (start_mib, None)
     if first.big_enough:  # halve until a size is not big enough or the smallest is
         m = start_mib
@@ -293,6 +241,80 @@ def tune(pattern, params=None, fs=None, jobs=1, seed=1, threshold_ms=10.0, max_m
             else:  # (refused: not possible, as a size not big enough is no answer)
                 stalled = mid
                 cand = [c for c in cand if c > mid]
+    return stalled, enough
+
+
+def tune(pattern, params=None, fs=None, jobs=1, seed=1, threshold_ms=10.0, max_mib=None, compare=True,
+         output_dir=None, scratch_dir=None, min_ms=1.0, console=None):
+    """Search the threshold journal size and compare the remedies (module docstring); return
+    a TuneResult. ``fs``: the FsConfig of the starting point (its journal_size is the starting
+    size; an internal journal, or XFS log). Every run's session is kept under ``output_dir``
+    (default jstall-tune-PATTERN), with tune.json. Progress lines go to ``console`` (default
+    stderr)."""
+    console = console or sys.stderr
+    fs = fs or FsConfig()
+    params = dict(params or {})
+    xfs = fs.xfs
+    noun = kinds.of_fs_type(fs.fs_type).noun
+    if fs.journal_device:
+        raise JstallError(f"lab tune searches an internal {noun}'s size; drop --journal-device (an external {noun} "
+                          "is one of the comparisons)")
+    if not isinstance(threshold_ms, (int, float)) or threshold_ms <= 0:
+        raise JstallError(f"--threshold-ms {threshold_ms}: give milliseconds > 0")
+    start_mib, lo_mib, hi_mib = _start_and_bounds(fs, max_mib)
+    out_dir = output_dir or f"jstall-tune-{pattern}"
+    if os.path.exists(os.path.join(out_dir, "tune.json")) or (os.path.isdir(out_dir) and os.listdir(out_dir)):
+        raise JstallError(f"-o {out_dir}: holds files; give a new or empty directory")
+    base = LabConfig(fs=fs, pattern=pattern, params=params, jobs=jobs, seed=seed, min_ms=min_ms,
+                     scratch_dir=scratch_dir)
+    variants = _variants(fs) if compare else []
+    for _, change in [(None, {})] + variants:  # validate every configuration before running any
+        prepare(dataclasses.replace(base, fs=dataclasses.replace(fs, **change)))
+    system.require_root(LAB_NEEDS_ROOT)
+    os.makedirs(out_dir, exist_ok=True)
+    result = TuneResult(pattern=pattern, params=params, threshold_ms=float(threshold_ms), start_mib=start_mib,
+                        bound_mib=hi_mib, config={**fs.as_dict(), "jobs": jobs, "seed": seed}, output_dir=out_dir,
+                        smallest_mib=lo_mib)
+    cache = {}
+
+    def run(label, mib, change):
+        """The measured run, or None when mkfs.xfs refused the log's size (not possible; the
+        first run's refusal is the caller's error)."""
+        key = (mib, tuple(sorted(change.items())))
+        if key in cache:
+            return cache[key]
+        sdir = os.path.join(out_dir, _slug(label))
+        cfg = dataclasses.replace(base, fs=dataclasses.replace(fs, journal_size=f"{mib}M", **change), output_dir=sdir,
+                                  extra={"tune": {"label": label, "journal_mib": mib, "options": change}})
+        print(f"tune: {label} ...", file=console, flush=True)
+        try:
+            run_lab(cfg)
+        except JstallError as e:
+            refusal = xfs_log_refusal(str(e), fs.block_size) if xfs and cache else None
+            if refusal is None:
+                raise
+            _note_refusal(result, refusal, label, mib, sdir, console)
+            cache[key] = None
+            _save(result)
+            return None
+        r = measure(sdir, label, mib, change, threshold_ms)
+        if r.kind == kinds.XFS.name:
+            what = f"{r.log_waits} log-space waits, {r.log_space_stalls} log-space stalls"
+        else:
+            what = f"{r.forced_checkpoints} forced checkpoints, {r.checkpoint_stalls} checkpoint stalls"
+        print(f"tune: {label}: {r.enough.describe()} ({what}; durable {r.total_durable_s:.2f} s)", file=console,
+              flush=True)
+        cache[key] = r
+        if not change:
+            result.runs.append(r)
+        _save(result)
+        return r
+
+    def size(mib):
+        return run(f"{noun} {mib}M", mib, {})
+
+    first = size(start_mib)
+    stalled, enough = _search(size, first, start_mib, hi_mib, result)
     result.threshold_mib, result.stalled_below_mib = enough, stalled
     result.comparisons = [first] + [c for c in (run(label, start_mib, change) for label, change in variants)
                                     if c is not None]

@@ -20,7 +20,7 @@ import pandas as pd
 
 from jstall.enough import BOUND, verdict
 from jstall.metadata import lab_of
-from jstall import jbd2
+from jstall import jbd2, xfs
 
 from jstall.analyzer.advice import curve, remedies
 from jstall.analyzer.stalls import causes
@@ -645,110 +645,133 @@ def external_journal(ctx):
     for _, j in ctx.journals.iterrows():  # one row per journal
         if j.get("journal_device"):
             continue
-        dev = j["dev"]
-        io_ms = sum(ctx.cause_ms(c, dev) for c in ("commit_wait", "lock_buffer"))
-        txn_ms = ctx.cause_ms("transaction_wait", dev)
-        cp_ms = ctx.cause_ms("checkpoint", dev)
-        dev_ms = sum(ctx.cause_ms(c, dev) for c in DEVICE_CAUSES)
-        if io_ms + txn_ms <= 0 and cp_ms <= 0:
-            continue
-        t = ctx.txns[ctx.txns["dev"] == dev]
-        m = meta.get(dev, {})
-        ev = ctx.session.jbd2_events
-        sb = ev[(ev["event"] == "write_superblock") & (ev["dev"].astype("str") == dev)] if len(ev) else ev
-        jb = j.get("journal_blocks")
-        log_req = log_requests(t["blocks_logged"].to_numpy(), j.get("block_size"), m.get("max_request_kib"),
-                               m.get("max_segments"), jb if jb and jb == jb else None, len(sb))
-        d = device_rows(ctx.session, dev)
-        written = int(j.get("forced_checkpoint_written_blocks") or 0)
-        inputs = {"commit_stall_ms": io_ms + txn_ms, "commit_io_stall_ms": io_ms, "transaction_stall_ms": txn_ms,
-                  "checkpoint_stall_ms": cp_ms, "device_stall_ms": dev_ms,
-                  "logged_blocks": float(j.get("logged_blocks") or 0),
-                  "log_write_requests": log_req, "max_request_kib": m.get("max_request_kib") or DEFAULT_MAX_REQUEST_KIB,
-                  "checkpoint_written_blocks": written}
-        flushes = float(d["flush_ios"].sum()) if len(d) else 0.0
-        requests = float(d["write_ios"].sum()) + flushes if len(d) else 0.0
-        # the cache flush before each move of the log's tail stays on the data device
-        # (jbd2_cleanup_journal_tail flushes j_fs_dev), one a journal superblock write
-        log_flushes = max(flushes - len(sb), 0.0)
-        share = min((log_req + log_flushes) / requests, 1.0) if requests else None
-        if share is None:
-            cp_share = 0.0
-            basis = "the session has no counters of the data device: the checkpoint waits are not estimated"
-        else:
-            inputs.update(device_requests=requests, device_flushes=flushes, log_flushes=log_flushes,
-                          log_request_share=share)
-            basis = (f"{log_req + log_flushes:.0f} of the data device's {requests:.0f} requests were the log's "
-                     f"({inputs['logged_blocks']:.0f} blocks merged into {log_req:.0f} writes, and {log_flushes:.0f} "
-                     f"of its {flushes:.0f} cache flushes: the {flushes - log_flushes:.0f} before the log's tail "
-                     f"moved stay)")
-            # the checkpoints queue behind what the device served while they waited: the log's
-            # share then (each commit's requests at its end, the superblock's at its write)
-            during = float("nan")
-            if written and cp_ms > 0:
-                per = commit_requests(t["blocks_logged"].to_numpy(), j.get("block_size"), m.get("max_request_kib"),
-                                      m.get("max_segments"))
-                tails = sb["ts_ns"].to_numpy(dtype="float64")
-                ts = np.concatenate([t["ts_ns"].to_numpy(dtype="float64"), tails])
-                n = np.concatenate([per, np.ones(len(sb))])
-                n = n * (log_req / n.sum()) if n.sum() > 0 else n   # the log's wraps spread with its writes
-                during = log_share_during(ctx.session, dev, *checkpoint_spans(ctx.costs, dev), ts, n, tails)
-            cp_share = (share if during != during else during) if written else 0.0
-            inputs.update(log_request_share_checkpoints=cp_share)
-            if not written and int(j.get("forced_checkpoints") or 0):
-                basis += "; the forced checkpoints wrote nothing home: their waits were not the device's"
-            elif not written:
-                basis += "; no forced checkpoint wrote blocks home"
-            elif during == during:
-                basis += (f"; of the requests it served while the forced checkpoints waited, {100 * during:.1f}% "
-                          f"were the log's, so their writes would queue behind {100 * during:.1f}% fewer")
-            else:
-                basis += f", so checkpoint writes would queue behind {100 * share:.1f}% fewer"
-        # a fast journal device: the commits' I/O waits all go, the checkpoints' queue behind the
-        # log, and the waits for the running transaction to close by the log's share (they wait
-        # on handles, whose own I/O queues behind the log's)
-        high = io_ms + (txn_ms + cp_ms) * cp_share if share is not None else io_ms
-        # the waits on the data device's own requests (data pages, metadata blocks, cache
-        # flushes) queued behind the log's too: as slow a journal device takes the log's share
-        # of the requests ahead of them; a fast one, on a device that ran near its busiest,
-        # what a queue's wait loses with that share of its load (device_queue_gone)
-        load = 0.0
-        if dev_ms > 0 and share is not None:
-            s = ctx.stalls
-            on = (s["dev"].astype("str") == dev).to_numpy() & \
-                (s[[f"{c}_ms" for c in DEVICE_CAUSES]].fillna(0).sum(axis=1) > 0).to_numpy()
-            load = device_load(ctx.session, dev, s["ts_ns"].to_numpy(dtype="int64")[on],
-                               s["end_ns"].to_numpy(dtype="int64")[on])
-            load = 0.0 if load != load else load
-            high += dev_ms * device_queue_gone(share, load)
-        if high <= 0:
-            continue
-        overlap = logging_overlap(ctx.session, ctx.costs, dev) if cp_ms > 0 and cp_share > 0 else 0.0
-        overlap = 1.0 if overlap != overlap else overlap   # no checkpoint time recorded: as if always
-        busy = device_saturation(ctx.session, ctx.costs, dev) if cp_ms > 0 and cp_share > 0 else 0.0
-        busy = 0.0 if busy != busy else busy
-        # as slow a device: the commits' I/O no longer queues behind the data device's other
-        # requests; the checkpoints lose the log writes that ran beside them, or all of the
-        # log's when the device was as busy as it got (they queued behind whatever it served)
-        low = io_ms * (1 - (share or 0.0)) + cp_ms * cp_share * max(overlap, busy) + dev_ms * (share or 0.0)
-        inputs.update(logging_overlap=overlap, device_saturation=busy, device_load=load, removed_low_ms=low,
-                      removed_high_ms=high)
-        beside = (f"; a commit was writing the log during {100 * overlap:.0f}% of the forced checkpoints' time, "
-                  f"and the device served {100 * busy:.0f}% of its busiest rate of requests during them"
-                  if cp_ms > 0 and cp_share > 0 else "")
-        out.append(Recommendation(
-            "external_journal", estimate=True, dev=dev, stall_ms_addressed=low, inputs=inputs,
-            text=(f"{dev}: the log and the checkpoints write to the same device. An external journal on its own "
-                  f"device (mkfs.ext4 -O journal_dev; -J device=...) takes the log's writes off it, even at the same "
-                  f"size: {io_ms:.0f} ms of stalls waited on commits' I/O, {txn_ms:.0f} ms for the running "
-                  f"transaction to close (on handles, not on the log), {cp_ms:.0f} ms on checkpoints"
-                  + (f" and {dev_ms:.0f} ms on the device's other requests (data pages, metadata blocks, cache "
-                     f"flushes: the device ran at {100 * load:.0f}% of its busiest rate of requests during them)"
-                     if dev_ms > 0 and share is not None else "") + f"; {basis}"
-                  f"{beside}. Estimate: {low:.0f} ms removed on a journal device as slow as this one"
-                  + (f", up to {high:.0f} ms on a fast one." if round(high) > round(low) else ".")),
-        ))
+        r = _external_journal(ctx, j, meta.get(j["dev"], {}))
+        if r is not None:
+            out.append(r)
     return out
+
+
+def _external_journal(ctx, j, m):
+    """external_journal's Recommendation for journal row ``j`` (metadata ``m``), or None."""
+    dev = j["dev"]
+    io_ms = sum(ctx.cause_ms(c, dev) for c in ("commit_wait", "lock_buffer"))
+    txn_ms = ctx.cause_ms("transaction_wait", dev)
+    cp_ms = ctx.cause_ms("checkpoint", dev)
+    dev_ms = sum(ctx.cause_ms(c, dev) for c in DEVICE_CAUSES)
+    if io_ms + txn_ms <= 0 and cp_ms <= 0:
+        return None
+    t = ctx.txns[ctx.txns["dev"] == dev]
+    ev = ctx.session.jbd2_events
+    sb = ev[(ev["event"] == "write_superblock") & (ev["dev"].astype("str") == dev)] if len(ev) else ev
+    jb = j.get("journal_blocks")
+    log_req = log_requests(t["blocks_logged"].to_numpy(), j.get("block_size"), m.get("max_request_kib"),
+                           m.get("max_segments"), jb if jb and jb == jb else None, len(sb))
+    written = int(j.get("forced_checkpoint_written_blocks") or 0)
+    inputs = {"commit_stall_ms": io_ms + txn_ms, "commit_io_stall_ms": io_ms, "transaction_stall_ms": txn_ms,
+              "checkpoint_stall_ms": cp_ms, "device_stall_ms": dev_ms,
+              "logged_blocks": float(j.get("logged_blocks") or 0),
+              "log_write_requests": log_req, "max_request_kib": m.get("max_request_kib") or DEFAULT_MAX_REQUEST_KIB,
+              "checkpoint_written_blocks": written}
+    share, cp_share, basis = _log_request_share(ctx, j, m, t, sb, log_req, cp_ms, inputs)
+    # a fast journal device: the commits' I/O waits all go, the checkpoints' queue behind the
+    # log, and the waits for the running transaction to close by the log's share (they wait
+    # on handles, whose own I/O queues behind the log's)
+    high = io_ms + (txn_ms + cp_ms) * cp_share if share is not None else io_ms
+    # the waits on the data device's own requests (data pages, metadata blocks, cache
+    # flushes) queued behind the log's too: as slow a journal device takes the log's share
+    # of the requests ahead of them; a fast one, on a device that ran near its busiest,
+    # what a queue's wait loses with that share of its load (device_queue_gone)
+    load = _device_load_in_waits(ctx, dev) if dev_ms > 0 and share is not None else 0.0
+    if dev_ms > 0 and share is not None:
+        high += dev_ms * device_queue_gone(share, load)
+    if high <= 0:
+        return None
+    overlap = logging_overlap(ctx.session, ctx.costs, dev) if cp_ms > 0 and cp_share > 0 else 0.0
+    overlap = 1.0 if overlap != overlap else overlap   # no checkpoint time recorded: as if always
+    busy = device_saturation(ctx.session, ctx.costs, dev) if cp_ms > 0 and cp_share > 0 else 0.0
+    busy = 0.0 if busy != busy else busy
+    # as slow a device: the commits' I/O no longer queues behind the data device's other
+    # requests; the checkpoints lose the log writes that ran beside them, or all of the
+    # log's when the device was as busy as it got (they queued behind whatever it served)
+    low = io_ms * (1 - (share or 0.0)) + cp_ms * cp_share * max(overlap, busy) + dev_ms * (share or 0.0)
+    inputs.update(logging_overlap=overlap, device_saturation=busy, device_load=load, removed_low_ms=low,
+                  removed_high_ms=high)
+    beside = (f"; a commit was writing the log during {100 * overlap:.0f}% of the forced checkpoints' time, "
+              f"and the device served {100 * busy:.0f}% of its busiest rate of requests during them"
+              if cp_ms > 0 and cp_share > 0 else "")
+    return Recommendation(
+        "external_journal", estimate=True, dev=dev, stall_ms_addressed=low, inputs=inputs,
+        text=(f"{dev}: the log and the checkpoints write to the same device. An external journal on its own "
+              f"device (mkfs.ext4 -O journal_dev; -J device=...) takes the log's writes off it, even at the same "
+              f"size: {io_ms:.0f} ms of stalls waited on commits' I/O, {txn_ms:.0f} ms for the running "
+              f"transaction to close (on handles, not on the log), {cp_ms:.0f} ms on checkpoints"
+              + (f" and {dev_ms:.0f} ms on the device's other requests (data pages, metadata blocks, cache "
+                 f"flushes: the device ran at {100 * load:.0f}% of its busiest rate of requests during them)"
+                 if dev_ms > 0 and share is not None else "") + f"; {basis}"
+              f"{beside}. Estimate: {low:.0f} ms removed on a journal device as slow as this one"
+              + (f", up to {high:.0f} ms on a fast one." if round(high) > round(low) else ".")),
+    )
+
+
+def _log_request_share(ctx, j, m, t, sb, log_req, cp_ms, inputs):
+    """(share, cp_share, basis) of external_journal for journal row ``j`` (metadata ``m``, its
+    transactions ``t``, journal superblock writes ``sb``, ``log_req`` log write requests): the
+    log's share of the data device's requests (None without the device's counters), that share
+    while the forced checkpoints waited, and the words that say how; ``inputs`` gets the
+    figures."""
+    dev = j["dev"]
+    d = device_rows(ctx.session, dev)
+    written = int(j.get("forced_checkpoint_written_blocks") or 0)
+    flushes = float(d["flush_ios"].sum()) if len(d) else 0.0
+    requests = float(d["write_ios"].sum()) + flushes if len(d) else 0.0
+    # the cache flush before each move of the log's tail stays on the data device
+    # (jbd2_cleanup_journal_tail flushes j_fs_dev), one a journal superblock write
+    log_flushes = max(flushes - len(sb), 0.0)
+    share = min((log_req + log_flushes) / requests, 1.0) if requests else None
+    if share is None:
+        cp_share = 0.0
+        basis = "the session has no counters of the data device: the checkpoint waits are not estimated"
+    else:
+        inputs.update(device_requests=requests, device_flushes=flushes, log_flushes=log_flushes,
+                      log_request_share=share)
+        basis = (f"{log_req + log_flushes:.0f} of the data device's {requests:.0f} requests were the log's "
+                 f"({inputs['logged_blocks']:.0f} blocks merged into {log_req:.0f} writes, and {log_flushes:.0f} "
+                 f"of its {flushes:.0f} cache flushes: the {flushes - log_flushes:.0f} before the log's tail "
+                 f"moved stay)")
+        # the checkpoints queue behind what the device served while they waited: the log's
+        # share then (each commit's requests at its end, the superblock's at its write)
+        during = float("nan")
+        if written and cp_ms > 0:
+            per = commit_requests(t["blocks_logged"].to_numpy(), j.get("block_size"), m.get("max_request_kib"),
+                                  m.get("max_segments"))
+            tails = sb["ts_ns"].to_numpy(dtype="float64")
+            ts = np.concatenate([t["ts_ns"].to_numpy(dtype="float64"), tails])
+            n = np.concatenate([per, np.ones(len(sb))])
+            n = n * (log_req / n.sum()) if n.sum() > 0 else n   # the log's wraps spread with its writes
+            during = log_share_during(ctx.session, dev, *checkpoint_spans(ctx.costs, dev), ts, n, tails)
+        cp_share = (share if during != during else during) if written else 0.0
+        inputs.update(log_request_share_checkpoints=cp_share)
+        if not written and int(j.get("forced_checkpoints") or 0):
+            basis += "; the forced checkpoints wrote nothing home: their waits were not the device's"
+        elif not written:
+            basis += "; no forced checkpoint wrote blocks home"
+        elif during == during:
+            basis += (f"; of the requests it served while the forced checkpoints waited, {100 * during:.1f}% "
+                      f"were the log's, so their writes would queue behind {100 * during:.1f}% fewer")
+        else:
+            basis += f", so checkpoint writes would queue behind {100 * share:.1f}% fewer"
+    return share, cp_share, basis
+
+
+def _device_load_in_waits(ctx, dev):
+    """How busy device ``dev`` ran, as a share of its busiest rate of requests, during the
+    stalls that waited on it (DEVICE_CAUSES); 0 when unknown."""
+    s = ctx.stalls
+    on = (s["dev"].astype("str") == dev).to_numpy() & \
+        (s[[f"{c}_ms" for c in DEVICE_CAUSES]].fillna(0).sum(axis=1) > 0).to_numpy()
+    load = device_load(ctx.session, dev, s["ts_ns"].to_numpy(dtype="int64")[on],
+                       s["end_ns"].to_numpy(dtype="int64")[on])
+    return 0.0 if load != load else load
 
 
 def fast_commit(ctx):
@@ -833,8 +856,6 @@ def log_size(ctx):
     run logged (/sys/fs/xfs stats: ``xs_log_blocks`` over the session) waits on nothing.
     That is the size of this job: a larger one of the kind needs more. No size when the run
     logged less than the log holds (the waits came from elsewhere: lab tune measures)."""
-    from jstall import xfs
-
     out = []
     for j, e in _xfs_logs_waiting(ctx):
         dev = j["dev"]
@@ -874,8 +895,6 @@ def _xfs_log_io(ctx, j):
     by device time: the log's writes (the kernel's ``xs_log_writes``: one request per in-core
     log buffer written) and bytes (``xs_log_blocks`` x 512); the data device's write and flush
     requests and its device time (devices.device_time). None without either."""
-    from jstall import xfs
-
     delta = kernel_delta(j)
     d = device_time(ctx.session, j["dev"])
     if not delta or d is None:
@@ -1020,8 +1039,6 @@ def regime(ctx, dev):
 def _xfs_regime(ctx, dev):
     """An XFS log's regime by its counters: the run logged more than the log holds
     ("streaming": the size that holds it grows with the job), or less ("hot set")."""
-    from jstall import xfs
-
     j = next((j for j in ctx.session.journals if str(j.get("dev")) == str(dev) and j.get("kind") == "xfs"), None)
     if j is None:
         return None
@@ -1038,44 +1055,9 @@ def _effects(ctx, r):
     dev, inp = r.dev, r.inputs
     device, mnt = _where(ctx, dev)
     name, fig = regime(ctx, dev)
-    saved = fig.get("saved_home_share", 1.0)
     cp = ctx.cause_ms("checkpoint", dev)
     if r.kind in ("journal_size", "inode_size", "writeback_window"):
-        share = min(r.stall_ms_addressed / cp, 1.0) if cp > 0 else 0.0
-        lo, hi = remedies.log_fractions(name, saved, share)
-        if r.kind == "journal_size" and not r.estimate:
-            lo = 0.0   # no size from the model: what lab tune finds
-        if r.kind == "inode_size" and inp.get("verdict") in ("borderline", "short"):
-            # fewer blocks logged shorten the checkpoint waits even where the hot set does not
-            # fit: at most the share of the needed log the journal holds; none at the low end
-            # when short, half when the margin is within the runs' spread
-            held = 1.0 if inp["verdict"] == "borderline" else min(
-                inp["journal_blocks"] / max(inp["predicted_needed_blocks_low"], 1.0), 1.0)
-            lo, hi = remedies.log_fractions(name, saved, held)
-            lo *= 0.5 if inp["verdict"] == "borderline" else 0.0
-        # the writes home it saves leave the device's queue: the others' waits shrink
-        dlo, dhi = remedies.device_fractions(fig.get("checkpoint_device_share", 0.0), saved * hi)
-        # waits for a transaction, or for a commit, that could not close while the log was full
-        # go with the checkpoint they waited through: the high end; the low end keeps them
-        for c in remedies.THROUGH:
-            dhi[c] = max(fig.get(f"{c}_through_checkpoints", 0.0) * hi, dhi[c])
-        if r.kind == "journal_size" and r.estimate:
-            # a larger journal takes larger transactions: handles that waited for a full one
-            # to commit wait less (all of it at the high end)
-            full = full_transaction_share(ctx, dev)
-            dhi["transaction_wait"] = min(dhi["transaction_wait"] + full, 1.0)
-            fig["transaction_wait_full_transactions"] = full
-        lo, hi = {**dlo, "checkpoint": lo}, {**dhi, "checkpoint": hi}
-        if r.kind == "journal_size":
-            size = f"{int(r.journal_size_mib)}" if r.journal_size_mib else "N"
-            return (lo, hi, "offline",
-                    (f"umount {mnt} && tune2fs -O ^has_journal {device} && tune2fs -J size={size} {device} "
-                     f"&& mount {device} {mnt}"))
-        if r.kind == "inode_size":
-            return (lo, hi, "new_filesystem",
-                    (f"mkfs.ext4 -I 256 NEWDEV, then copy the files with their attributes (cp -a, rsync -aHAX) "
-                     f"from {mnt}"))
-        return lo, hi, "online", inp.get("command")
+        return _checkpoint_effects(ctx, r, name, fig, cp, device, mnt)
     if r.kind == "commit_interval":
         g = inp["timer_commits_removed_share"]
         tw = g * inp["transaction_wait_share_beside_timer_commits"]
@@ -1083,25 +1065,7 @@ def _effects(ctx, r):
         return ({"transaction_wait": tw}, {"transaction_wait": tw, "commit_wait": cw}, "remount",
                 inp["command"])
     if r.kind == "external_journal":
-        if inp.get("log_request_share") is None:
-            # no counters of the data device: from nothing to every wait on the commits' I/O
-            return ({}, {c: 1.0 for c in ("commit_wait", "lock_buffer")}, "offline", _ext_command(device, mnt))
-        share = inp.get("log_request_share") or 0.0
-        cps = inp.get("log_request_share_checkpoints") or 0.0
-        load = inp.get("device_load") or 0.0
-        beside = max(inp.get("logging_overlap") or 0.0, inp.get("device_saturation") or 0.0)
-        # the commit's own log writes stay on its path on as slow a journal device; a fast one
-        # takes them; the device's other waits lose the log's share of the queue ahead of them
-        # a hot set larger than the journal: a faster log fills it sooner, and the checkpoints
-        # stay as many or more (measured: a 4 MiB journal beside an xattr storm and an fdatasync
-        # loop stalled 14.3 s with its log on an unpaced device, 11.8 s on the data device)
-        if name != "streaming":
-            beside = 0.0
-        lo = {"checkpoint": cps * beside, **{c: share * load for c in ("data_writeback", "device_flush",
-                                                                     "metadata_io")}}
-        hi = {"checkpoint": cps, **{c: share for c in ("commit_wait", "lock_buffer", "transaction_wait",
-                                                          "data_writeback", "device_flush", "metadata_io")}}
-        return lo, hi, "offline", _ext_command(device, mnt)
+        return _external_journal_effects(inp, name, device, mnt)
     if r.kind == "fast_commit":
         s = inp.get("commit_request_share_saved") or 0.0
         if not r.stall_ms_addressed:
@@ -1128,6 +1092,72 @@ def _effects(ctx, r):
                 (f"mkfs.xfs -l logdev=LOGDEV,size=N NEWDEV && mount -o logdev=LOGDEV NEWDEV {mnt}, then copy "
                  f"the files from {mnt}"))
     return None
+
+
+def _checkpoint_effects(ctx, r, name, fig, cp, device, mnt):
+    """_effects of journal_size, inode_size and writeback_window: the checkpoint waits they
+    remove (``cp`` ms of them on the device; ``name``, ``fig``: the journal's regime), and
+    those of the waits on the device's queue and through the checkpoints."""
+    dev, inp = r.dev, r.inputs
+    saved = fig.get("saved_home_share", 1.0)
+    share = min(r.stall_ms_addressed / cp, 1.0) if cp > 0 else 0.0
+    lo, hi = remedies.log_fractions(name, saved, share)
+    if r.kind == "journal_size" and not r.estimate:
+        lo = 0.0   # no size from the model: what lab tune finds
+    if r.kind == "inode_size" and inp.get("verdict") in ("borderline", "short"):
+        # fewer blocks logged shorten the checkpoint waits even where the hot set does not
+        # fit: at most the share of the needed log the journal holds; none at the low end
+        # when short, half when the margin is within the runs' spread
+        held = 1.0 if inp["verdict"] == "borderline" else min(
+            inp["journal_blocks"] / max(inp["predicted_needed_blocks_low"], 1.0), 1.0)
+        lo, hi = remedies.log_fractions(name, saved, held)
+        lo *= 0.5 if inp["verdict"] == "borderline" else 0.0
+    # the writes home it saves leave the device's queue: the others' waits shrink
+    dlo, dhi = remedies.device_fractions(fig.get("checkpoint_device_share", 0.0), saved * hi)
+    # waits for a transaction, or for a commit, that could not close while the log was full
+    # go with the checkpoint they waited through: the high end; the low end keeps them
+    for c in remedies.THROUGH:
+        dhi[c] = max(fig.get(f"{c}_through_checkpoints", 0.0) * hi, dhi[c])
+    if r.kind == "journal_size" and r.estimate:
+        # a larger journal takes larger transactions: handles that waited for a full one
+        # to commit wait less (all of it at the high end)
+        full = full_transaction_share(ctx, dev)
+        dhi["transaction_wait"] = min(dhi["transaction_wait"] + full, 1.0)
+        fig["transaction_wait_full_transactions"] = full
+    lo, hi = {**dlo, "checkpoint": lo}, {**dhi, "checkpoint": hi}
+    if r.kind == "journal_size":
+        size = f"{int(r.journal_size_mib)}" if r.journal_size_mib else "N"
+        return (lo, hi, "offline",
+                (f"umount {mnt} && tune2fs -O ^has_journal {device} && tune2fs -J size={size} {device} "
+                 f"&& mount {device} {mnt}"))
+    if r.kind == "inode_size":
+        return (lo, hi, "new_filesystem",
+                (f"mkfs.ext4 -I 256 NEWDEV, then copy the files with their attributes (cp -a, rsync -aHAX) "
+                 f"from {mnt}"))
+    return lo, hi, "online", inp.get("command")
+
+
+def _external_journal_effects(inp, name, device, mnt):
+    """_effects of external_journal (its ``inputs`` ``inp``; ``name``: the journal's regime)."""
+    if inp.get("log_request_share") is None:
+        # no counters of the data device: from nothing to every wait on the commits' I/O
+        return ({}, {c: 1.0 for c in ("commit_wait", "lock_buffer")}, "offline", _ext_command(device, mnt))
+    share = inp.get("log_request_share") or 0.0
+    cps = inp.get("log_request_share_checkpoints") or 0.0
+    load = inp.get("device_load") or 0.0
+    beside = max(inp.get("logging_overlap") or 0.0, inp.get("device_saturation") or 0.0)
+    # the commit's own log writes stay on its path on as slow a journal device; a fast one
+    # takes them; the device's other waits lose the log's share of the queue ahead of them
+    # a hot set larger than the journal: a faster log fills it sooner, and the checkpoints
+    # stay as many or more (measured: a 4 MiB journal beside an xattr storm and an fdatasync
+    # loop stalled 14.3 s with its log on an unpaced device, 11.8 s on the data device)
+    if name != "streaming":
+        beside = 0.0
+    lo = {"checkpoint": cps * beside, **{c: share * load for c in ("data_writeback", "device_flush",
+                                                                 "metadata_io")}}
+    hi = {"checkpoint": cps, **{c: share for c in ("commit_wait", "lock_buffer", "transaction_wait",
+                                                      "data_writeback", "device_flush", "metadata_io")}}
+    return lo, hi, "offline", _ext_command(device, mnt)
 
 
 def full_transaction_share(ctx, dev):

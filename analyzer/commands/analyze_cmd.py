@@ -2,6 +2,15 @@
 
 Kept light at import: pandas and the analysis modules load inside ``run``."""
 
+import io
+import json
+import os
+import sys
+
+from jstall.errors import JstallError
+from jstall.session import is_sweep_dir, is_tune_dir
+
+from jstall.analyzer.multi.tune import load, print_result
 from jstall.analyzer.stalls.causes import describe as describe_causes
 
 _DESCRIPTION = """\
@@ -59,8 +68,6 @@ def add_window_arguments(parser):
 
 def check_options(args):
     """Refuse bad option values with one line (JstallError) before any work."""
-    from jstall.errors import JstallError
-
     if args.min_ms is not None and not args.min_ms >= 0:
         raise JstallError(f"--min-ms {args.min_ms:g}: give 0 or more milliseconds")
     top = getattr(args, "top", None)
@@ -71,6 +78,7 @@ def check_options(args):
 def load_analysis(args):
     """The session at ``args.path`` (restricted to ``--from``/``--to``) analyzed at
     ``--min-ms``: an Analysis.  Sweeps take no window."""
+    # deferred on purpose: the analysis loads pandas and pyarrow
     from jstall.analyzer.analysis import analyze
     from jstall.analyzer.session.load import load_session
     from jstall.analyzer.stalls.find import DEFAULT_MIN_MS
@@ -84,8 +92,6 @@ def load_analysis(args):
 
 
 def check_sweep_options(args):
-    from jstall.errors import JstallError
-
     if getattr(args, "time_from", None) is not None or getattr(args, "time_to", None) is not None:
         raise JstallError(f"{args.path}: --from/--to apply to one session, not a sweep or a tune; "
                           "analyze a run's session")
@@ -93,9 +99,6 @@ def check_sweep_options(args):
 
 def emit_text(text):
     """Write to stdout; a reader that went away (``| head``) is not an error."""
-    import os
-    import sys
-
     try:
         sys.stdout.write(text)
         sys.stdout.flush()
@@ -105,16 +108,8 @@ def emit_text(text):
 
 
 def run(args):
-    import json
-
-    from jstall.session import is_sweep_dir, is_tune_dir
-
     check_options(args)
     if is_tune_dir(args.path):  # a lab tune: the curve it walked, from tune.json
-        import io
-
-        from jstall.analyzer.multi.tune import load, print_result
-
         check_sweep_options(args)
         r = load(args.path)
         if args.json:
@@ -125,6 +120,7 @@ def run(args):
             emit_text(buf.getvalue())
         return 0
     if is_sweep_dir(args.path):
+        # deferred on purpose, as below: the sweep's and the session's analysis load pandas and pyarrow
         from jstall.analyzer.stalls.find import DEFAULT_MIN_MS
         from jstall.analyzer.multi.sweep import analyze_sweep
 

@@ -2,6 +2,14 @@
 
 Kept light at import: pandas loads inside ``run``."""
 
+import json
+
+from jstall.errors import JstallError
+from jstall.session import is_sweep_dir
+
+from jstall.analyzer.commands.analyze_cmd import emit_text
+from jstall.analyzer.commands.report_cmd import check_output, discard_output, write_page
+
 DESCRIPTION = """\
 Set two sessions side by side -- before and after a change, two runs of a lab sweep, a
 128-byte against a 256-byte-inode run -- and say in one line what changed, with numbers:
@@ -33,12 +41,7 @@ def add_arguments(parser):
 
 
 def run(args):
-    import json
-
-    from jstall.errors import JstallError
-    from jstall.session import is_sweep_dir
-
-    from jstall.analyzer.commands.analyze_cmd import emit_text
+    # deferred on purpose: the comparison loads pandas and pyarrow, its page plotly
     from jstall.analyzer.multi.compare import compare
 
     if args.min_ms < 0:
@@ -47,8 +50,6 @@ def run(args):
         if is_sweep_dir(p):
             raise JstallError(f"{p}: a sweep directory; compare two of its runs or configurations "
                               f"({p}:inode_size=128), or see 'jstall analyze {p}' for all of them")
-    from jstall.analyzer.commands.report_cmd import discard_output, check_output, write_page
-
     page = check_output(args.output) if args.output and args.output != "-" else None  # refused before any work
     try:
         c = compare(args.a, args.b, min_ms=args.min_ms)

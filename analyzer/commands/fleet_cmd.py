@@ -2,6 +2,15 @@
 
 Kept light at import: pandas and dask load inside ``run``."""
 
+import json
+import sys
+import time
+
+from jstall.errors import JstallError
+
+from jstall.analyzer.commands.analyze_cmd import emit_text
+from jstall.analyzer.commands.report_cmd import check_output, discard_output, write_page
+
 DESCRIPTION = """\
 Summarize many sessions at once -- a collection (ROOT/host=HOST/date=YYYY-MM-DD/SESSION, see
 docs/fleet.md), lab sweeps, any directories holding sessions -- and rank the hosts and
@@ -36,13 +45,7 @@ def add_arguments(parser):
 
 
 def run(args):
-    import json
-    import sys
-    import time
-
-    from jstall.errors import JstallError
-
-    from jstall.analyzer.commands.analyze_cmd import emit_text
+    # deferred on purpose: the fleet loads dask and pandas, its page plotly
     from jstall.analyzer.multi.fleet import run_fleet
 
     if args.min_ms < 0:
@@ -51,8 +54,6 @@ def run(args):
         raise JstallError("--workers must be 1 or more")
     if args.scheduler and args.workers:
         raise JstallError("--workers sizes the local cluster; leave it out with --scheduler")
-    from jstall.analyzer.commands.report_cmd import discard_output, check_output, write_page
-
     page = check_output(args.output) if args.output and args.output != "-" else None  # refused before any work
     t0 = time.perf_counter()
     try:

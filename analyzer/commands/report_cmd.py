@@ -2,6 +2,15 @@
 
 Kept light at import: pandas and plotly load inside ``run``."""
 
+import contextlib
+import os
+import sys
+
+from jstall.errors import JstallError
+from jstall.session import is_sweep_dir
+
+from jstall.analyzer.commands.analyze_cmd import check_options
+
 DESCRIPTION = """\
 Write one self-contained HTML file (plotly, works offline: plotly.js is inlined) showing a
 session: every stalled call on a timeline, colored by cause, over the journal's fill level
@@ -30,10 +39,6 @@ def check_output(output):
     """Refuse an -o path that cannot be written, with one line naming the fix, and create its
     temporary file (``output.<pid>.tmp``, open for writing) so that the report is written only
     where writing works; returns that open file, or None for stdout ('-')."""
-    import os
-
-    from jstall.errors import JstallError
-
     if output == "-":
         return None
     if not output or output.endswith(os.sep) or os.path.isdir(output):
@@ -50,9 +55,6 @@ def check_output(output):
 
 
 def discard_output(f):
-    import contextlib
-    import os
-
     f.close()
     with contextlib.suppress(OSError):
         os.unlink(f.name)
@@ -62,11 +64,6 @@ def write_page(f, output, make_html, tool):
     """Write the page ``make_html()`` returns to ``f`` (the temporary file check_output
     opened), move it to ``output`` and say so on stderr; on any error or interruption the
     temporary file is removed and nothing is left at ``output``."""
-    import os
-    import sys
-
-    from jstall.errors import JstallError
-
     try:
         html = make_html()
         try:
@@ -82,11 +79,7 @@ def write_page(f, output, make_html, tool):
 
 
 def run(args):
-    import sys
-
-    from jstall.session import is_sweep_dir
-
-    from jstall.analyzer.commands.analyze_cmd import check_options
+    # deferred on purpose, as below: the pages load plotly, the analysis pandas and pyarrow
     from jstall.analyzer.render.report import session_report, sweep_report
 
     check_options(args)

@@ -479,6 +479,40 @@ def _mean(x):
     return float(x.sum(dtype="float64") / len(x))
 
 
+def _transaction_figures(t, n, span):
+    """A journal's per-transaction averages, logged blocks and log rates (mean over the
+    session ``span`` seconds, peak over one second) from its ``n`` transactions' columns ``t``."""
+    row = {}
+    for p in PHASES:
+        row[f"avg_{p}_ms"] = _mean(t[f"{p}_ms"]) if n else np.nan
+    row["avg_handles_per_transaction"] = _mean(t["handle_count"]) if n else np.nan
+    row["avg_blocks_per_transaction"] = _mean(t["blocks"]) if n else np.nan
+    row["avg_logged_blocks_per_transaction"] = _mean(t["blocks_logged"]) if n else np.nan
+    row["logged_blocks"] = int(t["blocks_logged"].sum())
+    row["log_rate_blocks_per_s"] = row["logged_blocks"] / span if span > 0 else np.nan
+    if n > 1:
+        sec = t["ts_ns"] // 1_000_000_000
+        _, inv = np.unique(sec, return_inverse=True)
+        row["peak_log_rate_blocks_per_s"] = float(_group_sums(inv.ravel(), t["blocks_logged"]).max())
+    else:
+        row["peak_log_rate_blocks_per_s"] = float(row["logged_blocks"])
+    return row
+
+
+def _fill_figures(tl, ntl):
+    """A journal's fullest fill and its lows of free space and headroom, from its ``ntl`` fill
+    time line samples' columns ``tl``."""
+    row = {}
+    row["max_fill_pct"] = float(np.nanmax(tl["fill_pct"])) if ntl and not np.isnan(tl["fill_pct"]).all() \
+        else np.nan
+    for key, col in (("min_free_blocks", "free_blocks"), ("headroom_low_blocks", "headroom_blocks"),
+                     ("headroom_low_pct", "headroom_pct")):
+        # the kernel's condition (fill.headroom): below 0 a handle waits for log space
+        v = tl[col]
+        row[key] = float(np.nanmin(v)) if ntl and not np.isnan(v).all() else np.nan
+    return row
+
+
 def summary(session, timeline, txns, stalls=None):
     """One row per journal (dev): size, transactions and per-transaction averages, checkpoints,
     fill and log rate.  Units in column names; ``*_pct`` are percent of the log.  Columns
@@ -526,19 +560,7 @@ def summary(session, timeline, txns, stalls=None):
             "journal_device": m.get("journal_device"),
             "transactions": n,
         }
-        for p in PHASES:
-            row[f"avg_{p}_ms"] = _mean(t[f"{p}_ms"]) if n else np.nan
-        row["avg_handles_per_transaction"] = _mean(t["handle_count"]) if n else np.nan
-        row["avg_blocks_per_transaction"] = _mean(t["blocks"]) if n else np.nan
-        row["avg_logged_blocks_per_transaction"] = _mean(t["blocks_logged"]) if n else np.nan
-        row["logged_blocks"] = int(t["blocks_logged"].sum())
-        row["log_rate_blocks_per_s"] = row["logged_blocks"] / span if span > 0 else np.nan
-        if n > 1:
-            sec = t["ts_ns"] // 1_000_000_000
-            _, inv = np.unique(sec, return_inverse=True)
-            row["peak_log_rate_blocks_per_s"] = float(_group_sums(inv.ravel(), t["blocks_logged"]).max())
-        else:
-            row["peak_log_rate_blocks_per_s"] = float(row["logged_blocks"])
+        row.update(_transaction_figures(t, n, span))
         cf = cp_forced[cp_dev == dev]
         row["forced_checkpoints"] = int(cf.sum())
         row["background_checkpoints"] = int((~cf).sum())
@@ -546,13 +568,7 @@ def summary(session, timeline, txns, stalls=None):
         row["forced_checkpoint_written_blocks"] = int(cw_written[wm & cw_forced].sum())
         row["background_checkpoint_written_blocks"] = int(cw_written[wm & ~cw_forced].sum())
         row["checkpointed_transactions"] = int(wm.sum())
-        row["max_fill_pct"] = float(np.nanmax(tl["fill_pct"])) if ntl and not np.isnan(tl["fill_pct"]).all() \
-            else np.nan
-        for key, col in (("min_free_blocks", "free_blocks"), ("headroom_low_blocks", "headroom_blocks"),
-                         ("headroom_low_pct", "headroom_pct")):
-            # the kernel's condition (fill.headroom): below 0 a handle waits for log space
-            v = tl[col]
-            row[key] = float(np.nanmin(v)) if ntl and not np.isnan(v).all() else np.nan
+        row.update(_fill_figures(tl, ntl))
         row["forced_fill_pct"] = float(forced_fill_pct(mtb, lb)) if pd.notna(lb) and lb > 0 else np.nan
         row["time_at_forced_level_s"] = float(above.get(dev, 0.0))
         if stalls is not None:

@@ -138,6 +138,21 @@ def timeline(analysis, dev=None):
                         subplot_titles=(f"log space left above one maximum transaction ({dev or 'no journal'})", title,
                                         "commit phases and checkpoints"))
     tl = _thin(tl)
+    _add_headroom(fig, tl, t0)
+    _add_checkpoints(fig, a.checkpoints[a.checkpoints["dev"] == dev] if dev else a.checkpoints.iloc[:0], tl, dev, t0)
+    _add_stalls(fig, shown, t0)
+    _add_bands(fig, a.phases[a.phases["dev"] == dev] if dev else a.phases.iloc[:0], st[st["own_checkpoint"]],
+               (span[1] - span[0]) / 1e9 / MAX_BANDS, t0)
+    fig.update_yaxes(title_text="headroom % of the log", row=1, col=1)
+    fig.update_yaxes(title_text="latency ms", type="log", row=2, col=1)
+    fig.update_yaxes(showticklabels=False, range=[-0.1, 2.3], row=3, col=1)
+    fig.update_xaxes(title_text="seconds since the session start", row=3, col=1)
+    fig.update_layout(height=760, margin=dict(l=60, r=20, t=40, b=40), legend=dict(orientation="h", y=-0.08))
+    return fig
+
+
+def _add_headroom(fig, tl, t0):
+    """Row 1: the headroom line of the (thinned) fill time line ``tl`` and its 0 level."""
     big = len(tl) > WEBGL_POINTS
     Line = go.Scattergl if big else go.Scatter
     # headroom: jbd2_log_space_left() - j_max_transaction_buffers; below 0 handles must wait
@@ -150,7 +165,10 @@ def timeline(analysis, dev=None):
     fig.add_hline(y=0, line=dict(color="#d62728", dash="dash"), row=1, col=1,
                   annotation_text="below 0: handles wait for log space (__jbd2_log_wait_for_space)",
                   annotation_position="bottom right")
-    cp = a.checkpoints[a.checkpoints["dev"] == dev] if dev else a.checkpoints.iloc[:0]
+
+
+def _add_checkpoints(fig, cp, tl, dev, t0):
+    """Row 1: the journal's checkpoints ``cp``, forced and background, on the headroom line."""
     for forced, name, color, sym in ((True, "forced checkpoint", "#d62728", "triangle-down"),
                                      (False, "background checkpoint", "#7f7f7f", "circle-open")):
         c = cp[cp["forced"] == forced]
@@ -165,6 +183,11 @@ def timeline(analysis, dev=None):
                              customdata=c[["comm", "pid"]].to_numpy(),
                              hovertemplate="%{x:.3f} s: " + name + " in %{customdata[0]} "
                                            "(%{customdata[1]})<extra></extra>"), row=1, col=1)
+
+
+def _add_stalls(fig, shown, t0):
+    """Row 2: the stalls drawn (``shown``) as segments at their latency, one trace per cause,
+    and their markers (full hover text for the slowest HOVER_STALLS)."""
     slow = set(shown.nlargest(HOVER_STALLS, "latency_ms").index) if len(shown) > HOVER_STALLS else None
     causes = [c for c in CAUSES if (shown["cause"].astype("str") == c).any()]
     for cause in causes:
@@ -194,8 +217,11 @@ def timeline(analysis, dev=None):
                 customdata=np.stack([_f(rest["headroom_start_pct"]), _f(rest["min_headroom_pct"])], axis=1),
                 hovertemplate="%{y:.1f} ms, headroom %{customdata[0]:.1f}% -> low %{customdata[1]:.1f}%<extra>"
                               + cause + "</extra>"), row=2, col=1)
-    gap = (span[1] - span[0]) / 1e9 / MAX_BANDS
-    ph = a.phases[a.phases["dev"] == dev] if dev else a.phases.iloc[:0]
+
+
+def _add_bands(fig, ph, own, gap, t0):
+    """Row 3: the commit phases ``ph`` and the calls that checkpointed ``own`` as bands,
+    merged where closer than ``gap`` seconds."""
     for phase, color in PHASE_COLORS.items():
         p = ph[ph["phase"] == phase]
         if len(p):
@@ -203,19 +229,12 @@ def timeline(analysis, dev=None):
             xs, ys = _bands(b0, b1, 0.0, 1.0)
             fig.add_trace(go.Scatter(x=_f(xs), y=_f(ys), fill="toself", mode="lines", line=dict(width=0),
                                      fillcolor=color, name=f"commit: {phase}", hoverinfo="skip"), row=3, col=1)
-    own = st[st["own_checkpoint"]]
     if len(own):
         b0, b1 = merge_intervals((own["ts_ns"] - t0) / 1e9, (own["end_ns"] - t0) / 1e9, gap)
         xs, ys = _bands(b0, b1, 1.2, 2.2)
         fig.add_trace(go.Scatter(x=_f(xs), y=_f(ys), fill="toself", mode="lines", line=dict(width=0),
                                  fillcolor="rgba(214,39,40,0.6)", name="call that checkpointed", hoverinfo="skip"),
                       row=3, col=1)
-    fig.update_yaxes(title_text="headroom % of the log", row=1, col=1)
-    fig.update_yaxes(title_text="latency ms", type="log", row=2, col=1)
-    fig.update_yaxes(showticklabels=False, range=[-0.1, 2.3], row=3, col=1)
-    fig.update_xaxes(title_text="seconds since the session start", row=3, col=1)
-    fig.update_layout(height=760, margin=dict(l=60, r=20, t=40, b=40), legend=dict(orientation="h", y=-0.08))
-    return fig
 
 
 def latency(analysis):

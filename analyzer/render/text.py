@@ -1,9 +1,12 @@
 """Readable summaries of an analysis (what ``jstall analyze`` prints), read from its
 summary (summary.Summary) and tables."""
 
+from __future__ import annotations
+
 import math
 import shlex
 import textwrap
+from typing import TYPE_CHECKING
 
 from jstall import enough
 from jstall.flavour import attach_words
@@ -14,8 +17,12 @@ from jstall.analyzer.session.recording import filters_text
 from jstall.analyzer.summary import json_safe
 from jstall.analyzer.xfs.logs import TAIL_REASONS
 
+if TYPE_CHECKING:
+    from jstall.analyzer.analysis import Analysis
+    from jstall.analyzer.summary import Summary
 
-def text_table(headers, rows, align=None):
+
+def text_table(headers: list[str], rows: list[list], align: list[str] | None = None) -> str:
     """A plain text table: ``headers`` list, ``rows`` list of lists of str."""
     widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) if rows else len(str(h))
               for i, h in enumerate(headers)]
@@ -32,7 +39,7 @@ def _f(v, fmt="{:.1f}", none="-"):
     return fmt.format(v)
 
 
-def call_label(syscall, context=None):
+def call_label(syscall: str, context: object = None) -> str:
     """A stall's call as the tables print it: a journal handle wait outside the traced calls
     (syscall journal_start) by what its task was doing, 'mknodat (wait)'."""
     if syscall == "journal_start" and isinstance(context, str) and context:
@@ -40,18 +47,42 @@ def call_label(syscall, context=None):
     return syscall
 
 
-def session_summary(analysis, top=10):
+def session_summary(analysis: Analysis, top: int = 10) -> str:
     """The text summary: header, warnings, stall totals by cause, top stalls, journals,
     slowest calls, recommendations (read from ``analysis.summary``)."""
     su = analysis.summary
     out = header_lines(su)
     out[1:1] = verdict_lines(json_safe(analysis.verdict))
+    out += _lab_lines(su)
+    out += warning_lines(su)
+    out += _stall_total_lines(su)
+    out += _checkpoint_cost_lines(su)
+    if su.stalls.count:
+        out += _stall_table_lines(analysis, top)
+    out += _journal_lines(su)
+    out += xfs_log_lines(su)
+    out += writer_lines(su)
+    out += _device_lines(su)
+    out += _call_lines(su)
+    out += _recommendation_lines(analysis)
+    return "\n".join(out) + "\n"
+
+
+def _lab_lines(su):
+    """The lab run's configuration, when the session came from the lab."""
+    out = []
     lab = su.session.lab
     if lab and isinstance(lab.get("config"), dict):
         cfg = lab["config"]
         keys = [k for k in ("pattern", "journal_size", "inode_size", "device_profile", "fs_size") if k in cfg]
         out.append("lab: " + ", ".join(f"{k}={cfg[k]}" for k in keys))
-    out += warning_lines(su)
+    return out
+
+
+def _stall_total_lines(su):
+    """The stalls in one paragraph: how many, how long, forced, queued behind
+    other tasks, through kernel workers, during another task's checkpoint; or why none."""
+    out = []
     st = su.stalls
     out.append("")
     if not st.count and su.untraced_checkpoints:
@@ -98,6 +129,12 @@ def session_summary(analysis, top=10):
                        "(data_writeback, commit_wait, device_flush) ran while another task's "
                        f"checkpoint wrote home on the same device, in {n} stall{'s' * (n != 1)} "
                        f"(their cause unchanged). Checkpointing: {who}.")
+    return out
+
+
+def _checkpoint_cost_lines(su):
+    """The forced checkpoints: in stalls, negligible, outside the recording."""
+    out = []
     cc = su.checkpoint_costs
     if cc["forced"]:
         line = (f"{cc['forced']} forced checkpoint{'s' * (cc['forced'] != 1)}: {cc['expensive']} ran in stalls "
@@ -109,33 +146,46 @@ def session_summary(analysis, top=10):
         if cc["outside"]:
             line += f", {cc['outside']} in tasks outside the recording"
         out.append(line + ".")
-    if st.count:
-        rows = []
-        for c, bc in st.by_cause.items():
-            if bc.count or bc.total_ms:
-                pct = 100 * bc.total_ms / st.total_ms if st.total_ms else 0
-                rows.append([c, bc.count, f"{bc.total_ms:.1f}", f"{pct:.1f}"])
-        rows.append(["(on CPU, unattributed)", "", f"{st.oncpu_ms:.1f}",
-                     f"{100 * st.oncpu_ms / st.total_ms:.1f}" if st.total_ms else "0.0"])
-        out.append("")
-        out.append("stall time by cause (count: stalls with that primary cause; ms: off-CPU time in it)")
-        out.append(text_table(["cause", "stalls", "ms", "% of stall time"], rows))
-        out.append("")
-        out.append(f"top {min(top, st.count)} stalls")
-        tops = analysis.top_stalls(top)
-        rows = [[_clock(r), r.comm, r.pid, call_label(r.syscall, r.context), f"{r.latency_ms:.1f}", r.dev or "-",
-                 r.cause,
-                 _f(r.headroom_start_pct), _f(r.min_headroom_pct), "yes" if r.forced else "", r.cause_label[:48]]
-                for r in tops]
-        out.append(text_table([_clock_heading(tops), "comm", "pid", "call", "ms", "dev", "cause", "headroom%", "low%",
-                               "forced", "blocked in"], rows, ["<", "<", ">", "<", ">", "<", "<", ">", ">", "<", "<"]))
-        if su.journals or not su.xfs_logs:
-            out.append("headroom: log space left (j_free - 32 - committing credits) minus j_max_transaction_buffers, "
-                       "in % of the log, at the call's start and its low; below 0 handles must wait for space")
-        if su.xfs_logs:
-            out.append("headroom (XFS): the grant head's space left minus what the transaction's ticket needs, in % "
-                       "of the log, at the call's first log-space wait and its lowest; below 0 the reservation sleeps")
-        out += process_lines(su, top)
+    return out
+
+
+def _stall_table_lines(analysis, top):
+    """Stall time by cause, the top stalls and the processes that stalled."""
+    su = analysis.summary
+    st = su.stalls
+    out = []
+    rows = []
+    for c, bc in st.by_cause.items():
+        if bc.count or bc.total_ms:
+            pct = 100 * bc.total_ms / st.total_ms if st.total_ms else 0
+            rows.append([c, bc.count, f"{bc.total_ms:.1f}", f"{pct:.1f}"])
+    rows.append(["(on CPU, unattributed)", "", f"{st.oncpu_ms:.1f}",
+                 f"{100 * st.oncpu_ms / st.total_ms:.1f}" if st.total_ms else "0.0"])
+    out.append("")
+    out.append("stall time by cause (count: stalls with that primary cause; ms: off-CPU time in it)")
+    out.append(text_table(["cause", "stalls", "ms", "% of stall time"], rows))
+    out.append("")
+    out.append(f"top {min(top, st.count)} stalls")
+    tops = analysis.top_stalls(top)
+    rows = [[_clock(r), r.comm, r.pid, call_label(r.syscall, r.context), f"{r.latency_ms:.1f}", r.dev or "-",
+             r.cause,
+             _f(r.headroom_start_pct), _f(r.min_headroom_pct), "yes" if r.forced else "", r.cause_label[:48]]
+            for r in tops]
+    out.append(text_table([_clock_heading(tops), "comm", "pid", "call", "ms", "dev", "cause", "headroom%", "low%",
+                           "forced", "blocked in"], rows, ["<", "<", ">", "<", ">", "<", "<", ">", ">", "<", "<"]))
+    if su.journals or not su.xfs_logs:
+        out.append("headroom: log space left (j_free - 32 - committing credits) minus j_max_transaction_buffers, "
+                   "in % of the log, at the call's start and its low; below 0 handles must wait for space")
+    if su.xfs_logs:
+        out.append("headroom (XFS): the grant head's space left minus what the transaction's ticket needs, in % "
+                   "of the log, at the call's first log-space wait and its lowest; below 0 the reservation sleeps")
+    out += process_lines(su, top)
+    return out
+
+
+def _journal_lines(su):
+    """The journals table, and each journal's size verdict and /proc/fs/jbd2 agreement."""
+    out = []
     if su.journals:
         out.append("")
         out.append("journals")
@@ -166,13 +216,23 @@ def session_summary(analysis, top=10):
                               "; ".join(x for x in ("disagree on " + ", ".join(bad) if bad else "",
                                                     "too coarse to check " + ", ".join(und) if und else "") if x))
                            + f" ({tol})")
-    out += xfs_log_lines(su)
-    out += writer_lines(su)
+    return out
+
+
+def _device_lines(su):
+    """The devices under the filesystems, as sampled while recording."""
+    out = []
     if su.devices:
         out.append("")
         out.append("devices (each device's /sys/block stat under the filesystems, sampled while recording; "
                    "busy: time with a request in flight)")
         out += devices.device_lines(su.devices)
+    return out
+
+
+def _call_lines(su):
+    """Latency per traced call (the 12 with the most time)."""
+    out = []
     if su.calls:
         out.append("")
         out.append("calls (all traced calls; p50 below the recording threshold is from log2 histograms"
@@ -186,13 +246,18 @@ def session_summary(analysis, top=10):
         rows = [[c.syscall, c.count, c.errors, _f(c.p50_ms, "{:.3f}"), _f(c.p99_ms, "{:.3f}"),
                  _f(c.max_ms, "{:.1f}"), _f(c.total_ms, "{:.0f}")] for c in su.calls[:12]]
         out.append(text_table(["call", "count", "errors", "p50 ms", "p99 ms", "max ms", "total ms"], rows))
+    return out
+
+
+def _recommendation_lines(analysis):
+    """The diagnosis and recommendations, one line each."""
+    out = []
     if analysis.recommendations:
         out.append("")
         out.append("diagnosis and recommendations")
         for r in analysis.recommendations:
             out.append(f"- [{r.kind}] {r.text}")
-    return "\n".join(out) + "\n"
-
+    return out
 
 # --- what was recorded, how whole it is, who stalled (the console view) ----------------------
 
@@ -216,7 +281,7 @@ def _quote(arg):
     return shlex.quote(str(arg))
 
 
-def header_lines(su):
+def header_lines(su: Summary) -> list[str]:
     """The summary's first lines (from a summary.Summary): the session, when it ran (wall
     clock), the traced command and its exit status, the filters, the traced calls, the status
     and the window."""
@@ -253,13 +318,13 @@ def header_lines(su):
     return out
 
 
-def warning_lines(su):
+def warning_lines(su: Summary) -> list[str]:
     """``WARNING:`` lines (the session is incomplete, large losses, disagreements) and
     ``note:`` lines (small losses, the threshold, what a window cannot narrow)."""
     return [f"WARNING: {w}" for w in su.warnings] + [f"note: {n}" for n in su.notes]
 
 
-def process_lines(su, top=10):
+def process_lines(su: Summary, top: int = 10) -> list[str]:
     """The per-process stall table (the ``top`` processes with the most stall time)."""
     procs = su.per_process
     if not procs:
@@ -275,7 +340,7 @@ def process_lines(su, top=10):
     return ["", f"stall time by process{more}", text_table(head, rows, align)]
 
 
-def writer_lines(su, top=5):
+def writer_lines(su: Summary, top: int = 5) -> list[str]:
     """Who filled each journal: the sentence tying the victim to the writer, then the top
     writers over the run and when the log ran out (from su.writers, the JSON's values)."""
     w = su.writers or {}
@@ -296,7 +361,7 @@ def writer_lines(su, top=5):
     return out
 
 
-def xfs_log_lines(su):
+def xfs_log_lines(su: Summary) -> list[str]:
     """The XFS logs' section: per log its waits for log space against the kernel's count of
     sleeps, the lowest headroom a wait started from, and what the tail waited for."""
     if not su.xfs_logs:

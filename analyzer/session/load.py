@@ -47,41 +47,41 @@ class Session:
                 setattr(self, name, df)
 
     @property
-    def hz(self):
+    def hz(self) -> int:
         """The kernel's HZ: jbd2 statistics count time in jiffies of 1/hz s."""
         return self.meta["hz"]
 
     @property
-    def start_ns(self):
+    def start_ns(self) -> int:
         """Monotonic ns of the session start (or the first event when metadata lacks it)."""
         return _clock(self.meta, "start")
 
     @property
-    def end_ns(self):
+    def end_ns(self) -> int:
         """Monotonic ns of the session end; for an incomplete session, of its last flush."""
         end = _clock(self.meta, "end")
         return end if end is not None else _clock(self.meta, "last_flush")
 
     @property
-    def incomplete(self):
+    def incomplete(self) -> bool:
         """True when the recorder never ended the session (killed, crashed, power loss): the
         tables hold what it flushed up to ``recorded_until``."""
         return is_incomplete(self.meta)
 
     @property
-    def recorded_until(self):
+    def recorded_until(self) -> str | None:
         """Wall-clock time (ISO 8601, UTC) up to which the tables are complete: the session
         end, or for an incomplete session its last flush."""
         key = "last_flush" if self.incomplete else "end"
         return (self.meta.get(key) or {}).get("wall")
 
     @property
-    def journals(self):
+    def journals(self) -> list:
         """The metadata's list of traced journals (dicts), possibly empty."""
         return self.meta.get("journals") or []
 
     @property
-    def device_stats(self):
+    def device_stats(self) -> pd.DataFrame:
         """What each emulated device of a lab run served per sampling interval (read on first
         use; empty for a session ``jstall record`` wrote). See docs/session-format.md."""
         if "device_stats" not in self._lab_tables:
@@ -89,7 +89,7 @@ class Session:
         return self._lab_tables["device_stats"]
 
     @property
-    def name(self):
+    def name(self) -> str:
         return os.path.basename(os.path.normpath(self.path))
 
     def __repr__(self):

@@ -7,10 +7,16 @@ value is exact from ``calls``; below it, it is interpolated inside the log2 buck
 ``call_histograms`` that holds the rank (an estimate within a factor of 2 of the bucket).
 """
 
+from __future__ import annotations
+
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
+
+if TYPE_CHECKING:
+    from jstall.analyzer.session.load import Session
 
 PERCENTILES = (0.5, 0.99)
 
@@ -33,43 +39,18 @@ def _groups(values):
     return pd.factorize(values.to_numpy(dtype=object))
 
 
-def call_stats(session):
-    """One row per syscall: ``count``, ``errors``, ``total_ms``, ``max_ms``, ``p50_ms``,
-    ``p99_ms``, ``recorded`` (calls emitted one by one), ``p50_exact``/``p99_exact`` (whether
-    the percentile came from individual calls rather than the histogram).  Sorted by total
-    time, largest first.  Grouped with numpy over the syscall codes: a fixed handful of
-    array operations per table, then one small step per syscall name."""
-    def per_name(codes, k, values, how):
-        out = np.zeros(k, dtype="int64") if how == "sum" else np.full(k, np.iinfo("int64").min)
-        ok = codes >= 0
-        (np.add if how == "sum" else np.maximum).at(out, codes[ok], values[ok])
-        return out
+def _per_name(codes, k, values, how):
+    """``values`` summed (``how`` "sum") or their maximum ("max") per code 0..k-1; code -1 is
+    left out."""
+    out = np.zeros(k, dtype="int64") if how == "sum" else np.full(k, np.iinfo("int64").min)
+    ok = codes >= 0
+    (np.add if how == "sum" else np.maximum).at(out, codes[ok], values[ok])
+    return out
 
-    ct = session.call_totals
-    tc, tnames = _groups(ct["syscall"])
-    k = len(tnames)
-    tot = {name: i for i, name in enumerate(tnames)}
-    t_count = per_name(tc, k, ct["count"].to_numpy(dtype="int64"), "sum")
-    t_errors = per_name(tc, k, ct["errors"].to_numpy(dtype="int64"), "sum")
-    t_total = per_name(tc, k, ct["total_latency_ns"].to_numpy(dtype="int64"), "sum")
-    t_max = per_name(tc, k, ct["max_latency_ns"].to_numpy(dtype="int64"), "max")
 
-    calls = session.calls
-    rc, rnames = _groups(calls["syscall"])
-    k = len(rnames)
-    rec = {name: i for i, name in enumerate(rnames)}
-    lat_all = calls["latency_ns"].to_numpy(dtype="int64")
-    ones = np.ones(len(lat_all), dtype="int64")
-    r_n = per_name(rc, k, ones, "sum")
-    r_total = per_name(rc, k, lat_all, "sum")
-    r_max = per_name(rc, k, lat_all, "max")
-    r_err = per_name(rc, k, (calls["ret"].to_numpy(dtype="int64") < 0).astype("int64"), "sum")
-    # every name's latencies, sorted: one sort by (name, latency)
-    order = np.lexsort((lat_all, rc))
-    lat_sorted, code_sorted = lat_all[order], rc[order]
-    bounds = np.searchsorted(code_sorted, np.arange(k + 1), side="left")
-
-    ch = session.call_histograms
+def _histograms_by_name(ch):
+    """{syscall: (low_ns, high_ns, count)} from ``call_histograms``: one row per non-empty
+    bucket (devices summed), bucket-sorted, as _hist_value takes them."""
     hist_by = {}
     if len(ch):
         hc, hnames = _groups(ch["syscall"])
@@ -89,6 +70,40 @@ def call_stats(session):
             sel = np.flatnonzero(keep & (ucode == c))
             sel = sel[np.argsort(ubucket[sel], kind="stable")]
             hist_by[hnames[c]] = (lows[sel], highs[sel], counts[sel])
+    return hist_by
+
+
+def call_stats(session: Session) -> pd.DataFrame:
+    """One row per syscall: ``count``, ``errors``, ``total_ms``, ``max_ms``, ``p50_ms``,
+    ``p99_ms``, ``recorded`` (calls emitted one by one), ``p50_exact``/``p99_exact`` (whether
+    the percentile came from individual calls rather than the histogram).  Sorted by total
+    time, largest first.  Grouped with numpy over the syscall codes: a fixed handful of
+    array operations per table, then one small step per syscall name."""
+    ct = session.call_totals
+    tc, tnames = _groups(ct["syscall"])
+    k = len(tnames)
+    tot = {name: i for i, name in enumerate(tnames)}
+    t_count = _per_name(tc, k, ct["count"].to_numpy(dtype="int64"), "sum")
+    t_errors = _per_name(tc, k, ct["errors"].to_numpy(dtype="int64"), "sum")
+    t_total = _per_name(tc, k, ct["total_latency_ns"].to_numpy(dtype="int64"), "sum")
+    t_max = _per_name(tc, k, ct["max_latency_ns"].to_numpy(dtype="int64"), "max")
+
+    calls = session.calls
+    rc, rnames = _groups(calls["syscall"])
+    k = len(rnames)
+    rec = {name: i for i, name in enumerate(rnames)}
+    lat_all = calls["latency_ns"].to_numpy(dtype="int64")
+    ones = np.ones(len(lat_all), dtype="int64")
+    r_n = _per_name(rc, k, ones, "sum")
+    r_total = _per_name(rc, k, lat_all, "sum")
+    r_max = _per_name(rc, k, lat_all, "max")
+    r_err = _per_name(rc, k, (calls["ret"].to_numpy(dtype="int64") < 0).astype("int64"), "sum")
+    # every name's latencies, sorted: one sort by (name, latency)
+    order = np.lexsort((lat_all, rc))
+    lat_sorted, code_sorted = lat_all[order], rc[order]
+    bounds = np.searchsorted(code_sorted, np.arange(k + 1), side="left")
+
+    hist_by = _histograms_by_name(session.call_histograms)
 
     names = sorted(set(tot) | set(rec))
     rows = []

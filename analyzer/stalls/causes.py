@@ -34,10 +34,19 @@ The registry is read by ``jstall analyze --help`` and the monitor, which do not 
 the classifier's functions import it when they run.
 """
 
+from __future__ import annotations
+
 import math
 import textwrap
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    import numpy as np
+    import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -170,7 +179,7 @@ def _derive():
 _derive()
 
 
-def register(cause, before="cpu"):
+def register(cause: Cause, before: str | None = "cpu") -> Cause:
     """Add a :class:`Cause` to the registry, in report order before the cause named ``before``
     (``cpu`` and ``other`` stay last; None: at the end).  Returns the cause.  Raises
     ValueError for a name or a frame already registered."""
@@ -185,7 +194,7 @@ def register(cause, before="cpu"):
     return cause
 
 
-def unregister(name):
+def unregister(name: str) -> None:
     """Remove the cause ``name`` (one :func:`register` added) from the registry."""
     REGISTRY[:] = [c for c in REGISTRY if c.name != name]
     _derive()
@@ -207,13 +216,13 @@ PLUMBING_PREFIXES = ("__traceiter_", "trace_", "__trace_", "perf_trace_", "bpf_"
                      "rcu_note_context_switch", "__perf_event", "perf_event_")
 
 
-def is_plumbing(frame):
+def is_plumbing(frame: str) -> bool:
     """True for scheduler and tracing frames (``__schedule``, ``schedule*``, ``io_schedule*``,
     ``__traceiter_*``, ``trace_*``, ``bpf_*``, ...): never a stack's label."""
     return frame in SCHED_FRAMES or frame.startswith(PLUMBING_PREFIXES) or frame.startswith("bpf_prog_")
 
 
-def describe():
+def describe() -> str:
     """One line per cause, ``name: explanation`` (for --help texts and docs)."""
     return "\n".join(textwrap.fill(c.explanation, 92, initial_indent=f"  {c.name:<19}", subsequent_indent=" " * 21)
                      for c in REGISTRY)
@@ -249,7 +258,7 @@ def _classify(frames):
     return "other", " <- ".join(other) if other else "only scheduler/tracing frames"
 
 
-def stack_causes(stacks):
+def stack_causes(stacks: pd.DataFrame) -> pd.DataFrame:
     """Classify every stack.
 
     ``stacks``: DataFrame(stack_id int32, frames list of str, innermost first).
@@ -278,7 +287,7 @@ def stack_causes(stacks):
                          "label": pd.Series(labels, dtype="object")})
 
 
-def classify_stack(frames):
+def classify_stack(frames: Iterable[str]) -> str:
     """The cause of one stack given as a list of frames (innermost first): a convenience
     wrapper over :func:`stack_causes` for notebooks and tests."""
     import pandas as pd
@@ -296,7 +305,8 @@ OWN_CHECKPOINT_NO_STACK = ("checkpoint", "checkpoint in own thread (stack not ca
 LOG_SPACE_NO_STACK = ("log_space", "log-space wait, measured (stack not captured)")
 
 
-def measured_log_space(cause, label, tid, ts_ns, offcpu_ns, waits):
+def measured_log_space(cause: np.ndarray, label: np.ndarray, tid: np.ndarray, ts_ns: np.ndarray,
+                       offcpu_ns: np.ndarray, waits: pd.DataFrame) -> None:
     """Refine, in place, the intervals :func:`interval_causes` left without a stack (``other``,
     "stack not captured") that overlap a log-space wait of their own thread measured directly
     (``waits``: the xfs_waits table, from the first sleep to the reservation's exit): their
@@ -321,7 +331,9 @@ def measured_log_space(cause, label, tid, ts_ns, offcpu_ns, waits):
         cause[hit], label[hit] = LOG_SPACE_NO_STACK
 
 
-def interval_causes(stack_id, tid, call_ts_ns, runnable, stacks, own_checkpoint_keys=None):
+def interval_causes(stack_id: np.ndarray, tid: np.ndarray, call_ts_ns: np.ndarray, runnable: np.ndarray,
+                    stacks: pd.DataFrame,
+                    own_checkpoint_keys: pd.DataFrame | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Cause and label of off-CPU intervals given as numpy arrays (the columns of the
     offcpu table): ``(cause, label)``, two object arrays.  See :func:`offcpu_causes`."""
     import numpy as np
@@ -346,7 +358,7 @@ def interval_causes(stack_id, tid, call_ts_ns, runnable, stacks, own_checkpoint_
     return cause, label
 
 
-def primary_cause(rows, own_checkpoint=False):
+def primary_cause(rows: list, own_checkpoint: bool = False) -> tuple[str, str, dict[str, float]]:
     """(cause, label, {cause: off-CPU seconds}) of one operation from its off-CPU intervals
     ``rows``: [(off-CPU ns, runnable, (stack cause, label) or None without a stack)], by the
     rules of :func:`interval_causes` (runnable: cpu; no stack: a checkpoint in the task's own
@@ -372,7 +384,8 @@ def primary_cause(rows, own_checkpoint=False):
     return best, label[best], {k: v / 1e9 for k, v in total.items() if v}
 
 
-def offcpu_causes(offcpu, stacks, own_checkpoint_keys=None):
+def offcpu_causes(offcpu: pd.DataFrame, stacks: pd.DataFrame,
+                  own_checkpoint_keys: pd.DataFrame | None = None) -> pd.DataFrame:
     """Give every off-CPU interval its cause.
 
     ``offcpu``: the session's offcpu table.  ``own_checkpoint_keys``: DataFrame(tid,

@@ -25,6 +25,8 @@ log-space waits and jbd2 thread checkpoints (:func:`worker_waits`); it runs befo
 task's checkpoint writing home on the same device, without changing its cause.
 """
 
+from __future__ import annotations
+
 import numpy as np
 import pandas as pd
 
@@ -34,7 +36,8 @@ MAX_DEPTH = 4
 NOT_INHERITED = frozenset(("other", "cpu"))
 
 
-def queued_causes(offcpu, cause, label, checkpoint_events=None):
+def queued_causes(offcpu: pd.DataFrame, cause: np.ndarray, label: np.ndarray,
+                  checkpoint_events: pd.DataFrame | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Causes of off-CPU intervals after wait chains.
 
     ``offcpu``: the session's offcpu table (``ts_ns``, ``offcpu_ns``, ``tid``, ``comm`` and the
@@ -63,24 +66,7 @@ def queued_causes(offcpu, cause, label, checkpoint_events=None):
     if not len(cand):
         return cause, label, behind
     cp = checkpoint_events if checkpoint_events is not None and len(checkpoint_events) else None
-    # One time line per thread, threads end to end: a thread's intervals (which do not
-    # overlap) and its checkpoints are found with one searchsorted for every wait at once.
-    times = [start, end, wake[~np.isnan(wake)].astype("int64"), wcall[~np.isnan(wcall)].astype("int64")]
-    if cp is not None:
-        times.append(cp["ts_ns"].to_numpy(dtype="int64"))
-    threads = np.unique(np.concatenate([tid, waker[cand].astype("int64")]
-                                       + ([cp["tid"].to_numpy(dtype="int64")] if cp is not None else [])))
-    t0 = min(int(t.min()) for t in times if len(t))
-    span = max(int(t.max()) for t in times if len(t)) - t0 + 2
-    ranks = None
-    if len(threads) * span >= 2**62:  # too long a session for ns on one line: times by rank
-        ranks = np.unique(np.concatenate(times))   # (every time a query uses is among them)
-        span = len(ranks) + 1
-
-    def line(thread, t):
-        at = np.searchsorted(ranks, t) if ranks is not None else np.asarray(t, dtype="int64") - t0 + 1
-        return np.searchsorted(threads, thread).astype("int64") * span + at
-
+    line = _thread_line(tid, start, end, wake, wcall, waker[cand].astype("int64"), cp)
     order = np.lexsort((start, tid))
     s_start, s_end = line(tid[order], start[order]), line(tid[order], end[order])
     cp_line = np.sort(line(cp["tid"].to_numpy(dtype="int64"), cp["ts_ns"].to_numpy(dtype="int64"))) \
@@ -92,23 +78,7 @@ def queued_causes(offcpu, cause, label, checkpoint_events=None):
         w = waker[pending].astype("int64")
         lo = start[pending]
         hi = np.where(np.isnan(wake[pending]), end[pending], np.nan_to_num(wake[pending]).astype("int64"))
-        # the waker's intervals overlapping [lo, hi]: ending after lo, starting before hi
-        j0 = np.searchsorted(s_end, line(w, lo), side="right")
-        j1 = np.searchsorted(s_start, line(w, hi), side="left")
-        n = np.maximum(j1 - j0, 0)
-        got = np.full(len(pending), None, dtype=object)
-        if n.sum():
-            which = np.repeat(np.arange(len(pending)), n)
-            rows = order[np.repeat(j0, n) + (np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n))]
-            rc = cause[rows]
-            ok = np.array([c not in NOT_INHERITED for c in rc], dtype=bool)
-            if ok.any():
-                which, rows, rc = which[ok], rows[ok], rc[ok]
-                ov = np.minimum(end[rows], hi[which]) - np.maximum(start[rows], lo[which])
-                tot = pd.DataFrame({"w": which, "c": rc, "ov": ov}).groupby(["w", "c"], sort=True)["ov"].sum()
-                best = tot.reset_index().sort_values(["w", "ov"], ascending=[True, False], kind="stable") \
-                    .drop_duplicates("w")
-                got[best["w"].to_numpy()] = best["c"].to_numpy(dtype=object)
+        got = _overlapping_cause(cause, start, end, order, (s_start, s_end), line(w, lo), line(w, hi), lo, hi)
         if cp_line is not None:
             # no interval of the waker's says: a forced checkpoint in its thread from the start
             # of its call (or of the wait) to the wakeup
@@ -130,11 +100,61 @@ def queued_causes(offcpu, cause, label, checkpoint_events=None):
     return cause, label, behind
 
 
+def _thread_line(tid, start, end, wake, wcall, wakers, cp):
+    """``line(thread, t)``: one time line per thread, threads end to end, so that a thread's
+    intervals (which do not overlap) and its checkpoints are found with one searchsorted for
+    every wait at once; over the threads of ``tid``, ``wakers`` and ``cp`` (checkpoint
+    events, or None) and the times of the intervals, wakeups, waker calls and checkpoints."""
+    times = [start, end, wake[~np.isnan(wake)].astype("int64"), wcall[~np.isnan(wcall)].astype("int64")]
+    if cp is not None:
+        times.append(cp["ts_ns"].to_numpy(dtype="int64"))
+    threads = np.unique(np.concatenate([tid, wakers]
+                                       + ([cp["tid"].to_numpy(dtype="int64")] if cp is not None else [])))
+    t0 = min(int(t.min()) for t in times if len(t))
+    span = max(int(t.max()) for t in times if len(t)) - t0 + 2
+    ranks = None
+    if len(threads) * span >= 2**62:  # too long a session for ns on one line: times by rank
+        ranks = np.unique(np.concatenate(times))   # (every time a query uses is among them)
+        span = len(ranks) + 1
+
+    def line(thread, t):
+        at = np.searchsorted(ranks, t) if ranks is not None else np.asarray(t, dtype="int64") - t0 + 1
+        return np.searchsorted(threads, thread).astype("int64") * span + at
+
+    return line
+
+
+def _overlapping_cause(cause, start, end, order, sorted_lines, line_lo, line_hi, lo, hi):
+    """For each wait [lo, hi] (``line_lo``, ``line_hi``: its ends on its waker's time line),
+    the cause the waker's intervals overlapping it held for the most time, among those passed
+    on (not NOT_INHERITED), else None. ``order`` sorts the intervals by thread and start;
+    ``sorted_lines``: their (start, end) on the time line in that order."""
+    s_start, s_end = sorted_lines
+    # the waker's intervals overlapping [lo, hi]: ending after lo, starting before hi
+    j0 = np.searchsorted(s_end, line_lo, side="right")
+    j1 = np.searchsorted(s_start, line_hi, side="left")
+    n = np.maximum(j1 - j0, 0)
+    got = np.full(len(lo), None, dtype=object)
+    if n.sum():
+        which = np.repeat(np.arange(len(lo)), n)
+        rows = order[np.repeat(j0, n) + (np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n))]
+        rc = cause[rows]
+        ok = np.array([c not in NOT_INHERITED for c in rc], dtype=bool)
+        if ok.any():
+            which, rows, rc = which[ok], rows[ok], rc[ok]
+            ov = np.minimum(end[rows], hi[which]) - np.maximum(start[rows], lo[which])
+            tot = pd.DataFrame({"w": which, "c": rc, "ov": ov}).groupby(["w", "c"], sort=True)["ov"].sum()
+            best = tot.reset_index().sort_values(["w", "ov"], ascending=[True, False], kind="stable") \
+                .drop_duplicates("w")
+            got[best["w"].to_numpy()] = best["c"].to_numpy(dtype=object)
+    return got
+
+
 #: a kernel thread's log-space wait (xfs_waits.context): a worker's own record of its wait
 KERNEL_THREAD = "kernel thread"
 
 
-def worker_waits(xfs_waits=None, jbd2_events=None):
+def worker_waits(xfs_waits: pd.DataFrame | None = None, jbd2_events: pd.DataFrame = None) -> pd.DataFrame:
     """What kernel workers waited on, from their own records: DataFrame(tid, comm, ts_ns,
     end_ns, cause), one row per wait.
 
@@ -166,7 +186,8 @@ def worker_waits(xfs_waits=None, jbd2_events=None):
     return pd.concat(parts, ignore_index=True).astype(cols)
 
 
-def worker_causes(offcpu, cause, label, waits):
+def worker_causes(offcpu: pd.DataFrame, cause: np.ndarray, label: np.ndarray,
+                  waits: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Causes of off-CPU intervals that waited for a kernel worker.
 
     A call that waits for a kernel worker's work (``__flush_work`` for XFS's inodegc worker
@@ -240,7 +261,8 @@ DEVICE_QUEUE = ("data_writeback", "commit_wait", "device_flush")
 WRITING_HOME = ("jbd2_log_do_checkpoint", "jbd2_cleanup_journal_tail", "jbd2_journal_flush")
 
 
-def checkpoint_overlap(offcpu, cause, label, inherited):
+def checkpoint_overlap(offcpu: pd.DataFrame, cause: np.ndarray, label: np.ndarray,
+                       inherited: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """How much of each device-queue wait ran while another task's checkpoint was writing home
     on the same device.
 

@@ -4,6 +4,10 @@ A stall is a traced call (``calls`` table) with ``latency_ns >= min_ms * 1e6``. 
 intervals join to their call by (``tid``, ``call_ts_ns`` == calls.``ts_ns``).
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 
@@ -14,10 +18,13 @@ from jstall.analyzer.stalls.chains import checkpoint_overlap, queued_causes, wor
 from jstall.analyzer.jbd2.fill import asof_positions, dev_codes, fill_pct, journal_limits, range_min
 from jstall.analyzer.xfs.logs import waits
 
+if TYPE_CHECKING:
+    from jstall.analyzer.session.load import Session
+
 DEFAULT_MIN_MS = 10.0
 
 
-def stall_columns():
+def stall_columns() -> list[str]:
     """Columns of the stall table, in order (``<cause>_ms`` for every registered cause follows
     ``oncpu_ms``)."""
     return (["ts_ns", "end_ns", "latency_ms", "tid", "pid", "comm", "syscall", "ret", "dev", "handles", "context",
@@ -32,7 +39,7 @@ def stall_columns():
                "background_checkpoints"])
 
 
-def select_stalls(calls, min_ms=DEFAULT_MIN_MS):
+def select_stalls(calls: pd.DataFrame, min_ms: float = DEFAULT_MIN_MS) -> pd.DataFrame:
     """Calls with latency >= min_ms, sorted by start, with ``end_ns`` (= ts + latency) added."""
     sel = np.flatnonzero(calls["latency_ns"].to_numpy() >= int(round(min_ms * 1e6)))
     # by (ts_ns, tid), ties in table order (np.lexsort is stable)
@@ -47,7 +54,8 @@ def _checkpoint_events(jbd2_events):
     return ev[ev["event"].to_numpy(dtype=object) == "checkpoint"]
 
 
-def own_checkpoints(stalls, jbd2_events, checkpoint_events=None):
+def own_checkpoints(stalls: pd.DataFrame, jbd2_events: pd.DataFrame,
+                    checkpoint_events: pd.DataFrame | None = None) -> np.ndarray:
     """Checkpoints that ran in each stall's own task during it.
 
     A ``checkpoint`` jbd2 event belongs to a stall when its ``tid`` is the stall's and
@@ -68,7 +76,8 @@ def own_checkpoints(stalls, jbd2_events, checkpoint_events=None):
     return counts
 
 
-def count_between(times, keys, start_col="ts_ns", end_col="end_ns"):
+def count_between(times: pd.DataFrame, keys: pd.DataFrame, start_col: str = "ts_ns",
+                  end_col: str = "end_ns") -> np.ndarray:
     """For each key row, how many of ``times`` (DataFrame ts_ns, dev) fall in [start, end] on
     the key's device.  Returns an int64 numpy array aligned with ``keys``."""
     out = np.zeros(len(keys), dtype="int64")
@@ -113,7 +122,8 @@ def _nan_min(*arrays):
     return out
 
 
-def find_stalls(session, timeline, min_ms=DEFAULT_MIN_MS, xfs_waits=None):
+def find_stalls(session: Session, timeline: pd.DataFrame, min_ms: float = DEFAULT_MIN_MS,
+                xfs_waits: pd.DataFrame | None = None) -> pd.DataFrame:
     """The stall table: one row per stalled call (columns stall_columns()). ``xfs_waits``: the
     session's XFS log-space waits as xfs_logs.waits gives them (computed when not given).
 
@@ -162,20 +172,29 @@ def find_stalls(session, timeline, min_ms=DEFAULT_MIN_MS, xfs_waits=None):
     table costs a fixed handful of pandas operations whatever its size.
     """
     st = select_stalls(session.calls, min_ms)
-    n = len(st)
     cp_events = _checkpoint_events(session.jbd2_events)
     own = own_checkpoints(st, session.jbd2_events, cp_events)
-    lat_ns = st["latency_ns"].to_numpy()
+    off = _offcpu_columns(session, st, own, cp_events)
+    fill = _fill_columns(session, timeline, st, off, own, cp_events)
+    return _xfs_headroom(session, _stall_table(st, off, fill), xfs_waits)
 
-    # off-CPU time of each stall, by cause
-    keys = pd.DataFrame({"tid": st["tid"].to_numpy(), "call_ts_ns": st["ts_ns"].to_numpy(), "_row": np.arange(n)})
+
+def _stall_keys(st):
+    """Each stall's (tid, call start) and row, the key its off-CPU intervals join on."""
+    return pd.DataFrame({"tid": st["tid"].to_numpy(), "call_ts_ns": st["ts_ns"].to_numpy(),
+                         "_row": np.arange(len(st))})
+
+
+def _all_interval_causes(session, own_keys, cp_events):
+    """Every off-CPU interval's cause, label, the worker it waited for, the task it queued
+    behind, and its time on a device queue while another task's checkpoint wrote home on the
+    same device (with that task); a stall's waits may be queued behind intervals of calls
+    that are no stall. ``own_keys``: the keys (_stall_keys) of stalls that ran a checkpoint
+    in their own task."""
     offcpu = session.offcpu
-    key_index = pd.MultiIndex.from_arrays([keys["tid"].to_numpy(dtype="int64"), keys["call_ts_ns"].to_numpy()])
-    # every interval's cause (a stall's waits may be queued behind intervals of calls that
-    # are no stall), then wait chains
     all_cause, all_labels = interval_causes(offcpu["stack_id"].to_numpy(), offcpu["tid"].to_numpy(),
                                             offcpu["call_ts_ns"].to_numpy(), offcpu["runnable"].to_numpy(dtype=bool),
-                                            session.stacks, keys[own > 0])
+                                            session.stacks, own_keys)
     # an interval with no stack inside its own thread's measured XFS wait is log space
     measured_log_space(all_cause, all_labels, offcpu["tid"].to_numpy(), offcpu["ts_ns"].to_numpy(),
                        offcpu["offcpu_ns"].to_numpy(), session.xfs_waits)
@@ -186,44 +205,25 @@ def find_stalls(session, timeline, min_ms=DEFAULT_MIN_MS, xfs_waits=None):
     # device-queue waits while another task's checkpoint wrote home on the same device
     inherited = (all_behind != None) | (all_worker != None)  # noqa: E711 (element-wise)
     all_cp_ns, all_cp_by = checkpoint_overlap(offcpu, all_cause, all_labels, inherited)
+    return all_cause, all_labels, all_worker, all_behind, all_cp_ns, all_cp_by
+
+
+def _stall_intervals(offcpu, keys):
+    """(rows, keep): for each off-CPU interval inside a stall, the stall's row and the
+    interval's position in ``offcpu``."""
+    key_index = pd.MultiIndex.from_arrays([keys["tid"].to_numpy(dtype="int64"), keys["call_ts_ns"].to_numpy()])
     if key_index.is_unique:  # each interval joins at most one stall (calls of a thread do not overlap)
         at = key_index.get_indexer(pd.MultiIndex.from_arrays([offcpu["tid"].to_numpy(dtype="int64"),
                                                               offcpu["call_ts_ns"].to_numpy(dtype="int64")]))
         keep = np.flatnonzero(at >= 0)
-        rows = at[keep]
-    else:
-        off = offcpu.assign(_at=np.arange(len(offcpu))).merge(keys, on=["tid", "call_ts_ns"], how="inner")
-        rows = off["_row"].to_numpy(dtype="int64")
-        keep = off["_at"].to_numpy(dtype="int64")
-    cause, labels, behind = all_cause[keep], all_labels[keep], all_behind[keep]
-    through = all_worker[keep]
-    cp_ns, cp_by = all_cp_ns[keep], all_cp_by[keep]
-    cols = {"offcpu_ns": offcpu["offcpu_ns"].to_numpy()[keep]}
-    codes = pd.Index(CAUSES).get_indexer(cause) if len(cause) else np.zeros(0, dtype="int64")
-    ns = cols["offcpu_ns"].astype("int64")
-    by = np.zeros((n, len(CAUSES)), dtype="int64")
-    np.add.at(by, (rows, codes), ns)
-    off_ns = by.sum(axis=1).astype("float64")
-    # time queued behind another task, and the task most of it queued behind
-    queued = behind != None  # noqa: E711 (element-wise)
-    queued_ns = np.zeros(n, dtype="int64")
-    np.add.at(queued_ns, rows[queued], ns[queued])
-    queued_checkpoint_ns = np.zeros(n, dtype="int64")
-    # (a checkpoint of jbd2's thread a call waited for is not the call's own either)
-    qc = (queued | (through != None)) & (codes == CAUSES.index("checkpoint"))  # noqa: E711
-    np.add.at(queued_checkpoint_ns, rows[qc], ns[qc])
-    queued_behind = np.full(n, None, dtype=object)
-    if queued.any():
-        q = pd.DataFrame({"row": rows[queued], "behind": behind[queued], "ns": ns[queued]})
-        top = q.groupby(["row", "behind"], sort=True)["ns"].sum().reset_index()
-        top = top.sort_values(["row", "ns"], ascending=[True, False], kind="stable").drop_duplicates("row")
-        queued_behind[top["row"].to_numpy()] = top["behind"].to_numpy(dtype=object)
-    worker_ns, worker = _most_time(n, rows, through, ns)
-    during_cp_ns, cp_task = _most_time(n, rows, cp_by, cp_ns)
-    other = CAUSES.index("other")
-    pcode = np.where(off_ns > 0, by.argmax(axis=1), other) if n else np.zeros(0, dtype="int64")
-    primary = np.asarray(CAUSES, dtype=object)[pcode]
-    # the label with the most time inside the primary cause (ties: the first label in order)
+        return at[keep], keep
+    off = offcpu.assign(_at=np.arange(len(offcpu))).merge(keys, on=["tid", "call_ts_ns"], how="inner")
+    return off["_row"].to_numpy(dtype="int64"), off["_at"].to_numpy(dtype="int64")
+
+
+def _primary_labels(n, rows, codes, pcode, labels, ns):
+    """Per stall: the label with the most time inside its primary cause ``pcode`` (ties: the
+    first label in order); a stall without such time ran on CPU."""
     label = np.full(n, "no off-CPU interval > 100 us (ran on CPU)", dtype=object)
     mine = codes == pcode[rows] if len(rows) else np.zeros(0, dtype=bool)
     if mine.any():
@@ -235,8 +235,56 @@ def find_stalls(session, timeline, min_ms=DEFAULT_MIN_MS, xfs_waits=None):
         order = np.lexsort((klab, -tot, krow))
         first = order[np.r_[True, krow[order][1:] != krow[order][:-1]]]
         label[krow[first]] = np.asarray(luniq, dtype=object)[klab[first]]
+    return label
 
-    # journal fill at the start sample and its low point during the call
+
+def _offcpu_columns(session, st, own, cp_events):
+    """Per stall, its off-CPU time: ``by`` (ns per cause, one column per CAUSES), ``off_ns``,
+    the time queued behind another task (``queued_ns``, ``queued_checkpoint_ns``,
+    ``queued_behind``), waiting for a worker (``worker_ns``, ``worker``), on a device queue
+    during another task's checkpoint (``during_cp_ns``, ``cp_task``), and its primary cause
+    with its label (``primary``, ``label``): a dict of arrays aligned with ``st``."""
+    n = len(st)
+    keys = _stall_keys(st)
+    all_cause, all_labels, all_worker, all_behind, all_cp_ns, all_cp_by = _all_interval_causes(
+        session, keys[own > 0], cp_events)
+    rows, keep = _stall_intervals(session.offcpu, keys)
+    cause, labels, behind = all_cause[keep], all_labels[keep], all_behind[keep]
+    through = all_worker[keep]
+    cp_ns, cp_by = all_cp_ns[keep], all_cp_by[keep]
+    codes = pd.Index(CAUSES).get_indexer(cause) if len(cause) else np.zeros(0, dtype="int64")
+    ns = session.offcpu["offcpu_ns"].to_numpy()[keep].astype("int64")
+    by = np.zeros((n, len(CAUSES)), dtype="int64")
+    np.add.at(by, (rows, codes), ns)
+    off_ns = by.sum(axis=1).astype("float64")
+    # time queued behind another task, and the task most of it queued behind
+    queued = behind != None  # noqa: E711 (element-wise)
+    queued_ns, queued_behind = _most_time(n, rows, behind, ns)
+    queued_checkpoint_ns = np.zeros(n, dtype="int64")
+    # (a checkpoint of jbd2's thread a call waited for is not the call's own either)
+    qc = (queued | (through != None)) & (codes == CAUSES.index("checkpoint"))  # noqa: E711
+    np.add.at(queued_checkpoint_ns, rows[qc], ns[qc])
+    worker_ns, worker = _most_time(n, rows, through, ns)
+    during_cp_ns, cp_task = _most_time(n, rows, cp_by, cp_ns)
+    other = CAUSES.index("other")
+    pcode = np.where(off_ns > 0, by.argmax(axis=1), other) if n else np.zeros(0, dtype="int64")
+    return {"by": by, "off_ns": off_ns, "queued_ns": queued_ns, "queued_checkpoint_ns": queued_checkpoint_ns,
+            "queued_behind": queued_behind, "worker_ns": worker_ns, "worker": worker,
+            "during_cp_ns": during_cp_ns, "cp_task": cp_task,
+            "primary": np.asarray(CAUSES, dtype=object)[pcode],
+            "label": _primary_labels(n, rows, codes, pcode, labels, ns)}
+
+
+def _fill_nan(a, b):
+    return np.where(np.isnan(a), b, a)
+
+
+def _fill_columns(session, timeline, st, off, own, cp_events):
+    """Per stall, the journal's fill at the start sample and its low point during the call,
+    the headroom, whether the call was forced to wait for log space, and the checkpoints
+    during it (the columns ``free_start_blocks`` .. ``background_checkpoints`` of
+    stall_columns(); ``off``: _offcpu_columns): a dict of arrays aligned with ``st``."""
+    n = len(st)
     tl_codes, st_codes = dev_codes(timeline["dev"], st["dev"])
     pos = asof_positions(st_codes, st["ts_ns"].to_numpy(dtype="int64"), tl_codes,
                          timeline["ts_ns"].to_numpy(dtype="int64"))
@@ -258,48 +306,28 @@ def find_stalls(session, timeline, min_ms=DEFAULT_MIN_MS, xfs_waits=None):
             return np.full(n, np.nan)
         return np.where(li >= 0, limits[col].to_numpy()[np.maximum(li, 0)], np.nan)
 
-    def fill_nan(a, b):
-        return np.where(np.isnan(a), b, a)
-
-    free_start = fill_nan(at_start("free_blocks"), own_col("journal_free_blocks"))
-    log_blocks = fill_nan(fill_nan(at_start("log_blocks"), own_col("journal_log_blocks")), limit("log_blocks"))
+    free_start = _fill_nan(at_start("free_blocks"), own_col("journal_free_blocks"))
+    log_blocks = _fill_nan(_fill_nan(at_start("log_blocks"), own_col("journal_log_blocks")), limit("log_blocks"))
     span = st.assign(dev=st["dev"].fillna(""))
     inside = range_min(timeline, span, value=("free_blocks", "space_left_blocks"))
     min_free = _nan_min(free_start, inside["free_blocks"], own_col("journal_min_free_blocks"))
-    mtb = fill_nan(at_start("max_transaction_blocks"), limit("max_transaction_blocks"))
+    mtb = _fill_nan(at_start("max_transaction_blocks"), limit("max_transaction_blocks"))
     own_space = own_col("journal_free_blocks") - RESERVED_BLOCKS - np.nan_to_num(
         own_col("journal_committing_credits"), nan=0.0)
     space_at_start = at_start("space_left_blocks")
     space = _nan_min(space_at_start, own_space, inside["space_left_blocks"])
-    space_start = fill_nan(space_at_start, own_space)
+    space_start = _fill_nan(space_at_start, own_space)
     h_start, h_start_pct = headroom(space_start, mtb, log_blocks)
     h_min, h_min_pct = headroom(space, mtb, log_blocks)
     # the call itself waited for log space (not queued behind a task that did)
-    checkpoint_ms = (by[:, CAUSES.index("checkpoint")] - queued_checkpoint_ns).astype("float64") / 1e6
+    checkpoint_ms = (off["by"][:, CAUSES.index("checkpoint")] - off["queued_checkpoint_ns"]).astype("float64") / 1e6
     waited = (checkpoint_ms > 0) | (own > 0)
     if n:
         bg = cp_events[cp_events["jbd2_thread"].to_numpy(dtype=bool)]
         background = count_between(bg, span)
     else:
         background = own
-    cols = {c: st[c] for c in ["ts_ns", "end_ns"]}
-    cols["latency_ms"] = lat_ns / 1e6
-    cols.update({c: st[c] for c in ["tid", "pid", "comm", "syscall", "ret", "dev", "handles"]})
-    # a handle wait outside traced calls (syscall journal_start): what its task was doing
-    cols["context"] = st["context"] if "context" in st else pd.Series([None] * n, index=st.index, dtype="object")
-    cols["cause"] = pd.Categorical(primary, categories=CAUSES)
-    cols["cause_label"] = pd.array(label, dtype="str") if n else label  # an empty table: object, as ever
-    cols["offcpu_ms"] = off_ns / 1e6
-    cols["oncpu_ms"] = np.maximum(lat_ns - off_ns, 0) / 1e6
-    for i, c in enumerate(CAUSES):
-        cols[f"{c}_ms"] = by[:, i].astype("float64") / 1e6
-    cols["queued_ms"] = queued_ns.astype("float64") / 1e6
-    cols["queued_behind"] = pd.array(queued_behind, dtype="str") if n else queued_behind
-    cols["worker_ms"] = worker_ns.astype("float64") / 1e6
-    cols["worker"] = pd.array(worker, dtype="str") if n else worker
-    cols["during_checkpoint_ms"] = during_cp_ns.astype("float64") / 1e6
-    cols["checkpoint_by"] = pd.array(cp_task, dtype="str") if n else cp_task
-    cols.update({
+    return {
         "free_start_blocks": free_start, "fill_start_pct": fill_pct(free_start, log_blocks),
         "min_free_blocks": min_free, "fill_max_pct": fill_pct(min_free, log_blocks),
         "log_blocks": log_blocks, "max_transaction_blocks": mtb, "forced_fill_pct": forced_fill_pct(mtb, log_blocks),
@@ -311,8 +339,33 @@ def find_stalls(session, timeline, min_ms=DEFAULT_MIN_MS, xfs_waits=None):
         "running_transaction": pd.Series(at_start("running_transaction")).astype("Int64").to_numpy(),
         "committing_transaction": pd.Series(at_start("committing_transaction")).astype("Int64").to_numpy(),
         "own_checkpoint": own > 0, "own_checkpoints": own, "background_checkpoints": background,
-    })
-    return _xfs_headroom(session, pd.DataFrame(cols, index=pd.RangeIndex(n))[stall_columns()], xfs_waits)
+    }
+
+
+def _stall_table(st, off, fill):
+    """The stall table (columns stall_columns()) from the selected calls ``st``, their
+    off-CPU columns (_offcpu_columns) and fill columns (_fill_columns)."""
+    n = len(st)
+    lat_ns = st["latency_ns"].to_numpy()
+    cols = {c: st[c] for c in ["ts_ns", "end_ns"]}
+    cols["latency_ms"] = lat_ns / 1e6
+    cols.update({c: st[c] for c in ["tid", "pid", "comm", "syscall", "ret", "dev", "handles"]})
+    # a handle wait outside traced calls (syscall journal_start): what its task was doing
+    cols["context"] = st["context"] if "context" in st else pd.Series([None] * n, index=st.index, dtype="object")
+    cols["cause"] = pd.Categorical(off["primary"], categories=CAUSES)
+    cols["cause_label"] = pd.array(off["label"], dtype="str") if n else off["label"]  # an empty table: object
+    cols["offcpu_ms"] = off["off_ns"] / 1e6
+    cols["oncpu_ms"] = np.maximum(lat_ns - off["off_ns"], 0) / 1e6
+    for i, c in enumerate(CAUSES):
+        cols[f"{c}_ms"] = off["by"][:, i].astype("float64") / 1e6
+    cols["queued_ms"] = off["queued_ns"].astype("float64") / 1e6
+    cols["queued_behind"] = pd.array(off["queued_behind"], dtype="str") if n else off["queued_behind"]
+    cols["worker_ms"] = off["worker_ns"].astype("float64") / 1e6
+    cols["worker"] = pd.array(off["worker"], dtype="str") if n else off["worker"]
+    cols["during_checkpoint_ms"] = off["during_cp_ns"].astype("float64") / 1e6
+    cols["checkpoint_by"] = pd.array(off["cp_task"], dtype="str") if n else off["cp_task"]
+    cols.update(fill)
+    return pd.DataFrame(cols, index=pd.RangeIndex(n))[stall_columns()]
 
 
 def _xfs_headroom(session, st, w=None):
@@ -337,7 +390,7 @@ def _xfs_headroom(session, st, w=None):
     return st
 
 
-def by_cause(stalls):
+def by_cause(stalls: pd.DataFrame) -> pd.DataFrame:
     """Per cause: ``count`` (stalls whose primary cause it is) and ``total_ms`` (off-CPU time
     inside stalls attributed to it).  Every cause has a row, zeros included."""
     count = stalls["cause"].value_counts().reindex(list(CAUSES), fill_value=0)

@@ -4,15 +4,22 @@
 (and by ``cgroup_id`` when the session's calls carry one): one row per process with stalls.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 
 from jstall.analyzer.stalls.causes import CAUSES
 
+if TYPE_CHECKING:
+    from jstall.analyzer.session.load import Session
+
 COLUMNS = ["pid", "comm", "threads", "stalls", "stall_ms", "share_pct", "max_ms", "cause", "cause_ms"]
 
 
-def per_process(session, stalls):
+def per_process(session: Session, stalls: pd.DataFrame) -> pd.DataFrame:
     """One row per process that stalled, most stall time first.
 
     Columns: ``pid``; ``comm`` (the name most of its stalls ran under); ``threads`` (distinct

@@ -20,6 +20,10 @@ journal:
 Cgroups are named by jstall.cgroups from the paths the recorder kept (metadata ``cgroups``).
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 
@@ -28,6 +32,9 @@ from jstall import cgroups
 from jstall.analyzer.stalls.processes import per_process
 from jstall.analyzer.xfs.logs import kernel_delta
 
+if TYPE_CHECKING:
+    from jstall.analyzer.session.load import Session
+
 WRITER_KEYS = ["dev", "pid", "comm", "cgroup_id"]
 COLUMNS = WRITER_KEYS + ["cgroup", "handles", "dirtied_blocks", "logged_blocks", "ticket_bytes",
                          "logged_bytes", "share_pct"]
@@ -35,7 +42,7 @@ COLUMNS = WRITER_KEYS + ["cgroup", "handles", "dirtied_blocks", "logged_blocks",
 BBSIZE = 512
 
 
-def cgroup_names(session):
+def cgroup_names(session: Session) -> dict[int, str]:
     """{cgroup id (int): name} from the session's metadata ``cgroups``."""
     return {int(k): v for k, v in cgroups.names(session.meta.get("cgroups")).items()}
 
@@ -44,7 +51,7 @@ def _empty():
     return pd.DataFrame({c: pd.Series([], dtype="object") for c in COLUMNS})
 
 
-def logged_per_transaction(session):
+def logged_per_transaction(session: Session) -> pd.DataFrame:
     """One row per (writer, jbd2 transaction): WRITER_KEYS, ``transaction``, ``handles``,
     ``dirtied_blocks`` and ``logged_blocks`` (its dirtied share of the transaction's
     blocks_logged, or its dirtied blocks when the session saw no commit of it)."""
@@ -87,7 +94,7 @@ def _shares(rows, names):
     return s[COLUMNS].reset_index(drop=True)
 
 
-def xfs_logged(session):
+def xfs_logged(session: Session) -> pd.DataFrame:
     """XFS writers rows (WRITER_KEYS, handles, ticket_bytes: what their tickets used) with
     ``logged_bytes``: the kernel's log bytes over the session (xs_log_blocks, from the
     journal's counters at the start and end) shared out by ticket bytes (the ticket bytes
@@ -110,7 +117,7 @@ def xfs_logged(session):
     return x
 
 
-def writer_shares(session):
+def writer_shares(session: Session) -> pd.DataFrame:
     """Every writer of every journal over the run: COLUMNS (jbd2 writers have handles,
     dirtied_blocks and logged_blocks; XFS writers handles, ticket_bytes and logged_bytes
     (xfs_logged)), most first."""
@@ -121,7 +128,7 @@ def writer_shares(session):
     return pd.concat(parts, ignore_index=True) if parts else _empty()
 
 
-def log_contents(session, checkpoints):
+def log_contents(session: Session, checkpoints: pd.DataFrame) -> pd.DataFrame:
     """The transactions in each journal's log when it ran out, each once: ``dev``,
     ``transaction``, for those committed before a forced checkpoint from the log's tail then
     (the newest jbd2_update_log_tail's first_tid before it; the first transaction committed
@@ -150,7 +157,7 @@ def log_contents(session, checkpoints):
     return pd.DataFrame(out, columns=["dev", "transaction"]).drop_duplicates(ignore_index=True)
 
 
-def at_fill(session, checkpoints):
+def at_fill(session: Session, checkpoints: pd.DataFrame) -> pd.DataFrame:
     """The writers of what the logs held when they ran out (log_contents): each transaction
     in a log at any forced checkpoint counted once; COLUMNS, most first (empty without
     forced checkpoints)."""
@@ -162,7 +169,7 @@ def at_fill(session, checkpoints):
     return _shares(rows, cgroup_names(session))
 
 
-def named(session, processes):
+def named(session: Session, processes: pd.DataFrame) -> pd.DataFrame:
     """processes.per_process rows with ``cgroup``, their cgroup's name (None: unknown), where
     they have a ``cgroup_id``."""
     v = processes.copy()
@@ -173,7 +180,7 @@ def named(session, processes):
     return v
 
 
-def victims(session, stalls):
+def victims(session: Session, stalls: pd.DataFrame) -> pd.DataFrame:
     """Stall time by journal, process and cgroup: processes.per_process of each device's
     stalls, with ``dev`` and ``cgroup`` (its name); share_pct of that journal's stall time."""
     parts = [named(session, per_process(session, st)).assign(dev=dev)
@@ -190,7 +197,7 @@ def _who(r):
     return f"{r['comm']} (pid {int(r['pid'])}" + (f", cgroup {cg})" if cg else ")")
 
 
-def verdicts(writers, fill, victim_rows):
+def verdicts(writers: pd.DataFrame, fill: pd.DataFrame, victim_rows: pd.DataFrame) -> list:
     """One sentence per journal: who had written most of the journal when it filled (over
     the run when it never ran out), and the process other than that writer that waited
     longest (the writer itself when no other waited)."""
@@ -226,7 +233,7 @@ def verdicts(writers, fill, victim_rows):
     return out
 
 
-def summary(session, checkpoints, stalls):
+def summary(session: Session, checkpoints: pd.DataFrame, stalls: pd.DataFrame) -> dict:
     """{"writers", "at_fill", "victims" (records), "verdicts"} for the JSON document."""
     w = writer_shares(session)
     f = at_fill(session, checkpoints)
