@@ -352,15 +352,23 @@ def home_writes_table(homes):
         "first_ns": [v[1] for v in vals], "last_ns": [v[2] for v in vals]})
 
 
+def _signed64(x):
+    """An integer read from a 64-bit counter, as int64 holds it (two's complement)."""
+    x &= (1 << 64) - 1
+    return x - (1 << 64) if x >= 1 << 63 else x
+
+
 def writers_table(rows, ts_ns):
     """The writers rows read at ``ts_ns`` from {(pid, dev, cgroup id, transaction): (handles,
     requested_blocks, dirtied_blocks, logged_bytes, first_ns, comm)} (the counts since the
     previous read), in device, transaction and pid order."""
     keys = sorted(rows, key=lambda k: (k[1], -1 if k[3] is None else k[3], k[0], k[2]))
-    vals = [rows[k] for k in keys]
+    # the map's counters are unsigned 64-bit: one past int64 (a difference below zero read
+    # back as unsigned) is kept as the signed value it is, never an error at the flush
+    vals = [tuple(_signed64(x) if isinstance(x, int) else x for x in rows[k]) for k in keys]
     return _table("writers", {
         "ts_ns": [ts_ns] * len(keys), "first_ns": [v[4] for v in vals], "dev": [k[1] for k in keys],
         "transaction": [k[3] for k in keys], "pid": [k[0] for k in keys], "comm": [v[5] for v in vals],
-        "cgroup_id": [k[2] for k in keys], "handles": [v[0] for v in vals],
+        "cgroup_id": [_signed64(k[2]) for k in keys], "handles": [v[0] for v in vals],
         "requested_blocks": [v[1] for v in vals], "dirtied_blocks": [v[2] for v in vals],
         "logged_bytes": [v[3] for v in vals]})

@@ -167,3 +167,16 @@ def test_fleet_ranks_writers_by_cgroup_over_sessions_with_their_hosts(tmp_path, 
     assert "who fills the journals" in text
     row = next(ln for ln in text.splitlines() if ln.startswith("pod 1a2b-3c4d"))
     assert "165 blocks" in row and "91.7" in row and "db-1, db-2" in row
+
+
+def test_writers_table_keeps_a_counter_read_back_past_int64():
+    """A map counter below zero reads back as a u64 past int64's range: the writers chunk
+    keeps it as the signed value, and the flush does not fail."""
+    from jstall.probes.tables import writers_table
+
+    t = writers_table({(7, "7:0", 20, 3): (1, 8, (1 << 64) - 1, 0, 5, "a"),
+                       (8, "7:0", 21, None): (2, 0, 0, 4096, 6, "b")}, 100)
+    # the XFS key (no transaction) sorts first on its device
+    assert t.column("pid").to_pylist() == [8, 7]
+    assert t.column("dirtied_blocks").to_pylist() == [0, -1]
+    assert t.column("logged_bytes").to_pylist() == [4096, 0]
