@@ -46,6 +46,36 @@ def free_port():
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
+def prometheus_dir(parent, target_port, rules=True):
+    """A Prometheus directory under ``parent`` whose prometheus.yml scrapes the monitor on
+    ``target_port`` every second (and evaluates the shipped rules every second)."""
+    d = parent / "prom"
+    d.mkdir()
+    evaluation = ", evaluation_interval: 1s" if rules else ""
+    rule_files = f"rule_files: [{os.path.abspath(RULES)}]\n" if rules else ""
+    (d / "prometheus.yml").write_text(
+        f"global: {{scrape_interval: 1s{evaluation}}}\n" + rule_files +
+        f"scrape_configs:\n- job_name: jstall\n  static_configs: [{{targets: ['127.0.0.1:{target_port}']}}]\n")
+    return d
+
+
+def end_all(tmux, procs):
+    """End a test's tmux server and every process it started that still runs."""
+    subprocess.run(tmux + ["kill-server"], capture_output=True)
+    for p in procs.values():
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def start_prometheus(prom_dir, port):
+    """A real Prometheus on prom_dir's prometheus.yml (prometheus_dir), its data beside it,
+    listening on ``port``."""
+    return subprocess.Popen(
+        ["prometheus", f"--config.file={prom_dir / 'prometheus.yml'}",
+         f"--storage.tsdb.path={prom_dir / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
 
 def get(url, timeout=5):
     with urllib.request.urlopen(url, timeout=timeout) as r:
@@ -116,12 +146,7 @@ def run(tmp_path_factory):
     scratch = f"/var/tmp/jstall-test-{uuid.uuid4().hex[:10]}"
     port_a, port_b, port_p = free_port(), free_port(), free_port()
     cap_a, cap_b, rec_out = str(tmp / "cap-a"), str(tmp / "cap-b"), str(tmp / "rec")
-    prom_dir = tmp / "prom"
-    prom_dir.mkdir()
-    (prom_dir / "prometheus.yml").write_text(
-        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-        f"rule_files: [{os.path.abspath(RULES)}]\n"
-        f"scrape_configs:\n- job_name: jstall\n  static_configs: [{{targets: ['127.0.0.1:{port_a}']}}]\n")
+    prom_dir = prometheus_dir(tmp, port_a)
     tmux = ["tmux", "-L", f"jstall-test-{uuid.uuid4().hex[:8]}"]
     procs = {}
     cfg = FsConfig(fs_size="64M", journal_size="4M", inode_size=128, block_size=1024, write_iops=2000)
@@ -131,10 +156,7 @@ def run(tmp_path_factory):
             mnt = fs.mountpoint
             out["dev"] = fs.dev
             subprocess.run(["sync", "-f", mnt], check=True)
-            procs["prom"] = subprocess.Popen(
-                ["prometheus", f"--config.file={prom_dir / 'prometheus.yml'}",
-                 f"--storage.tsdb.path={prom_dir / 'data'}", f"--web.listen-address=127.0.0.1:{port_p}"],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            procs["prom"] = start_prometheus(prom_dir, port_p)
             procs["a"] = subprocess.Popen(
                 [JSTALL, "monitor", "-d", mnt, "--listen", f"127.0.0.1:{port_a}", "--capture-dir", cap_a,
                  "--trigger-ms", "100", "--before", "5", "--after", "600", "--min-interval", "600"],
@@ -210,11 +232,7 @@ def run(tmp_path_factory):
                                     capture_output=True, text=True, check=True).stdout
             out["a_progs_after"] = {p["id"] for p in json.loads(listed)} & a_progs
     finally:
-        subprocess.run(tmux + ["kill-server"], capture_output=True)
-        for p in procs.values():
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        end_all(tmux, procs)
         if os.path.isdir(scratch):
             shutil.rmtree(scratch, ignore_errors=True)
     out["rec"] = rec_out

@@ -16,7 +16,8 @@ from jstall.analyzer.analysis import analyze
 from jstall.monitor.capture import list_captures
 from jstall.workloads.scratch import FsConfig, ScratchFs
 from conftest import SLOWDOWN
-from test_monitor_kernel import check_alert_rules, free_port, get, one, query_range, sample, stall_rates, wait_for
+from test_monitor_kernel import (check_alert_rules, free_port, get, one, prometheus_dir, query_range, sample,
+                                 stall_rates, start_prometheus, wait_for)
 from test_record_xfs import CREATE, XFS
 
 pytestmark = [pytest.mark.kernel, pytest.mark.skipif(os.geteuid() != 0, reason="needs root")]
@@ -26,19 +27,12 @@ JSTALL = os.path.join(os.path.dirname(sys.executable), "jstall")
 
 def test_monitor_exposes_an_xfs_logs_sleeps_and_headroom(tmp_path, scratch_dir):
     port_m, port_p = free_port(), free_port()
-    prom_dir = tmp_path / "prom"
-    prom_dir.mkdir()
-    (prom_dir / "prometheus.yml").write_text(
-        "global: {scrape_interval: 1s}\n"
-        f"scrape_configs:\n- job_name: jstall\n  static_configs: [{{targets: ['127.0.0.1:{port_m}']}}]\n")
+    prom_dir = prometheus_dir(tmp_path, port_m, rules=False)
     procs = {}
     try:
         with ScratchFs(FsConfig(**XFS), scratch_dir=scratch_dir) as fs:
             name, dev = xfs.sysfs_name(fs.device), fs.dev
-            procs["prom"] = subprocess.Popen(
-                ["prometheus", f"--config.file={prom_dir / 'prometheus.yml'}",
-                 f"--storage.tsdb.path={prom_dir / 'data'}", f"--web.listen-address=127.0.0.1:{port_p}"],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            procs["prom"] = start_prometheus(prom_dir, port_p)
             procs["mon"] = subprocess.Popen([JSTALL, "monitor", "-q", "-d", fs.mountpoint, "--listen",
                                              f"127.0.0.1:{port_m}", "--capture-dir", str(tmp_path / "caps"),
                                              "--trigger-ms", "20", "--before", "2", "--after", "1"],

@@ -24,14 +24,14 @@ from jstall.workloads.scratch import FsConfig, ScratchFs
 import cgroup_pair
 from cgroup_pair import CULPRIT_NAME, VICTIM, VICTIM_NAME, in_cgroup
 from conftest import leftovers
-from test_monitor_kernel import check_alert_rules, free_port, get, one, query_range, wait_for
+from test_monitor_kernel import (check_alert_rules, end_all, free_port, get, one, prometheus_dir, query_range,
+                                 start_prometheus, wait_for)
 
 pytestmark = [pytest.mark.kernel, pytest.mark.skipif(os.geteuid() != 0, reason="needs root")]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..")
 JSTALL = os.path.join(os.path.dirname(sys.executable), "jstall")
-RULES = os.path.join(ROOT, "deploy", "prometheus", "jstall-alerts.yml")
 CONFIG = FsConfig(fs_size="64M", journal_size="4M", inode_size=128, block_size=1024, write_iops=2000)
 FILES, UPDATES = 3000, 6000
 SERIES = ("jstall_journal_logged_blocks_total", "jstall_cgroup_stall_seconds_total")
@@ -51,12 +51,7 @@ def run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("writers-monitor")
     scratch = f"/var/tmp/jstall-test-{uuid.uuid4().hex[:10]}"
     port_m, port_p = free_port(), free_port()
-    prom_dir = tmp / "prom"
-    prom_dir.mkdir()
-    (prom_dir / "prometheus.yml").write_text(
-        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-        f"rule_files: [{os.path.abspath(RULES)}]\n"
-        f"scrape_configs:\n- job_name: jstall\n  static_configs: [{{targets: ['127.0.0.1:{port_m}']}}]\n")
+    prom_dir = prometheus_dir(tmp, port_m)
     tmux = ["tmux", "-L", f"jstall-test-{uuid.uuid4().hex[:8]}"]
     procs, cgs = {}, {"victim": "/nonexistent/a/b"}
     out = {"tmp": tmp, "port_p": port_p, "instance": f"127.0.0.1:{port_m}"}
@@ -65,10 +60,7 @@ def run(tmp_path_factory):
             mnt = out["mnt"] = fs.mountpoint
             out["dev"] = fs.dev
             subprocess.run(["sync", "-f", mnt], check=True)
-            procs["prom"] = subprocess.Popen(
-                ["prometheus", f"--config.file={prom_dir / 'prometheus.yml'}",
-                 f"--storage.tsdb.path={prom_dir / 'data'}", f"--web.listen-address=127.0.0.1:{port_p}"],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            procs["prom"] = start_prometheus(prom_dir, port_p)
             procs["mon"] = subprocess.Popen(
                 [JSTALL, "monitor", "-q", "-d", mnt, "--listen", f"127.0.0.1:{port_m}", "--capture-dir",
                  str(tmp / "caps"), "--trigger-ms", "100", "--before", "1", "--after", "1",
@@ -113,11 +105,7 @@ def run(tmp_path_factory):
             out["mon_err"] = procs["mon"].communicate(timeout=120)[1]
             out["mon_rc"] = procs["mon"].returncode
     finally:
-        subprocess.run(tmux + ["kill-server"], capture_output=True)
-        for p in procs.values():
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        end_all(tmux, procs)
         out["left"] = leftovers(scratch), os.path.exists(os.path.dirname(os.path.dirname(cgs["victim"])))
         if os.path.isdir(scratch) and not out["left"][0][1]:
             shutil.rmtree(scratch, ignore_errors=True)
