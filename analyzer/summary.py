@@ -10,8 +10,11 @@ reader of the summary and a reader of ``jstall analyze --json`` never disagree. 
 the whole document together.
 """
 
+from __future__ import annotations
+
 import math
 from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -24,6 +27,14 @@ from jstall.schema import PHASES
 from jstall.analyzer.stalls import causes, writers
 from jstall.analyzer.session import recording, window
 from jstall.analyzer.session.recording import session_span_s
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from typing import Any
+
+    from jstall.analyzer.advice.recommend import Recommendation
+    from jstall.analyzer.analysis import Analysis
+    from jstall.analyzer.session.load import Session
 
 #: Version of the JSON document ``jstall analyze --json`` prints (not the session's).
 JSON_SCHEMA_VERSION = 1
@@ -62,7 +73,7 @@ def _num(v, nd=3):
     return v
 
 
-def json_safe(obj):
+def json_safe(obj: Any) -> Any:
     """``obj`` (dicts, lists, tuples, numbers) with every number made JSON-safe by :func:`_num`."""
     if isinstance(obj, dict):
         return {k: json_safe(v) for k, v in obj.items()}
@@ -74,7 +85,7 @@ def json_safe(obj):
 class _Doc:
     """``to_dict()``: the fields in order, nested summaries serialized."""
 
-    def to_dict(self):
+    def to_dict(self) -> dict:
         return {f.name: _serial(getattr(self, f.name)) for f in fields(self)}
 
 
@@ -127,7 +138,7 @@ class StallSummary(_Doc):
     during_checkpoint: Tally
     checkpointers: dict
 
-    def dominant(self):
+    def dominant(self) -> str | None:
         """The cause with the most stall time off CPU, or None without stalls."""
         if not self.count:
             return None
@@ -190,7 +201,7 @@ class CallSummary(_Doc):
     p99_ms: float
     max_ms: float
 
-    def to_dict(self):
+    def to_dict(self) -> dict:
         """The document's entry (keyed by the call's name outside)."""
         d = super().to_dict()
         del d["syscall"]
@@ -313,7 +324,7 @@ class Summary:
     writers: dict = None
 
 
-def checkpoint_cost_summary(costs):
+def checkpoint_cost_summary(costs: pd.DataFrame) -> dict:
     """{forced, expensive, negligible, outside, expensive_wait_ms, expensive_written_blocks,
     negligible_written_blocks_mean} of journals.checkpoint_costs: the forced checkpoints that
     cost a stall (each stall's wait counted once however many checkpoints it ran), those in
@@ -329,7 +340,7 @@ def checkpoint_cost_summary(costs):
     })
 
 
-def traced_groups(meta):
+def traced_groups(meta: dict) -> dict[str, list[str]] | None:
     """Which calls the recording traced: ``{"groups": [...], "calls": [...]}`` (groups of
     probes.syscalls.GROUPS fully traced; ``calls`` every traced call), or None when the
     metadata does not say."""
@@ -344,7 +355,7 @@ def _tally(count, total_ms):
     return Tally(int(count), _num(float(total_ms)))
 
 
-def stall_summary(stalls, by_cause):
+def stall_summary(stalls: pd.DataFrame, by_cause: pd.DataFrame) -> StallSummary:
     """StallSummary of a stall table (stalls.find_stalls) and its per-cause totals
     (stalls.by_cause)."""
     st = stalls
@@ -366,7 +377,7 @@ def stall_summary(stalls, by_cause):
         checkpointers=queued_behind(st, column="checkpoint_by"))
 
 
-def queued_behind(stalls, top=3, column="queued_behind"):
+def queued_behind(stalls: pd.DataFrame, top: int = 3, column: str = "queued_behind") -> dict[str, float]:
     """{"comm tid": ms}: the ``top`` tasks the stalls' queued time waited behind, most first
     (``column`` "worker": the kernel workers their time through a worker waited for;
     "checkpoint_by": the tasks whose checkpoints their device-queue waits ran beside)."""
@@ -380,7 +391,7 @@ def queued_behind(stalls, top=3, column="queued_behind"):
     return {k: _num(float(v)) for k, v in ms.head(top).items()}
 
 
-def proc_summary(proc, hz):
+def proc_summary(proc: pd.DataFrame, hz: float) -> dict | None:
     """The agreement of one journal's figures with /proc/fs/jbd2 (rows of
     journals.proc_agreement for that journal) as the document gives it, or None."""
     if not len(proc):
@@ -389,7 +400,8 @@ def proc_summary(proc, hz):
                    "metrics": [{k: r[k] for k in PROC_FIELDS} for r in proc.to_dict("records")]})
 
 
-def journal_summaries(journals, proc, hz, waits=None, run_ms=0.0):
+def journal_summaries(journals: pd.DataFrame, proc: pd.DataFrame, hz: float, waits: pd.DataFrame | None = None,
+                      run_ms: float = 0.0) -> tuple[JournalSummary, ...]:
     """One JournalSummary per row of journals.summary; ``waits``: journals.checkpoint_waits
     (a journal without a row there had no forced-checkpoint wait in ``run_ms``)."""
     out = []
@@ -407,7 +419,7 @@ def journal_summaries(journals, proc, hz, waits=None, run_ms=0.0):
     return tuple(out)
 
 
-def call_summaries(calls):
+def call_summaries(calls: pd.DataFrame) -> tuple[CallSummary, ...]:
     """One CallSummary per traced call (calls.call_stats), in the table's order."""
     out = {}
     for r in calls.to_dict("records"):  # one row per call type
@@ -416,7 +428,7 @@ def call_summaries(calls):
     return tuple(out.values())
 
 
-def session_header(session):
+def session_header(session: Session) -> SessionHeader:
     """SessionHeader of a loaded session."""
     m = session.meta
     lab = m.get("lab")
@@ -433,7 +445,7 @@ def session_header(session):
         attach=(m.get("probes") or {}).get("attach"))
 
 
-def summarize(analysis):
+def summarize(analysis: Analysis) -> Summary:
     """The :class:`Summary` of an :class:`~jstall.analyzer.analysis.Analysis` (computes the
     tables it reads: stalls, journals, calls, processes)."""
     a = analysis
@@ -454,7 +466,7 @@ def summarize(analysis):
         xfs_logs=tuple(json_safe(a.xfs_logs.to_dict("records"))), writers=json_safe(a.writers))
 
 
-def top_stalls(analysis, n):
+def top_stalls(analysis: Analysis, n: int) -> tuple[TopStall, ...]:
     """The ``n`` slowest stalls, slowest first (ties in table order), as TopStall."""
     s = analysis.session
     t0 = s.start_ns or 0
@@ -481,7 +493,8 @@ def top_stalls(analysis, n):
     return tuple(out)
 
 
-def document(summary, top, recommendations, verdict=None):
+def document(summary: Summary, top: Iterable[TopStall], recommendations: Iterable[Recommendation],
+             verdict: dict | None = None) -> dict:
     """The ``jstall analyze --json`` document (docs/analysis.md) of a Summary, its slowest
     stalls (TopStall) and its recommendations (recommend.Recommendation)."""
     su = summary

@@ -13,7 +13,16 @@ journal). The stall time follows the remedy's interval: at a size its removal is
 interval's end times the share of the waits gone, ``1 - W(J) / W0``.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import pandas as pd
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+    from jstall.analyzer.advice.recommend import Recommendation
 
 #: the columns of :func:`size_curve`'s table
 COLUMNS = ("size_mib", "wait_ms_low", "wait_ms_high", "stall_ms_low", "stall_ms_high")
@@ -25,7 +34,7 @@ def _waits(w0, j0, n, j):
     return w0 * (max(n - j, 0.0) / (n - j0)) ** 2
 
 
-def sizes_for(current_mib, recommended_mib=None):
+def sizes_for(current_mib: float, recommended_mib: float | None = None) -> list[float]:
     """The sizes the advice prints: the current one, twice and four times it, the recommended."""
     out = [float(current_mib), 2.0 * current_mib, 4.0 * current_mib]
     if recommended_mib:
@@ -33,8 +42,8 @@ def sizes_for(current_mib, recommended_mib=None):
     return sorted(set(out))
 
 
-def size_curve(current_mib, wait_ms, low_mib, high_mib, stall_ms, removed_low_ms, removed_high_ms,
-               sizes):
+def size_curve(current_mib: float, wait_ms: float, low_mib: float, high_mib: float, stall_ms: float,
+               removed_low_ms: float, removed_high_ms: float, sizes: Iterable[float]) -> pd.DataFrame:
     """One row per size (``COLUMNS``): the waits of the remedy's mechanism predicted there
     (``wait_ms_low``/``_high``, ms) and the session's stall time left (``stall_ms_low``/
     ``_high``, ms), from the waits measured at ``current_mib`` (``wait_ms``), the model's
@@ -58,7 +67,7 @@ def size_curve(current_mib, wait_ms, low_mib, high_mib, stall_ms, removed_low_ms
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
-def curve_text(records, what="forced-checkpoint waits"):
+def curve_text(records: Sequence[dict], what: str = "forced-checkpoint waits") -> str:
     """The advice's sentence for a curve (records of :func:`size_curve`, as the JSON holds)."""
     if not records:
         return ""
@@ -71,7 +80,7 @@ def curve_text(records, what="forced-checkpoint waits"):
     return f"Predicted {what} by size: " + "; ".join(parts) + "."
 
 
-def curves(recs):
+def curves(recs: Iterable[Recommendation]) -> pd.DataFrame:
     """Every log-size remedy's predicted curve (its ``inputs["curve"]``) as one table: ``dev``,
     ``kind`` and COLUMNS, one row per size (empty with those columns when there is none)."""
     rows = [{"dev": r.dev, "kind": r.kind, **row}

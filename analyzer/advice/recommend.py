@@ -12,8 +12,11 @@ Every :class:`Recommendation` carries its numbers as fields (``journal_size_mib`
 a number rests on a model (the text states the model's inputs and range).
 """
 
+from __future__ import annotations
+
 import math
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -32,6 +35,14 @@ from jstall.analyzer.jbd2.journals import (checkpoint_costs, checkpoint_spans, c
 from jstall.analyzer.session.devices import device_rows, device_time
 from jstall.analyzer.session.recording import NOTE_SHARE, home_writes, losses, session_span_s
 from jstall.analyzer.xfs.logs import kernel_delta
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from numpy.typing import ArrayLike
+
+    from jstall.analyzer.session.load import Session
+    from jstall.enough import Enough
 
 XATTR_SYSCALLS = ("setxattr", "lsetxattr", "fsetxattr", "setxattrat", "removexattr", "lremovexattr",
                   "fremovexattr", "removexattrat")
@@ -90,7 +101,7 @@ class Recommendation:
     durable_s_low: float = None
     durable_s_high: float = None
 
-    def to_dict(self):
+    def to_dict(self) -> dict:
         d = asdict(self)
         for k in ("durable_s_low", "durable_s_high"):
             if d[k] is None:
@@ -114,7 +125,7 @@ class Context:
     waits: object = None
     given_costs: object = None
 
-    def enough(self, dev):
+    def enough(self, dev: object) -> Enough:
         """The jstall.enough verdict of a journal's forced-checkpoint waits (journals.checkpoint_waits)."""
         def make():
             w = self.waits
@@ -125,11 +136,11 @@ class Context:
         return verdict(self._memo("waits_by_dev", make).get(str(dev)), session_span_s(self.session) * 1e3)
 
     @property
-    def total_ms(self):
+    def total_ms(self) -> float:
         return float(self.stalls["latency_ms"].sum()) if len(self.stalls) else 0.0
 
     @property
-    def costs(self):
+    def costs(self) -> pd.DataFrame:
         """journals.checkpoint_costs of the session (as given, or once per context)."""
         if self.given_costs is not None:
             return self.given_costs
@@ -142,7 +153,7 @@ class Context:
             memo[key] = make()
         return memo[key]
 
-    def cause_ms(self, cause, dev=None):
+    def cause_ms(self, cause: str, dev: str | None = None) -> float:
         def make():
             v = self.stalls[f"{cause}_ms"].to_numpy(dtype="float64")
             if dev is not None:
@@ -151,13 +162,13 @@ class Context:
 
         return self._memo(("cause_ms", cause, dev), make)
 
-    def call_count(self, names):
+    def call_count(self, names: Iterable[str]) -> int:
         c = self.calls
         sel = np.isin(c["syscall"].to_numpy(dtype=object), list(names))
         return int(c["count"].to_numpy()[sel].sum()) if sel.any() else 0
 
     @property
-    def lab(self):
+    def lab(self) -> dict:
         return (self.session.meta.get("lab") or {}).get("config") or {}
 
 
@@ -167,7 +178,7 @@ def _fmt_mib(mib):
 
 # --- rules ------------------------------------------------------------------------------------
 
-def lost_events(ctx):
+def lost_events(ctx: Context) -> list[Recommendation]:
     m = ctx.session.meta
     lost = {k: int(v or 0) for k, v in (m.get("events_lost") or {}).items()}
     stacks = int(m.get("stacks_lost") or 0)
@@ -181,7 +192,7 @@ def lost_events(ctx):
                            inputs={**lost, "stacks": stacks})]
 
 
-def no_stalls(ctx):
+def no_stalls(ctx: Context) -> list[Recommendation]:
     """No stall in the traced calls: said so only when the kernel forced no checkpoint
     outside them either (else where they ran, and how to trace them)."""
     if len(ctx.stalls):
@@ -220,7 +231,7 @@ def _models(ctx):
     return ctx._memo("models", lambda: _make_models(ctx))
 
 
-def sync_points(session, dev):
+def sync_points(session: Session, dev: str) -> list[int]:
     """Times (ns) at which every dirty metadata block of ``dev`` was on the device: the end of
     each lab phase (made durable: syncfs returned and the device idle) and of each recorded
     syncfs on it or sync."""
@@ -246,7 +257,7 @@ def _make_models(ctx):
     return out
 
 
-def journal_size(ctx):
+def journal_size(ctx: Context) -> list[Recommendation]:
     out = []
     models = _models(ctx)
     for _, j in ctx.journals.iterrows():  # one row per journal
@@ -340,7 +351,7 @@ def _regime_text(m):
             f"of the same kind needs more, up to the blocks it logs in {m.window_s:g} s. " + keep)
 
 
-def writeback_window(ctx):
+def writeback_window(ctx: Context) -> list[Recommendation]:
     """A streamed journal (journal_model: most blocks logged once) holds its blocks until they
     are written home; the flusher writes a dirty block once it is dirty_expire_centisecs old
     (checked every dirty_writeback_centisecs), and a checkpoint then finds it clean. A window
@@ -401,7 +412,7 @@ TIMER_SHARE = 0.9
 FULL_SHARE = 0.8
 
 
-def commit_seconds(mount_options):
+def commit_seconds(mount_options: str | None) -> float:
     """ext4's commit interval (s) from a filesystem's mount options (``commit=N``; 0 is the
     default), DEFAULT_COMMIT_S without one."""
     for opt in (mount_options or "").split(","):
@@ -414,7 +425,7 @@ def commit_seconds(mount_options):
     return DEFAULT_COMMIT_S
 
 
-def commit_closes(txns, interval_s, max_buffers=None):
+def commit_closes(txns: pd.DataFrame, interval_s: float, max_buffers: float | None = None) -> pd.Series:
     """What closed each transaction (a Series: ``timer``, the commit interval expired;
     ``full``, it logged FULL_SHARE of ``max_buffers`` or more; ``other``, a commit asked for
     (fsync, sync, a checkpoint) or a running phase cut short), from the transactions table."""
@@ -426,7 +437,7 @@ def commit_closes(txns, interval_s, max_buffers=None):
     return pd.Series(out, index=txns.index, dtype=object)
 
 
-def commit_interval(ctx):
+def commit_interval(ctx: Context) -> list[Recommendation]:
     """A longer commit interval (mount -o remount,commit=N): transactions the interval's timer
     closed become 1/COMMIT_LONGER as many; the handles that waited for one of them to lock
     (transaction_wait) wait once where they waited COMMIT_LONGER times, and so do the commit
@@ -490,7 +501,7 @@ def commit_interval(ctx):
     return out
 
 
-def inode_size(ctx):
+def inode_size(ctx: Context) -> list[Recommendation]:
     out = []
     xc = ctx.call_count(XATTR_SYSCALLS)
     models = _models(ctx)
@@ -575,7 +586,8 @@ DEFAULT_MAX_SEGMENTS = 128
 PAGE_BYTES = 4096
 
 
-def commit_requests(logged_blocks, block_size, max_request_kib=None, max_segments=None):
+def commit_requests(logged_blocks: ArrayLike, block_size: int, max_request_kib: float | None = None,
+                    max_segments: int | None = None) -> np.ndarray:
     """Write requests each commit's log write took (an array, one per commit): its logged
     blocks merged into requests (they are written in order, contiguous) of up to
     max_request_kib and up to max_segments memory segments (each buffer in its own page: a
@@ -588,8 +600,9 @@ def commit_requests(logged_blocks, block_size, max_request_kib=None, max_segment
     return 1.0 + np.ceil(np.asarray(logged_blocks, dtype="float64") / per)
 
 
-def log_requests(logged_blocks, block_size, max_request_kib=None, max_segments=None, journal_blocks=None,
-                 superblock_writes=0):
+def log_requests(logged_blocks: ArrayLike, block_size: int, max_request_kib: float | None = None,
+                 max_segments: int | None = None, journal_blocks: int | None = None,
+                 superblock_writes: int = 0) -> float:
     """Write requests the log took on its device: each commit's (commit_requests), one more
     each time the log wraps at the journal's end (``journal_blocks``), and the journal
     superblock's writes as the tail moves. Measured: fs_mark (2 threads, 20,000 files each)
@@ -608,7 +621,7 @@ def log_requests(logged_blocks, block_size, max_request_kib=None, max_segments=N
 DEVICE_CAUSES = ("metadata_io", "data_writeback", "device_flush")
 
 
-def device_queue_gone(share, load):
+def device_queue_gone(share: float, load: float) -> float:
     """The share of a queue's waiting time that goes when ``share`` of its requests leave, at
     ``load`` (0-1) of its capacity: a single server's queue (M/M/1) waits
     ``load / (1 - load)`` service times, so from ``load`` to ``load * (1 - share)`` it keeps
@@ -622,7 +635,7 @@ def device_queue_gone(share, load):
     return 1.0 - ((1.0 - share) * (1.0 - load) / left if left > 0 else 0.0)
 
 
-def external_journal(ctx):
+def external_journal(ctx: Context) -> list[Recommendation]:
     """Judged by device time, as a range: a device serves requests one after another, whatever
     their size, and a checkpoint's writes wait behind the log's; an own journal device takes
     those away. The log's share of the data device's requests — its writes merged into requests
@@ -774,7 +787,7 @@ def _device_load_in_waits(ctx, dev):
     return 0.0 if load != load else load
 
 
-def fast_commit(ctx):
+def fast_commit(ctx: Context) -> list[Recommendation]:
     """Only when fsync-driven commit waits dominate the stall time and no xattr change makes
     the commits ineligible (ext4_fc_mark_ineligible for EXT4_FC_REASON_XATTR)."""
     fs = ctx.call_count(FSYNC_SYSCALLS)
@@ -816,7 +829,7 @@ def fast_commit(ctx):
     return out
 
 
-def per_cause(ctx):
+def per_cause(ctx: Context) -> list[Recommendation]:
     """The registry's own advice for each cause with at least MIN_SHARE of the stall time."""
     total = ctx.total_ms
     out = []
@@ -850,7 +863,7 @@ def _xfs_logs_waiting(ctx):
             yield j, e
 
 
-def log_size(ctx):
+def log_size(ctx: Context) -> list[Recommendation]:
     """XFS: a log that holds what the run logged. An XFS log fills when the metadata it holds
     is not written home (xfsaild) as fast as new metadata is logged; a log that holds all the
     run logged (/sys/fs/xfs stats: ``xs_log_blocks`` over the session) waits on nothing.
@@ -935,7 +948,7 @@ def _device_time_removed(saved_requests, io, wait_ms):
     return min(wait_ms, share * io["device_ms"]), share
 
 
-def xfs_log_device(ctx):
+def xfs_log_device(ctx: Context) -> list[Recommendation]:
     """XFS: the log's writes against the metadata's on one device, judged by device time
     (requests, not blocks: devices.device_time). ``log_buffers``: larger in-core log buffers
     (-o logbsize=256k,logbufs=8) write the same log in fewer requests; ``external_log``: a log
@@ -1011,7 +1024,7 @@ def _where(ctx, dev):
     return j.get("device") or "DEV", j.get("mountpoint") or "MNT"
 
 
-def regime(ctx, dev):
+def regime(ctx: Context, dev: str) -> tuple[str, dict]:
     """(regime, figures) of a filesystem (remedies.regime_of): its journal model's regime, its
     data device's utilisation during the stalls, its log and device-side stall time."""
     def make():
@@ -1160,7 +1173,7 @@ def _external_journal_effects(inp, name, device, mnt):
     return lo, hi, "offline", _ext_command(device, mnt)
 
 
-def full_transaction_share(ctx, dev):
+def full_transaction_share(ctx: Context, dev: str) -> float:
     """The share of a journal's transaction_wait stall time in stalls that did not overlap a
     forced checkpoint and whose running transaction was closed full (commit_closes): handles
     that waited for a transaction at j_max_transaction_buffers (journal / divisor) to commit."""
@@ -1193,7 +1206,7 @@ def _ext_command(device, mnt):
             f"tune2fs -J device=JDEV {device} && mount {device} {mnt}")
 
 
-def annotate(ctx, recs):
+def annotate(ctx: Context, recs: list[Recommendation]) -> None:
     """Fill every remedy's stall-time interval, mechanism figure, regime, cost and command
     (advice); advice that is not a remedy keeps only ``stall_ms_total``."""
     total = ctx.total_ms
@@ -1259,7 +1272,7 @@ def _removal_text(r):
             f"Regime {r.regime} ({why}{dev}). Cost: {r.cost}: {r.command}.")
 
 
-def generic_causes():
+def generic_causes() -> tuple[str, ...]:
     """Every registered cause not in RULE_CAUSES, ADVICE_FIRST first: its own advice (the
     registry's) is a recommendation of its own kind (per_cause)."""
     rest = [c for c in causes.CAUSES if c not in RULE_CAUSES]
@@ -1274,7 +1287,7 @@ RULES = (lost_events, no_stalls, writeback_window, commit_interval, journal_size
 FINDINGS = ("lost_events", "no_stalls", "untraced_checkpoints")
 
 
-def rank(recs):
+def rank(recs: Iterable[Recommendation]) -> list[Recommendation]:
     """Findings first, then by the stall time removed (the interval's middle, then its high
     end, in whole ms; ``stall_ms_addressed`` for advice without an interval), largest first,
     then the cheapest to apply (remedies.COSTS: online first); stable."""
@@ -1288,8 +1301,10 @@ def rank(recs):
     return sorted(recs, key=key)
 
 
-def recommendations(session, journals, stalls, causes, call_table, txns, min_ms, timeline=None, waits=None,
-                    costs=None):
+def recommendations(session: Session, journals: pd.DataFrame, stalls: pd.DataFrame, causes: pd.DataFrame,
+                    call_table: pd.DataFrame, txns: pd.DataFrame, min_ms: float,
+                    timeline: pd.DataFrame | None = None, waits: pd.DataFrame | None = None,
+                    costs: pd.DataFrame | None = None) -> list[Recommendation]:
     """Run every rule of RULES and return the ranked list of :class:`Recommendation`
     (``waits``: journals.checkpoint_waits, ``costs``: journals.checkpoint_costs, each computed
     when not given)."""

@@ -30,12 +30,25 @@ Regimes (:func:`regime_of`), per journal or log:
 Interval width: at most 2x (``high <= 2 * low``), or +-1 s under 2 s (:func:`narrow`).
 """
 
+from __future__ import annotations
+
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from jstall.analyzer.session.devices import write_limit
 from jstall.analyzer.stalls import causes
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    import pandas as pd
+
+    from jstall.analyzer.advice.recommend import Recommendation
+    from jstall.analyzer.jbd2.model import JournalModel
+    from jstall.analyzer.session.load import Session
+    from jstall.metadata import PhaseRecord
 
 #: the causes whose waits are on the data device's requests or behind them
 DEVICE_SIDE = (
@@ -73,7 +86,7 @@ REMEDIES = (
 HOLD_LOW = {"hot_set": 0.8, "streaming": 0.5}
 
 
-def removed_ms(stalls, fractions, min_ms, dev=None):
+def removed_ms(stalls: pd.DataFrame, fractions: dict[str, float], min_ms: float, dev: str | None = None) -> float:
     """Stall time (ms) removed when each stall loses ``fractions[cause]`` of its
     ``<cause>_ms`` (on ``dev``'s stalls only, when given): its latency falls by that much, and
     a stall whose latency falls under ``min_ms`` is no longer one (all of it goes)."""
@@ -85,7 +98,7 @@ def removed_ms(stalls, fractions, min_ms, dev=None):
     return float(out.sum())
 
 
-def removed_each(stalls, fractions, min_ms):
+def removed_each(stalls: pd.DataFrame, fractions: dict[str, float], min_ms: float) -> np.ndarray:
     """Per stall, the ms :func:`removed_ms` removes of it (an array, in the table's order)."""
     r = np.zeros(len(stalls))
     if not len(stalls) or not fractions:
@@ -99,7 +112,8 @@ def removed_each(stalls, fractions, min_ms):
     return np.where((r > 0) & (lat - r < min_ms), lat, r)
 
 
-def durable_interval(stalls, fractions, min_ms, phases, dev=None):
+def durable_interval(stalls: pd.DataFrame, fractions: dict[str, float], min_ms: float,
+                     phases: Sequence[PhaseRecord] | None, dev: str | None = None) -> tuple[float, float] | None:
     """(low, high) seconds the work takes to be durable with a remedy applied, for a lab
     session's ``phases`` (metadata.PhaseRecord: ``start_ns``, ``end_ns``, ``durable``), from
     the same per-stall removal as the stall-time interval (``fractions``: its high end).
@@ -129,7 +143,7 @@ def durable_interval(stalls, fractions, min_ms, phases, dev=None):
     return max(total - cut, 0.0), total
 
 
-def narrow(low, high):
+def narrow(low: float, high: float) -> tuple[float, float]:
     """An interval no wider than 2x (or +-1 s when its high end is under 2 s): wider ones
     are narrowed around their middle to [2/3, 4/3] of it."""
     low, high = max(float(low), 0.0), max(float(high), 0.0)
@@ -140,7 +154,8 @@ def narrow(low, high):
     return mid * 2.0 / 3.0, mid * 4.0 / 3.0
 
 
-def stall_interval(stalls, low, high, min_ms, dev=None, total=None):
+def stall_interval(stalls: pd.DataFrame, low: dict[str, float], high: dict[str, float], min_ms: float,
+                   dev: str | None = None, total: float | None = None) -> tuple[float, float]:
     """(low, high) stall time removed (ms): :func:`removed_ms` of the low and the high
     fractions, at most ``total``, narrowed (:func:`narrow`)."""
     lo, hi = removed_ms(stalls, low, min_ms, dev), removed_ms(stalls, high, min_ms, dev)
@@ -149,7 +164,7 @@ def stall_interval(stalls, low, high, min_ms, dev=None, total=None):
     return narrow(lo, hi)
 
 
-def utilisation(session, stalls, dev, role="data"):
+def utilisation(session: Session, stalls: pd.DataFrame, dev: str, role: str = "data") -> dict | None:
     """How close a filesystem's device ran to its write limit during the stalls:
     ``{"util", "writes_per_s", "limit_writes_per_s", "basis"}``. The limit is the lab's pace
     where the session knows it (lab metadata: throttles); else the share of the time the
@@ -191,7 +206,7 @@ def utilisation(session, stalls, dev, role="data"):
     }
 
 
-def regime_of(model_regime, util, log_ms, device_ms):
+def regime_of(model_regime: str | None, util: dict | None, log_ms: float, device_ms: float) -> tuple[str, dict]:
     """The regime (REGIMES) and the figures that decided it: ``model_regime`` the journal
     model's ("hot set" or "streaming"; None without one), ``util`` utilisation()'s dict or
     None, ``log_ms`` the checkpoint (or log-space) stall time, ``device_ms`` the waits on the
@@ -209,7 +224,7 @@ def regime_of(model_regime, util, log_ms, device_ms):
     return ("streaming" if model_regime == "streaming" else "hot_set"), figures
 
 
-def saved_home_share(model):
+def saved_home_share(model: JournalModel) -> float:
     """The share of the forced checkpoints' writes home that a journal holding the hot set
     saves: a block written home k times is written once. From the distinct blocks written
     home where counted, else the share of logged blocks a later commit re-logged."""
@@ -220,7 +235,7 @@ def saved_home_share(model):
     return min(max(model.relogged_blocks / model.blocks, 0.0), 1.0) if model.blocks else 0.0
 
 
-def union_ms(c0, c1):
+def union_ms(c0: np.ndarray, c1: np.ndarray) -> float:
     """The time (ms) the spans [c0, c1) (ns arrays) cover, overlaps counted once."""
     if not len(c0):
         return 0.0
@@ -236,7 +251,8 @@ def union_ms(c0, c1):
     return total / 1e6
 
 
-def through_share(stalls, c0, c1, dev, cause="transaction_wait"):
+def through_share(stalls: pd.DataFrame, c0: np.ndarray, c1: np.ndarray, dev: str,
+                  cause: str = "transaction_wait") -> float:
     """The share of a cause's stall time (on ``dev``) in stalls that overlap a forced
     checkpoint's span [c0, c1) (ns arrays): handles that waited for a transaction which could
     not close while the log was full wait through the checkpoint, and go with it."""
@@ -256,7 +272,7 @@ def through_share(stalls, c0, c1, dev, cause="transaction_wait"):
     return float(ms[hit].sum() / ms.sum())
 
 
-def device_fractions(cp_device_share, saved):
+def device_fractions(cp_device_share: float, saved: float) -> tuple[dict[str, float], dict[str, float]]:
     """(low, high) per-cause fractions of the waits on a device's requests (DEVICE_SIDE) a
     log-size remedy removes: the device time its saved writes home took
     (``cp_device_share``: the share of the run forced checkpoints wrote home, times ``saved``)
@@ -266,7 +282,7 @@ def device_fractions(cp_device_share, saved):
     return {c: 0.0 for c in DEVICE_SIDE}, {c: x for c in DEVICE_SIDE}
 
 
-def log_fractions(regime, saved, mechanism_share=1.0):
+def log_fractions(regime: str, saved: float, mechanism_share: float = 1.0) -> tuple[float, float]:
     """(low, high) fractions of the checkpoint stall a log-size remedy removes: its own
     mechanism's share (``mechanism_share``: the waits the rule says go), all of it held at
     best; at a device's limit only the part whose writes it saves (``saved``)."""
@@ -276,7 +292,8 @@ def log_fractions(regime, saved, mechanism_share=1.0):
     return HOLD_LOW.get(regime, 0.5) * m, m
 
 
-def verdict(recs, stalls, min_ms, total_ms, util=None):
+def verdict(recs: Sequence[Recommendation], stalls: pd.DataFrame, min_ms: float, total_ms: float,
+            util: dict | None = None) -> dict:
     """The verdict analyze leads with (a dict, the JSON's ``verdict``; :func:`verdict_lines`
     renders it): the causes that dominate the stall time (``dominant``: the three largest, ms
     and share); the ``headline`` remedy, the highest-ranked whose high end is at least half of
@@ -368,7 +385,7 @@ def _removes(h, total):
     )
 
 
-def verdict_lines(v):
+def verdict_lines(v: dict | None) -> list[str]:
     """The verdict's text, from verdict()'s dict as the JSON holds it."""
     total = (v or {}).get("stall_ms_total") or 0.0
     if not total:
@@ -397,7 +414,7 @@ def verdict_lines(v):
     return out
 
 
-def fmt_interval(r):
+def fmt_interval(r: Recommendation) -> str:
     """'1.2 s to 2.3 s (12-23 % of 10.0 s of stall time)' of a Recommendation's fields."""
     t = r.stall_ms_total or 0.0
     return (
@@ -407,5 +424,5 @@ def fmt_interval(r):
     )
 
 
-def finite(x):
+def finite(x: object) -> bool:
     return x is not None and not (isinstance(x, float) and math.isnan(x))

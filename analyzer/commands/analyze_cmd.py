@@ -2,16 +2,24 @@
 
 Kept light at import: pandas and the analysis modules load inside ``run``."""
 
+from __future__ import annotations
+
 import io
 import json
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from jstall.errors import JstallError
 from jstall.session import is_sweep_dir, is_tune_dir
 
 from jstall.analyzer.multi.tune import load, print_result
 from jstall.analyzer.stalls.causes import describe as describe_causes
+
+if TYPE_CHECKING:
+    import argparse
+
+    from jstall.analyzer.analysis import Analysis
 
 _DESCRIPTION = """\
 Explain the stalls in a recorded session: which metadata calls stalled, for how long, what
@@ -46,7 +54,7 @@ examples:
   jstall analyze TUNE_DIR                              # a lab tune: each run's journal, stalls, durable time"""
 
 
-def add_arguments(parser):
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("path", metavar="SESSION|SWEEP_DIR|TUNE_DIR",
                         help="a session directory, a lab sweep directory or a lab tune directory")
     parser.add_argument("--min-ms", type=float, default=None, metavar="MS",
@@ -58,7 +66,7 @@ def add_arguments(parser):
     add_window_arguments(parser)
 
 
-def add_window_arguments(parser):
+def add_window_arguments(parser: argparse.ArgumentParser) -> None:
     """``--from``/``--to``: analyze only a time window of a session."""
     parser.add_argument("--from", dest="time_from", metavar="TIME",
                         help="start of the window: HH:MM[:SS[.fff]] local wall clock, ISO 8601, or +SECONDS "
@@ -66,7 +74,7 @@ def add_window_arguments(parser):
     parser.add_argument("--to", dest="time_to", metavar="TIME", help="end of the window (same forms; excluded)")
 
 
-def check_options(args):
+def check_options(args: argparse.Namespace) -> None:
     """Refuse bad option values with one line (JstallError) before any work."""
     if args.min_ms is not None and not args.min_ms >= 0:
         raise JstallError(f"--min-ms {args.min_ms:g}: give 0 or more milliseconds")
@@ -75,7 +83,7 @@ def check_options(args):
         raise JstallError(f"--top {top}: give a count of 1 or more")
 
 
-def load_analysis(args):
+def load_analysis(args: argparse.Namespace) -> Analysis:
     """The session at ``args.path`` (restricted to ``--from``/``--to``) analyzed at
     ``--min-ms``: an Analysis.  Sweeps take no window."""
     # deferred on purpose: the analysis loads pandas and pyarrow
@@ -91,13 +99,13 @@ def load_analysis(args):
     return analyze(session, min_ms=DEFAULT_MIN_MS if args.min_ms is None else args.min_ms)
 
 
-def check_sweep_options(args):
+def check_sweep_options(args: argparse.Namespace) -> None:
     if getattr(args, "time_from", None) is not None or getattr(args, "time_to", None) is not None:
         raise JstallError(f"{args.path}: --from/--to apply to one session, not a sweep or a tune; "
                           "analyze a run's session")
 
 
-def emit_text(text):
+def emit_text(text: str) -> None:
     """Write to stdout; a reader that went away (``| head``) is not an error."""
     try:
         sys.stdout.write(text)
@@ -107,7 +115,7 @@ def emit_text(text):
         os.dup2(devnull, sys.stdout.fileno())
 
 
-def run(args):
+def run(args: argparse.Namespace) -> int:
     check_options(args)
     if is_tune_dir(args.path):  # a lab tune: the curve it walked, from tune.json
         check_sweep_options(args)

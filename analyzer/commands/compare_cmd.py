@@ -2,13 +2,19 @@
 
 Kept light at import: pandas loads inside ``run``."""
 
+from __future__ import annotations
+
 import json
+from typing import TYPE_CHECKING
 
 from jstall.errors import JstallError
 from jstall.session import is_sweep_dir
 
 from jstall.analyzer.commands.analyze_cmd import emit_text
 from jstall.analyzer.commands.report_cmd import check_output, discard_output, write_page
+
+if TYPE_CHECKING:
+    import argparse
 
 DESCRIPTION = """\
 Set two sessions side by side -- before and after a change, two runs of a lab sweep, a
@@ -31,7 +37,7 @@ examples:
   jstall compare A B --min-ms 100                     # stalls are calls of 100 ms or more"""
 
 
-def add_arguments(parser):
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("a", metavar="A", help="the first session (before), or SWEEP_DIR:OPTION=VALUE,...")
     parser.add_argument("b", metavar="B", help="the second session (after), or SWEEP_DIR:OPTION=VALUE,...")
     parser.add_argument("--min-ms", type=float, default=10.0, metavar="MS",
@@ -40,7 +46,7 @@ def add_arguments(parser):
     parser.add_argument("-o", "--output", metavar="FILE", help="also write the HTML comparison to FILE")
 
 
-def run(args):
+def run(args: argparse.Namespace) -> int:
     # deferred on purpose: the comparison loads pandas and pyarrow, its page plotly
     from jstall.analyzer.multi.compare import compare
 

@@ -2,14 +2,20 @@
 
 Kept light at import: pandas and dask load inside ``run``."""
 
+from __future__ import annotations
+
 import json
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from jstall.errors import JstallError
 
 from jstall.analyzer.commands.analyze_cmd import emit_text
 from jstall.analyzer.commands.report_cmd import check_output, discard_output, write_page
+
+if TYPE_CHECKING:
+    import argparse
 
 DESCRIPTION = """\
 Summarize many sessions at once -- a collection (ROOT/host=HOST/date=YYYY-MM-DD/SESSION, see
@@ -30,7 +36,7 @@ examples:
   jstall fleet ROOT --min-ms 100 --top 50                # stalls are calls of 100 ms or more"""
 
 
-def add_arguments(parser):
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="+", metavar="PATH", help="session directories, collection roots, globs, URLs")
     parser.add_argument("--scheduler", metavar="ADDRESS",
                         help="run on the Dask cluster at ADDRESS (e.g. tcp://HOST:8786) instead of a local one")
@@ -44,7 +50,7 @@ def add_arguments(parser):
                         help="rows of each table in the summary (default 20; --json lists all)")
 
 
-def run(args):
+def run(args: argparse.Namespace) -> int:
     # deferred on purpose: the fleet loads dask and pandas, its page plotly
     from jstall.analyzer.multi.fleet import run_fleet
 

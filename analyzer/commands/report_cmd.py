@@ -2,14 +2,22 @@
 
 Kept light at import: pandas and plotly load inside ``run``."""
 
+from __future__ import annotations
+
 import contextlib
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from jstall.errors import JstallError
 from jstall.session import is_sweep_dir
 
 from jstall.analyzer.commands.analyze_cmd import check_options
+
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Callable
+    from typing import TextIO
 
 DESCRIPTION = """\
 Write one self-contained HTML file (plotly, works offline: plotly.js is inlined) showing a
@@ -26,7 +34,7 @@ examples:
   jstall report SESSION -o - > report.html                   # to stdout"""
 
 
-def add_arguments(parser):
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("path", metavar="SESSION|SWEEP_DIR", help="a session directory or a lab sweep directory")
     parser.add_argument("-o", "--output", default="report.html", metavar="FILE",
                         help="the HTML file to write (default report.html; '-' for stdout)")
@@ -35,7 +43,7 @@ def add_arguments(parser):
                              "recorded threshold)")
 
 
-def check_output(output):
+def check_output(output: str) -> TextIO | None:
     """Refuse an -o path that cannot be written, with one line naming the fix, and create its
     temporary file (``output.<pid>.tmp``, open for writing) so that the report is written only
     where writing works; returns that open file, or None for stdout ('-')."""
@@ -54,13 +62,13 @@ def check_output(output):
         raise JstallError(f"-o {output}: cannot write there ({e.strerror}); choose a directory you can write") from None
 
 
-def discard_output(f):
+def discard_output(f: TextIO) -> None:
     f.close()
     with contextlib.suppress(OSError):
         os.unlink(f.name)
 
 
-def write_page(f, output, make_html, tool):
+def write_page(f: TextIO, output: str, make_html: Callable[[], str], tool: str) -> None:
     """Write the page ``make_html()`` returns to ``f`` (the temporary file check_output
     opened), move it to ``output`` and say so on stderr; on any error or interruption the
     temporary file is removed and nothing is left at ``output``."""
@@ -78,7 +86,7 @@ def write_page(f, output, make_html, tool):
     print(f"jstall {tool}: wrote {output} ({os.path.getsize(output) / 1e6:.1f} MB)", file=sys.stderr)
 
 
-def run(args):
+def run(args: argparse.Namespace) -> int:
     # deferred on purpose, as below: the pages load plotly, the analysis pandas and pyarrow
     from jstall.analyzer.render.report import session_report, sweep_report
 

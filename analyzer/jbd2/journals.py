@@ -5,7 +5,10 @@ Times from jbd2_run_stats / jbd2_checkpoint_stats are jiffies at ``session.hz``;
 converted here as ``jiffies * 1000 / hz`` milliseconds.
 """
 
+from __future__ import annotations
+
 import re
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -17,6 +20,11 @@ from jstall.schema import PHASES
 from jstall.analyzer.jbd2.fill import journal_limits
 from jstall.analyzer.session.devices import device_rows
 from jstall.analyzer.session.recording import session_span_s
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
+    from jstall.analyzer.session.load import Session
 
 COMMIT_EVENTS = ("start_commit", "commit_locking", "commit_flushing", "commit_logging", "end_commit")
 
@@ -57,7 +65,7 @@ def _commit_event_times(session, keys_dev, keys_txn):
     return out
 
 
-def transactions(session):
+def transactions(session: Session) -> pd.DataFrame:
     """One row per committed transaction (jbd2_run_stats), with its commit-phase event times.
 
     Columns: ``dev``, ``transaction``, ``ts_ns`` (run_stats fired), ``<phase>_ms`` for each of
@@ -82,7 +90,7 @@ def transactions(session):
     return out.sort_values(["dev", "ts_ns"], kind="stable").reset_index(drop=True)
 
 
-def commit_phases(session):
+def commit_phases(session: Session) -> pd.DataFrame:
     """Commit phases as time bands for plotting: one row per (dev, transaction, phase) with
     ``start_ns``/``end_ns`` taken from consecutive commit events (locking -> flushing ->
     logging -> end_commit).  Phases whose bounding events are missing are left out."""
@@ -107,7 +115,7 @@ def commit_phases(session):
         drop=True)
 
 
-def jbd2_thread_tids(session):
+def jbd2_thread_tids(session: Session) -> set[int]:
     """Thread ids seen running as a journal's own jbd2 thread (jbd2_thread, or comm jbd2/...)."""
     ev = session.jbd2_events
     tids = set(ev.loc[ev["jbd2_thread"], "tid"].astype("int64").tolist())
@@ -115,7 +123,7 @@ def jbd2_thread_tids(session):
     return tids
 
 
-def recorder_pids(session):
+def recorder_pids(session: Session) -> set[int]:
     """The recorder's own process ids (metadata ``recorder_pid``: jstall's process, its
     threads included, whose own writes, e.g. of the session onto a traced filesystem, are not
     the workload's); empty for sessions recorded before it was kept."""
@@ -123,7 +131,7 @@ def recorder_pids(session):
     return {int(pid)} if isinstance(pid, int) and not isinstance(pid, bool) else set()
 
 
-def recorder_checkpoints(session):
+def recorder_checkpoints(session: Session) -> pd.DataFrame:
     """Forced checkpoints that ran in the recorder's own process (recorder_pids): one row per
     (``dev``, ``pid``, ``comm``) with ``checkpoints``. Never the workload's: they are left out
     of checkpoint_costs, checkpoint_waits and untraced_checkpoints, and reported apart."""
@@ -138,7 +146,7 @@ def recorder_checkpoints(session):
     return cp.groupby(["dev", "pid", "comm"], sort=True).size().rename("checkpoints").reset_index()[cols]
 
 
-def recorder_text(own):
+def recorder_text(own: pd.DataFrame) -> str | None:
     """'2 forced checkpoints ran in jstall's own process (jstall 4121 on 7:1)...' or None."""
     if not len(own):
         return None
@@ -149,7 +157,7 @@ def recorder_text(own):
             "the verdicts")
 
 
-def checkpoints(session, timeline=None):
+def checkpoints(session: Session, timeline: pd.DataFrame | None = None) -> pd.DataFrame:
     """Checkpoint events: ``ts_ns``, ``dev``, ``tid``, ``pid``, ``comm``, ``forced`` (ran in a
     user task, i.e. not the jbd2 thread: ``__jbd2_log_wait_for_space``), ``result``,
     ``free_blocks`` and ``fill_pct`` at the event (NaN when not read)."""
@@ -176,7 +184,7 @@ def _by_tid(t):
     return t.iloc[order], rows
 
 
-def checkpoint_costs(session, min_ms):
+def checkpoint_costs(session: Session, min_ms: float) -> pd.DataFrame:
     """Each forced checkpoint (jbd2_checkpoint in a task, not a jbd2 thread) with what it
     cost: ``written_blocks`` home by it (the jbd2_checkpoint_stats rows of its task until its
     next checkpoint event or the end of the call it ran in), ``chp_ms`` (their checkpoint
@@ -235,7 +243,7 @@ def checkpoint_costs(session, min_ms):
     return pd.DataFrame(rows, columns=cols).sort_values("ts_ns", kind="stable").reset_index(drop=True)
 
 
-def checkpoint_spans(costs, dev):
+def checkpoint_spans(costs: pd.DataFrame, dev: str) -> tuple[np.ndarray, np.ndarray]:
     """(start, end) ns arrays of a journal's forced checkpoints with a time (each from its
     jbd2_checkpoint event for its ``chp_ms``, checkpoint_costs)."""
     cp = costs[(costs["dev"].astype("str") == dev) & (costs["chp_ms"] > 0)] if len(costs) else costs
@@ -251,7 +259,7 @@ def _overlap_ns(c0, c1, t0, t1):
     return out
 
 
-def logging_overlap(session, costs, dev):
+def logging_overlap(session: Session, costs: pd.DataFrame, dev: str) -> float:
     """The share of a journal's forced-checkpoint time (each from its jbd2_checkpoint event for
     its ``chp_ms``, checkpoint_costs) during which a commit was writing the log (its
     commit_logging to end_commit): while it was, the checkpoint's writes queued behind the
@@ -268,7 +276,7 @@ def logging_overlap(session, costs, dev):
     return min(int(_overlap_ns(c0, c1, l0, l1).sum()) / float((c1 - c0).sum()), 1.0)
 
 
-def device_saturation(session, costs, dev):
+def device_saturation(session: Session, costs: pd.DataFrame, dev: str) -> float:
     """How busy a journal's data device was during its forced checkpoints, against the
     busiest it was in the session (device_load over their spans). At 1 the device was serving
     requests as fast as it did at all: a checkpoint's writes then queued behind every request
@@ -277,7 +285,7 @@ def device_saturation(session, costs, dev):
     return device_load(session, dev, *checkpoint_spans(costs, dev))
 
 
-def device_load(session, dev, c0, c1):
+def device_load(session: Session, dev: str, c0: np.ndarray, c1: np.ndarray) -> float:
     """How busy a journal's data device was during the spans [c0, c1) (ns arrays): its write
     and flush requests a second over the ``device_stats`` intervals the spans ran in
     (weighted by their time in each), over the highest rate of any interval. NaN without the
@@ -311,7 +319,8 @@ def _per_interval(t0, t1, ts_ns, counts=None):
     return np.bincount(i[inside], weights=w[inside], minlength=len(t1)).astype("float64")
 
 
-def log_share_during(session, dev, c0, c1, log_ts_ns, log_requests, tail_ts_ns=()):
+def log_share_during(session: Session, dev: str, c0: np.ndarray, c1: np.ndarray, log_ts_ns: ArrayLike,
+                     log_requests: ArrayLike, tail_ts_ns: ArrayLike = ()) -> float:
     """The log's share of a journal's data device's requests during the spans [c0, c1) (ns
     arrays): its write requests (``log_requests``, each count issued at ``log_ts_ns``) and the
     device's cache flushes but the one before each move of the log's tail (at ``tail_ts_ns``:
@@ -337,7 +346,7 @@ def log_share_during(session, dev, c0, c1, log_ts_ns, log_requests, tail_ts_ns=(
     return min(float(((log + np.maximum(flushes - staying, 0.0)) * weight).sum()) / served, 1.0)
 
 
-def checkpoint_waits(session, stalls, costs):
+def checkpoint_waits(session: Session, stalls: pd.DataFrame, costs: pd.DataFrame) -> pd.DataFrame:
     """Per journal (``dev``), the forced-checkpoint waits jstall's bound judges
     (jstall.enough): ``wait_ms`` every task's, the stalls' checkpoint time (their own
     checkpoints and the time queued behind another task's) plus the checkpoint time of forced
@@ -409,7 +418,7 @@ def checkpoint_waits(session, stalls, costs):
     return pd.DataFrame(rows, columns=cols)
 
 
-def untraced_checkpoints(session):
+def untraced_checkpoints(session: Session) -> pd.DataFrame:
     """Forced checkpoints (run in a task, not a jbd2 thread) that fired outside every traced
     call: one row per (``dev``, ``pid``, ``comm``) with ``checkpoints``, ``traced_task`` (the
     task was in the session's scope: it was in a call jstall did not trace; else a task
@@ -434,7 +443,7 @@ def untraced_checkpoints(session):
     return out[cols].reset_index(drop=True)
 
 
-def untraced_text(untraced, most=3):
+def untraced_text(untraced: pd.DataFrame, most: int = 3) -> str:
     """'72 in tar 4121 on 7:1, in a call not traced; ...': where forced checkpoints ran outside
     the traced calls, the largest first."""
     parts = [f"{int(r['checkpoints'])} in {r['comm']} {int(r['pid'])} on {r['dev']}, "
@@ -445,7 +454,7 @@ def untraced_text(untraced, most=3):
     return "; ".join(parts)
 
 
-def checkpoint_writes(session):
+def checkpoint_writes(session: Session) -> pd.DataFrame:
     """jbd2_checkpoint_stats rows with ``forced`` (fired in a task other than a jbd2 thread)
     and ``chp_time_ms`` (from jiffies at hz); ``written`` counts blocks written home."""
     cs = session.checkpoint_stats.copy()
@@ -456,7 +465,7 @@ def checkpoint_writes(session):
     return cs
 
 
-def time_at_forced_level(timeline, limits):
+def time_at_forced_level(timeline: pd.DataFrame, limits: pd.DataFrame) -> pd.Series:
     """Per device, seconds the fill step function spent at or above the forced-checkpoint
     level (each sample holds until the next one on its device)."""
     if not len(timeline):
@@ -513,7 +522,8 @@ def _fill_figures(tl, ntl):
     return row
 
 
-def summary(session, timeline, txns, stalls=None):
+def summary(session: Session, timeline: pd.DataFrame, txns: pd.DataFrame,
+            stalls: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per journal (dev): size, transactions and per-transaction averages, checkpoints,
     fill and log rate.  Units in column names; ``*_pct`` are percent of the log.  Columns
     are taken out of the tables once and split per journal with numpy masks."""
@@ -602,7 +612,7 @@ _PROC_LINES = {
 }
 
 
-def parse_proc_info(text):
+def parse_proc_info(text: str | None) -> dict[str, int] | None:
     """Parse /proc/fs/jbd2/<dev>/info (``jbd2_seq_info_show``) into a dict: ``transactions``,
     ``requested``, ``max_transaction_blocks`` and the integer averages (keys of _PROC_LINES);
     None when ``text`` is empty or unrecognised.  Averages are absent while transactions is 0."""
@@ -636,7 +646,7 @@ _COMPARED = {
 UNDETERMINED_SHARE = 0.10
 
 
-def proc_agreement(session, txns, tolerance=0.01):
+def proc_agreement(session: Session, txns: pd.DataFrame, tolerance: float = 0.01) -> pd.DataFrame:
     """Compare the analyzer's figures with the kernel's /proc/fs/jbd2/<dev>/info deltas.
 
     The kernel prints ``sum // n`` over all ``n`` transactions since mount (times: jiffies

@@ -64,13 +64,21 @@ shorter than the window, and then a larger job of the same kind needs more, up t
 window's worth).
 """
 
+from __future__ import annotations
+
 import math
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from jstall import jbd2
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from numpy.typing import ArrayLike
 
 
 @dataclass(frozen=True)
@@ -106,11 +114,11 @@ class JournalModel:
     home_blocks: int = None
     home_hot_blocks: int = None
 
-    def as_dict(self):
+    def as_dict(self) -> dict:
         return asdict(self)
 
 
-def hot_set(blocks, new_blocks, span, txn_blocks=None):
+def hot_set(blocks: float, new_blocks: float, span: float, txn_blocks: ArrayLike | None = None) -> float:
     """The hot-set size ``D`` with ``(new - D) / (blocks - D) = exp(-span / D)`` (bisection);
     ``new_blocks`` when every block was new (nothing re-logged) or the equation has no root.
 
@@ -166,7 +174,7 @@ STREAMING_SHARE = 0.9
 DEFAULT_EXPIRE_CS, DEFAULT_WRITEBACK_CS = 3000, 500
 
 
-def writeback_window_s(writeback=None):
+def writeback_window_s(writeback: dict | None = None) -> float:
     """Seconds a dirty block waits at most for writeback: dirty_expire plus one flusher
     period (the session's ``writeback`` settings, else the kernel's defaults)."""
     wb = writeback or {}
@@ -175,8 +183,9 @@ def writeback_window_s(writeback=None):
     return (float(expire) + float(period)) / 100.0
 
 
-def model(journal, txns, checkpoint_stats, timeline, kernel_release=None, run_s=None, writeback=None,
-          sync_ns=None, home_writes=None):
+def model(journal: dict, txns: pd.DataFrame, checkpoint_stats: pd.DataFrame, timeline: pd.DataFrame,
+          kernel_release: str | None = None, run_s: float | None = None, writeback: dict | None = None,
+          sync_ns: Sequence[int] | None = None, home_writes: pd.DataFrame | None = None) -> JournalModel | None:
     """The :class:`JournalModel` of one journal (a row of ``journals.summary``), or None
     without committed transactions or journal geometry. ``run_s``: the session's time;
     ``writeback``: its /proc/sys/vm writeback settings (the streaming regime's window);
@@ -252,7 +261,7 @@ def model(journal, txns, checkpoint_stats, timeline, kernel_release=None, run_s=
         home_hot_blocks=f["home_hot"] if home_writes is not None else None)
 
 
-def holding_divisor(divisor, stream_share):
+def holding_divisor(divisor: float, stream_share: float) -> float:
     """Journal blocks per hot-set block (before the log overhead) at the model's upper bound:
     ``divisor`` for a hot set (one transaction holds it), ``divisor / (divisor - 1)`` for a
     stream (the log holds each block once, until it is written home, with one transaction's

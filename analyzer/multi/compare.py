@@ -13,7 +13,10 @@ when both sides have them, else the seconds the workload's calls took to return;
 ``basis`` column says which.
 """
 
+from __future__ import annotations
+
 import os
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -28,6 +31,11 @@ from jstall.analyzer.stalls.find import DEFAULT_MIN_MS
 from jstall.analyzer.summary import json_safe
 from jstall.analyzer.multi.sweep import flatten, find_runs
 from jstall.analyzer.render.text import text_table
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from jstall.analyzer.session.load import Session
 
 #: Version of the JSON document ``jstall compare --json`` prints.
 JSON_SCHEMA_VERSION = 1
@@ -87,7 +95,7 @@ class Comparison:
 
     # --- tables ---------------------------------------------------------------------------
 
-    def calls(self):
+    def calls(self) -> pd.DataFrame:
         """One row per call type traced in either: ``count_a/_b``, ``p50_ms_a/_b``,
         ``p99_ms_a/_b``, ``max_ms_a/_b`` and ``p99_change_pct``."""
         ca, cb = ({c.syscall: c for c in s.calls} for s in (self.sa, self.sb))
@@ -103,7 +111,7 @@ class Comparison:
         return df.sort_values("total_ms_a", ascending=False, na_position="last", kind="stable").reset_index(drop=True) \
             if len(df) else df
 
-    def causes(self):
+    def causes(self) -> pd.DataFrame:
         """One row per cause: stalls and off-CPU ms inside stalls in A and B, and the change."""
         ba, bb = self.sa.stalls.by_cause, self.sb.stalls.by_cause
         rows = [{"cause": c, "stalls_a": ba[c].count, "stalls_b": bb[c].count, "ms_a": ba[c].total_ms,
@@ -111,7 +119,7 @@ class Comparison:
                  "change_pct": _pct_change(ba[c].total_ms, bb[c].total_ms)} for c in ba]
         return pd.DataFrame(rows)
 
-    def stalls(self):
+    def stalls(self) -> pd.DataFrame:
         """Stall totals: count, total/max ms, checkpointed in own task, at the forced level,
         queued behind other tasks, waiting for kernel workers, on the device's queue beside
         another task's checkpoint; forced checkpoints by cost (in stalls and their waits,
@@ -138,7 +146,7 @@ class Comparison:
             rows.append({"figure": label, "a": x, "b": y, "change_pct": _pct_change(x, y)})
         return pd.DataFrame(rows)
 
-    def journal_pairs(self):
+    def journal_pairs(self) -> list[tuple[dict | None, dict | None]]:
         """Journals of A and B paired: by device when both have it, else in order (the
         analyze document's journal entries)."""
         ja, jb = ([j.to_dict() for j in s.journals] for s in (self.sa, self.sb))
@@ -155,7 +163,7 @@ class Comparison:
         pairs += [(None, y) for y in jb if y["dev"] not in used]
         return pairs
 
-    def journals(self):
+    def journals(self) -> pd.DataFrame:
         """One row per (journal pair, figure): ``a``, ``b``, ``change_pct``; headroom low
         (blocks above the forced-checkpoint level at the fullest moment, below 0: reached it)
         included."""
@@ -187,7 +195,7 @@ class Comparison:
     XFS_FIGURES = ("log_mib", "waits", "sleeps", "kernel_sleep_logspace", "wait_ms", "longest_wait_ms",
                    "min_headroom_start_pct")
 
-    def xfs_logs(self):
+    def xfs_logs(self) -> pd.DataFrame:
         """One row per (XFS log pair, figure), paired in order: ``a``, ``b``, ``change_pct``;
         and the log's verdict (big enough)."""
         la, lb = (list(s.xfs_logs) for s in (self.sa, self.sb))
@@ -204,7 +212,7 @@ class Comparison:
                              "change_pct": _pct_change(va, vb) if num else None})
         return pd.DataFrame(rows, columns=["log", "figure", "a", "b", "change_pct"])
 
-    def writers(self, top=5):
+    def writers(self, top: int = 5) -> pd.DataFrame:
         """The top writers of each side by cgroup name (a process's pid differs between runs):
         ``cgroup``, ``comm``, ``share_a``, ``share_b`` (% of what their journals logged over the
         run), the ``top`` largest of either side."""
@@ -220,7 +228,7 @@ class Comparison:
         return pd.DataFrame([{"cgroup": k[0], "comm": k[1], "share_a": a.get(k), "share_b": b.get(k)} for k in keys],
                             columns=["cgroup", "comm", "share_a", "share_b"])
 
-    def phases(self):
+    def phases(self) -> pd.DataFrame:
         """Lab phases present in both: ``seconds_a/_b`` on one ``basis`` ("durable" when
         both phases carry durable seconds, else "returned"), ``ops``, ``change_pct``."""
         pa, pb = _phases(self.a), _phases(self.b)
@@ -235,14 +243,14 @@ class Comparison:
                          "ops_b": y.get("ops"), "change_pct": _pct_change(sa, sb)})
         return pd.DataFrame(rows, columns=["phase", "basis", "seconds_a", "seconds_b", "ops_a", "ops_b", "change_pct"])
 
-    def config_changes(self):
+    def config_changes(self) -> list[tuple[str, object, object]]:
         """Lab options whose values differ: [(key, value in A, value in B)]."""
         ca, cb = _flat_config(self.a), _flat_config(self.b)
         if not ca or not cb:
             return []
         return [(k, ca.get(k), cb.get(k)) for k in sorted(set(ca) | set(cb)) if ca.get(k) != cb.get(k)]
 
-    def filesystem_changes(self):
+    def filesystem_changes(self) -> list[tuple[str, object, object]]:
         """What differs between the two sessions' filesystems, journals, mounts and kernels,
         from their metadata (any two sessions, recorded or lab): [(what, value in A, value in
         B)], journals paired as journal_pairs pairs them (a journal in one only: its device)."""
@@ -277,13 +285,13 @@ class Comparison:
                 out.append((pre + "mount options", ",".join(sorted(oa - ob)) or "-", ",".join(sorted(ob - oa)) or "-"))
         return out
 
-    def changes(self):
+    def changes(self) -> list[tuple[str, object, object]]:
         """What B changed: the lab options when both are lab runs, else filesystem_changes()."""
         return self.config_changes() or self.filesystem_changes()
 
     # --- the verdict ----------------------------------------------------------------------
 
-    def verdict(self):
+    def verdict(self) -> str:
         """One line with numbers: what B did to A's dominant stall cause (its stall time,
         off CPU, before and after) and to the phase whose time changed most."""
         A, B = self.names
@@ -329,7 +337,7 @@ class Comparison:
 
     # --- output ---------------------------------------------------------------------------
 
-    def to_dict(self):
+    def to_dict(self) -> dict:
         """The ``jstall compare --json`` document (docs/analysis.md, Compare)."""
         def rec(df):
             return [] if not len(df) else df.astype(object).where(df.notna(), None).to_dict("records")
@@ -349,7 +357,7 @@ class Comparison:
                                 "b": [r.to_dict() for r in self.b.recommendations]},
         })
 
-    def text(self):
+    def text(self) -> str:
         """The side-by-side summary ``jstall compare`` prints."""
         A, B = self.names
 
@@ -425,7 +433,7 @@ def _s(ms):
     return f"{ms / 1000:.2f} s" if ms >= 1000 or ms == 0 else f"{ms:.0f} ms"
 
 
-def parse_side(text):
+def parse_side(text: str) -> tuple[str, dict[str, str] | None]:
     """``SWEEP_DIR:key=value[,key=value...]`` -> (sweep dir, {key: value}); a plain path ->
     (path, None).  Only a sweep directory (holding sweep.json) takes a selection."""
     if ":" in text and not os.path.exists(text):
@@ -436,7 +444,8 @@ def parse_side(text):
     return text, None
 
 
-def select_configuration(sweep_dir, selection, min_ms=DEFAULT_MIN_MS):
+def select_configuration(sweep_dir: str, selection: dict[str, str],
+                         min_ms: float = DEFAULT_MIN_MS) -> tuple[Analysis, list[str], str]:
     """The runs of a sweep whose lab options match ``selection`` ({option: value as text,
     e.g. {"inode_size": "128"}}), analyzed; the representative is the run with the median
     stall time (the lower middle one of an even count).  Returns (analysis, runs, note)."""
@@ -458,7 +467,8 @@ def select_configuration(sweep_dir, selection, min_ms=DEFAULT_MIN_MS):
     return rep, runs, note
 
 
-def compare(a, b, min_ms=DEFAULT_MIN_MS, names=("A", "B")):
+def compare(a: str | Session | Analysis, b: str | Session | Analysis, min_ms: float = DEFAULT_MIN_MS,
+            names: Sequence[str] = ("A", "B")) -> Comparison:
     """Compare two sessions (paths, Sessions or Analyses); returns a :class:`Comparison`."""
     notes = []
     sides = []

@@ -16,7 +16,10 @@ the ``jstall analyze --json`` document's, unchanged.  Rankings (:meth:`Fleet.hos
 Sessions that fail to load are kept in :attr:`Fleet.errors` with their error.
 """
 
+from __future__ import annotations
+
 import os
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -31,6 +34,11 @@ from jstall.analyzer.stalls.find import DEFAULT_MIN_MS
 from jstall.analyzer.summary import json_safe
 from jstall.analyzer.analysis import analyze
 from jstall.analyzer.render.text import text_table
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Sequence
+
+    from distributed import Client, LocalCluster
 
 #: Version of the JSON document ``jstall fleet --json`` prints.
 JSON_SCHEMA_VERSION = 1
@@ -49,7 +57,7 @@ def _split(url):
     return fs, path, protocol in ("file", "local")
 
 
-def find_sessions(paths):
+def find_sessions(paths: Iterable[str]) -> list[str]:
     """Session locations under ``paths``: a directory holding ``metadata.json`` is a
     session; other directories are searched recursively; globs expand first.  Local
     sessions come back as plain paths, others as URLs.  Raises JstallError for a path that
@@ -133,7 +141,7 @@ def _analyze_url(url, min_ms):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def summarize(url, min_ms=DEFAULT_MIN_MS):
+def summarize(url: str, min_ms: float = DEFAULT_MIN_MS) -> dict:
     """Summarize one session (runs on a worker): ``{"path", "error", "analysis",
     "journal_causes", "histograms"}``.  ``analysis`` is ``analyze(path, min_ms).to_dict(top=1)``
     -- the ``jstall analyze --json`` document with only the slowest stall listed; a session that
@@ -151,14 +159,14 @@ def summarize(url, min_ms=DEFAULT_MIN_MS):
         return {"path": url, "error": f"{type(e).__name__}: {msg}".rstrip(": ")}
 
 
-def summarize_many(urls, min_ms=DEFAULT_MIN_MS):
+def summarize_many(urls: Iterable[str], min_ms: float = DEFAULT_MIN_MS) -> list[dict]:
     """:func:`summarize` over a batch (one Dask task per batch keeps scheduling cheap)."""
     return [summarize(u, min_ms) for u in urls]
 
 
 # --- many sessions, on Dask -----------------------------------------------------------------
 
-def local_cluster(n_workers=None):
+def local_cluster(n_workers: int | None = None) -> LocalCluster:
     """A LocalCluster of single-threaded worker processes, one per CPU (pandas holds the
     GIL), listening on localhost only; its HTTP server (distributed always starts one) takes
     a free port rather than 8787, so it never clashes with another cluster."""
@@ -171,7 +179,8 @@ def local_cluster(n_workers=None):
                         dashboard_address=":0", silence_logs=logging.ERROR)
 
 
-def summarize_all(urls, client, min_ms=DEFAULT_MIN_MS, batch=None, progress=None):
+def summarize_all(urls: Sequence[str], client: Client, min_ms: float = DEFAULT_MIN_MS, batch: int | None = None,
+                  progress: Callable[[int, int], object] | None = None) -> list[dict]:
     """Summaries of ``urls`` (in their order) computed on ``client``'s workers.  Batches of
     about ``batch`` sessions (default: enough for 8 tasks per worker) are one task each;
     results are gathered as they finish and their futures released."""
@@ -201,7 +210,8 @@ def summarize_all(urls, client, min_ms=DEFAULT_MIN_MS, batch=None, progress=None
     return [s for part in out for s in part]
 
 
-def run_fleet(paths, scheduler=None, min_ms=DEFAULT_MIN_MS, n_workers=None, progress=None):
+def run_fleet(paths: Sequence[str], scheduler: str | None = None, min_ms: float = DEFAULT_MIN_MS,
+              n_workers: int | None = None, progress: Callable[[int, int], object] | None = None) -> Fleet:
     """Find the sessions under ``paths`` and summarize them on Dask (a LocalCluster, or the
     scheduler at ``scheduler``, e.g. ``tcp://host:8786``).  Returns a :class:`Fleet`."""
     from distributed import Client
@@ -345,16 +355,16 @@ class Fleet:
         out = out.join(causes)
         return out.sort_values(["stall_ms", "stalls"], ascending=False, kind="stable").reset_index()
 
-    def hosts(self):
+    def hosts(self) -> pd.DataFrame:
         """Hosts ranked by stall time: sessions, stalls, stall ms (and per hour recorded), worst
         stall, forced checkpoints, lowest headroom, the dominant cause and ms per cause."""
         return self._rank(["host"])
 
-    def filesystems(self):
+    def filesystems(self) -> pd.DataFrame:
         """Filesystems (host, device, mount point) ranked by stall time, as :meth:`hosts`."""
         return self._rank(["host", "dev", "mountpoint", "journal_mib", "inode_size"])
 
-    def writers(self):
+    def writers(self) -> pd.DataFrame:
         """Who fills the journals over the fleet: one row per cgroup name and journal kind
         (``jbd2``: the blocks its processes logged; ``xfs``: the log bytes), summed over every
         session's writers (the analyze document's ``writers.writers``), with ``share_pct`` of
@@ -402,7 +412,7 @@ class Fleet:
                                         kind="stable").reset_index(drop=True)[cols]
         return self._writers.copy()
 
-    def histograms(self):
+    def histograms(self) -> pd.DataFrame:
         """Fleet-wide log2 latency histograms: one row per (syscall, bucket) with ``low_ns``,
         ``high_ns`` and ``count`` -- the sum of every session's call_histograms."""
         if getattr(self, "_histograms", None) is not None:  # the text, JSON and HTML each ask
@@ -418,7 +428,7 @@ class Fleet:
         self._histograms = pd.DataFrame(rows, columns=["syscall", "bucket", "low_ns", "high_ns", "count"])
         return self._histograms.copy()
 
-    def distributions(self):
+    def distributions(self) -> pd.DataFrame:
         """Per syscall over the fleet: ``count`` (exact: histograms add up), ``sessions``,
         ``p50_ms``/``p99_ms`` (the log2 bucket holding that rank: its upper bound, so never an
         underestimate), ``max_ms`` (the largest maximum of any session, exact)."""
@@ -443,7 +453,7 @@ class Fleet:
 
     # --- output ---------------------------------------------------------------------------
 
-    def to_dict(self):
+    def to_dict(self) -> dict:
         """The ``jstall fleet --json`` document (docs/fleet.md)."""
         def records(df):
             return [] if df is None or not len(df) else df.astype(object).where(df.notna(), None).to_dict("records")
@@ -458,7 +468,7 @@ class Fleet:
             "writers": records(self.writers()), "rows": records(self.rows), "errors": records(self.errors),
         })
 
-    def text(self, top=20):
+    def text(self, top: int = 20) -> str:
         """The summary ``jstall fleet`` prints."""
 
         def f(v, fmt="{:.1f}"):

@@ -7,8 +7,11 @@ configuration (the values of the swept options), every figure is reported as mea
 standard deviation over the repeats (jstall.metadata.mean_sd, as the lab's own summary).
 """
 
+from __future__ import annotations
+
 import os
 import re
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -21,11 +24,14 @@ from jstall.analyzer.analysis import analyze
 from jstall.analyzer.summary import JSON_SCHEMA_VERSION, json_safe
 from jstall.analyzer.render.text import text_table
 
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
 #: Config keys that differ between repeats of one configuration, never a swept option.
 _NOT_OPTIONS = {"seed", "repeat", "run", "run_id", "session", "scratch", "output", "out", "name"}
 
 
-def flatten(d, prefix=""):
+def flatten(d: dict | None, prefix: str = "") -> dict:
     out = {}
     for k, v in (d or {}).items():
         key = f"{prefix}{k}"
@@ -43,7 +49,7 @@ def _rate_key(p):
     return PhaseRecord.from_dict(p).main_rate()
 
 
-def find_runs(path, depth=3):
+def find_runs(path: str, depth: int = 3) -> list[str]:
     """Session directories (holding metadata.json) under ``path``, sorted by path."""
     found = []
     base = path.rstrip(os.sep).count(os.sep)
@@ -122,10 +128,10 @@ class Sweep:
         self.options = self._options()
 
     @property
-    def name(self):
+    def name(self) -> str:
         return os.path.basename(os.path.normpath(self.path))
 
-    def rate_unit(self, phase):
+    def rate_unit(self, phase: str) -> str:
         return self._rate_units.get(phase, "per s").replace("_per_s", "/s").replace("_", " ")
 
     def _options(self):
@@ -145,7 +151,7 @@ class Sweep:
             ("_ms", "_s", "_rate"))]
 
     @staticmethod
-    def value_key(v):
+    def value_key(v: object) -> tuple[int, float, str]:
         """Sort key for option values: sizes like 16M/1G by bytes, numbers numerically."""
         s = str(v)
         m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGT]i?B?)?", s, re.I)
@@ -154,7 +160,7 @@ class Sweep:
             return (0, float(m.group(1)) * mult, s)
         return (1, 0.0, s)
 
-    def measures(self):
+    def measures(self) -> list[str]:
         """The measured columns aggregated per configuration."""
         base = ["stalls", "stall_ms", "max_stall_ms", "forced_checkpoints", "transactions", "max_fill_pct"]
         base += [f"{c}_ms" for c in causes.CAUSES]
@@ -163,7 +169,7 @@ class Sweep:
         phases = [f"{p}_{k}" for p in self.phases for k in ("s", "returned_s", "rate") if f"{p}_{k}" in self.runs]
         return [c for c in base + sorted(calls) + phases if c in self.runs]
 
-    def by_config(self, options=None):
+    def by_config(self, options: Iterable[str] | None = None) -> pd.DataFrame:
         """Mean and standard deviation (``<col>_mean``, ``<col>_sd``) of every measure per
         combination of ``options`` (default: all swept options), with ``runs`` (count)."""
         options = list(self.options if options is None else options)
@@ -181,11 +187,11 @@ class Sweep:
         out["_order"] = range(len(out))
         return out.reset_index(drop=True)
 
-    def by_option(self, option):
+    def by_option(self, option: str) -> pd.DataFrame:
         """by_config grouped by ``option`` and the other swept options."""
         return self.by_config([option] + [o for o in self.options if o != option])
 
-    def phase_table(self, row_option=None, value="rate"):
+    def phase_table(self, row_option: str | None = None, value: str = "rate") -> pd.DataFrame:
         """The journal-size layout: rows the values of ``row_option`` (default
         ``journal_size`` when swept, else the first option), columns the phases, cells
         ``mean ± sd`` of each phase's rate (or seconds with ``value="s"``)."""
@@ -206,7 +212,7 @@ class Sweep:
         index = pd.MultiIndex.from_frame(t[keys]) if len(keys) > 1 else pd.Index(t[keys[0]], name=keys[0])
         return pd.DataFrame(cols, index=index)
 
-    def to_dict(self):
+    def to_dict(self) -> dict:
         """JSON document of the sweep (see docs/analysis.md)."""
         t = self.by_config().drop(columns="_order")
         return json_safe({
@@ -216,7 +222,7 @@ class Sweep:
             "runs": self.runs.to_dict(orient="records"),
         })
 
-    def text(self):
+    def text(self) -> str:
         """The sweep tables as text."""
         out = [f"sweep {self.path}: {len(self.runs)} runs; swept: {', '.join(self.options) or 'nothing'}"]
         out += [f"WARNING: {w}" for w in self.warnings]
@@ -258,7 +264,7 @@ class Sweep:
         return "\n".join(out) + "\n"
 
 
-def analyze_sweep(path, min_ms=10.0):
+def analyze_sweep(path: str | os.PathLike, min_ms: float = 10.0) -> Sweep:
     """Analyze every run of the sweep at ``path``; returns a :class:`Sweep`."""
     path = os.fspath(path)
     if not os.path.isdir(path):

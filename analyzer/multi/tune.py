@@ -8,12 +8,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from jstall import kinds
 from jstall.enough import bound, judge
 from jstall.errors import JstallError
 from jstall.metadata import TUNE_FILE
+
+if TYPE_CHECKING:
+    from jstall.enough import Enough
 
 TUNE_FORMAT = "jstall-tune"
 TUNE_VERSION = 1
@@ -64,14 +67,14 @@ class TuneRun:
     log_space_stall_ms: float = 0.0
 
     @property
-    def enough(self):
+    def enough(self) -> Enough | None:
         """The jstall.enough verdict of the run (None for a run measured before it)."""
         if self.run_ms is None:
             return None
         return judge(self.checkpoint_waits_ms, self.longest_checkpoint_wait_ms, self.run_ms, self.kind)
 
     @property
-    def big_enough(self):
+    def big_enough(self) -> bool:
         """The journal was big enough for the run (jstall.enough; runs measured before it: no
         forced checkpoint and no checkpoint stall)."""
         e = self.enough
@@ -98,7 +101,7 @@ class Prediction:
     big_enough: bool = None
     predicted_high_ms: float = None
 
-    def error(self):
+    def error(self) -> str:
         """The prediction's error as text: 'in' when the measured lies in the predicted range,
         else its distance from the nearest end in % of the measured; '-' when nothing was
         removed."""
@@ -138,14 +141,14 @@ class TuneResult:
     refused: list = dataclasses.field(default_factory=list)
 
     @property
-    def tried_mib(self):
+    def tried_mib(self) -> list[int]:
         return [r.journal_mib for r in self.runs]
 
     @property
-    def xfs(self):
+    def xfs(self) -> bool:
         return kinds.of_fs_type((self.config or {}).get("fs_type")) is kinds.XFS
 
-    def to_dict(self):
+    def to_dict(self) -> dict:
         def run(r):
             return {**dataclasses.asdict(r), "big_enough": r.big_enough}
 

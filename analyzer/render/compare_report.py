@@ -1,13 +1,19 @@
 """The comparison HTML report: the verdict first, A against B per cause, call, phase and
 journal figure, then both sessions' timelines.  (Figures here only draw.)"""
 
+from __future__ import annotations
+
 import html
+from typing import TYPE_CHECKING
 
 from jstall.analyzer.render import figures
 from jstall.analyzer.render.report import figure_div, headline, html_page, html_table, session_headline
 
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
 
-def causes_side_by_side(comparison):
+
+def causes_side_by_side(comparison) -> go.Figure:
     """Grouped bars: stall time (s off CPU inside stalls) per cause, A and B."""
     import plotly.graph_objects as go
 
@@ -23,7 +29,7 @@ def causes_side_by_side(comparison):
     return fig
 
 
-def latency_side_by_side(comparison):
+def latency_side_by_side(comparison) -> go.Figure:
     """p99 and max latency per call type, A and B (log scale)."""
     import plotly.graph_objects as go
 
@@ -40,7 +46,7 @@ def latency_side_by_side(comparison):
     return fig
 
 
-def phases_side_by_side(comparison):
+def phases_side_by_side(comparison) -> go.Figure:
     """Lab phase times, A and B (durable seconds when both have them)."""
     import plotly.graph_objects as go
 
@@ -54,7 +60,7 @@ def phases_side_by_side(comparison):
     return fig
 
 
-def compare_report(comparison):
+def compare_report(comparison) -> str:
     """The comparison as one self-contained HTML page."""
     c = comparison
     A, B = c.names

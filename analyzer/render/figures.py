@@ -5,6 +5,10 @@ returns a ``plotly.graph_objects.Figure``.  Times on x axes are seconds since th
 start.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
@@ -12,6 +16,11 @@ from plotly.subplots import make_subplots
 
 from jstall.analyzer.stalls.causes import CAUSES, COLOURS
 from jstall.analyzer.jbd2.fill import asof
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
+    from jstall.analyzer.analysis import Analysis
 
 #: cause -> colour (the causes registry holds them).
 CAUSE_COLORS = COLOURS
@@ -73,7 +82,7 @@ def _bands(x0, x1, y0, y1):
     return xs, ys
 
 
-def merge_intervals(start, end, gap):
+def merge_intervals(start: ArrayLike, end: ArrayLike, gap: float) -> tuple[np.ndarray, np.ndarray]:
     """Sorted intervals whose gaps are at most ``gap`` merged into one: (starts, ends)."""
     start = np.asarray(start, dtype="float64")
     end = np.asarray(end, dtype="float64")
@@ -99,7 +108,8 @@ def _thin(tl):
     return tl[tl.index.isin(keep)].sort_values("ts_ns", kind="stable")
 
 
-def thin_stalls(st, t0, t1, buckets=MAX_STALLS // 2):
+def thin_stalls(st: pd.DataFrame, t0: float, t1: float,
+                buckets: int = MAX_STALLS // 2) -> tuple[pd.DataFrame, bool]:
     """At most about MAX_STALLS stalls: all of them when there are few, else per time bucket
     and cause the slowest one.  Returns (stalls, thinned?)."""
     if len(st) <= MAX_STALLS:
@@ -110,7 +120,7 @@ def thin_stalls(st, t0, t1, buckets=MAX_STALLS // 2):
     return st.loc[sorted(idx.tolist())], True
 
 
-def timeline(analysis, dev=None):
+def timeline(analysis: Analysis, dev: str | None = None) -> go.Figure:
     """Stalled calls over the journal's headroom, for one journal (default: the one with the
     most stall time, else the first).  Rows: headroom % (log space left minus
     j_max_transaction_buffers; below 0 handles wait) with checkpoints; stalled calls as segments
@@ -237,7 +247,7 @@ def _add_bands(fig, ph, own, gap, t0):
                       row=3, col=1)
 
 
-def latency(analysis):
+def latency(analysis: Analysis) -> go.Figure:
     """Latency distribution per call: counts per log2 bucket (all traced calls)."""
     h = analysis.session.call_histograms
     fig = go.Figure()
@@ -257,7 +267,7 @@ def latency(analysis):
     return fig
 
 
-def causes(analysis):
+def causes(analysis: Analysis) -> go.Figure:
     """Stall time by cause (off-CPU ms inside stalls) with the stall count per primary cause."""
     c = analysis.causes.reset_index()
     fig = go.Figure(go.Bar(x=c["cause"], y=c["total_ms"], marker_color=[CAUSE_COLORS[k] for k in c["cause"]],
@@ -268,7 +278,7 @@ def causes(analysis):
     return fig
 
 
-def transactions(analysis):
+def transactions(analysis: Analysis) -> go.Figure:
     """Per transaction: blocks and logged blocks, and commit phase times (ms, stacked)."""
     t = analysis.transactions
     grouped = len(t) > MAX_TRANSACTIONS
@@ -291,7 +301,7 @@ def transactions(analysis):
     return fig
 
 
-def group_transactions(t, groups=MAX_TRANSACTIONS // 2):
+def group_transactions(t: pd.DataFrame, groups: int = MAX_TRANSACTIONS // 2) -> pd.DataFrame:
     """Consecutive transactions of each journal grouped into at most ``groups`` groups, each
     row the group's first transaction id and its largest blocks, logged blocks and phase times
     (peaks survive); ``group_size`` is the transactions per group."""
@@ -306,7 +316,8 @@ def group_transactions(t, groups=MAX_TRANSACTIONS // 2):
     return pd.concat(out, ignore_index=True)
 
 
-def sweep_option(table, option, value, error=None, title=None, ylabel=None, group=None):
+def sweep_option(table: pd.DataFrame, option: str, value: str, error: str | None = None, title: str | None = None,
+                 ylabel: str | None = None, group: str | None = None) -> go.Figure:
     """One swept option on x, ``value`` on y (one line per ``group``), error bars from ``error``."""
     fig = go.Figure()
     groups = [(None, table)] if group is None else list(table.groupby(group, sort=True))
@@ -320,7 +331,7 @@ def sweep_option(table, option, value, error=None, title=None, ylabel=None, grou
     return fig
 
 
-def device_served(analysis):
+def device_served(analysis: Analysis) -> go.Figure:
     """What each block device under the traced filesystems served (the session's device_stats:
     a lab run's emulated devices, or those jstall record sampled): requests per second --
     writes and reads as a throttle counts them (completed + merged), cache flushes -- and its
@@ -364,7 +375,7 @@ def device_served(analysis):
     return fig
 
 
-def size_curve(table):
+def size_curve(table: pd.DataFrame) -> go.Figure:
     """The predicted waits and stall time (ms) against the journal's or log's size (MiB): a
     band from the low to the high end per filesystem (advice.curve.curves' table)."""
     fig = go.Figure()

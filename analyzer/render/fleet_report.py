@@ -1,14 +1,20 @@
 """The fleet HTML report: rankings, fleet-wide latency distributions, every session's row.
 (Figures here only draw; the tables come from :class:`~jstall.analyzer.multi.fleet.Fleet`.)"""
 
+from __future__ import annotations
+
 import html
+from typing import TYPE_CHECKING
 
 from jstall.analyzer.stalls.causes import CAUSES
 from jstall.analyzer.render.figures import CAUSE_COLORS
 from jstall.analyzer.render.report import html_table, figure_div, html_page, headline
 
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
 
-def stall_time_by_host(fleet, top=30):
+
+def stall_time_by_host(fleet, top: int = 30) -> go.Figure:
     """Stacked bars: stall time per cause for the ``top`` worst hosts."""
     import plotly.graph_objects as go
 
@@ -24,7 +30,7 @@ def stall_time_by_host(fleet, top=30):
     return fig
 
 
-def latency_distributions(fleet):
+def latency_distributions(fleet) -> go.Figure:
     """Fleet-wide calls per log2 latency bucket, one line per call type (exact counts)."""
     import plotly.graph_objects as go
 
@@ -40,7 +46,7 @@ def latency_distributions(fleet):
     return fig
 
 
-def fleet_report(fleet, top=50):
+def fleet_report(fleet, top: int = 50) -> str:
     """The fleet report as one self-contained HTML page."""
 
     f = fleet

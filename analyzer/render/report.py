@@ -9,13 +9,24 @@
 - the page starts with headline figures; tables wrap to fit a 1,400-pixel window.
 """
 
+from __future__ import annotations
+
 import html
 import math
+from typing import TYPE_CHECKING
 
 from jstall.analyzer.advice import curve
 from jstall.analyzer.render import figures
 from jstall.jbd2 import headroom_low
 from jstall.analyzer.render.text import session_summary
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    import pandas as pd
+    import plotly.graph_objects as go
+
+    from jstall.analyzer.analysis import Analysis
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1340px;padding:0 16px;
@@ -82,7 +93,7 @@ def _plotly_gz_b64():
     return _PLOTLY_GZ["v"]
 
 
-def html_page(title, body):
+def html_page(title: str, body: str) -> str:
     return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<meta name=\"viewport\" content=\"width=device-width\"><title>{html.escape(title)}</title>"
             f"<style>{_CSS}</style></head>"
@@ -91,7 +102,7 @@ def html_page(title, body):
             f"<script>{_LOADER}</script>\n</body></html>\n")
 
 
-def figure_div(fig, div_id):
+def figure_div(fig: go.Figure, div_id: str) -> str:
     """A figure as a div and its JSON (drawn by the page's loader)."""
     from plotly.io import to_json
 
@@ -108,7 +119,7 @@ def _header(c):
     return html.escape(str(c)).replace("_", "_<wbr>")
 
 
-def html_table(df, floatfmt="{:.2f}", wrap=False):
+def html_table(df: pd.DataFrame, floatfmt: str = "{:.2f}", wrap: bool = False) -> str:
     """A DataFrame as an HTML table (numbers formatted, text escaped; text cells wrap)."""
     def cell(v):
         if isinstance(v, float):
@@ -125,7 +136,7 @@ def html_table(df, floatfmt="{:.2f}", wrap=False):
     return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
 
 
-def headline(items):
+def headline(items: Iterable[tuple[str, str, str]]) -> str:
     """Headline figures as cards: ``items`` of (label, value, note); value and note are
     HTML-safe text."""
     cards = "".join(f'<div class="card"><div class="k">{html.escape(k)}</div><div class="v">{v}</div>'
@@ -143,7 +154,7 @@ def _recs(recs):
     return "\n".join(out)
 
 
-def session_headline(analysis):
+def session_headline(analysis: Analysis) -> str:
     """The headline cards of one session's analysis (its summary): stall count and time,
     dominant cause, worst call, headroom low, the first recommendation."""
     su = analysis.summary
@@ -177,7 +188,7 @@ def session_headline(analysis):
     return headline(items)
 
 
-def session_report(analysis):
+def session_report(analysis: Analysis) -> str:
     """The HTML report of one session analysis."""
     a = analysis
     parts = [f"<h1>jstall report: {html.escape(a.session.name)}</h1>", session_headline(a)]
@@ -220,7 +231,7 @@ def session_report(analysis):
     return html_page(f"jstall: {a.session.name}", "\n".join(parts))
 
 
-def sweep_report(sweep):
+def sweep_report(sweep) -> str:
     """The HTML report of a sweep analysis (:class:`~jstall.analyzer.multi.sweep.Sweep`)."""
     parts = [f"<h1>jstall sweep report: {html.escape(sweep.name)}</h1>"]
     for w in sweep.warnings:

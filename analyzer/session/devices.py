@@ -2,17 +2,25 @@
 recorder's samples of the traced journals' devices, or the lab's of its emulated ones),
 over the whole session and during its stalls."""
 
+from __future__ import annotations
+
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from jstall.analyzer.session.load import Session
 
 COLUMNS = ["role", "dev", "lower_dev", "seconds", "read_ios", "write_ios", "write_iops", "busy_pct",
            "stall_seconds", "write_iops_in_stalls", "busy_pct_in_stalls", "limit_write_iops", "limit_pct",
            "limit_pct_in_stalls"]
 
 
-def device_summary(session, stalls):
+def device_summary(session: Session, stalls: pd.DataFrame) -> pd.DataFrame:
     """One row per device (``role`` data or journal, ``dev`` the filesystem's, ``lower_dev`` the
     one that served the requests): requests over the session, ``write_iops``, ``busy_pct``
     (the share of the time the device had a request in flight, from io_ticks), and the same
@@ -54,7 +62,7 @@ def device_summary(session, stalls):
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def write_limit(session, lower_dev):
+def write_limit(session: Session, lower_dev: object) -> float | None:
     """The writes a second a device (the lower device that serves a filesystem's requests) is
     held to, where the session knows it: the lab's throttle on it (lab metadata); else None."""
     lab = session.meta.get("lab") or {}
@@ -62,14 +70,14 @@ def write_limit(session, lower_dev):
     return (throttles.get(str(lower_dev)) or {}).get("write_iops")
 
 
-def device_rows(session, dev, role="data"):
+def device_rows(session: Session, dev: str, role: str = "data") -> pd.DataFrame:
     """The ``device_stats`` rows of a filesystem's device (``role`` data or journal; none
     without its counters)."""
     ds = session.device_stats
     return ds[(ds["role"].astype("str") == role) & (ds["dev"].astype("str") == dev)] if len(ds) else ds
 
 
-def device_time(session, dev, role="data"):
+def device_time(session: Session, dev: str, role: str = "data") -> dict | None:
     """What a filesystem's device (``role`` data or journal) served over the session, as device
     time: ``{"writes", "flushes", "requests", "device_ms", "basis"}``, or None without its
     counters. Device time is its busy time (io_ticks); on a lab device paced at a write rate
@@ -98,7 +106,7 @@ def _limit(r, key):
     return f" ({v:.0f}% of its limit, {r['limit_write_iops']:,.0f} writes/s)"
 
 
-def device_lines(records):
+def device_lines(records: Iterable[dict]) -> list[str]:
     """One line per device (device_summary's rows as records), for the text summary."""
     out = []
     for r in records:

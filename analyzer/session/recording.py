@@ -5,9 +5,17 @@ Metadata keys are read as written (docs/session-format.md); a key that is absent
 of the output, never guessed.  Pure functions of the session (metadata and table sizes).
 """
 
+from __future__ import annotations
+
 import signal
+from typing import TYPE_CHECKING
 
 from jstall.analyzer.session.window import session_bounds, wall_hms, wall_iso
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from jstall.analyzer.session.load import Session
 
 #: A buffer that lost less than this share of its events gets a note, not a warning.
 NOTE_SHARE = 0.01
@@ -22,13 +30,13 @@ BUFFER_TABLES = {
 }
 
 
-def recorded_min_ms(meta):
+def recorded_min_ms(meta: dict) -> float | None:
     """The threshold the recorder stored calls at (metadata ``min_ms``), or None."""
     v = meta.get("min_ms")
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def effective_min_ms(meta, requested):
+def effective_min_ms(meta: dict, requested: float) -> float:
     """The stall threshold an analysis can honour: calls faster than the recorded ``min_ms``
     were never stored, so a lower request is raised to it."""
     rec = recorded_min_ms(meta)
@@ -36,7 +44,7 @@ def effective_min_ms(meta, requested):
     return max(requested, rec) if rec is not None else requested
 
 
-def exit_status_text(status):
+def exit_status_text(status: int | None) -> str | None:
     """``command_exit_status`` in words: ``exit status 3``, ``killed by signal 9 (SIGKILL)``."""
     if status is None:
         return None
@@ -50,7 +58,7 @@ def exit_status_text(status):
     return f"exit status {status}"
 
 
-def filters_text(filters):
+def filters_text(filters: object) -> str | None:
     """The metadata ``filters`` in words, or None when absent."""
     if not isinstance(filters, dict):
         return None
@@ -66,7 +74,7 @@ def filters_text(filters):
     return "; ".join(parts) if parts else "none (every process, every ext4)"
 
 
-def traced_calls(meta):
+def traced_calls(meta: dict) -> list[str] | None:
     """The names of the traced system calls (metadata ``probes.syscalls``), or None."""
     v = (meta.get("probes") or {}).get("syscalls")
     if not isinstance(v, list):
@@ -74,7 +82,7 @@ def traced_calls(meta):
     return [str(x) for x in v]
 
 
-def completeness(session):
+def completeness(session: Session) -> dict:
     """How whole the recording is: a dict ``status``, ``complete`` (bool), ``through``
     (ISO 8601 of the last data kept, or None), ``through_s`` (seconds since the start) and
     ``reason`` (words, or None when complete); ``note`` (words) for a system-wide recording
@@ -138,14 +146,14 @@ def _last_event_ns(session):
     return last
 
 
-def home_writes(session):
+def home_writes(session: Session) -> pd.DataFrame | None:
     """The session's home_writes table where its probes counted the blocks forced checkpoints
     wrote home (its events_lost has the key), else None: an empty table then means not
     counted, not none written."""
     return session.home_writes if "home_writes" in (session.meta.get("events_lost") or {}) else None
 
 
-def losses(session):
+def losses(session: Session) -> list[dict]:
     """Events lost per ring buffer against the rows kept: one dict per buffer with losses,
     ``{"buffer", "lost", "kept", "share"}`` where ``share = lost / (lost + kept)``.  For
     ``stacks`` (``stacks_lost``, kernel stack captures that failed) ``kept`` counts the
@@ -173,7 +181,7 @@ def losses(session):
     return out
 
 
-def loss_messages(session):
+def loss_messages(session: Session) -> tuple[list[str], list[str]]:
     """(warnings, notes): one message per buffer that lost events, sized by its share.  A
     share under NOTE_SHARE is a note (figures barely change); above it a warning (counts and
     times are lower bounds)."""
@@ -200,7 +208,7 @@ def loss_messages(session):
     return warnings, notes
 
 
-def header(session):
+def header(session: Session) -> dict:
     """What was recorded: ``command``, ``exit_status``, ``exit_status_text``, ``filters``,
     ``traced_calls``, ``status``, ``complete``, ``through``, ``through_s``, ``start``, ``end``
     (ISO 8601); keys whose metadata is absent are None."""
@@ -223,7 +231,7 @@ def header(session):
     }
 
 
-def session_span_s(session):
+def session_span_s(session: Session) -> float:
     """The session's duration in seconds (metadata clocks; else the span of its events); a
     session restricted to a time window lasts as long as the window."""
     if getattr(session, "window_ns", None):

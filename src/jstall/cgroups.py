@@ -20,8 +20,14 @@ Pure functions and one reader; no pandas.
     'pod 1f2e-3d4c (burstable) container 0123456789ab'
 """
 
+from __future__ import annotations
+
 import os
 import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 #: where the cgroup v2 hierarchy is mounted: alone at /sys/fs/cgroup, or beside the v1
 #: controllers at /sys/fs/cgroup/unified (systemd's hybrid layout)
@@ -40,7 +46,7 @@ _SYSTEMD_POD = re.compile(
     r"^(?:kubelet-)?kubepods(?:-(besteffort|burstable))?-pod([0-9a-fA-F_]+)\.slice$")
 
 
-def root():
+def root() -> str | None:
     """The cgroup v2 mount point (ROOTS), or None when there is none."""
     for r in ROOTS:
         if os.path.exists(os.path.join(r, "cgroup.procs")) and _is_cgroup2(r):
@@ -56,7 +62,7 @@ def _is_cgroup2(path):
         return False
 
 
-def paths_of(ids, top=None):
+def paths_of(ids: Iterable[int], top: str | None = None) -> dict[str, str]:
     """{str(cgroup id): path under the cgroup v2 mount ('/' for its root)} for the ``ids``
     found (a cgroup removed since has none)."""
     top = top or root()
@@ -87,7 +93,7 @@ def _container(part):
     return None
 
 
-def name_of(path):
+def name_of(path: str | None) -> dict:
     """What the cgroup at ``path`` (under the cgroup v2 mount) is: a dict with ``kind``
     ('root', 'pod', 'container', 'systemd' or 'cgroup'), ``name`` (one line a person reads),
     and where known ``unit`` (systemd), ``runtime`` and ``container`` (the full id),
@@ -144,6 +150,6 @@ def name_of(path):
     return {"kind": "cgroup", "name": path}
 
 
-def names(paths):
+def names(paths: dict | None) -> dict[str, str]:
     """{cgroup id: name_of(path)['name']} of a session's metadata ``cgroups`` ({id: path})."""
     return {str(k): name_of(v)["name"] for k, v in (paths or {}).items()}

@@ -6,9 +6,13 @@ import argparse
 import importlib
 import logging
 import sys
+from typing import TYPE_CHECKING
 
 from . import __version__
 from .errors import JstallError
+
+if TYPE_CHECKING:
+    from types import ModuleType
 
 # subcommand -> module that defines add_arguments(parser) and run(args) -> exit status
 COMMANDS = {
@@ -24,7 +28,7 @@ COMMANDS = {
 }
 
 
-def description(mod, default: str | None = None) -> str | None:
+def description(mod: ModuleType, default: str | None = None) -> str | None:
     """A command module's description: its ``description()`` when it builds one as the parser
     is built (e.g. from a registry), else its ``DESCRIPTION``."""
     build = getattr(mod, "description", None)

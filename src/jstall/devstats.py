@@ -163,7 +163,7 @@ class DeviceSampler:
         self._thread = None
         self._lock = threading.Lock()
 
-    def snapshot(self):
+    def snapshot(self) -> dict[str, tuple[int, dict[str, int]]]:
         """{dev: (monotonic ns, stat dict)} now."""
         return snapshot(self.devices)
 
@@ -174,7 +174,7 @@ class DeviceSampler:
                 add_rows(self.rows, self.devices, self._last, snap)
             self._last = snap
 
-    def start(self):
+    def start(self) -> DeviceSampler:
         self._sample()
 
         def loop():
@@ -185,7 +185,7 @@ class DeviceSampler:
         self._thread.start()
         return self
 
-    def stop(self):
+    def stop(self) -> dict[str, list]:
         if self._thread is None:
             return self.rows
         self._stop.set()
@@ -201,20 +201,20 @@ class DeviceSampler:
         self.stop()
         return False
 
-    def table(self):
+    def table(self) -> pa.Table:
         """The rows so far as a pyarrow Table with the session schema (copied under the
         sampler's lock: the sampling thread may be appending a row, column by column)."""
         with self._lock:
             rows = {c: list(v) for c, v in self.rows.items()}
         return table(rows)
 
-    def write(self, session_dir):
+    def write(self, session_dir: str) -> None:
         """Write device_stats.parquet into a session directory (before its metadata.json)."""
         import pyarrow.parquet as pq
 
         pq.write_table(self.table(), table_path(session_dir, "device_stats"))
 
-    def summary(self):
+    def summary(self) -> dict[str, dict[str, int]]:
         """{role: {column: total}} over all rows (what each device served in the run)."""
         out = {}
         for i, role in enumerate(self.rows["role"]):

@@ -17,6 +17,8 @@ a few blocks home costs a millisecond, and no journal size a host can afford rem
 one of them. What counts is the time tasks lost.
 """
 
+from __future__ import annotations
+
 from dataclasses import asdict, dataclass
 
 #: at most this share of the run's time spent waiting on forced checkpoints
@@ -27,7 +29,7 @@ MAX_WAIT_MS = 10.0
 WAITS = {"jbd2": "forced-checkpoint waits", "xfs": "log-space waits"}
 
 
-def bound(kind="jbd2"):
+def bound(kind: str = "jbd2") -> str:
     """The definition, as printed beside every verdict of a journal kind."""
     return (f"{WAITS[kind]} (every task's, queued ones included) at most {MAX_SHARE:.0%} of the run's time "
             f"and none of {MAX_WAIT_MS:g} ms or more")
@@ -48,15 +50,15 @@ class Enough:
     kind: str = "jbd2"
 
     @property
-    def share(self):
+    def share(self) -> float:
         """wait_ms / run_ms (0 for a run of no time)."""
         return self.wait_ms / self.run_ms if self.run_ms > 0 else 0.0
 
     @property
-    def big_enough(self):
+    def big_enough(self) -> bool:
         return self.share <= MAX_SHARE and self.longest_ms < MAX_WAIT_MS
 
-    def describe(self):
+    def describe(self) -> str:
         """'big enough: 12 ms of forced-checkpoint waits, 0.1% of the run, the longest 4 ms' or
         'not big enough: …'."""
         verdict = "big enough" if self.big_enough else "not big enough"
@@ -69,11 +71,11 @@ class Enough:
         return (f"{verdict}: {self.wait_ms:,.0f} ms of {WAITS[self.kind]}, {share}, "
                 f"the longest {self.longest_ms:,.0f} ms")
 
-    def as_dict(self):
+    def as_dict(self) -> dict:
         return {**asdict(self), "share": self.share, "big_enough": self.big_enough, "bound": bound(self.kind)}
 
 
-def judge(wait_ms, longest_ms, run_ms, kind="jbd2"):
+def judge(wait_ms: float | None, longest_ms: float | None, run_ms: float | None, kind: str = "jbd2") -> Enough:
     """The Enough verdict of a run whose waits for log space (forced checkpoints on jbd2,
     ``kind="xfs"``: XFS reservations) total ``wait_ms`` (ms), the longest of one call
     ``longest_ms``, over ``run_ms`` of run time."""
@@ -85,7 +87,7 @@ def _pct(share):
     return f"{pct:.2f}%" if pct < 0.1 else f"{pct:.1f}%" if pct < 10 else f"{pct:.0f}%"
 
 
-def verdict(row, run_ms, kind="jbd2"):
+def verdict(row: dict | None, run_ms: float, kind: str = "jbd2") -> Enough:
     """The jstall.enough verdict of one journal from its checkpoint_waits row (a dict), or,
     with no row (no wait on it), of no waits over ``run_ms``."""
     if row:

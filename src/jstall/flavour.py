@@ -4,6 +4,8 @@ Read from /sys/kernel/realtime (1 on a PREEMPT_RT kernel since 5.x), ``uname -v`
 PREEMPT_RT) and the release's suffix (``6.1.0-56-rt-amd64``, ``6.6.0-rt15``, ``6.12.117+deb12-cloud-amd64``).
 Free of pandas and numpy: the recorder and the analyzer both use it."""
 
+from __future__ import annotations
+
 import os
 import re
 
@@ -13,7 +15,7 @@ FLAVOURS = ("generic", "cloud", "rt")
 ATTACH_WORDS = {"fentry": "fentry", "syscalls": "syscall tracepoints"}
 
 
-def flavour(release, realtime=None, version=None):
+def flavour(release: str | None, realtime: str | None = None, version: str | None = None) -> str:
     """``rt``, ``cloud`` or ``generic`` from a kernel ``release`` (``uname -r``),
     ``realtime`` (/sys/kernel/realtime's text, or None when absent) and ``version``
     (``uname -v``, or None)."""
@@ -26,7 +28,7 @@ def flavour(release, realtime=None, version=None):
     return "generic"
 
 
-def running(realtime_path="/sys/kernel/realtime"):
+def running(realtime_path: str = "/sys/kernel/realtime") -> str:
     """The running kernel's flavour."""
     try:
         with open(realtime_path) as f:
@@ -37,6 +39,6 @@ def running(realtime_path="/sys/kernel/realtime"):
     return flavour(u.release, realtime, u.version)
 
 
-def attach_words(mode):
+def attach_words(mode: str | None) -> str | None:
     """The attach mode in words (``fentry``, ``syscall tracepoints``), or None unknown."""
     return ATTACH_WORDS.get(mode, mode) if mode else None

@@ -7,6 +7,8 @@ the fields by their names. The JSON keys are the field names (what the documents
 Stdlib only: the probes, the lab and the analyzer all import it.
 """
 
+from __future__ import annotations
+
 import dataclasses
 import json
 import os
@@ -113,7 +115,7 @@ class SessionDoc:
     lab: typing.Optional[dict] = None
     capture: typing.Optional[dict] = None
 
-    def to_dict(self):
+    def to_dict(self) -> dict:
         """The metadata.json document: every field, but ``lab`` and ``capture`` only when set."""
         d = dataclasses.asdict(self)
         for key in ("lab", "capture"):
@@ -182,7 +184,8 @@ class PhaseRecord:
     extra: dict = dataclasses.field(default_factory=dict)
 
     @classmethod
-    def measured(cls, name, unit, start, returned, end, wall0, wall1, counts, device=None):
+    def measured(cls, name: str, unit: str | None, start: int, returned: int, end: int, wall0: float, wall1: float,
+                 counts: list[dict], device: dict | None = None) -> PhaseRecord:
         """The record of a phase run as ``len(counts)`` jobs (each a dict of counts) from
         ``start`` until ``returned`` (jobs returned) and ``end`` (durable), monotonic ns."""
         secs = (end - start) / 1e9
@@ -205,14 +208,14 @@ class PhaseRecord:
                    jobs=len(counts), per_job_ops=[int(c.get("ops", 0)) for c in counts], device=device,
                    rates=rates)
 
-    def to_dict(self):
+    def to_dict(self) -> dict:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("rates", "extra")}
         if self.device is None:
             del d["device"]
         return {**d, **self.rates, **self.extra}
 
     @classmethod
-    def from_dict(cls, d):
+    def from_dict(cls, d: dict) -> PhaseRecord:
         """A phase record as written (fields missing from older or hand-made records default)."""
         names = {f.name for f in dataclasses.fields(cls)} - {"rates", "extra"}
         known = {k: v for k, v in d.items() if k in names}
@@ -221,11 +224,11 @@ class PhaseRecord:
         return cls(**known, rates=rates, extra=extra)
 
     @property
-    def durable(self):
+    def durable(self) -> float | None:
         """Seconds until the phase's work was durable (``durable_s``, or ``seconds``)."""
         return self.durable_s if _num(self.durable_s) else self.seconds if _num(self.seconds) else None
 
-    def main_rate(self):
+    def main_rate(self) -> str | None:
         """The name of the phase's main rate: ``<unit>_per_s`` (e.g. files_per_s) when the
         record has it, else the first numeric rate (``rate_per_s``: ops per second)."""
         own = f"{self.unit}_per_s"
@@ -233,7 +236,7 @@ class PhaseRecord:
             return own
         return next((k for k, v in self.rates.items() if _num(v)), None)
 
-    def rate_name(self):
+    def rate_name(self) -> str | None:
         """What main_rate() counts, as '<what>_per_s': the unit's own rate, or for
         ``rate_per_s`` (ops) the unit the ops are counted in (e.g. setxattr_per_s)."""
         rk = self.main_rate()
@@ -241,7 +244,7 @@ class PhaseRecord:
             return f"{self.unit}_per_s"
         return rk
 
-    def device_writes(self):
+    def device_writes(self) -> int | None:
         """Write requests the emulated devices served in the phase (merged ones included), or None."""
         if not self.device:
             return None
@@ -259,7 +262,7 @@ class LabConfigRecord:
     seed: int
     params: dict
 
-    def to_dict(self):
+    def to_dict(self) -> dict:
         return {**self.fs, "pattern": self.pattern, "jobs": self.jobs, "seed": self.seed, **self.params}
 
 
@@ -296,7 +299,7 @@ class LabDoc:
     _LATE = ("dumpe2fs", "filesystem", "start", "end", "seconds", "returned_seconds", "error", "device_served",
              "device_interval_s", "device_stats")
 
-    def to_dict(self):
+    def to_dict(self) -> dict:
         d = {"lab_version": self.lab_version, "status": self.status, "pattern": self.pattern, "params": self.params,
              "jobs": self.jobs, "seed": self.seed, "config": self.config,
              "phases": [p.to_dict() for p in self.phases], "census": self.census}
@@ -305,7 +308,7 @@ class LabDoc:
         return d
 
     @classmethod
-    def from_dict(cls, d):
+    def from_dict(cls, d: dict) -> LabDoc:
         names = {f.name for f in dataclasses.fields(cls)} - {"extra", "phases"}
         known = {k: v for k, v in d.items() if k in names}
         extra = {k: v for k, v in d.items() if k not in names and k != "phases"}
@@ -315,7 +318,7 @@ class LabDoc:
         phases = [PhaseRecord.from_dict(p) for p in d.get("phases") or [] if isinstance(p, dict) and "name" in p]
         return cls(**known, phases=phases, extra=extra)
 
-    def totals(self):
+    def totals(self) -> tuple[float, float]:
         """(durable seconds, returned seconds) of all phases."""
         return sum(p.seconds for p in self.phases), sum(p.returned_s for p in self.phases)
 
@@ -366,20 +369,20 @@ class SweepDoc:
     IDENTITY = ("format", "pattern", "options", "base", "repeat", "record", "min_ms")
 
     @property
-    def swept(self):
+    def swept(self) -> list[str]:
         """The swept options' names, in order."""
         return list(self.options)
 
-    def to_dict(self):
+    def to_dict(self) -> dict:
         return {"format": self.format, "version": self.version, "pattern": self.pattern, "options": self.options,
                 "base": self.base, "repeat": self.repeat, "record": self.record, "min_ms": self.min_ms,
                 "runs": [dataclasses.asdict(r) for r in self.runs], "created": self.created}
 
-    def same_sweep(self, other):
+    def same_sweep(self, other: SweepDoc) -> bool:
         return all(getattr(self, k) == getattr(other, k) for k in self.IDENTITY)
 
     @classmethod
-    def from_dict(cls, d, where="sweep.json"):
+    def from_dict(cls, d: dict, where: str = "sweep.json") -> SweepDoc:
         """Check and read a sweep.json document: a mapping whose ``options`` is a mapping, of
         this format (when it names one) and no newer version."""
         if not isinstance(d, dict) or not isinstance(d.get("options", {}), dict):
@@ -396,7 +399,7 @@ class SweepDoc:
         return cls(**known, runs=runs)
 
     @classmethod
-    def load(cls, sweep_dir):
+    def load(cls, sweep_dir: str) -> SweepDoc:
         """The sweep.json of a sweep directory; JstallError when unreadable."""
         path = os.path.join(sweep_dir, SWEEP_FILE)
         try:
@@ -406,7 +409,7 @@ class SweepDoc:
             raise JstallError(f"{sweep_dir}: unreadable {SWEEP_FILE} ({e}); run the sweep again to resume it") from None
         return cls.from_dict(d, where=path)
 
-    def write(self, sweep_dir):
+    def write(self, sweep_dir: str) -> None:
         """Write sweep.json atomically."""
         path = os.path.join(sweep_dir, SWEEP_FILE)
         with open(path + ".tmp", "w") as f:

@@ -5,6 +5,8 @@ Each table is an ordered list of ``(column, arrow type, nullable)``; ``SCHEMAS``
 arrow schema each table is written with. Needs pyarrow only.
 """
 
+from __future__ import annotations
+
 import pyarrow as pa
 
 #: The journal fill columns read from journal_t (see the format document), in jbd2_events,
@@ -130,12 +132,12 @@ OPTIONAL = frozenset(("committing_credits", "journal_committing_credits", "file"
                       "in_traced_call", "traced_task", "context", "log_writes")) | {n for n, _, _ in _WAKER}
 
 
-def arrow_schema(table):
+def arrow_schema(table: str) -> pa.Schema:
     """The arrow schema a session's ``table`` is written with."""
     return pa.schema([pa.field(n, t, nullable=nullable) for n, t, nullable in COLUMNS[table]])
 
 
-def nullable_int_columns(table):
+def nullable_int_columns(table: str) -> list[str]:
     """Integer columns of ``table`` that may hold nulls (loaded as pandas ``Int64``)."""
     return [n for n, t, nullable in COLUMNS[table] if nullable and pa.types.is_integer(t)]
 

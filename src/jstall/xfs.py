@@ -497,7 +497,7 @@ class XfsGeometry:
     sector_size: int
     sections: dict = field(default_factory=dict, compare=False, repr=False)
 
-    def as_dict(self):
+    def as_dict(self) -> dict:
         return asdict(self)
 
 
