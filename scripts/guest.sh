@@ -161,9 +161,10 @@ EOF
     # (QEMU's default), 6.12 oopsed on an int3 in bpf_trace_run1 (a tracepoint's BPF program
     # running while another vCPU patched the code: the monitor turns BPF run-time statistics
     # on, a static key) in one smoke run of three; in turns the patching is never seen half done.
-    # -cpu without AVX: under TCG (QEMU 7.2 was the first to emulate AVX2) the recorder died of
-    # SIGSEGV inside numpy's AVX2 argsort (np.unique in the flush thread) in 4 of 12 guest lab
-    # runs of two smoke runs, never on a host; numpy takes its SSE4 paths where the CPU has no AVX.
+    # -cpu without AVX: QEMU 7.2's TCG (the first to emulate AVX2) computes numpy's AVX2 argsort
+    # wrongly (a uint32 array ending at a guard page comes back unsorted; right on a host and on
+    # the emulated CPU without AVX), and the recorder's flush died of SIGSEGV in np.unique in 4
+    # of 12 guest lab runs; without AVX numpy takes its SSE4 paths.
     # --rodir: the guest's tmpfs over /var/tmp hides the kernel tree otherwise. With no udev here
     # virtme-ng runs the command on the serial console: hence the markers and the filter.
     # In the background, waited for: a SIGTERM, SIGINT or SIGHUP to this script is passed on to
