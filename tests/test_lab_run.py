@@ -323,6 +323,7 @@ def test_throttle_slows_the_run_and_is_removed(scratch_dir):
     assert ("read_iops", dev) not in throttle_rules()
 
 
+@pytest.mark.timed   # two runs' times compared: before the guests boot beside the tests
 def test_write_throttle_slows_a_synced_pattern_and_is_removed(scratch_dir, tmp_path):
     """A command pattern that writes and fsyncs 40 small files, each fsync a data write plus
     a journal commit: with the device limited to 50 write IOPS it takes measurably longer;
