@@ -60,9 +60,9 @@ int rtp_jbd2_handle_stats(struct bpf_raw_tracepoint_args *ctx)
 	struct writer_val *v = writer_of(ctx->args[0], (__u32)ctx->args[1]);
 	if (!v)
 		return 0;
-	/* this CPU's value: no atomics. The tracepoint's dirtied_blocks (requested less the credits
-	 * left) is below zero for a handle that ends with more credits than it asked for (one
-	 * that dirtied nothing and was given more, e.g. for revoke records): it dirtied none */
+	/* this CPU's value: no atomics. The tracepoint's counts are ints: dirtied_blocks (requested
+	 * less the credits left) is below zero for a handle that ends with more credits than it
+	 * asked for, which dirtied none; added to the u64 sum it would wrap */
 	__s32 requested = (__s32)ctx->args[6], dirtied = (__s32)ctx->args[7];
 	v->handles++;
 	if (requested > 0)
