@@ -164,6 +164,13 @@ def summarize_many(urls: Iterable[str], min_ms: float = DEFAULT_MIN_MS) -> list[
     return [summarize(u, min_ms) for u in urls]
 
 
+def _host(summary: dict, partitions: dict | None = None) -> str | None:
+    """A session summary's host: the session's own, else its collection path's ``host=``."""
+    if partitions is None:
+        partitions = collected_partitions(summary["path"])
+    return summary["analysis"]["session"].get("host") or partitions.get("host")
+
+
 # --- many sessions, on Dask -----------------------------------------------------------------
 
 def local_cluster(n_workers: int | None = None) -> LocalCluster:
@@ -281,7 +288,7 @@ class Fleet:
             lab = (sess.get("lab") or {}).get("config") or {}
             kind, nums = _top_recommendation(d["recommendations"])
             base = {
-                "session": s["path"], "host": sess.get("host") or part.get("host"),
+                "session": s["path"], "host": _host(s, part),
                 "date": part.get("date") or (sess["start"][:10] if isinstance(sess.get("start"), str) else None),
                 "kernel": sess.get("kernel_release"), "status": sess.get("status"),
                 "duration_s": sess.get("duration_s"), "lab_pattern": lab.get("pattern"),
@@ -378,18 +385,18 @@ class Fleet:
         wrote, stalled = [], []
         for s in self.ok:
             d = s["analysis"]
-            host = d["session"].get("host") or collected_partitions(s["path"]).get("host")
+            host = _host(s)
             kind_of = {j["dev"]: kinds.of(j).name for j in d["journals"]}
             kind_of.update({x["dev"]: kinds.XFS.name for x in d.get("xfs_logs") or []})
             w = d.get("writers") or {}
             for r in w.get("writers") or []:
                 xfs_log = r.get("logged_bytes") is not None
-                if not (r["logged_bytes"] if xfs_log else r.get("logged_blocks")):
+                logged = r["logged_bytes"] if xfs_log else r.get("logged_blocks")
+                if not logged:
                     continue   # handles that logged nothing: not a writer of this session
                 wrote.append({"cgroup": r.get("cgroup") or "-", "journal_kind": kinds.XFS.name if xfs_log
                               else kinds.JBD2.name, "unit": "bytes" if xfs_log else "blocks",
-                              "logged": float(r["logged_bytes"] if xfs_log else r.get("logged_blocks") or 0.0),
-                              "session": s["path"], "dev": r["dev"], "host": host})
+                              "logged": float(logged), "session": s["path"], "dev": r["dev"], "host": host})
             for r in w.get("victims") or []:
                 stalled.append({"cgroup": r.get("cgroup") or "-",
                                 "journal_kind": kind_of.get(r["dev"], kinds.JBD2.name),
