@@ -734,7 +734,7 @@ def _log_request_share(ctx, j, m, t, sb, log_req, cp_ms, inputs):
     figures."""
     dev = j["dev"]
     d = device_rows(ctx.session, dev)
-    written = int(j.get("forced_checkpoint_written_blocks") or 0)
+    written = inputs["checkpoint_written_blocks"]
     flushes = float(d["flush_ios"].sum()) if len(d) else 0.0
     requests = float(d["write_ios"].sum()) + flushes if len(d) else 0.0
     # the cache flush before each move of the log's tail stays on the data device
