@@ -59,7 +59,6 @@ class MonitorCollector:
                       for dev, s in t.states.items()}
             flight_dropped = t.flight_dropped
         yield from _stall_families(stalls, stall_s, cgroup_stall_s)
-
         yield from _journal_families(states, in_stalls)
         yield from _writer_families(t)
         with t.state_lock:
