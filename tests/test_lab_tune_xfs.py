@@ -120,7 +120,13 @@ def test_tune_finds_the_smallest_xfs_log_and_checks_the_log_size_advice(scratch_
     assert bufs.measured_label == "8x256K log buffers" and ext_log.measured_label == "external log"
     for x in (bufs, ext_log):
         assert 0 <= x.predicted_ms <= x.predicted_high_ms <= start.checkpoint_waits_ms * 1.001, x
-    assert bufs.measured_ms >= 0.9 * start.checkpoint_waits_ms and bufs.predicted_ms >= 0.5 * start.checkpoint_waits_ms
+    # "every wait removed": the log buffers' run is big enough by the shared bound. What stays is
+    # a floor of short waits for log forces that no device change removes at 8 MiB (7 ms of 757
+    # in one run, 12 ms of 123 in a slower one: 14 waits, the longest 9.5 ms, 0.8% of its run)
+    bufs_run = next(c for c in r.comparisons if c.label == bufs.measured_label)
+    assert bufs.big_enough and bufs_run.checkpoint_waits_ms <= 0.01 * bufs_run.run_ms, bufs_run
+    assert bufs.measured_ms == pytest.approx(start.checkpoint_waits_ms - bufs_run.checkpoint_waits_ms, abs=1e-3)
+    assert bufs.predicted_ms >= 0.5 * start.checkpoint_waits_ms
     # An external log as slow as the filesystem's device carries the same requests: the low end
     # says it removes little. Measured against its 8M run, the same log on an equally paced
     # device waited about as long, on either side of it (starting runs 370-901 ms, the external
