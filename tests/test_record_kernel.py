@@ -66,8 +66,10 @@ def recorded(tmp_path_factory):
 # an independent count of the blocks forced checkpoints write home: each write bio with data
 # ('W' in its rwbs, after 'F' for a preflush) a task queues between jbd2_checkpoint and its
 # handle's start, by sector; not the journal superblock's rewrite as the tail moves (a forced
-# unit access: 'F' after the 'W') nor the cache flush before it (no sectors)
+# unit access: 'F' after the 'W') nor the cache flush before it (no sectors). tid_t: jbd2 a
+# module, bpftrace 0.17 lacks the type (as probes/jstall-commits.bt says).
 HOME_BT = """
+#define tid_t unsigned int
 tracepoint:jbd2:jbd2_checkpoint { @cp[tid] = 1; }
 tracepoint:jbd2:jbd2_handle_start { delete(@cp[tid]); }
 tracepoint:block:block_bio_queue /@cp[tid] && args->nr_sector > 0 &&
