@@ -171,6 +171,48 @@ def test_stock_kernel_records_xfs_log_waits(smoke, kernel):
         assert w["log_writes"].notna().all(), w   # xlog_iclog_sync_done (since 5.14) counted on both
 
 
+def read_output(out, name):
+    """A file the smoke run wrote, '' when it wrote none."""
+    try:
+        with open(os.path.join(out, name), errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def complaints(text):
+    """bpftrace's errors and warnings but its harmless RLIMIT_MEMLOCK one."""
+    return [ln for ln in text.splitlines() if re.search(r"error|warning", ln, re.I) and "RLIMIT_MEMLOCK" not in ln]
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_stock_kernel_runs_the_jbd2_bpftrace_scripts(smoke, kernel):
+    """probes/jstall-commits.bt and probes/jstall-slowcalls.bt with the distribution's bpftrace
+    (0.17: vmlinux's BTF only, jbd2 a module, so no tid_t but the scripts' own) over the ext4
+    lab run, ended with Ctrl-C: a line per commit of the lab's journal, at least the commits
+    and logged blocks the recording saw (the scripts ran longer), and the forced checkpoints
+    in the slow calls."""
+    from jstall.analyzer import analyze
+
+    out, rc, console = smoke[kernel]
+    st = status(out)
+    commits, slow = read_output(out, "commits.txt"), read_output(out, "slowcalls.txt")
+    assert st.get("lab") == "0" and st.get("commits") == "0" and st.get("slowcalls") == "0", (
+        st, commits[:2000], slow[:2000], console[-2000:])
+    assert re.search(r"^Tracing jbd2 commits for \d+ s\.", commits, re.M) and not complaints(commits), commits[:3000]
+    assert re.search(r"^Tracing metadata calls >= 10 ms and their jbd2 events for \d+ s\.", slow, re.M) \
+        and not complaints(slow), slow[:3000]
+    (j,) = analyze(os.path.join(out, "lab")).to_dict()["journals"]
+    major, minor = j["dev"].split(":")
+    rows = re.findall(rf"^\d\d:\d\d:\d\d\s+{major},{minor}\s+\d+\s+\d+\s+\d+\s+[\d.]+\s+[\d.]+\s+[\d.]+"
+                      r"\s+\d+\s+\d+\s+(\d+)$", commits, re.M)
+    assert len(rows) >= j["transactions"] > 0, (j["transactions"], commits[-3000:])
+    assert sum(int(x) for x in rows) >= j["logged_blocks"], (j["logged_blocks"], commits[-3000:])
+    assert j["forced_checkpoints"] >= 1
+    assert re.search(r"^\s+\d+\s+\+\s*[\d.]+ ms  checkpoint\s+result 1 \(this task writes blocks home\)$",
+                     slow, re.M), slow[-3000:]
+
+
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_stock_kernel_runs_the_xfslog_bpftrace_script(smoke, kernel):
     """probes/jstall-xfslog.bt with the distribution's bpftrace (0.17, which reads types from
@@ -181,23 +223,13 @@ def test_stock_kernel_runs_the_xfslog_bpftrace_script(smoke, kernel):
 
     out, rc, console = smoke[kernel]
     st = status(out)
-
-    def read(name):
-        try:
-            with open(os.path.join(out, name), errors="replace") as f:
-                return f.read()
-        except OSError:
-            return ""
-
-    text, hang = read("xfslog.txt"), read("xfslog-hang.txt")   # hang: where a bpftrace that did not exit was
+    # hang: where a bpftrace that did not exit was
+    text, hang = read_output(out, "xfslog.txt"), read_output(out, "xfslog-hang.txt")
     # the output's end too: whether bpftrace printed its maps before it stopped exiting
     assert st.get("lab_xfs") == "0" and st.get("xfslog") == "0", (st, hang[-3000:], text[:1000], text[-1500:],
                                                                   console[-2000:])
-    # no error or warning but bpftrace's harmless RLIMIT_MEMLOCK one
-    complaints = [ln for ln in text.splitlines()
-                  if re.search(r"error|warning", ln, re.I) and "RLIMIT_MEMLOCK" not in ln]
     assert re.search(r"^Tracing XFS log-space waits for \d+ s\.", text, re.M), text[:3000]
-    assert not complaints, text[:3000]
+    assert not complaints(text), text[:3000]
     rows = re.findall(r"^\S+\s+\d+,\d+\s+\S+\s+\d+\s+(?:reserve|write)\s+(\d+)\s+(\d+)\s+(\d+)\s+\d+\.\d+$", text, re.M)
     waits = re.search(r"^@waits: (\d+)$", text, re.M)
     assert len(rows) == (int(waits.group(1)) if waits else 0), text[-3000:]

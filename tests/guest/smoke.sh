@@ -5,7 +5,8 @@
 #   - `jstall record` system-wide with JSTALL_ATTACH=syscalls (syscall tracepoints), of
 #     setxattr alone (the count the host test compares);
 #   - `jstall lab run xattr` (its recording in the kernel's default attach mode: fentry on a
-#     stock kernel) of the seed stall: 128-byte inodes, a 4 MiB journal, a paced device;
+#     stock kernel) of the seed stall: 128-byte inodes, a 4 MiB journal, a paced device,
+#     with probes/jstall-commits.bt and probes/jstall-slowcalls.bt (jbd2 a module) over it;
 #   - `jstall lab run command` on an XFS with an 8 MiB log: its log-space waits, and
 #     probes/jstall-xfslog.bt (bpftrace, xfs a module) over the same run, given XFSLOG_SECS
 #     as its duration: it is ended with Ctrl-C (SIGINT) once the run is over, as a user ends
@@ -39,7 +40,32 @@ for _ in $(seq 2400); do   # both compile their probes: minutes under emulation,
 done
 echo "ready=$ready" > status.txt
 echo "ready_s=$(( $(date +%s) - T0 ))" >> status.txt   # each step's seconds: where a guest's time goes
+
+# wait_tracing FILE PID: until bpftrace (PID) printed its "Tracing ..." line in FILE, or ended
+wait_tracing() {
+    for _ in $(seq 600); do
+        grep -q "^Tracing" "$1" && break
+        kill -0 "$2" 2>/dev/null || break
+        sleep 1
+    done
+}
+# end_bpftrace PID NAME: Ctrl-C, then its exit status as NAME in status.txt (killed after 600 s)
+end_bpftrace() {
+    kill -INT "$1" 2>/dev/null
+    for _ in $(seq 600); do kill -0 "$1" 2>/dev/null || break; sleep 1; done
+    kill -KILL "$1" 2>/dev/null
+    wait "$1"; echo "$2=$?" >> status.txt
+}
+
 if [ $ready = 1 ]; then
+    # the jbd2 bpftrace scripts (jbd2 a module there) over the ext4 lab run, each given a duration
+    bpftrace "$ROOT/probes/jstall-commits.bt" 0 "$XFSLOG_SECS" > commits.txt 2>&1 &
+    CBT=$!
+    bpftrace "$ROOT/probes/jstall-slowcalls.bt" 10 "$XFSLOG_SECS" > slowcalls.txt 2>&1 &
+    SBT=$!
+    wait_tracing commits.txt $CBT
+    wait_tracing slowcalls.txt $SBT
+    echo "jbd2_bt_ready_s=$(( $(date +%s) - T0 ))" >> status.txt
     "$J" lab run xattr --fs-size 64M --journal-size 4M --inode-size 128 --files 1500 --updates 6000 \
         --write-iops 2000 --scratch /var/tmp/jstall-smoke -o lab > lab.log 2>&1
     rc=$?
@@ -47,17 +73,15 @@ if [ $ready = 1 ]; then
     echo "lab_s=$(( $(date +%s) - T0 ))" >> status.txt
     # a failed step's log on the console too: the guest's log under $JSTALL_GUEST_BASE/logs keeps it
     [ $rc = 0 ] || { echo "== lab.log (exit $rc)"; tail -n 60 lab.log; }
+    end_bpftrace $CBT commits
+    end_bpftrace $SBT slowcalls
     # XFS (a module there, loaded here for bpftrace's tracepoints): distinct metadata on an
     # 8 MiB log over a device paced for the emulator's speed
     modprobe xfs
     bpftrace "$ROOT/probes/jstall-xfslog.bt" "$XFSLOG_SECS" > xfslog.txt 2>&1 &
     BT=$!
     t0=$(date +%s)
-    for _ in $(seq 600); do
-        grep -q "^Tracing" xfslog.txt && break
-        kill -0 $BT 2>/dev/null || break
-        sleep 1
-    done
+    wait_tracing xfslog.txt $BT
     t1=$(date +%s)
     echo "xfslog_ready_s=$(( t1 - t0 ))" >> status.txt
     timeout -s INT -k 60 "$XFSLOG_SECS" \
