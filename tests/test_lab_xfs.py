@@ -378,10 +378,14 @@ def findmnt(mountpoint):
     return out[0], out[1].split(",")
 
 
-def _windows(intervals, n=2):
-    """Rates (per second) over every n consecutive full intervals (the last one is cut short)."""
-    full = intervals[:-1]
-    return [sum(w for _, w in full[i:i + n]) / sum(s for s, _ in full[i:i + n]) for i in range(len(full) - n + 1)]
+def _never_ahead(intervals, limit):
+    """Whether the writes served never ran ahead of what blk-throttle lets through: the limit
+    times the time since the first interval began, with 5% for the sampler's clock, plus half
+    a second's worth (the first slice's burst as the idle device wakes). It paces by its slice,
+    so an interval after a slow one may catch up (150, 250, then 300 writes in three 0.5 s at
+    500/s: 466/s over them): a per-window bound fails on that, this one does not."""
+    served, elapsed = np.cumsum([w for _, w in intervals]), np.cumsum([s for s, _ in intervals])
+    return bool((served <= 1.05 * limit * elapsed + 0.5 * limit).all())
 
 
 def _writes(rows, role):
@@ -436,14 +440,9 @@ def test_xfs_on_the_emulated_device_is_paced_and_undone(scratch_dir):
     iv = _writes(rows, "data")
     while iv and not iv[0][1]:   # before writeback began
         iv = iv[1:]
-    # blk-throttle paces by its slice: what a backlogged queue may have dispatched is the limit
-    # times the time since the slice began, so an interval after a slow one may catch up
-    # (150, 250, then 300 writes in three 0.5 s at 500/s: 466/s over them) while the served
-    # count never runs ahead of the limit; as the idle device wakes a short burst goes through
-    # (its first slice), never a second's worth
+    # as the idle device wakes a short burst goes through (its first slice), never a second's worth
     assert iv[0][1] <= LIMIT, iv
-    served, elapsed = np.cumsum([w for _, w in iv]), np.cumsum([s for s, _ in iv])
-    assert len(iv) >= 5 and (served <= 1.05 * LIMIT * elapsed + 0.5 * LIMIT).all(), iv
+    assert len(iv) >= 5 and _never_ahead(iv, LIMIT), iv
     middle = iv[1:-2]
     assert middle and all(w >= 0.5 * LIMIT * s for s, w in middle), iv  # paced: never silent
     assert not os.path.exists(run_dir) and ("write_iops", dev) not in throttle_rules()
@@ -486,9 +485,9 @@ def test_an_external_xfs_log_is_a_paced_device_of_its_own(scratch_dir):
     total = sum(w for _, w in log_writes)
     assert total >= 200, log_writes                                   # a log force per fsync at least
     assert durable >= 0.9 * total / limit, (total, durable)
-    # one request at a time (each fsync waits for its log write): blk-throttle's slices carry a
-    # little budget across the gaps, so a 1-s window may run a few percent over the limit
-    assert max(_windows(log_writes[1:])) <= 1.1 * limit, log_writes
+    # one request at a time (each fsync waits for its log write), never ahead of the limit
+    # after the first 0.5 s (the burst of the idle device waking)
+    assert _never_ahead(log_writes[1:], limit), log_writes
     assert ("write_iops", jdev) not in throttle_rules() and leftovers(scratch_dir) == ([], [])
 
 
