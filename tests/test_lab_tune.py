@@ -53,6 +53,9 @@ def test_tune_finds_a_threshold_the_sizes_around_it_confirm(scratch_dir, tmp_pat
     assert js.journal_mib >= r.threshold_mib and js.measured_label == f"journal {js.journal_mib}M", js
     assert js.measured_ms >= 0.9 * by[4].checkpoint_waits_ms, (js, by[4])
     assert js.predicted_ms == pytest.approx(by[4].checkpoint_waits_ms, rel=0.01)
+    # beside it, the stall time (all causes) the advice said it removes and what the run removed
+    assert 0 <= js.stall_removed_low_ms <= js.stall_removed_high_ms <= by[4].stall_ms * 1.001, js
+    assert js.stall_removed_ms == pytest.approx(by[4].stall_ms - by[js.journal_mib].stall_ms, abs=1e-3), js
     ino = preds["inode_size"]
     assert ino.measured_label == "256-byte inodes" and ino.measured_ms > 0
     assert [c.label for c in r.comparisons] == ["journal 4M", "256-byte inodes", "external journal", "fast_commit"]

@@ -341,11 +341,12 @@ def _check_advice(first, result, run_size, threshold_ms):
     js = recs.get(kind)
     if js is not None and js.journal_size_mib:
         mib = int(js.journal_size_mib)
-        p = Prediction(kind, round(js.stall_ms_addressed, 3), journal_mib=mib)
+        p = Prediction(kind, round(js.stall_ms_addressed, 3), journal_mib=mib, **_stall_interval(js))
         r = run_size(mib) if mib <= result.bound_mib else None
         if r is not None:
             p.measured_label, p.big_enough = r.label, r.big_enough
             p.measured_ms = round(first.checkpoint_waits_ms - r.checkpoint_waits_ms, 3)
+            p.stall_removed_ms = round(first.stall_ms - r.stall_ms, 3)
         out.append(p)
     xfs_first = first.kind == kinds.XFS.name
     for kind, label in (_CHECKED_BY_XFS if xfs_first else _CHECKED_BY).items():
@@ -357,8 +358,16 @@ def _check_advice(first, result, run_size, threshold_ms):
         high = rec.inputs.get("removed_high_ms")
         out.append(Prediction(kind, round(rec.stall_ms_addressed, 3), measured_label=r.label,
                               measured_ms=round(removed, 3), big_enough=r.big_enough,
-                              predicted_high_ms=None if high is None else round(high, 3)))
+                              predicted_high_ms=None if high is None else round(high, 3),
+                              stall_removed_ms=round(first.stall_ms - r.stall_ms, 3), **_stall_interval(rec)))
     return out
+
+
+def _stall_interval(rec) -> dict:
+    """A recommendation's stall-time interval as Prediction's fields (None without one)."""
+    lo, hi = rec.stall_ms_removed_low, rec.stall_ms_removed_high
+    return {"stall_removed_low_ms": None if lo is None else round(lo, 3),
+            "stall_removed_high_ms": None if hi is None else round(hi, 3)}
 
 
 #: XFS's comparison: the largest in-memory log buffers, as many as it takes

@@ -91,7 +91,10 @@ class Prediction:
     could: beyond the bound, or a log mkfs.xfs refused), ``measured_ms`` (the stall time it
     removed against the starting run: the judged waits -- forced-checkpoint waits, XFS's
     log-space waits -- for journal_size, inode_size and every XFS advice, all stall time
-    otherwise) and ``big_enough`` (that run's verdict)."""
+    otherwise) and ``big_enough`` (that run's verdict). What a user feels, beside it: the
+    stall time (every stalled call, all causes) the advice said it removes,
+    ``stall_removed_low_ms`` to ``stall_removed_high_ms`` (its interval), and what the run
+    removed, ``stall_removed_ms`` (the starting run's stall time less the checking run's)."""
 
     kind: str
     predicted_ms: float
@@ -100,18 +103,33 @@ class Prediction:
     measured_ms: float = None
     big_enough: bool = None
     predicted_high_ms: float = None
+    stall_removed_low_ms: float = None
+    stall_removed_high_ms: float = None
+    stall_removed_ms: float = None
 
     def error(self) -> str:
         """The prediction's error as text: 'in' when the measured lies in the predicted range,
         else its distance from the nearest end in % of the measured; '-' when nothing was
         removed."""
-        if self.measured_ms is None or self.measured_ms <= 0:
-            return "-"
-        lo, hi = self.predicted_ms, self.predicted_high_ms if self.predicted_high_ms is not None else self.predicted_ms
-        if self.predicted_high_ms is not None and lo <= self.measured_ms <= hi:
-            return "in"
-        near = lo if abs(lo - self.measured_ms) <= abs(hi - self.measured_ms) else hi
-        return f"{100 * (near - self.measured_ms) / self.measured_ms:+.0f}%"
+        return _error(self.predicted_ms, self.predicted_high_ms, self.measured_ms)
+
+    def stall_error(self) -> str:
+        """The stall-time interval's error, as :meth:`error` gives it ('' without an interval)."""
+        if self.stall_removed_low_ms is None:
+            return ""
+        return _error(self.stall_removed_low_ms, self.stall_removed_high_ms, self.stall_removed_ms)
+
+
+def _error(lo: float, high: float | None, measured: float | None) -> str:
+    """'in' when ``measured`` lies in [lo, high], else its distance from the nearest end in % of
+    the measured; '-' when nothing was removed. Without ``high``, a point: never 'in'."""
+    if measured is None or measured <= 0:
+        return "-"
+    hi = high if high is not None else lo
+    if high is not None and lo <= measured <= hi:
+        return "in"
+    near = lo if abs(lo - measured) <= abs(hi - measured) else hi
+    return f"{100 * (near - measured) / measured:+.0f}%"
 
 
 @dataclasses.dataclass
@@ -230,23 +248,35 @@ def print_result(r: TuneResult, out: TextIO) -> None:
     if r.predictions:
         print("", file=out)
         removed = ("log-space waits" if xfs
-                   else "forced-checkpoint waits for the journal and inode size")
-        print(f"jstall analyze's advice from the {r.start_mib}M run, predicted against measured (stall ms removed: "
-              f"{removed}, all stall time otherwise)", file=out)
-        print(f"{'ADVICE':<18} {'PREDICTED_MS':>13} {'MEASURED_MS':>11} {'ERROR':>6}  MEASURED BY", file=out)
+                   else "forced-checkpoint waits for the journal and inode size, all stall time otherwise")
+        print(f"jstall analyze's advice from the {r.start_mib}M run, predicted against measured: STALL_*, the "
+              f"stall time it removes (every stalled call, all causes); then of its own mechanism ({removed})",
+              file=out)
+        print(f"{'ADVICE':<18} {'STALL_PREDICTED':>15} {'STALL_MEASURED':>14} {'ERROR':>6} {'PREDICTED_MS':>13} "
+              f"{'MEASURED_MS':>11} {'ERROR':>6}  MEASURED BY", file=out)
         refused = {x["journal_mib"] for x in r.refused or []}
         for p in r.predictions:
             what = p.kind + (f" {p.journal_mib}M" if p.journal_mib else "")
-            ranged = p.predicted_high_ms is not None and round(p.predicted_high_ms) > round(p.predicted_ms)
-            pred = f"{p.predicted_ms:,.0f}" + (f"-{p.predicted_high_ms:,.0f}" if ranged else "")
+            pred = _interval(p.predicted_ms, p.predicted_high_ms)
+            stall = "-" if p.stall_removed_low_ms is None else _interval(p.stall_removed_low_ms,
+                                                                         p.stall_removed_high_ms)
             if p.measured_label is None:
                 why = "mkfs.xfs refused it" if p.journal_mib in refused else f"beyond {r.bound_mib}M"
-                print(f"{what:<18} {pred:>13} {'-':>11} {'-':>6}  not run: {why}", file=out)
+                print(f"{what:<18} {stall:>15} {'-':>14} {'-':>6} {pred:>13} {'-':>11} {'-':>6}  not run: {why}",
+                      file=out)
                 continue
-            print(f"{what:<18} {pred:>13} {p.measured_ms:>11,.0f} {p.error():>6}  {p.measured_label} "
+            measured = "-" if p.stall_removed_ms is None else f"{p.stall_removed_ms:,.0f}"
+            print(f"{what:<18} {stall:>15} {measured:>14} {p.stall_error() or '-':>6} {pred:>13} "
+                  f"{p.measured_ms:>11,.0f} {p.error():>6}  {p.measured_label} "
                   f"({'big enough' if p.big_enough else 'not big enough'})", file=out)
     print("", file=out)
     print(f"sessions and tune.json in {r.output_dir} (explain one: jstall analyze {r.output_dir}/RUN)", file=out)
+
+
+def _interval(low: float, high: float | None) -> str:
+    """'low-high' in ms, or 'low' when the range rounds to one value."""
+    ranged = high is not None and round(high) > round(low)
+    return f"{low:,.0f}" + (f"-{high:,.0f}" if ranged else "")
 
 
 def _table(out, runs, phases, xfs=False):
