@@ -339,3 +339,33 @@ def test_the_predicted_curve_falls_as_the_square_of_the_shortfall_and_its_text_i
     table = curve.curves([Recommendation("journal_size", "", dev="7:0",
                                          inputs={"curve": t.to_dict("records")})])
     assert len(table) == 4 and set(table["dev"]) == {"7:0"}
+
+
+def test_waits_for_reserved_credits_are_a_journal_size_mechanism():
+    """A handle asleep in add_transaction_credits' own wait_event (the journal's reserved
+    credits at their bound, a quarter of the journal) counts towards what a larger journal
+    removes; a wait for the transaction's lock or for log space does not, nor a wait of
+    another device or outside a stall."""
+    from types import SimpleNamespace
+
+    from jstall.analyzer.advice.recommend import _waits_for_reserved_credits, reserved_credit_share
+
+    reserved = ["__schedule", "schedule", "add_transaction_credits", "start_this_handle"]
+    locked = ["__schedule", "schedule", "wait_transaction_locked", "add_transaction_credits"]
+    space = ["schedule", "io_schedule", "jbd2_log_do_checkpoint", "__jbd2_log_wait_for_space",
+             "add_transaction_credits"]
+    assert _waits_for_reserved_credits(reserved)
+    assert not _waits_for_reserved_credits(locked) and not _waits_for_reserved_credits(space)
+    assert not _waits_for_reserved_credits(["schedule"]) and not _waits_for_reserved_credits([])
+    stacks = pd.DataFrame({"stack_id": [1, 2, 3], "frames": [reserved, locked, space]})
+    # three stalls: two on 7:1 (80 and 20 ms of transaction_wait), one on 7:2
+    stalls = pd.DataFrame({"dev": ["7:1", "7:1", "7:2"], "tid": [10, 11, 12], "ts_ns": [100, 200, 300],
+                           "transaction_wait_ms": [80.0, 20.0, 50.0]})
+    offcpu = pd.DataFrame({"tid": [10, 11, 12, 10, 13], "call_ts_ns": [100, 200, 300, 100, pd.NA],
+                           "stack_id": [1, 2, 1, 1, 1], "runnable": [False, False, False, True, False],
+                           "offcpu_ns": [80e6, 20e6, 50e6, 5e6, 30e6]}).astype({"call_ts_ns": "Int64"})
+    ctx = SimpleNamespace(stalls=stalls, session=SimpleNamespace(offcpu=offcpu, stacks=stacks))
+    # 80 of 7:1's 100 ms: the runnable interval, 7:2's stall and the interval outside any call left out
+    assert reserved_credit_share(ctx, "7:1") == pytest.approx(0.8)
+    assert reserved_credit_share(ctx, "7:2") == pytest.approx(1.0)
+    assert reserved_credit_share(ctx, "8:0") == 0.0

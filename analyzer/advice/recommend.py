@@ -1135,8 +1135,12 @@ def _checkpoint_effects(ctx, r, name, fig, cp, device, mnt):
         # a larger journal takes larger transactions: handles that waited for a full one
         # to commit wait less (all of it at the high end)
         full = full_transaction_share(ctx, dev)
-        dhi["transaction_wait"] = min(dhi["transaction_wait"] + full, 1.0)
+        # and handles that waited for the reserved credits to drain: their bounds are the
+        # largest transaction and half of it, a quarter of the journal
+        reserved = reserved_credit_share(ctx, dev)
+        dhi["transaction_wait"] = min(dhi["transaction_wait"] + full + reserved, 1.0)
         fig["transaction_wait_full_transactions"] = full
+        fig["transaction_wait_reserved_credits"] = reserved
     lo, hi = {**dlo, "checkpoint": lo}, {**dhi, "checkpoint": hi}
     if r.kind == "journal_size":
         size = f"{int(r.journal_size_mib)}" if r.journal_size_mib else "N"
@@ -1199,6 +1203,37 @@ def full_transaction_share(ctx: Context, dev: str) -> float:
         for a, b in zip(c0, c1):
             hit &= ~((s0 < b) & (s1 > a))
     return float(tw[hit].sum() / tw.sum())
+
+
+def _waits_for_reserved_credits(frames) -> bool:
+    """A stack asleep in add_transaction_credits' own wait_event on j_wait_reserved (its frame
+    right after schedule; a wait for the transaction's lock goes through
+    wait_transaction_locked, for log space through __jbd2_log_wait_for_space)."""
+    frames = list(frames)
+    at = frames.index("schedule") if "schedule" in frames else -1
+    return 0 <= at < len(frames) - 1 and frames[at + 1] == "add_transaction_credits"
+
+
+def reserved_credit_share(ctx: Context, dev: str) -> float:
+    """The share of a journal's transaction_wait stall time in off-CPU intervals that waited
+    for reserved credits to drain (fs/jbd2/transaction.c add_transaction_credits: the
+    journal's reserved credits stay within j_max_transaction_buffers, and a new reservation
+    within half of it; writeback's handles reserve credits for their I/O's completion). The
+    bound is a quarter of the journal: a larger one takes more reservations at once."""
+    st = ctx.stalls
+    off, stacks = ctx.session.offcpu, ctx.session.stacks
+    if not len(st) or not len(off) or not len(stacks):
+        return 0.0
+    on = st[st["dev"].astype("str") == str(dev)]
+    tw = float(np.nan_to_num(on["transaction_wait_ms"].to_numpy(dtype="float64")).sum())
+    ids = [int(i) for i, f in zip(stacks["stack_id"], stacks["frames"]) if _waits_for_reserved_credits(f)]
+    if tw <= 0 or not ids:
+        return 0.0
+    o = off[off["stack_id"].isin(ids).to_numpy() & ~off["runnable"].to_numpy(dtype=bool)]
+    keys = pd.MultiIndex.from_arrays([on["tid"].to_numpy(dtype="int64"), on["ts_ns"].to_numpy(dtype="int64")])
+    inside = pd.MultiIndex.from_arrays([o["tid"].to_numpy(dtype="int64"),
+                                        o["call_ts_ns"].fillna(-1).to_numpy(dtype="int64")]).isin(keys)
+    return min(float(o["offcpu_ns"].to_numpy(dtype="float64")[inside].sum()) / 1e6 / tw, 1.0)
 
 
 def _ext_command(device, mnt):
