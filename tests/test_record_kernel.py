@@ -96,7 +96,7 @@ def home_writes_counted():
         yield home
     finally:
         bt.send_signal(signal.SIGINT)
-        out, _ = bt.communicate(timeout=60 * SLOWDOWN)
+        out, _ = bt.communicate(timeout=60)
     for m in re.finditer(r"@home\[(\d+), (\d+)\]: (\d+)", out):
         home[(int(m.group(1)), int(m.group(2)))] = int(m.group(3))
 

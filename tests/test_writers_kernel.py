@@ -17,7 +17,6 @@ from jstall.workloads.scratch import FsConfig, ScratchFs
 import cgroup_pair
 from cgroup_pair import CID, UID, VICTIM, in_cgroup
 from child_output import read_line
-from conftest import SLOWDOWN
 
 pytestmark = [pytest.mark.kernel, pytest.mark.skipif(os.geteuid() != 0, reason="needs root")]
 
@@ -93,7 +92,7 @@ def test_the_culprit_that_filled_the_journal_is_named_for_the_victims_stalls(tmp
                 culprit = subprocess.run(in_cgroup(cgroups_made["culprit"], [
                     sys.executable, os.path.join(HERE, "xattr_workload.py"), os.path.join(mnt, "d"),
                     str(FILES), str(UPDATES)]),
-                    capture_output=True, text=True, timeout=600 * SLOWDOWN)
+                    capture_output=True, text=True, timeout=600)
             finally:
                 open(stop, "w").close()
                 assert victim.wait(timeout=60) == 0
@@ -103,7 +102,7 @@ def test_the_culprit_that_filled_the_journal_is_named_for_the_victims_stalls(tmp
             rec.stop()
         finally:
             bt.send_signal(signal.SIGINT)
-            text, _ = bt.communicate(timeout=60 * SLOWDOWN)
+            text, _ = bt.communicate(timeout=60)
     bt_dirtied = {int(m.group(1)): int(m.group(2))
                   for m in re.finditer(r"@dirtied\[(\d+)\]: (\d+)", text)}
 
@@ -168,7 +167,7 @@ def test_xfs_writers_share_the_kernels_log_bytes(tmp_path, cgroups_made):
     with ScratchFs(cfg) as fs:
         mnt, dev = fs.mountpoint, fs.dev
         subprocess.run([sys.executable, "-c", create, mnt, "20000"], check=True,
-                       timeout=600 * SLOWDOWN)
+                       timeout=600)
         subprocess.run(["sync", "-f", mnt], check=True)
         bt = start_bpftrace(XFS_BT, dev)
         try:
@@ -176,11 +175,11 @@ def test_xfs_writers_share_the_kernels_log_bytes(tmp_path, cgroups_made):
             rec.start()
             rm = subprocess.run(in_cgroup(cgroups_made["culprit"],
                                           ["sh", "-c", f"rm -rf {mnt}/* && sync -f {mnt}"]),
-                                timeout=600 * SLOWDOWN)
+                                timeout=600)
             rec.stop()
         finally:
             bt.send_signal(signal.SIGINT)
-            text, _ = bt.communicate(timeout=60 * SLOWDOWN)
+            text, _ = bt.communicate(timeout=60)
     assert rm.returncode == 0
     session = load_session(out)
     w = session.writers
