@@ -977,7 +977,7 @@ def xfs_log_device(ctx: Context) -> list[Recommendation]:
                 inputs = dict(io, logbsize_bytes=logbsize, logbsize_target_kib=cap >> 10,
                               bytes_per_log_write=per_write, log_writes_after=after,
                               saved_requests=saved, saved_share=share, removed_low_ms=low,
-                              removed_high_ms=e.wait_ms)
+                              removed_high_ms=e.wait_ms, log_wait_ms=e.wait_ms)
                 out.append(Recommendation(
                     "log_buffers", dev=dev, estimate=True, stall_ms_addressed=low, inputs=inputs,
                     text=head + (f"Its {io['log_writes']:,.0f} log writes averaged {per_write / 1024:,.0f} KiB "
@@ -1003,7 +1003,7 @@ def xfs_log_device(ctx: Context) -> list[Recommendation]:
             low, high = min(e.wait_ms, log_ms, meta_ms), min(e.wait_ms, log_ms)
             if high > 0:
                 inputs = dict(io, saved_requests=saved, log_device_ms=log_ms, removed_low_ms=low,
-                              removed_high_ms=high)
+                              removed_high_ms=high, log_wait_ms=e.wait_ms)
                 out.append(Recommendation(
                     "external_log", dev=dev, estimate=True, stall_ms_addressed=low, inputs=inputs,
                     text=head + (f"The log's {io['log_writes']:,.0f} writes and {flushes:,.0f} cache flushes were "
@@ -1095,8 +1095,11 @@ def _effects(ctx, r):
             size = f"{int(r.journal_size_mib)}m" if r.journal_size_mib else "N"
             return ({"log_space": lo}, {"log_space": hi}, "new_filesystem",
                     f"mkfs.xfs -l size={size} NEWDEV, then copy the files from {mnt}")
-        lo = min((inp.get("removed_low_ms") or 0.0) / ls, 1.0) if ls > 0 else 0.0
-        hi = min((inp.get("removed_high_ms") or 0.0) / ls, 1.0) if ls > 0 else 0.0
+        # the share of the log-space waits it removes (every task's, the workers' and the
+        # queued ones too: what the estimate is a part of), of each stall's log-space time
+        waits = inp.get("log_wait_ms") or ls
+        lo = min((inp.get("removed_low_ms") or 0.0) / waits, 1.0) if waits > 0 and ls > 0 else 0.0
+        hi = min((inp.get("removed_high_ms") or 0.0) / waits, 1.0) if waits > 0 and ls > 0 else 0.0
         if r.kind == "log_buffers":
             opts = f"logbsize={int(inp.get('logbsize_target_kib') or 256)}k,logbufs=8"
             return ({"log_space": lo}, {"log_space": hi}, "remount",
