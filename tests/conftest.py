@@ -4,10 +4,18 @@ clean (no loop device, mount or throttle rule of its own remains) after each tes
 import functools
 import os
 import shutil
+import signal
 import subprocess
 import uuid
 
 import pytest
+
+# A test run started in the background by a script has SIGINT ignored (POSIX: an asynchronous
+# command of a shell without job control), and every child would inherit it: the tests that
+# interrupt jstall as Ctrl-C does would see it run to its end. Ctrl-C's meaning restored here
+# (a handler resets to the default in each child at exec).
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 #: In an emulated guest (scripts/guest.sh test sets it) everything runs ~20x slower: every
 #: timeout the tests give a child is stretched by this factor, so a test fails on a hang,
