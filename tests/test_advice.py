@@ -348,22 +348,27 @@ def test_waits_for_reserved_credits_are_a_journal_size_mechanism():
     another device or outside a stall."""
     from types import SimpleNamespace
 
-    from jstall.analyzer.advice.recommend import _waits_for_reserved_credits, reserved_credit_share
+    from jstall.analyzer.advice.recommend import reserved_credit_share
+    from jstall.analyzer.stalls.causes import innermost_function
 
-    reserved = ["__schedule", "schedule", "add_transaction_credits", "start_this_handle"]
+    reserved = ["bpf_prog_40e186c019bd9040_btf_sched_switc", "bpf_trace_run4", "__schedule", "schedule",
+                "add_transaction_credits", "start_this_handle"]
     locked = ["__schedule", "schedule", "wait_transaction_locked", "add_transaction_credits"]
     space = ["schedule", "io_schedule", "jbd2_log_do_checkpoint", "__jbd2_log_wait_for_space",
              "add_transaction_credits"]
-    assert _waits_for_reserved_credits(reserved)
-    assert not _waits_for_reserved_credits(locked) and not _waits_for_reserved_credits(space)
-    assert not _waits_for_reserved_credits(["schedule"]) and not _waits_for_reserved_credits([])
+    assert innermost_function(reserved) == "add_transaction_credits"
+    assert innermost_function(["__schedule+0x2f1/0x8a0", "schedule+0x5d/0xe0",
+                               "add_transaction_credits+0x1ca/0x2d0 [jbd2]"]) == "add_transaction_credits"
+    assert innermost_function(locked) == "wait_transaction_locked"
+    assert innermost_function(space) == "jbd2_log_do_checkpoint"
+    assert innermost_function(["schedule"]) is None and innermost_function([]) is None
     stacks = pd.DataFrame({"stack_id": [1, 2, 3], "frames": [reserved, locked, space]})
     # three stalls: two on 7:1 (80 and 20 ms of transaction_wait), one on 7:2
     stalls = pd.DataFrame({"dev": ["7:1", "7:1", "7:2"], "tid": [10, 11, 12], "ts_ns": [100, 200, 300],
                            "transaction_wait_ms": [80.0, 20.0, 50.0]})
-    offcpu = pd.DataFrame({"tid": [10, 11, 12, 10, 13], "call_ts_ns": [100, 200, 300, 100, pd.NA],
+    offcpu = pd.DataFrame({"tid": [10, 11, 12, 10, 13], "call_ts_ns": [100, 200, 300, 100, 400],
                            "stack_id": [1, 2, 1, 1, 1], "runnable": [False, False, False, True, False],
-                           "offcpu_ns": [80e6, 20e6, 50e6, 5e6, 30e6]}).astype({"call_ts_ns": "Int64"})
+                           "offcpu_ns": [80e6, 20e6, 50e6, 5e6, 30e6]})
     ctx = SimpleNamespace(stalls=stalls, session=SimpleNamespace(offcpu=offcpu, stacks=stacks))
     # 80 of 7:1's 100 ms: the runnable interval, 7:2's stall and the interval outside any call left out
     assert reserved_credit_share(ctx, "7:1") == pytest.approx(0.8)

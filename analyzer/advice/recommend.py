@@ -27,6 +27,7 @@ from jstall import jbd2, xfs
 
 from jstall.analyzer.advice import curve, remedies
 from jstall.analyzer.stalls import causes
+from jstall.analyzer.stalls.find import stall_intervals, stall_keys
 from jstall.analyzer.jbd2.fill import timeline as fill_timeline
 from jstall.analyzer.jbd2.model import MARGIN, holding_divisor, model
 from jstall.analyzer.jbd2.journals import (checkpoint_costs, checkpoint_spans, checkpoint_waits, device_load,
@@ -1208,35 +1209,29 @@ def full_transaction_share(ctx: Context, dev: str) -> float:
     return float(tw[hit].sum() / tw.sum())
 
 
-def _waits_for_reserved_credits(frames) -> bool:
-    """A stack asleep in add_transaction_credits' own wait_event on j_wait_reserved (its frame
-    right after schedule; a wait for the transaction's lock goes through
-    wait_transaction_locked, for log space through __jbd2_log_wait_for_space)."""
-    frames = list(frames)
-    at = frames.index("schedule") if "schedule" in frames else -1
-    return 0 <= at < len(frames) - 1 and frames[at + 1] == "add_transaction_credits"
-
-
 def reserved_credit_share(ctx: Context, dev: str) -> float:
     """The share of a journal's transaction_wait stall time in off-CPU intervals that waited
     for reserved credits to drain (fs/jbd2/transaction.c add_transaction_credits: the
     journal's reserved credits stay within j_max_transaction_buffers, and a new reservation
     within half of it; writeback's handles reserve credits for their I/O's completion). The
-    bound is a quarter of the journal: a larger one takes more reservations at once."""
+    bound is a quarter of the journal: a larger one takes more reservations at once. Those
+    intervals sleep in add_transaction_credits' own wait_event on j_wait_reserved: the
+    stack's innermost function past the scheduler (a wait for the transaction's lock sleeps
+    in wait_transaction_locked, for log space under __jbd2_log_wait_for_space)."""
     st = ctx.stalls
     off, stacks = ctx.session.offcpu, ctx.session.stacks
     if not len(st) or not len(off) or not len(stacks):
         return 0.0
     on = st[st["dev"].astype("str") == str(dev)]
     tw = float(np.nan_to_num(on["transaction_wait_ms"].to_numpy(dtype="float64")).sum())
-    ids = [int(i) for i, f in zip(stacks["stack_id"], stacks["frames"]) if _waits_for_reserved_credits(f)]
+    ids = [int(i) for i, f in zip(stacks["stack_id"], stacks["frames"])
+           if causes.innermost_function(f) == "add_transaction_credits"]
     if tw <= 0 or not ids:
         return 0.0
-    o = off[off["stack_id"].isin(ids).to_numpy() & ~off["runnable"].to_numpy(dtype=bool)]
-    keys = pd.MultiIndex.from_arrays([on["tid"].to_numpy(dtype="int64"), on["ts_ns"].to_numpy(dtype="int64")])
-    inside = pd.MultiIndex.from_arrays([o["tid"].to_numpy(dtype="int64"),
-                                        o["call_ts_ns"].fillna(-1).to_numpy(dtype="int64")]).isin(keys)
-    return min(float(o["offcpu_ns"].to_numpy(dtype="float64")[inside].sum()) / 1e6 / tw, 1.0)
+    _, keep = stall_intervals(off, stall_keys(on))
+    inside = off.iloc[keep]
+    hit = inside["stack_id"].isin(ids).to_numpy() & ~inside["runnable"].to_numpy(dtype=bool)
+    return min(float(inside["offcpu_ns"].to_numpy(dtype="float64")[hit].sum()) / 1e6 / tw, 1.0)
 
 
 def _ext_command(device, mnt):

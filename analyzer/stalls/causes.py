@@ -258,6 +258,19 @@ def _classify(frames):
     return "other", " <- ".join(other) if other else "only scheduler/tracing frames"
 
 
+def innermost_function(frames: Iterable[str]) -> str | None:
+    """The function of a stack's innermost frame that is neither scheduler nor tracing
+    plumbing (where the task went to sleep), as stored frames name it; None when there is
+    none."""
+    for raw in frames:
+        if raw is None or (isinstance(raw, float) and math.isnan(raw)):
+            continue
+        name, _, _, plumbing = _frame(str(raw))
+        if not plumbing:
+            return name
+    return None
+
+
 def stack_causes(stacks: pd.DataFrame) -> pd.DataFrame:
     """Classify every stack.
 

@@ -179,7 +179,7 @@ def find_stalls(session: Session, timeline: pd.DataFrame, min_ms: float = DEFAUL
     return _xfs_headroom(session, _stall_table(st, off, fill), xfs_waits)
 
 
-def _stall_keys(st):
+def stall_keys(st: pd.DataFrame) -> pd.DataFrame:
     """Each stall's (tid, call start) and row, the key its off-CPU intervals join on."""
     return pd.DataFrame({"tid": st["tid"].to_numpy(), "call_ts_ns": st["ts_ns"].to_numpy(),
                          "_row": np.arange(len(st))})
@@ -189,7 +189,7 @@ def _all_interval_causes(session, own_keys, cp_events):
     """Every off-CPU interval's cause, label, the worker it waited for, the task it queued
     behind, and its time on a device queue while another task's checkpoint wrote home on the
     same device (with that task); a stall's waits may be queued behind intervals of calls
-    that are no stall. ``own_keys``: the keys (_stall_keys) of stalls that ran a checkpoint
+    that are no stall. ``own_keys``: the keys (stall_keys) of stalls that ran a checkpoint
     in their own task."""
     offcpu = session.offcpu
     all_cause, all_labels = interval_causes(offcpu["stack_id"].to_numpy(), offcpu["tid"].to_numpy(),
@@ -208,9 +208,9 @@ def _all_interval_causes(session, own_keys, cp_events):
     return all_cause, all_labels, all_worker, all_behind, all_cp_ns, all_cp_by
 
 
-def _stall_intervals(offcpu, keys):
-    """(rows, keep): for each off-CPU interval inside a stall, the stall's row and the
-    interval's position in ``offcpu``."""
+def stall_intervals(offcpu: pd.DataFrame, keys: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, keep): for each off-CPU interval inside a stall (``keys``: :func:`stall_keys`), the
+    stall's row and the interval's position in ``offcpu``."""
     key_index = pd.MultiIndex.from_arrays([keys["tid"].to_numpy(dtype="int64"), keys["call_ts_ns"].to_numpy()])
     if key_index.is_unique:  # each interval joins at most one stall (calls of a thread do not overlap)
         at = key_index.get_indexer(pd.MultiIndex.from_arrays([offcpu["tid"].to_numpy(dtype="int64"),
@@ -245,10 +245,10 @@ def _offcpu_columns(session, st, own, cp_events):
     during another task's checkpoint (``during_cp_ns``, ``cp_task``), and its primary cause
     with its label (``primary``, ``label``): a dict of arrays aligned with ``st``."""
     n = len(st)
-    keys = _stall_keys(st)
+    keys = stall_keys(st)
     all_cause, all_labels, all_worker, all_behind, all_cp_ns, all_cp_by = _all_interval_causes(
         session, keys[own > 0], cp_events)
-    rows, keep = _stall_intervals(session.offcpu, keys)
+    rows, keep = stall_intervals(session.offcpu, keys)
     cause, labels, behind = all_cause[keep], all_labels[keep], all_behind[keep]
     through = all_worker[keep]
     cp_ns, cp_by = all_cp_ns[keep], all_cp_by[keep]
