@@ -1098,9 +1098,9 @@ def _effects(ctx, r):
                     f"mkfs.xfs -l size={size} NEWDEV, then copy the files from {mnt}")
         # the share of the log-space waits it removes (every task's, the workers' and the
         # queued ones too: what the estimate is a part of), of each stall's log-space time
-        waits = inp.get("log_wait_ms") or ls
-        lo = min((inp.get("removed_low_ms") or 0.0) / waits, 1.0) if waits > 0 and ls > 0 else 0.0
-        hi = min((inp.get("removed_high_ms") or 0.0) / waits, 1.0) if waits > 0 and ls > 0 else 0.0
+        waits = inp["log_wait_ms"]
+        lo = min(inp["removed_low_ms"] / waits, 1.0) if waits > 0 and ls > 0 else 0.0
+        hi = min(inp["removed_high_ms"] / waits, 1.0) if waits > 0 and ls > 0 else 0.0
         if r.kind == "log_buffers":
             opts = f"logbsize={int(inp.get('logbsize_target_kib') or 256)}k,logbufs=8"
             return ({"log_space": lo}, {"log_space": hi}, "remount",
