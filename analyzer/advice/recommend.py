@@ -942,11 +942,12 @@ def _share_of_requests(n, requests):
 
 
 def _device_time_removed(saved_requests, io, wait_ms):
-    """The waits removed when the device serves ``saved_requests`` fewer: a device serves
-    requests one after another, so its device time shrinks by their share of its requests,
-    and the run by as much (the waits, at most)."""
-    share = saved_requests / io["device_requests"] if io["device_requests"] else 0.0
-    return min(wait_ms, share * io["device_ms"]), share
+    """(waits removed, share of requests saved) when the device serves ``saved_requests``
+    fewer: a device serves requests one after another, and the log's tail moves as it serves
+    them, so the waits for the tail shrink by their share of its requests (and by no more than
+    the device time that share is)."""
+    share = min(saved_requests / io["device_requests"], 1.0) if io["device_requests"] else 0.0
+    return min(share * wait_ms, share * io["device_ms"]), share
 
 
 def xfs_log_device(ctx: Context) -> list[Recommendation]:
@@ -954,8 +955,12 @@ def xfs_log_device(ctx: Context) -> list[Recommendation]:
     (requests, not blocks: devices.device_time). ``log_buffers``: larger in-core log buffers
     (-o logbsize=256k,logbufs=8) write the same log in fewer requests; ``external_log``: a log
     on its own device takes its requests (and the cache flushes of its writes) off the
-    filesystem's. Each removes the device time it frees, at most the log-space waits: a range
-    from that to all of them (the tail also moves sooner once log writes unpin items sooner)."""
+    filesystem's. The waits for the tail shrink by the share of the device's requests a change
+    takes off it (no more than the device time that is), as the ext4 journal's do
+    (external_journal): the low end; every wait the high end (the tail also moves sooner once
+    log writes unpin items sooner). An external log as slow as the data device takes the
+    metadata's requests from before the log's (their share of the waits); a fast one, the
+    log's device time (every wait, at most)."""
     out = []
     for j, e in _xfs_logs_waiting(ctx):
         dev = j["dev"]
@@ -989,21 +994,24 @@ def xfs_log_device(ctx: Context) -> list[Recommendation]:
                                  f"{io['log_bytes'] / 2**20:,.1f} MiB in about {after:,} writes: the device serves "
                                  f"{100 * share:.0f}% fewer requests, {freed:,.0f} ms of device time "
                                  f"({io['device_time_basis']}). Estimate: "
-                                 + (f"every wait removed ({e.wait_ms:,.0f} ms): the device time freed is more. "
-                                    if low >= e.wait_ms else
-                                    f"{low:,.0f} ms removed (the device time freed) up to {e.wait_ms:,.0f} ms (every "
-                                    "wait: the log's tail also moves sooner when its items are unpinned sooner). ")
+                                 + (f"every wait removed ({e.wait_ms:,.0f} ms). " if low >= e.wait_ms else
+                                    f"{low:,.0f} ms removed (the waits for the tail shrink with the device's "
+                                    f"requests, {100 * share:.0f}% fewer) up to {e.wait_ms:,.0f} ms (every wait: the "
+                                    "log's tail also moves sooner when its items are unpinned sooner). ")
                                  + "A remount; no mkfs needed.")))
         if not j.get("journal_device"):
             flushes = min(io["device_flushes"], io["log_writes"])
             saved = io["log_writes"] + flushes
-            # on a device as slow as this one the log's and the metadata's device times
-            # overlap instead of adding: the smaller of the two is freed; on a fast one, the log's
-            log_ms = min(saved / io["device_requests"], 1.0) * io["device_ms"] if io["device_requests"] else 0.0
+            # on a log device as slow as this one the log's requests no longer queue behind the
+            # metadata's: the waits shrink by the metadata's share of the requests (the log's and
+            # the metadata's device times overlap instead of adding: the smaller of the two, at
+            # most); on a fast one the log's device time is freed
+            log_share = min(saved / io["device_requests"], 1.0) if io["device_requests"] else 0.0
+            log_ms = log_share * io["device_ms"]
             meta_ms = io["device_ms"] - log_ms
-            low, high = min(e.wait_ms, log_ms, meta_ms), min(e.wait_ms, log_ms)
+            low, high = min(e.wait_ms * (1 - log_share), log_ms, meta_ms), min(e.wait_ms, log_ms)
             if high > 0:
-                inputs = dict(io, saved_requests=saved, log_device_ms=log_ms, removed_low_ms=low,
+                inputs = dict(io, saved_requests=saved, log_share=log_share, log_device_ms=log_ms, removed_low_ms=low,
                               removed_high_ms=high, log_wait_ms=e.wait_ms)
                 out.append(Recommendation(
                     "external_log", dev=dev, estimate=True, stall_ms_addressed=low, inputs=inputs,
