@@ -1073,16 +1073,21 @@ def test_external_journal_counts_the_waits_on_the_data_devices_own_requests(tmp_
 def test_xfs_log_device_changes_remove_their_share_of_the_requests_of_the_waits():
     """XFS's log buffers and external log, as the ext4 journal's device advice: the waits for
     the log's tail shrink by the share of the device's requests a change takes off it, and by
-    no more than the device time that share is. 600 of 800 requests saved of 2,000 ms of
-    device time: 300 of 400 ms of waits (not every wait, as the 1,500 ms freed would say);
-    of 200 ms of device time, 150; more saved than the device's counters saw (merged): all."""
+    no more than the device time that share is over the wall time the waits covered. 600 of
+    800 requests saved of 2,000 ms of device time: 300 of 400 ms of waits (not every wait, as
+    the 1,500 ms freed would say); of 200 ms of device time, 150 ms freed over the 400 ms the
+    waits covered: 150; more saved than the device's counters saw (merged): all. Ten tasks
+    waiting together for 400 ms (4,000 ms of waits): 1,500 ms freed over those 400 ms is more
+    than the share, so 3,000 of them, not the 1,500 ms of device time."""
     from jstall.analyzer.advice.recommend import _device_time_removed
 
     io = {"device_requests": 800, "device_ms": 2000.0}
-    assert _device_time_removed(600, io, 400.0) == (pytest.approx(300.0), 0.75)
-    assert _device_time_removed(600, dict(io, device_ms=200.0), 400.0) == (pytest.approx(150.0), 0.75)
-    assert _device_time_removed(900, io, 400.0) == (pytest.approx(400.0), 1.0)
-    assert _device_time_removed(10, dict(io, device_requests=0), 400.0) == (0.0, 0.0)
+    assert _device_time_removed(600, io, 400.0, 400.0) == (pytest.approx(300.0), 0.75)
+    assert _device_time_removed(600, dict(io, device_ms=200.0), 400.0, 400.0) == (pytest.approx(150.0), 0.75)
+    assert _device_time_removed(900, io, 400.0, 400.0) == (pytest.approx(400.0), 1.0)
+    assert _device_time_removed(10, dict(io, device_requests=0), 400.0, 400.0) == (0.0, 0.0)
+    assert _device_time_removed(600, io, 4000.0, 400.0) == (pytest.approx(3000.0), 0.75)
+    assert _device_time_removed(600, dict(io, device_ms=200.0), 4000.0, 400.0) == (pytest.approx(1500.0), 0.75)
 
 
 def test_a_journal_not_big_enough_whose_hot_set_fits_gets_no_size_but_says_so(tmp_path):

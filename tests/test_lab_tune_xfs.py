@@ -148,18 +148,22 @@ def test_tune_finds_the_smallest_xfs_log_and_checks_the_log_size_advice(scratch_
     noise = 0.15 * start.checkpoint_waits_ms
     recs = {x.kind: x for x in analyze(start.session_dir, min_ms=10).recommendations}
     dev_io, bufs_io = recs["external_log"].inputs, recs["log_buffers"].inputs
-    log_ms, log_share = dev_io["log_device_ms"], dev_io["log_share"]
+    log_ms, log_share, span = dev_io["log_device_ms"], dev_io["log_share"], dev_io["waits_span_ms"]
+    waits = dev_io["log_wait_ms"]
+    assert waits == pytest.approx(start.checkpoint_waits_ms, rel=0.01), (dev_io, start)
     assert log_share > 0.8 and log_ms == pytest.approx(log_share * dev_io["device_ms"]), dev_io
+    assert 0 < span <= waits * 1.001 and span == bufs_io["waits_span_ms"], (dev_io, bufs_io)
     assert ext_log.predicted_ms == pytest.approx(
-        min(start.checkpoint_waits_ms * (1 - log_share), log_ms, dev_io["device_ms"] - log_ms),
-        rel=1e-3, abs=1e-3), (ext_log, dev_io)
+        waits * min(1 - log_share, min(log_ms, dev_io["device_ms"] - log_ms) / span), rel=1e-3, abs=1e-3), \
+        (ext_log, dev_io)
     assert ext_log.predicted_ms <= 0.2 * start.checkpoint_waits_ms, (ext_log, dev_io)
     assert ext_log.measured_ms <= ext_log.predicted_high_ms + noise, ext_log
-    # the log buffers' low end, the share of the requests they save of the waits, ranks above
+    # the log buffers' low end, the share of the requests they save of the waits (at most the
+    # device time that share is over the wall time the waits covered), ranks above
     # the external log's: with the log most of the device's requests, 7 in 8 of its writes
     # and their flushes go, against the metadata's few
     assert bufs.predicted_ms == pytest.approx(
-        bufs_io["saved_share"] * min(start.checkpoint_waits_ms, bufs_io["device_ms"]), rel=1e-3), bufs_io
+        waits * min(bufs_io["saved_share"], bufs_io["saved_share"] * bufs_io["device_ms"] / span), rel=1e-3), bufs_io
     assert bufs.measured_ms > ext_log.measured_ms and bufs.predicted_ms > ext_log.predicted_ms, (bufs, ext_log)
     # the text (jstall analyze on the tune directory prints the table) speaks of the log
     text = subprocess.run([JSTALL, "analyze", str(out)], capture_output=True, text=True, timeout=300)

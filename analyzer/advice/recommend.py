@@ -941,13 +941,29 @@ def _share_of_requests(n, requests):
             "them): all of its requests, at most")
 
 
-def _device_time_removed(saved_requests, io, wait_ms):
+def _waits_span_ms(ctx, dev, wait_ms):
+    """The wall time (ms) a log's waits covered, overlapping waits counted once (at most
+    ``wait_ms``, the tasks' waits summed): what a device's time compares with."""
+    w = ctx.session.xfs_waits
+    w = w[w["dev"].astype("str") == str(dev)] if len(w) else w
+    span = remedies.union_ms(w["ts_ns"].to_numpy(dtype="int64"), w["end_ns"].to_numpy(dtype="int64")) if len(w) else 0.0
+    return min(span, wait_ms) if span > 0 else wait_ms
+
+
+def _device_time_removed(saved_requests, io, wait_ms, span_ms):
     """(waits removed, share of requests saved) when the device serves ``saved_requests``
     fewer: a device serves requests one after another, and the log's tail moves as it serves
-    them, so the waits for the tail shrink by their share of its requests (and by no more than
-    the device time that share is)."""
+    them, so the waits for the tail shrink by their share of its requests, and by no more than
+    the device time that share is against the wall time the waits covered (``span_ms``: many
+    tasks wait at once, and the waits summed are task time)."""
     share = min(saved_requests / io["device_requests"], 1.0) if io["device_requests"] else 0.0
-    return min(share * wait_ms, share * io["device_ms"]), share
+    return _of_waits(share, share * io["device_ms"], wait_ms, span_ms), share
+
+
+def _of_waits(share, device_ms, wait_ms, span_ms):
+    """``share`` of the waits (``wait_ms``, task time), at most ``device_ms`` of each moment
+    of the ``span_ms`` they covered."""
+    return wait_ms * min(share, device_ms / span_ms if span_ms > 0 else 0.0)
 
 
 def xfs_log_device(ctx: Context) -> list[Recommendation]:
@@ -968,6 +984,7 @@ def xfs_log_device(ctx: Context) -> list[Recommendation]:
         if io is None or not io["log_writes"]:
             continue
         per_write = io["log_bytes"] / io["log_writes"]
+        span = _waits_span_ms(ctx, dev, e.wait_ms)
         head = f"{dev}: the XFS log is {e.describe()}. "
         logbsize = _logbsize(j.get("mount_options"))
         cap = min(XFS_MAX_LOGBSIZE, int(j.get("max_request_kib") or DEFAULT_MAX_REQUEST_KIB) << 10)
@@ -977,12 +994,12 @@ def xfs_log_device(ctx: Context) -> list[Recommendation]:
             flushes_per = min(io["device_flushes"] / io["log_writes"], 1.0)
             saved = (io["log_writes"] - after) * (1 + flushes_per)
             saved = min(saved, io["device_requests"])   # the device's counters: what it served
-            low, share = _device_time_removed(saved, io, e.wait_ms)
+            low, share = _device_time_removed(saved, io, e.wait_ms, span)
             freed = share * io["device_ms"]
             if low > 0:
                 inputs = dict(io, logbsize_bytes=logbsize, logbsize_target_kib=cap >> 10,
                               bytes_per_log_write=per_write, log_writes_after=after,
-                              saved_requests=saved, saved_share=share, removed_low_ms=low,
+                              saved_requests=saved, saved_share=share, waits_span_ms=span, removed_low_ms=low,
                               removed_high_ms=e.wait_ms, log_wait_ms=e.wait_ms)
                 out.append(Recommendation(
                     "log_buffers", dev=dev, estimate=True, stall_ms_addressed=low, inputs=inputs,
@@ -996,7 +1013,11 @@ def xfs_log_device(ctx: Context) -> list[Recommendation]:
                                  f"({io['device_time_basis']}). Estimate: "
                                  + (f"every wait removed ({e.wait_ms:,.0f} ms). " if low >= e.wait_ms else
                                     f"{low:,.0f} ms removed (the waits for the tail shrink with the device's "
-                                    f"requests, {100 * share:.0f}% fewer) up to {e.wait_ms:,.0f} ms (every wait: the "
+                                    f"requests, {100 * share:.0f}% fewer"
+                                    + ("" if low >= share * e.wait_ms * (1 - 1e-9) else
+                                       f", by no more than the {freed:,.0f} ms freed over the {span:,.0f} ms the "
+                                       "waits covered")
+                                    + f") up to {e.wait_ms:,.0f} ms (every wait: the "
                                     "log's tail also moves sooner when its items are unpinned sooner). ")
                                  + "A remount; no mkfs needed.")))
         if not j.get("journal_device"):
@@ -1009,10 +1030,11 @@ def xfs_log_device(ctx: Context) -> list[Recommendation]:
             log_share = min(saved / io["device_requests"], 1.0) if io["device_requests"] else 0.0
             log_ms = log_share * io["device_ms"]
             meta_ms = io["device_ms"] - log_ms
-            low, high = min(e.wait_ms * (1 - log_share), log_ms, meta_ms), min(e.wait_ms, log_ms)
+            low = _of_waits(1 - log_share, min(log_ms, meta_ms), e.wait_ms, span)
+            high = _of_waits(1.0, log_ms, e.wait_ms, span)
             if high > 0:
-                inputs = dict(io, saved_requests=saved, log_share=log_share, log_device_ms=log_ms, removed_low_ms=low,
-                              removed_high_ms=high, log_wait_ms=e.wait_ms)
+                inputs = dict(io, saved_requests=saved, log_share=log_share, log_device_ms=log_ms,
+                              waits_span_ms=span, removed_low_ms=low, removed_high_ms=high, log_wait_ms=e.wait_ms)
                 out.append(Recommendation(
                     "external_log", dev=dev, estimate=True, stall_ms_addressed=low, inputs=inputs,
                     text=head + (f"The log's {io['log_writes']:,.0f} writes and {flushes:,.0f} cache flushes were "
