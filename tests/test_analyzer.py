@@ -122,6 +122,10 @@ def test_each_cause_recognised_from_its_stack(tmp_path):
         assert got.loc[sid, "cause"] == cause, (sid, got.loc[sid].to_dict())
         assert classify_stack(frames) == cause
     assert got.loc[7, "label"] == "rwsem_down_write_slowpath <- down_write" or "vfs_setxattr" in got.loc[7, "label"]
+    # with fast_commit an fsync waits in jbd2_fc_begin_commit for the full or fast commit under
+    # way (JBD2_FULL_COMMIT_ONGOING, JBD2_FAST_COMMIT_ONGOING): a commit wait, not "other"
+    assert classify_stack(["__schedule", "schedule", "jbd2_fc_begin_commit", "ext4_fc_commit",
+                           "ext4_sync_file", "vfs_fsync_range", "__x64_sys_fsync"]) == "commit_wait"
     assert got.loc[1, "label"] == "jbd2_log_do_checkpoint"
     assert got.loc[10, "label"] == "blkdev_issue_flush" and got.loc[9, "label"] == "folio_wait_writeback"
     assert got.loc[13, "label"] == "msleep <- some_driver_wait"

@@ -106,9 +106,11 @@ REGISTRY = [
           "shorter commits: a faster journal device (an external journal), or fewer handles held open "
           "across slow operations"),
     Cause("commit_wait",
-          ("jbd2_log_wait_commit", "jbd2_complete_transaction", "jbd2_journal_force_commit"),
+          ("jbd2_log_wait_commit", "jbd2_complete_transaction", "jbd2_journal_force_commit",
+           "jbd2_fc_begin_commit"),
           2, "#9467bd",
-          "waiting for a commit to reach the disk (fsync, sync: jbd2_log_wait_commit)",
+          "waiting for a commit to reach the disk (fsync, sync: jbd2_log_wait_commit; with fast_commit, "
+          "jbd2_fc_begin_commit waits for the full or fast commit under way)",
           "fast_commit (mkfs.ext4 -O fast_commit) when fsync drives the commits, or a faster journal device"),
     Cause("metadata_io",
           ("__wait_on_buffer", "bit_wait_io", "__bread_slow", "__bread_gfp", "sync_dirty_buffer",
