@@ -820,7 +820,8 @@ def fast_commit(ctx: Context) -> list[Recommendation]:
             # until the transaction holding the change commits (s_fc_ineligible_tid): that
             # transaction's fsyncs commit in full, the others' may go fast
             out.append(Recommendation(
-                "fast_commit", dev=dev, estimate=True, stall_ms_addressed=cw, inputs=dict(inputs, ineligible_xattr=True),
+                "fast_commit", dev=dev, estimate=True, stall_ms_addressed=cw,
+                inputs=dict(inputs, ineligible_xattr=True),
                 text=(f"{dev}: {100 * cw / total:.0f}% of the stall time ({cw:.0f} ms) waited for commits that "
                       f"{fs} fsync/fdatasync calls forced. fast_commit (tune2fs -O fast_commit) logs only the "
                       f"changed inodes' deltas for them, but an extended-attribute change ({xc} here) makes the "
