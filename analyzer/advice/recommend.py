@@ -954,7 +954,10 @@ def _waits_span_ms(ctx, dev, wait_ms):
     ``wait_ms``, the tasks' waits summed): what a device's time compares with."""
     w = ctx.session.xfs_waits
     w = w[w["dev"].astype("str") == str(dev)] if len(w) else w
-    span = remedies.union_ms(w["ts_ns"].to_numpy(dtype="int64"), w["end_ns"].to_numpy(dtype="int64")) if len(w) else 0.0
+    if not len(w):
+        return wait_ms
+    t0 = w["ts_ns"].to_numpy(dtype="int64")
+    span = remedies.union_ms(t0, t0 + w["wait_ns"].to_numpy(dtype="int64"))
     return min(span, wait_ms) if span > 0 else wait_ms
 
 
