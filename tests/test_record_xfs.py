@@ -204,14 +204,22 @@ while not os.path.exists(stop):
 """
 
 # the kernel threads' log-space sleeps on DEV and the inodegc throttles (an unlink flushing the
-# worker), nothing of jstall's
+# worker), nothing of jstall's; each kernel worker's wait for log space as jstall bounds one,
+# from its first xfs_log_grant_sleep to the reservation's exit, with its sleeps (@wait)
 WORKERS_BT = """
 #define xfs_lsn_t long long
 BEGIN { printf("attached\\n"); }
 tracepoint:xfs:xfs_log_grant_sleep /args->dev == DEV && strncmp(comm, "kworker/", 8) == 0/ {
   @worker_sleeps = count();
+  if (@first[tid] == 0) { @first[tid] = nsecs; }
+  @n[tid] = @n[tid] + 1;
+}
+tracepoint:xfs:xfs_log_reserve_exit, tracepoint:xfs:xfs_log_regrant_exit /args->dev == DEV && @first[tid]/ {
+  @wait[@first[tid], nsecs] = @n[tid];
+  delete(@first[tid]); delete(@n[tid]);
 }
 tracepoint:xfs:xfs_inodegc_throttle /args->dev == DEV/ { @throttles = count(); }
+END { clear(@first); clear(@n); }
 """
 
 
@@ -234,8 +242,10 @@ def test_an_unlink_waiting_for_the_inodegc_worker_takes_its_log_space_wait(tmp_p
         throttle.apply(fs.lower_dev, fs.limits[fs.lower_dev])
         major, minor = (int(x) for x in fs.dev.split(":"))
         program = WORKERS_BT.replace("DEV", str(major << 20 | minor))
-        bt = subprocess.Popen(["bpftrace", "-e", program], stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True)
+        # each wait a key of a map printed at the end (no output per wait that a busy run could
+        # lose), as many keys as there may be waits
+        bt = subprocess.Popen(["bpftrace", "-e", program], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, env=dict(os.environ, BPFTRACE_MAP_KEYS_MAX="1000000"))
         try:
             assert bpftrace_attached(bt), "bpftrace did not attach"
             dirs = [os.path.join(fs.mountpoint, f"d{i}") for i in range(100)]
@@ -259,9 +269,16 @@ def test_an_unlink_waiting_for_the_inodegc_worker_takes_its_log_space_wait(tmp_p
     w = a.session.xfs_waits
     workers = w[w["context"] == "kernel thread"]
     # every sleep of the traced rm and of the workers recorded (a task filter no longer leaves
-    # the workers' out; the filler's are another task's), the workers' as bpftrace counted them
+    # the workers' out; the filler's are another task's), the workers' as bpftrace counted them:
+    # the waits inside the recording (its start to its last flush: the filler's unlinks before
+    # it, and the inactivations rm queued before it exited, keep the workers waiting outside it)
     assert log["sleeps"] <= log["kernel_sleep_logspace"], log
-    assert int(workers["sleeps"].sum()) == seen.get("worker_sleeps", 0) > 0, (text, workers)
+    meta = a.session.meta
+    t0, t1 = meta["start"]["monotonic_ns"], (meta.get("last_flush") or meta["end"])["monotonic_ns"]
+    bt_waits = [(int(b), int(e), int(n)) for b, e, n in re.findall(r"^@wait\[(\d+), (\d+)\]: (\d+)$", text, re.M)]
+    bt_inside = sum(n for b, e, n in bt_waits if b >= t0 and e <= t1)
+    inside = workers[(workers["ts_ns"] >= t0) & (workers["end_ns"] <= t1)]
+    assert int(inside["sleeps"].sum()) == bt_inside > 0, (t0, t1, bt_inside, seen, inside)
     if not seen.get("throttles"):
         # the chain below needs an unlink throttled behind the workers (xfs_inodegc_throttle);
         # how far the workers lag depends on the machine's speed: in four runs of 2026-11-28 the
