@@ -131,8 +131,15 @@ def test_tune_finds_the_smallest_xfs_log_and_checks_the_log_size_advice(scratch_
     # the device (7 ms of 757 in one run; 12 of 123 in a slower one, 14 waits; 33 of 654 with
     # two guests beside, 201 waits; 34 of 496, 9 waits, one of 12.8 ms in a kernel worker, no
     # call stalled): most of the waits go, not every one.
+    # Above the high end (every log-space wait) the remedy may also remove what the analysis
+    # left `other`: an unlink asleep 81 ms in __flush_work for the inodegc worker, whose own
+    # waits were not recorded (the chain through workers could not name them), went with the
+    # rest in one run (200.1 ms removed: 119.1 of log space and that stall).
     bufs_run = next(c for c in r.comparisons if c.label == bufs.measured_label)
-    assert bufs.stall_removed_low_ms - 0.5 <= bufs.stall_removed_ms <= bufs.stall_removed_high_ms + 0.5, bufs
+    st0 = analyze(start.session_dir, min_ms=10).stalls
+    untied = float(st0.loc[st0["cause"] == "other", "latency_ms"].sum())
+    assert bufs.stall_removed_low_ms - 0.5 <= bufs.stall_removed_ms <= bufs.stall_removed_high_ms + untied + 0.5, \
+        (bufs, untied)
     assert bufs.measured_ms > 0.5 * start.checkpoint_waits_ms, (bufs, bufs_run)
     assert bufs.predicted_ms >= 0.5 * start.checkpoint_waits_ms
     # An external log as slow as the filesystem's device carries the same requests: the low end
