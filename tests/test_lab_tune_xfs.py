@@ -136,7 +136,8 @@ def test_tune_finds_the_smallest_xfs_log_and_checks_the_log_size_advice(scratch_
     # waits were not recorded (the chain through workers could not name them), went with the
     # rest in one run (200.1 ms removed: 119.1 of log space and that stall).
     bufs_run = next(c for c in r.comparisons if c.label == bufs.measured_label)
-    st0 = analyze(start.session_dir, min_ms=10).stalls
+    a0 = analyze(start.session_dir, min_ms=10)
+    st0 = a0.stalls
     untied = float(st0.loc[st0["cause"] == "other", "latency_ms"].sum())
     assert bufs.stall_removed_low_ms - 0.5 <= bufs.stall_removed_ms <= bufs.stall_removed_high_ms + untied + 0.5, \
         (bufs, untied)
@@ -153,7 +154,7 @@ def test_tune_finds_the_smallest_xfs_log_and_checks_the_log_size_advice(scratch_
     # writes were nearly all of them, so a small part of the waits, whatever the run's waits
     # (identical starting runs waited 74-901 ms on the same device time).
     noise = 0.15 * start.checkpoint_waits_ms
-    recs = {x.kind: x for x in analyze(start.session_dir, min_ms=10).recommendations}
+    recs = {x.kind: x for x in a0.recommendations}
     dev_io, bufs_io = recs["external_log"].inputs, recs["log_buffers"].inputs
     log_ms, log_share, span = dev_io["log_device_ms"], dev_io["log_share"], dev_io["waits_span_ms"]
     waits = dev_io["log_wait_ms"]

@@ -953,7 +953,8 @@ def _waits_span_ms(ctx, dev, wait_ms):
     """The wall time (ms) a log's waits covered, overlapping waits counted once (at most
     ``wait_ms``, the tasks' waits summed): what a device's time compares with."""
     w = ctx.session.xfs_waits
-    w = w[w["dev"].astype("str") == str(dev)] if len(w) else w
+    if len(w):
+        w = w[w["dev"].astype("str") == str(dev)]
     if not len(w):
         return wait_ms
     t0 = w["ts_ns"].to_numpy(dtype="int64")
