@@ -77,6 +77,8 @@ FIELDS = {
     "BIO_ITER": ("bio", "bi_iter"),
     "ITER_SECTOR": ("bvec_iter", "bi_sector"),
     "ITER_SIZE": ("bvec_iter", "bi_size"),
+    # a work item's function (workqueue_execute_start): which kernel workers' waits are kept
+    "WORK_FUNC": ("work_struct", "func"),
 }
 
 #: The saved user registers holding a syscall's first two arguments, per architecture

@@ -83,6 +83,7 @@ KIND_STRUCTS = {
     KINDS["KIND_LOG_TAIL"]: "log_tail_event",
     KINDS["KIND_FILL"]: "fill_event",
     KINDS["KIND_XFS_WAIT"]: "xfs_wait_event",
+    KINDS["KIND_WORKER_OFFCPU"]: "worker_offcpu_event",
 }
 XFS_HEADS = {v: k[len("XFS_HEAD_"):].lower() for k, v in ENUMS["jstall_xfs_head"].items()}
 

@@ -20,6 +20,7 @@ enum jstall_kind {
 	KIND_LOG_TAIL,
 	KIND_FILL,
 	KIND_XFS_WAIT,
+	KIND_WORKER_OFFCPU,
 };
 
 /* Which XFS grant head a log-space wait was on (struct xfs_wait_event.head):
@@ -178,6 +179,21 @@ struct offcpu_event {
 	__u64 call_ts_ns;
 	__u32 syscall_nr;
 	__u32 dev;
+	struct jstall_waker waker;
+};
+
+/* An off-CPU interval of a kernel worker running a work item of the filesystems' or
+ * writeback's code (WAIT_CHAINS): what a traced call that waited for the worker
+ * (__flush_work, a completion) waited on in turn. */
+struct worker_offcpu_event {
+	__u32 kind;
+	__s32 stack_id;
+	__u64 ts_ns;
+	__u64 offcpu_ns;
+	struct jstall_task task;
+	__s64 state;
+	__u64 work_ts_ns;   /* the work item's start */
+	__u64 work_func;    /* its function's address */
 	struct jstall_waker waker;
 };
 

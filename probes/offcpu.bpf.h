@@ -1,7 +1,8 @@
 /* ==== offcpu: off-CPU intervals of threads inside traced calls ====================
  * sched_switch keeps a traced call's thread's switch-out (time, state, kernel stack) and
  * emits the interval when it is switched back in; with WAIT_CHAINS, sched_waking keeps
- * who woke it.
+ * who woke it, and the kernel workers a traced call may wait for get the same (workers
+ * below).
  * Included by recorder.bpf.c and monitor.bpf.c after jbd2.bpf.h (probeset.bpf_text inlines it).
  */
 /* An off-CPU interval of thread tid inside a traced call ends (it is switched back in,
@@ -49,6 +50,152 @@ static __always_inline __s32 kernel_stack_id(void *ctx)
 	return id2 >= 0 ? STACK_ENTRIES + id2 : id2;
 }
 
+/* A kernel stack's id, its failures counted: a hash collision in both ways (-EEXIST) and
+ * a full map (-ENOMEM) apart from the rest. */
+static __always_inline __s32 counted_stack_id(void *ctx)
+{
+	__s32 stack_id = kernel_stack_id(ctx);
+	if (stack_id == -ENOMEM)
+		count(STACKS_FULL);
+	else if (stack_id == -EEXIST)
+		count(STACKS_COLLIDED);
+	else if (stack_id < 0)
+		count(STACKS_LOST);
+	return stack_id;
+}
+
+#if WAIT_CHAINS
+/* The waker of an off-CPU interval, from sched_waking in the waker's context: its thread,
+ * kernel stack (where it released what the sleeper waited for) and its own traced call in
+ * flight, if any. */
+static __always_inline void note_waker(void *ctx, struct jstall_waker *w)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	w->wake_ts_ns = bpf_ktime_get_ns();
+	w->waker_tid = (__u32)id;
+	w->waker_pid = id >> 32;
+	w->waker_stack_id = kernel_stack_id(ctx);
+	bpf_get_current_comm(&w->waker_comm, sizeof(w->waker_comm));
+	struct inflight *c = current_call(0);
+	if (c && c->ts_ns) {
+		w->waker_call_ts_ns = c->ts_ns;
+		w->waker_syscall_nr = c->syscall_nr;
+	} else {
+		w->waker_call_ts_ns = 0;
+		w->waker_syscall_nr = 0;
+	}
+}
+
+/* ---- kernel workers ---------------------------------------------------------------
+ * A traced call that waits for a kernel worker (__flush_work: XFS's inodegc, or the flush
+ * of every delayed allocation when a reservation finds no free space; a completion) sleeps
+ * in a stack that names no cause: it waited for whatever the worker waited on. From
+ * workqueue_execute_start to workqueue_execute_end, a worker running a work item whose
+ * function is in work_fns (the filesystems' functions and writeback's, filled from
+ * kallsyms by ProbeSet._fill_work_fns) has its off-CPU intervals over OFFCPU_MIN_NS
+ * recorded as worker_offcpu_event, with their stacks and wakers; the analysis gives the
+ * traced call the cause of the worker's waits (chains.worker_causes). */
+struct worker_item {
+	__u64 ts_ns;        /* the work item's start */
+	__u64 func;
+	__u64 off_ts_ns;    /* its switch-out: 0 while on a CPU */
+	__s64 off_state;
+	__s32 off_stack_id;
+	__u32 pad;
+	struct jstall_waker waker;
+};
+BPF_HASH(work_fns, __u64, __u8, WORK_FNS_MAX);                       /* functions whose items are kept */
+BPF_HASH(worker_items, __u32, struct worker_item, WORKER_ITEMS_MAX); /* tid -> its item under way */
+BPF_ARRAY(worker_items_n, __u64, 1);                                 /* entries in worker_items */
+
+/* workqueue_execute_start(struct work_struct *work): in the worker, before the function runs */
+int rtp_workqueue_execute_start(struct bpf_raw_tracepoint_args *ctx)
+{
+	__u64 func = READ_FIELD(ctx->args[0], WORK_FUNC);
+	if (!func || !work_fns.lookup(&func))
+		return 0;
+	__u32 zero = 0;
+	__u64 *n = worker_items_n.lookup(&zero);
+	if (!n)
+		return 0;
+	struct worker_item w = {};
+	w.ts_ns = bpf_ktime_get_ns();
+	w.func = func;
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	if (worker_items.insert(&tid, &w) == 0)
+		__sync_fetch_and_add(n, 1);
+	else if (worker_items.update(&tid, &w) != 0)   /* the map is full: its waits are not kept */
+		count(BUF_OFFCPU);
+	return 0;
+}
+
+/* workqueue_execute_end(struct work_struct *work, work_func_t function): in the worker, after it */
+int rtp_workqueue_execute_end(struct bpf_raw_tracepoint_args *ctx)
+{
+	__u32 zero = 0;
+	__u64 *n = worker_items_n.lookup(&zero);
+	if (!n || !*n)
+		return 0;
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	if (worker_items.delete(&tid) == 0)
+		__sync_fetch_and_add(n, -1);
+	return 0;
+}
+
+/* sched_switch's part for workers: prev (the current task) running a kept item keeps its
+ * switch-out; next, a worker off-CPU inside one, ends its interval. */
+static __always_inline void worker_switch(struct bpf_raw_tracepoint_args *ctx, __u64 next_task)
+{
+	__u32 zero = 0;
+	__u64 *n = worker_items_n.lookup(&zero);
+	if (!n || !*n)
+		return;
+	__u32 prev = (__u32)bpf_get_current_pid_tgid();
+	struct worker_item *w = worker_items.lookup(&prev);
+	if (w) {
+		w->off_ts_ns = bpf_ktime_get_ns();
+		w->off_state = ctx->args[0] ? 0 : (__u32)ctx->args[3];   /* preempted: runnable */
+		w->off_stack_id = counted_stack_id(ctx);
+		__builtin_memset(&w->waker, 0, sizeof(w->waker));
+	}
+	__u32 next = READ_FIELD(next_task, TASK_PID);
+	struct worker_item *x = next ? worker_items.lookup(&next) : 0;
+	if (!x || !x->off_ts_ns)
+		return;
+	__u64 now = bpf_ktime_get_ns();
+	if (now - x->off_ts_ns > OFFCPU_MIN_NS) {
+		struct worker_offcpu_event e = {};
+		e.kind = KIND_WORKER_OFFCPU;
+		e.stack_id = x->off_stack_id;
+		e.ts_ns = x->off_ts_ns;
+		e.offcpu_ns = now - x->off_ts_ns;
+		e.task.tid = next;
+		e.task.pid = READ_FIELD(next_task, TASK_TGID);
+		bpf_probe_read_kernel_str(&e.task.comm, sizeof(e.task.comm), (void *)next_task + TASK_COMM_OFF);
+		e.state = x->off_state;
+		e.work_ts_ns = x->ts_ns;
+		e.work_func = x->func;
+		e.waker = x->waker;
+		if (offcpu_rb.ringbuf_output(&e, sizeof(e), rb_flags()))
+			count(BUF_OFFCPU);
+	}
+	x->off_ts_ns = 0;
+}
+
+/* sched_waking's part for workers: the first waker of a kept worker's interval */
+static __always_inline void worker_waking(void *ctx, __u64 p)
+{
+	__u32 zero = 0;
+	__u64 *n = worker_items_n.lookup(&zero);
+	if (!n || !*n)
+		return;
+	__u32 tid = READ_FIELD(p, TASK_PID);
+	struct worker_item *x = worker_items.lookup(&tid);
+	if (x && x->off_ts_ns && !x->waker.wake_ts_ns)
+		note_waker(ctx, &x->waker);
+}
+#endif /* WAIT_CHAINS */
+
 /* sched_switch(bool preempt, struct task_struct *prev, struct task_struct *next,
  *              unsigned int prev_state): fires in prev's context, before the switch
  * (__schedule). A thread switched out inside a traced call keeps the time, its task state
@@ -56,7 +203,7 @@ static __always_inline __s32 kernel_stack_id(void *ctx)
  * typed (tp_btf): next is a BTF-typed task_struct, whose own task storage holds the
  * start; untyped: only the current task's storage can be read, so the start and the
  * call's fields go to the offstart hash by thread id. */
-static __always_inline int sched_switch_body(struct bpf_raw_tracepoint_args *ctx, int typed)
+static __always_inline int call_switch(struct bpf_raw_tracepoint_args *ctx, int typed)
 {
 	__u32 zero = 0;
 	__u64 *pending = 0;
@@ -71,15 +218,7 @@ static __always_inline int sched_switch_body(struct bpf_raw_tracepoint_args *ctx
 		now = bpf_ktime_get_ns();
 		/* a preempted task is runnable whatever its __state says */
 		__s64 state = ctx->args[0] ? 0 : (__u32)ctx->args[3];
-		/* a hash collision in both ways (-EEXIST) and a full map (-ENOMEM) are counted
-		 * apart */
-		__s32 stack_id = kernel_stack_id(ctx);
-		if (stack_id == -ENOMEM)
-			count(STACKS_FULL);
-		else if (stack_id == -EEXIST)
-			count(STACKS_COLLIDED);
-		else if (stack_id < 0)
-			count(STACKS_LOST);
+		__s32 stack_id = counted_stack_id(ctx);
 		if (typed) {
 			c->off_ts_ns = now;
 			c->off_state = state;
@@ -132,6 +271,15 @@ static __always_inline int sched_switch_body(struct bpf_raw_tracepoint_args *ctx
 		__sync_fetch_and_add(pending, -1);
 	return 0;
 }
+
+static __always_inline int sched_switch_body(struct bpf_raw_tracepoint_args *ctx, int typed)
+{
+	call_switch(ctx, typed);
+#if WAIT_CHAINS
+	worker_switch(ctx, ctx->args[2]);
+#endif
+	return 0;
+}
 BOTH_PROGRAMS(sched_switch)
 
 #if WAIT_CHAINS
@@ -143,7 +291,7 @@ BOTH_PROGRAMS(sched_switch)
  * calls). A wakeup from an interrupt names the task it interrupted: the analysis uses
  * wakers only for waits no stack explains. typed: p's task storage (the typed
  * sched_switch's); untyped: the offstart hash. */
-static __always_inline int sched_waking_body(struct bpf_raw_tracepoint_args *ctx, int typed)
+static __always_inline int call_waking(struct bpf_raw_tracepoint_args *ctx, int typed)
 {
 	__u64 p = ctx->args[0];
 	struct jstall_waker *w = 0;
@@ -165,20 +313,15 @@ static __always_inline int sched_waking_body(struct bpf_raw_tracepoint_args *ctx
 			return 0;
 		w = &s->waker;
 	}
-	__u64 id = bpf_get_current_pid_tgid();
-	w->wake_ts_ns = bpf_ktime_get_ns();
-	w->waker_tid = (__u32)id;
-	w->waker_pid = id >> 32;
-	w->waker_stack_id = kernel_stack_id(ctx);
-	bpf_get_current_comm(&w->waker_comm, sizeof(w->waker_comm));
-	struct inflight *c = current_call(0);
-	if (c && c->ts_ns) {
-		w->waker_call_ts_ns = c->ts_ns;
-		w->waker_syscall_nr = c->syscall_nr;
-	} else {
-		w->waker_call_ts_ns = 0;
-		w->waker_syscall_nr = 0;
-	}
+	note_waker(ctx, w);
+	return 0;
+}
+
+static __always_inline int sched_waking_body(struct bpf_raw_tracepoint_args *ctx, int typed)
+{
+	call_waking(ctx, typed);
+	if (ctx->args[0])
+		worker_waking(ctx, ctx->args[0]);
 	return 0;
 }
 BOTH_PROGRAMS(sched_waking)

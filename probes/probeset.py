@@ -67,6 +67,15 @@ HOME_BLOCKS_MAX = 1 << 18
 #: (process, cgroup, journal, transaction) keys the writers map holds between two reads
 #: (the recorder reads it at every flush and drops committed transactions' keys)
 WRITERS_MAX = 4096
+#: kernel workers' work items whose off-CPU intervals are kept (WAIT_CHAINS): those of
+#: functions with these prefixes (the filesystems' and their logs') and writeback's own,
+#: what a traced call waiting for a worker (__flush_work, a completion) may wait on
+WORK_FN_PREFIXES = ("xfs_", "xlog_", "ext4_", "jbd2_")
+WORK_FNS = ("wb_workfn",)
+#: functions work_fns holds at most (xfs, ext4 and jbd2 have about 5,000 here), and work
+#: items under way at once
+WORK_FNS_MAX = 16384
+WORKER_ITEMS_MAX = 4096
 
 #: How the traced syscalls are entered and left (the JSTALL_ATTACH override):
 #: "fentry", fentry/fexit programs on each traced call's syscall function
@@ -81,6 +90,27 @@ ATTACH = os.environ.get("JSTALL_ATTACH", "auto")
 
 
 _LOCAL_INCLUDE = re.compile(r'^#include "(\w+\.bpf\.h)"\s*$', re.M)
+
+
+def work_functions(kallsyms="/proc/kallsyms"):
+    """The addresses of the kernel's text symbols whose work items the recorder keeps
+    (WORK_FN_PREFIXES, WORK_FNS), from ``kallsyms`` (a module's symbols once it is loaded);
+    [] when it cannot be read or hides its addresses."""
+    found = set()
+    try:
+        with open(kallsyms) as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) < 3 or parts[1] not in ("t", "T"):
+                    continue
+                name = parts[2]
+                if name.startswith(WORK_FN_PREFIXES) or name in WORK_FNS:
+                    addr = int(parts[0], 16)
+                    if addr:
+                        found.add(addr)
+    except OSError:
+        return []
+    return sorted(found)
 
 
 def bpf_text(path=BPF_SOURCE):
@@ -277,6 +307,8 @@ class ProbeSet:
             XFS_LOG=int(xfs_log),
             WRITERS=int(self.writers),
             WRITERS_MAX=WRITERS_MAX,
+            WORK_FNS_MAX=WORK_FNS_MAX,
+            WORKER_ITEMS_MAX=WORKER_ITEMS_MAX,
             XFS_GRANT_CYCLES=int(xfs_log and not host.tracepoint_has_field("xfs", "xfs_log_grant_sleep", "tail_space")),
             XFS_TRACE_TIC=int(xfs_log and host.tracepoint_has_field("xfs", "xfs_log_grant_sleep", "tic")),
             SELF_TGID=os.getpid(),
@@ -402,8 +434,23 @@ class ProbeSet:
             else:
                 b.attach_raw_tracepoint(tp=b"sched_waking", fn_name=b"rtp_sched_waking")
                 self.attached.append("raw:sched:sched_waking")
+            self._attach_workers(b)
         if self.missing and not self.opts.quiet:
             log.warning("tracepoints missing on this kernel, not recorded: %s", " ".join(self.missing))
+
+    def _attach_workers(self, b):
+        """The kernel workers' work items (WAIT_CHAINS): work_fns from kallsyms, then the
+        workqueue tracepoints that mark a worker inside one."""
+        fns = work_functions()
+        table = b[b"work_fns"]
+        for addr in fns[:WORK_FNS_MAX]:
+            table[ctypes.c_uint64(addr)] = ctypes.c_uint8(1)
+        for tp in ("workqueue_execute_start", "workqueue_execute_end"):
+            if not host.tracepoint_exists("workqueue", tp):
+                self.missing.append(f"raw:workqueue:{tp}")
+                continue
+            b.attach_raw_tracepoint(tp=tp.encode(), fn_name=f"rtp_{tp}".encode())
+            self.attached.append(f"raw:workqueue:{tp}")
 
     def _attach_writers(self, b):
         """jbd2_handle_stats for the writers' counts (the XFS ones bcc attached as it loaded)."""

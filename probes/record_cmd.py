@@ -193,7 +193,8 @@ def _summary(rec, path):
     # sized to what was lost: each kind's share, and a warning only when the share matters
     jbd2_rows = sum(rec.rows[t] for t in ("jbd2_events", "run_stats", "checkpoint_stats", "log_tail", "fill"))
     for what, n, total in (("slow calls", lost["calls"], rec.rows["calls"] + lost["calls"]),
-                           ("off-CPU intervals", lost["offcpu"], rec.rows["offcpu"] + lost["offcpu"]),
+                           ("off-CPU intervals", lost["offcpu"],
+                            rec.rows["offcpu"] + rec.rows["worker_offcpu"] + lost["offcpu"]),
                            ("jbd2 events", lost["jbd2"], jbd2_rows + lost["jbd2"]),
                            ("off-CPU intervals without a stack", rec.offcpu_without_stack, rec.rows["offcpu"])):
         if not n:

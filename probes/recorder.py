@@ -88,6 +88,13 @@ class Recorder:
         self.sampler = None                               # DeviceSampler of the traced journals' devices
         self.write_error = None                           # (what, OSError): the first write that failed
         self.unwritten_rows = 0                           # rows gathered that no write could keep
+        self._symbols = {}                                # kernel text address -> symbol (work functions)
+
+    def _ksym(self, addr):
+        """A kernel text address's symbol (bytes), each looked up once."""
+        if addr not in self._symbols:
+            self._symbols[addr] = self.bpf.ksym(addr)
+        return self._symbols[addr]
 
     def start(self):
         """Open the probes, then stream events in a background thread."""
@@ -190,7 +197,7 @@ class Recorder:
             chunks, self._chunks = self._chunks, {kind: [] for kind in events.KIND_STRUCTS}
         a = {events.KIND_STRUCTS[k]: events.decode(events.KIND_STRUCTS[k], v) for k, v in chunks.items() if v}
         self._seq += 1
-        for name, table in tables.streamed_tables(a, self.probes.syscall_names, self.hz).items():
+        for name, table in tables.streamed_tables(a, self.probes.syscall_names, self.hz, self._ksym).items():
             if self._kept(name, self._write_chunk, name, table):
                 self.rows[name] += table.num_rows
             else:
@@ -206,10 +213,12 @@ class Recorder:
         if ids:
             self.cgroups.update(cgroup_paths(ids))
             self.cgroups.update({str(i): None for i in ids if str(i) not in self.cgroups})
-        if "offcpu_event" in a:
-            self.offcpu_without_stack += int(np.sum(a["offcpu_event"]["stack_id"] < 0))
-            o = a["offcpu_event"]
-            ids = np.unique(np.concatenate([o["stack_id"], o["waker_stack_id"][o["wake_ts_ns"] != 0]]))
+        if "offcpu_event" in a or "worker_offcpu_event" in a:
+            if "offcpu_event" in a:
+                self.offcpu_without_stack += int(np.sum(a["offcpu_event"]["stack_id"] < 0))
+            ids = np.unique(np.concatenate([np.concatenate([o["stack_id"], o["waker_stack_id"][o["wake_ts_ns"] != 0]])
+                                            for o in (a.get("offcpu_event"), a.get("worker_offcpu_event"))
+                                            if o is not None]))
             new = sorted(int(s) for s in ids if s >= 0 and int(s) not in self._stack_ids)
             if new and self._kept("stacks", self._write_chunk, "stacks", tables.stacks_table(self.bpf, new)):
                 self._stack_ids.update(new)

@@ -16,16 +16,18 @@ from jstall.schema import FILL_COLUMNS, PHASES, SCHEMAS
 from . import events, filesystems, syscalls
 
 #: tables appended to while recording, one closed chunk per flush
-STREAMED = ("calls", "offcpu", "jbd2_events", "run_stats", "checkpoint_stats", "log_tail", "fill", "xfs_waits")
+STREAMED = ("calls", "offcpu", "jbd2_events", "run_stats", "checkpoint_stats", "log_tail", "fill", "xfs_waits",
+            "worker_offcpu")
 CHUNKED = STREAMED + ("stacks", "writers")
 #: the in-kernel counters, rewritten whole at every flush: call_histograms, call_totals
 #: counters per syscall row in the probes' call_slots array (their STATS_WAYS; a power of 2)
 CALL_SLOT_WAYS = 4
 
 
-def streamed_tables(a, names, hz):
+def streamed_tables(a, names, hz, ksym=None):
     """{table: Arrow table} of the streamed tables whose records ``a`` holds ({struct: records});
-    ``names``: {syscall number: name}; ``hz``: the kernel's HZ (jiffies to ns), or None."""
+    ``names``: {syscall number: name}; ``hz``: the kernel's HZ (jiffies to ns), or None;
+    ``ksym``: a kernel text address's symbol (bytes), for the workers' work functions."""
     builders = {
         "calls": ("call_event", lambda r: calls_table(r, names)),
         "offcpu": ("offcpu_event", lambda r: offcpu_table(r, names)),
@@ -35,6 +37,7 @@ def streamed_tables(a, names, hz):
         "log_tail": ("log_tail_event", log_tail_table),
         "fill": ("fill_event", fill_table),
         "xfs_waits": ("xfs_wait_event", lambda r: xfs_waits_table(r, names)),
+        "worker_offcpu": ("worker_offcpu_event", lambda r: worker_offcpu_table(r, names, ksym)),
     }
     return {name: build(a[struct]) for name, (struct, build) in builders.items() if struct in a}
 
@@ -135,6 +138,21 @@ def offcpu_table(a, names):
         "state": state, "runnable": runnable, "stack_id": a["stack_id"].astype(np.int32),
         "call_ts_ns": a["call_ts_ns"].astype(np.int64), "syscall": _names(a["syscall_nr"], names),
         "dev": _devs(a["dev"]), **_waker(a, names),
+    })
+
+
+def worker_offcpu_table(a, names, ksym=None):
+    """Off-CPU intervals of kernel workers inside a work item of the filesystems' code, with
+    the item's start and function (its symbol; null where ``ksym`` is None)."""
+    state = a["state"].astype(np.int64)
+    funcs = np.unique(a["work_func"]) if len(a) else []
+    symbol = {int(f): ksym(int(f)).decode(errors="replace") if ksym else None for f in funcs}
+    return _table("worker_offcpu", {
+        "ts_ns": a["ts_ns"].astype(np.int64), "offcpu_ns": a["offcpu_ns"].astype(np.int64), **_task(a),
+        "state": state, "runnable": state == 0, "stack_id": a["stack_id"].astype(np.int32),
+        "work_ts_ns": a["work_ts_ns"].astype(np.int64),
+        "work_function": pa.array([symbol[int(f)] for f in a["work_func"]], type=pa.string()),
+        **_waker(a, names),
     })
 
 

@@ -74,6 +74,11 @@ STACKS = {
                        "__x64_sys_fsync", "do_syscall_64"]),
     18: ("metadata_io", ["__schedule", "schedule", "schedule_timeout", "__wait_for_common", "xfs_buf_iowait",
                          "xfs_buf_read_map", "xfs_trans_read_buf_map", "xfs_imap_to_bp", "xfs_iget"]),
+    # XFS's flush of delayed allocations (a reservation found no free blocks): its worker's
+    # wait for the writeback, a data page's wait under it included
+    19: ("enospc_flush", ["__schedule", "schedule", "io_schedule", "folio_wait_bit", "folio_wait_writeback",
+                          "__filemap_fdatawait_range", "filemap_fdatawait_keep_errors", "sync_inodes_sb",
+                          "xfs_flush_inodes_worker", "process_one_work", "worker_thread", "kthread"]),
 }
 
 

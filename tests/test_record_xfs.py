@@ -226,8 +226,8 @@ END { clear(@first); clear(@n); }
 def test_an_unlink_waiting_for_the_inodegc_worker_takes_its_log_space_wait(tmp_path):
     """rm -rf recorded with its command: the inodegc workers' log-space waits are recorded
     (every sleep the kernel and an independent bpftrace counted), and an unlink's wait in
-    __flush_work for a worker that waited for log space meanwhile is log_space, naming the
-    worker."""
+    __flush_work for a worker that waited for log space meanwhile takes the worker's cause,
+    naming the worker; `other` holds at most 10 % of the stall time."""
     from jstall.analyzer import analyze
     from jstall.analyzer.render.text import session_summary
     from jstall.workloads import throttle
@@ -308,12 +308,83 @@ def test_an_unlink_waiting_for_the_inodegc_worker_takes_its_log_space_wait(tmp_p
         overlapped.append(bool(hit.any()))
     through = mine[overlapped]
     assert len(through), "no flush overlapped a worker's log-space wait"
+    # each of them took a worker's cause (the one with the most of its time among the worker's
+    # records: its log-space waits and its own off-CPU intervals in the inodegc work), and with
+    # the workers' own waits recorded little stays `other`
     worker_st = st[st["worker_ms"] > 0]
-    assert (worker_st["log_space_ms"] >= worker_st["worker_ms"]).all()
-    assert worker_st["worker_ms"].sum() == pytest.approx(through["offcpu_ns"].sum() / 1e6), \
-        (worker_st[["tid", "ts_ns", "ms", "worker_ms", "worker"]].to_string(),
+    assert worker_st["worker_ms"].sum() >= through["offcpu_ns"].sum() / 1e6 - 1e-3, \
+        (worker_st[["tid", "ts_ns", "latency_ms", "worker_ms", "worker"]].to_string(),
          through[["tid", "ts_ns", "offcpu_ns", "stack_id", "waker_comm", "waker_tid"]].to_string())
     names = {f"{c} {int(t)}" for c, t in zip(through["waker_comm"], through["waker_tid"])}
-    assert set(worker_st["worker"]) == names
+    assert names <= set(worker_st["worker"])
+    assert st["other_ms"].sum() <= 0.1 * st["latency_ms"].sum(), st[["latency_ms", "cause", "cause_label"]].to_string()
     summary = session_summary(a)
     assert "waited for kernel workers (__flush_work, a completion, a lock the worker held)" in summary, summary
+
+
+# XFS nearly out of blocks for its reservations: dirty data fills the filesystem (held in
+# delayed allocations, not yet written), then files are created; a create whose reservation
+# finds no free blocks waits in __flush_work for xfs_flush_inodes_worker, which writes back
+# every dirty file. The process names itself so that bpftrace can follow it.
+ENOSPC = """
+import ctypes, os, sys
+ctypes.CDLL(None).prctl(15, b"jstall-enospc", 0, 0, 0)   # PR_SET_NAME
+top, mib, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+with open(os.path.join(top, "big"), "wb") as f:
+    block = b"x" * (1 << 20)
+    for _ in range(mib):
+        f.write(block)
+for i in range(n):
+    try:
+        with open(os.path.join(top, f"f{i}"), "wb") as f:
+            f.write(b"y")
+    except OSError:   # out of space for good: the flush gave back too little
+        pass
+"""
+
+# the flush worker's work items and the workload's creates, the longest of them, by the kernel's
+# own tracepoints (nothing of jstall's)
+ENOSPC_BT = """
+BEGIN { printf("attached\\n"); }
+tracepoint:workqueue:workqueue_execute_start { @items[ksym(args->function)] = count(); }
+tracepoint:syscalls:sys_enter_openat /comm == "jstall-enospc"/ { @o[tid] = nsecs; }
+tracepoint:syscalls:sys_exit_openat /@o[tid]/ { @openat_max_ns = max(nsecs - @o[tid]); delete(@o[tid]); }
+"""
+
+
+def test_a_create_waiting_for_the_flush_of_delayed_allocations_takes_the_flush_workers_cause(tmp_path):
+    """A create on an XFS whose free blocks dirty delayed allocations hold: its reservation
+    finds none (ENOSPC), and it waits in __flush_work for xfs_flush_inodes_worker while that
+    worker waits for the writeback. The recorder keeps the worker's own waits (worker_offcpu,
+    its work function named), the stall takes their cause (enospc_flush) and names the worker,
+    and its length is the one an independent bpftrace measured; little stays `other`."""
+    from jstall.analyzer import analyze
+
+    out = str(tmp_path / "s")
+    cfg = FsConfig(fs_type="xfs", fs_size="300M", journal_size="8M", write_iops=max(50, int(500 / SLOWDOWN)))
+    with ScratchFs(cfg) as fs:
+        bt = subprocess.Popen(["bpftrace", "-e", ENOSPC_BT], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True)
+        try:
+            assert bpftrace_attached(bt), "bpftrace did not attach"
+            rec = subprocess.run([JSTALL, "record", "-q", "-o", out, "-d", fs.mountpoint, "--", sys.executable,
+                                  "-c", ENOSPC, fs.mountpoint, "270", "300"], capture_output=True, text=True,
+                                 timeout=600)
+        finally:
+            bt.send_signal(signal.SIGINT)
+            text = bt.communicate(timeout=60)[0]
+    assert rec.returncode == 0, rec.stderr
+    items = {k: int(v) for k, v in re.findall(r"^@items\[(\w+)\]: (\d+)$", text, re.M)}
+    longest_ms = bpftrace_values(text).get("openat_max_ns", 0) / 1e6
+    assert items.get("xfs_flush_inodes_worker", 0) >= 1, text[-2000:]
+    a = analyze(out)
+    wo = a.session.worker_offcpu
+    assert (wo["work_function"] == "xfs_flush_inodes_worker").any(), wo["work_function"].value_counts()
+    st = a.stalls.sort_values("latency_ms", ascending=False)
+    top = st.iloc[0]
+    assert top["syscall"] == "openat" and top["latency_ms"] == pytest.approx(longest_ms, abs=0.5), \
+        (top.to_dict(), longest_ms)
+    assert top["cause"] == "enospc_flush" and top["worker_ms"] > 0.8 * top["latency_ms"], top.to_dict()
+    assert "(xfs_flush_inodes_worker) in __flush_work" in top["cause_label"], top["cause_label"]
+    assert str(top["worker"]).startswith("kworker/"), top.to_dict()
+    assert st["other_ms"].sum() <= 0.1 * st["latency_ms"].sum(), st[["latency_ms", "cause", "cause_label"]].to_string()

@@ -134,6 +134,77 @@ def test_the_stall_table_summary_and_json_name_the_worker(tmp_path):
             "its worker's cause. Workers: kworker/0:1 87 300 ms." in text), text
 
 
+#: a worker's stacks (innermost first): XFS's flush of delayed allocations when a reservation
+#: found no free blocks, waiting for writeback; its data pages; a log-space wait; a sleep that
+#: names nothing
+FLUSH_INODES = ["__schedule", "schedule", "wb_wait_for_completion", "sync_inodes_sb",
+                "xfs_flush_inodes_worker", "process_one_work", "worker_thread", "kthread"]
+PAGES = ["__schedule", "io_schedule", "folio_wait_bit", "folio_wait_writeback", "__filemap_fdatawait_range",
+         "filemap_fdatawait_keep_errors", "sync_inodes_sb", "xfs_flush_inodes_worker", "process_one_work"]
+GRANT = ["__schedule", "schedule", "xlog_grant_head_wait", "xlog_grant_head_check", "xfs_log_reserve",
+         "xfs_trans_alloc", "xfs_inactive_ifree", "xfs_inodegc_worker", "process_one_work"]
+IDLE = ["__schedule", "schedule", "rescuer_thread", "kthread"]
+WORKER_STACKS = pd.DataFrame({"stack_id": [21, 22, 23, 24], "frames": [FLUSH_INODES, PAGES, GRANT, IDLE]})
+
+
+def worker_interval(ts_ms, ms, tid, stack_id, function, comm="kworker/1:2", runnable=False):
+    """A worker's off-CPU interval inside a work item (the worker_offcpu table's row)."""
+    return {**{k: v for k, v in interval(ts_ms, ms, tid, comm=comm, stack_id=stack_id, runnable=runnable).items()
+               if k not in ("call_ts_ns", "syscall", "dev")},
+            "work_ts_ns": (ts_ms - 1) * MS, "work_function": function}
+
+
+def test_a_workers_own_intervals_give_their_causes_by_stack_and_name_the_work_function():
+    """The recorder's worker intervals (worker_offcpu): each takes the cause of its stack
+    (the flush of delayed allocations: enospc_flush, even where its innermost wait is a data
+    page's); one that names nothing and a preempted one pass nothing on; a log-space one is
+    kept only where xfs_waits did not measure the worker's log-space waits itself."""
+    wo = table(worker_interval(100, 300, 87, 21, "xfs_flush_inodes_worker"),
+               worker_interval(400, 90, 87, 22, "xfs_flush_inodes_worker"),
+               worker_interval(500, 40, 88, 23, "xfs_inodegc_worker"),
+               worker_interval(600, 40, 88, 24, "xfs_inodegc_worker"),
+               worker_interval(700, 40, 88, 23, "xfs_inodegc_worker", runnable=True))
+    w = worker_waits(None, None, wo, WORKER_STACKS)
+    assert w["cause"].tolist() == ["enospc_flush", "enospc_flush", "log_space"]
+    assert w["work"].tolist() == ["xfs_flush_inodes_worker"] * 2 + ["xfs_inodegc_worker"]
+    assert w["end_ns"].tolist() == [400 * MS, 490 * MS, 540 * MS]
+    measured = worker_waits(pd.DataFrame([xfs_wait(500, 40, 88)]), None, wo, WORKER_STACKS)
+    assert sorted(zip(measured["cause"], measured["work"].fillna("-"))) == \
+        [("enospc_flush", "xfs_flush_inodes_worker")] * 2 + [("log_space", "-")]
+
+
+def test_a_create_waiting_for_the_flush_worker_takes_its_cause_and_names_its_work():
+    """A create asleep in __flush_work <- xfs_create, woken by the flush worker: the worker's
+    intervals overlapping the sleep give it their cause (the one with the most time among
+    several), and the label names the worker and its work function."""
+    wo = table(worker_interval(100, 300, 87, 21, "xfs_flush_inodes_worker"),
+               worker_interval(400, 90, 87, 22, "xfs_flush_inodes_worker"),
+               worker_interval(1000, 30, 88, 23, "xfs_inodegc_worker", comm="kworker/0:3"),
+               worker_interval(1040, 10, 88, 22, "xfs_flush_inodes_worker", comm="kworker/0:3"))
+    off = table(interval(95, 400, 11, comm="touch", waker=87, waker_comm="kworker/1:2"),
+                interval(1000, 55, 12, comm="rm", waker=88, waker_comm="kworker/0:3"))
+    got, label, worker = worker_causes(off, objects("other", "other"),
+                                       objects("__flush_work <- xfs_create", "__flush_work <- destroy_inode"),
+                                       worker_waits(None, None, wo, WORKER_STACKS))
+    assert got.tolist() == ["enospc_flush", "log_space"]
+    assert worker.tolist() == ["kworker/1:2 87", "kworker/0:3 88"]
+    assert label.tolist() == [
+        "through worker kworker/1:2 87 (xfs_flush_inodes_worker) in __flush_work <- xfs_create",
+        "through worker kworker/0:3 88 (xfs_inodegc_worker) in __flush_work <- destroy_inode"]
+
+
+def test_a_workers_nested_waits_are_all_found():
+    """A measured log-space wait spans the reservation, from its first sleep to its exit, and
+    so holds the worker's later, shorter records: a wait that began before them and still
+    overlaps the call's sleep is found (it holds the most of it)."""
+    wo = table(worker_interval(150, 20, 87, 21, "xfs_flush_inodes_worker"),
+               worker_interval(300, 80, 87, 21, "xfs_flush_inodes_worker"))
+    w = worker_waits(pd.DataFrame([xfs_wait(100, 400, 87)]), None, wo, WORKER_STACKS)
+    off = table(interval(290, 100, 11, comm="touch", waker=87, waker_comm="kworker/1:2"))
+    got, label, _ = worker_causes(off, objects("other"), objects("x"), w)
+    assert got.tolist() == ["log_space"] and label.tolist() == ["through worker kworker/1:2 87 in x"]
+
+
 CHECKPOINTING = ["__schedule", "io_schedule", "bit_wait_io", "__wait_on_buffer",
                  "jbd2_log_do_checkpoint", "__jbd2_log_wait_for_space", "add_transaction_credits",
                  "start_this_handle"]

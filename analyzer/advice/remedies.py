@@ -59,7 +59,10 @@ DEVICE_SIDE = (
     "device_flush",
     "metadata_io",
     "writeback_throttle",
+    "enospc_flush",
 )
+#: the device-side waits fsync's commits and cache flushes drive (the verdict's "what would")
+FSYNC_SIDE = ("commit_wait", "lock_buffer", "transaction_wait", "data_writeback", "device_flush", "metadata_io")
 #: waits a checkpoint holds up: a transaction that cannot close, a commit that cannot finish
 #: while the log is full (advice.through_share)
 THROUGH = ("transaction_wait", "commit_wait")
@@ -331,14 +334,18 @@ def verdict(recs: Sequence[Recommendation], stalls: pd.DataFrame, min_ms: float,
     dev = {c: by[c] for c in DEVICE_SIDE if c in by}
     ms = sum(dev.values())
     if ms > 0:
+        dev = dict(sorted(dev.items(), key=lambda kv: -kv[1]))
+        top_dev = next(iter(dev))
         v["beyond"] = {
             "ms": ms,
             "share": ms / total_ms,
-            "causes": dict(sorted(dev.items(), key=lambda kv: -kv[1])),
+            "causes": dev,
             "device_util": util.get("util") if util else None,
             "device_util_basis": util.get("basis") if util else None,
+            # the commits' and flushes' waits: fewer of them or a faster device; another
+            # cause on the device's side (a flush of dirty data, writeback): its own advice
             "what_would": "fewer fsyncs per second (batched commits), or a device that serves more "
-            "writes and flushes its cache faster",
+            "writes and flushes its cache faster" if top_dev in FSYNC_SIDE else causes.BY_NAME[top_dev].advice,
         }
     elif dominant:
         c = dominant[0]["cause"]

@@ -23,7 +23,7 @@ NOTE_SHARE = 0.01
 #: Which tables each of the recorder's ring buffers fills (probes/recorder.bpf.c).
 BUFFER_TABLES = {
     "calls": ("calls",),
-    "offcpu": ("offcpu",),
+    "offcpu": ("offcpu", "worker_offcpu"),
     "jbd2": ("jbd2_events", "run_stats", "checkpoint_stats", "log_tail", "fill"),
     "home_writes": ("home_writes",),
     "writers": ("writers",),

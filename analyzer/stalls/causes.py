@@ -138,6 +138,16 @@ REGISTRY = [
           "submit_bio_wait for a PREFLUSH bio)",
           "a device whose write cache is non-volatile or flushes fast (power-loss protected SSD), fewer "
           "fsync calls, or batching them; never nobarrier on a cache that can lose writes"),
+    Cause("enospc_flush",
+          ("xfs_flush_inodes_worker", "xfs_flush_inodes"),
+          1, "#393b79",
+          "waiting for XFS to write back every file's delayed allocations: a reservation found no free "
+          "blocks (ENOSPC) and XFS flushed the dirty data to give back what the delayed allocations held "
+          "(xfs_flush_inodes, reached through its worker)",
+          "dirty data written back sooner (a lower vm.dirty_expire_centisecs or vm.dirty_bytes) or more free "
+          "space: each dirty delayed allocation holds back its blocks and worst-case metadata blocks until it "
+          "is written, so many small dirty files can use up the free blocks before df shows the filesystem "
+          "full"),
     Cause("lock_buffer",
           ("__lock_buffer",),
           1, "#8c564b",

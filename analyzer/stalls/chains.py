@@ -19,8 +19,10 @@ completion) names the task it interrupted: that is why only intervals no stack e
 inherit, and only from what the waker's own records show.
 
 :func:`worker_causes` does the same for a wait on a kernel worker (``__flush_work`` for XFS's
-inodegc worker, a completion): the worker is in no traced call, so its cause comes from its own
-log-space waits and jbd2 thread checkpoints (:func:`worker_waits`); it runs before
+inodegc worker or its flush of delayed allocations, a completion): the worker is in no traced
+call, so its cause comes from its own records (:func:`worker_waits`): its log-space waits,
+jbd2 thread checkpoints, and the off-CPU intervals the recorder keeps of workers inside the
+filesystems' work items, classified by their stacks; it runs before
 :func:`queued_causes`. :func:`checkpoint_overlap` ties a wait on the device's queue to another
 task's checkpoint writing home on the same device, without changing its cause.
 """
@@ -29,6 +31,8 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+
+from jstall.analyzer.stalls.causes import interval_causes
 
 #: links followed from a wait to the task whose cause it takes
 MAX_DEPTH = 4
@@ -154,32 +158,49 @@ def _overlapping_cause(cause, start, end, order, sorted_lines, line_lo, line_hi,
 KERNEL_THREAD = "kernel thread"
 
 
-def worker_waits(xfs_waits: pd.DataFrame | None = None, jbd2_events: pd.DataFrame = None) -> pd.DataFrame:
+def worker_waits(xfs_waits: pd.DataFrame | None = None, jbd2_events: pd.DataFrame | None = None,
+                 worker_offcpu: pd.DataFrame | None = None, stacks: pd.DataFrame | None = None) -> pd.DataFrame:
     """What kernel workers waited on, from their own records: DataFrame(tid, comm, ts_ns,
-    end_ns, cause), one row per wait.
+    end_ns, cause, work), one row per wait.
 
     - ``log_space``: an XFS log-space wait (``xfs_waits``) of a kernel thread (``context``
       "kernel thread": XFS's inodegc workers inactivating unlinked inodes, the log worker);
     - ``checkpoint``: a ``checkpoint`` jbd2 event of jbd2's own thread (``jbd2_thread``), a
-      moment (``end_ns`` = ``ts_ns``).
+      moment (``end_ns`` = ``ts_ns``);
+    - the cause of each off-CPU interval of a worker inside a work item of the filesystems'
+      code (``worker_offcpu``, classified by its stack in ``stacks``), ``work`` its work
+      function; intervals that name no cause (``other``, ``cpu``) are left out, and so are
+      its log-space ones where ``xfs_waits`` measured them.
 
-    Either table may be None or lack rows."""
+    Any table may be None or lack rows."""
     parts = []
-    if xfs_waits is not None and len(xfs_waits) and "context" in xfs_waits:
+    measured = xfs_waits is not None and len(xfs_waits) and "context" in xfs_waits
+    if measured:
         w = xfs_waits[xfs_waits["context"].to_numpy(dtype=object) == KERNEL_THREAD]
         parts.append(pd.DataFrame({"tid": w["tid"].to_numpy(dtype="int64"),
                                    "comm": w["comm"].to_numpy(dtype=object),
                                    "ts_ns": w["ts_ns"].to_numpy(dtype="int64"),
                                    "end_ns": w["end_ns"].to_numpy(dtype="int64"),
-                                   "cause": "log_space"}))
+                                   "cause": "log_space", "work": None}))
     if jbd2_events is not None and len(jbd2_events):
         ev = jbd2_events[(jbd2_events["event"].to_numpy(dtype=object) == "checkpoint")
                          & jbd2_events["jbd2_thread"].to_numpy(dtype=bool)]
         ts = ev["ts_ns"].to_numpy(dtype="int64")
         parts.append(pd.DataFrame({"tid": ev["tid"].to_numpy(dtype="int64"),
                                    "comm": ev["comm"].to_numpy(dtype=object),
-                                   "ts_ns": ts, "end_ns": ts, "cause": "checkpoint"}))
-    cols = {"tid": "int64", "comm": object, "ts_ns": "int64", "end_ns": "int64", "cause": object}
+                                   "ts_ns": ts, "end_ns": ts, "cause": "checkpoint", "work": None}))
+    if worker_offcpu is not None and len(worker_offcpu) and stacks is not None:
+        wo = worker_offcpu
+        cause, _ = interval_causes(wo["stack_id"].to_numpy(), wo["tid"].to_numpy(), wo["work_ts_ns"].to_numpy(),
+                                   wo["runnable"].to_numpy(dtype=bool), stacks)
+        keep = ~np.isin(cause, tuple(NOT_INHERITED) + (("log_space",) if measured else ()))
+        wo = wo[keep]
+        start = wo["ts_ns"].to_numpy(dtype="int64")
+        parts.append(pd.DataFrame({"tid": wo["tid"].to_numpy(dtype="int64"),
+                                   "comm": wo["comm"].to_numpy(dtype=object),
+                                   "ts_ns": start, "end_ns": start + wo["offcpu_ns"].to_numpy(dtype="int64"),
+                                   "cause": cause[keep], "work": wo["work_function"].to_numpy(dtype=object)}))
+    cols = {"tid": "int64", "comm": object, "ts_ns": "int64", "end_ns": "int64", "cause": object, "work": object}
     parts = [p for p in parts if len(p)]
     if not parts:
         return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in cols.items()})
@@ -200,7 +221,8 @@ def worker_causes(offcpu: pd.DataFrame, cause: np.ndarray, label: np.ndarray,
 
     Returns ``(cause, label, worker)``: new object arrays; ``worker`` names the worker
     (``"comm tid"``) of each interval that took its cause, else None; its ``label`` reads
-    ``"through worker kworker/0:1 87 in __flush_work <- destroy_inode"``.  Run before
+    ``"through worker kworker/0:1 87 (xfs_inodegc_worker) in __flush_work <- destroy_inode"``
+    (the work function where the worker's records name one).  Run before
     :func:`queued_causes`, so that a task queued behind one that waited for a worker takes
     the worker's cause in turn."""
     cause = np.array(cause, dtype=object)
@@ -220,11 +242,13 @@ def worker_causes(offcpu: pd.DataFrame, cause: np.ndarray, label: np.ndarray,
     wake = offcpu["wake_ts_ns"].to_numpy(dtype="float64", na_value=np.nan)[cand]
     hi = np.where(np.isnan(wake), end, np.nan_to_num(wake).astype("int64"))
     w = waker[cand].astype("int64")
-    # the worker's waits by (thread, start); one thread's waits do not overlap, so their ends
-    # are in order too: the waits overlapping [lo, hi] are one run, found by two searchsorted
-    # on a (thread, time rank) key
+    # the worker's waits by (thread, start); the waits overlapping [lo, hi] are within one
+    # run, found by two searchsorted on a (thread, time rank) key: from the first whose end
+    # so far (a thread's waits may nest: a log-space wait holds its off-CPU intervals) is at
+    # or after lo, to the last starting at or before hi; those that end before lo are dropped
     ev = waits.sort_values(["tid", "ts_ns"], kind="stable")
     e_tid, e_start, e_end = (ev[c].to_numpy(dtype="int64") for c in ("tid", "ts_ns", "end_ns"))
+    e_reach = ev.groupby("tid", sort=False)["end_ns"].cummax().to_numpy(dtype="int64")
     ranks = np.unique(np.concatenate([e_start, e_end, lo, hi]))
     threads = np.unique(e_tid)
 
@@ -232,7 +256,7 @@ def worker_causes(offcpu: pd.DataFrame, cause: np.ndarray, label: np.ndarray,
         at = np.searchsorted(threads, thread).astype("int64")
         return at * (len(ranks) + 1) + np.searchsorted(ranks, t)
 
-    j0 = np.searchsorted(key(e_tid, e_end), key(w, lo), side="left")     # ends at or after lo
+    j0 = np.searchsorted(key(e_tid, e_reach), key(w, lo), side="left")   # reaches lo
     j1 = np.searchsorted(key(e_tid, e_start), key(w, hi), side="right")  # starts at or before hi
     cnt = np.maximum(j1 - j0, 0)
     if not cnt.sum():
@@ -242,14 +266,21 @@ def worker_causes(offcpu: pd.DataFrame, cause: np.ndarray, label: np.ndarray,
     ov = np.minimum(e_end[rows], hi[which]) - np.maximum(e_start[rows], lo[which])
     ok = ov >= 0
     c = ev["cause"].to_numpy(dtype=object)[rows[ok]]
-    tot = pd.DataFrame({"w": which[ok], "c": c, "ov": ov[ok]}) \
-        .groupby(["w", "c"], sort=True)["ov"].sum().reset_index()
+    work = ev["work"].to_numpy(dtype=object)[rows[ok]] if "work" in ev else np.full(int(ok.sum()), None, dtype=object)
+    over = pd.DataFrame({"w": which[ok], "c": c, "work": pd.Series(work, dtype=object).fillna(""), "ov": ov[ok]})
+    tot = over.groupby(["w", "c"], sort=True)["ov"].sum().reset_index()
     best = tot.sort_values(["w", "ov"], ascending=[True, False], kind="stable").drop_duplicates("w")
+    # the work function behind most of the chosen cause's time ("": the worker's own records
+    # name none)
+    fn = over.merge(best[["w", "c"]], on=["w", "c"]).groupby(["w", "work"], sort=True)["ov"].sum().reset_index() \
+        .sort_values(["w", "ov"], ascending=[True, False], kind="stable").drop_duplicates("w")
+    fn = dict(zip(fn["w"].tolist(), fn["work"].tolist()))
     comm = offcpu["waker_comm"].to_numpy(dtype=object, na_value=None)
     for i, c in zip(best["w"].tolist(), best["c"].tolist()):
         k = cand[i]
         worker[k] = f"{comm[k]} {int(waker[k])}"
-        label[k] = f"through worker {worker[k]} in {label[k]}"
+        item = f" ({fn[i]})" if fn.get(i) else ""
+        label[k] = f"through worker {worker[k]}{item} in {label[k]}"
         cause[k] = c
     return cause, label, worker
 

@@ -199,7 +199,8 @@ def _all_interval_causes(session, own_keys, cp_events):
     measured_log_space(all_cause, all_labels, offcpu["tid"].to_numpy(), offcpu["ts_ns"].to_numpy(),
                        offcpu["offcpu_ns"].to_numpy(), session.xfs_waits)
     # waits for a kernel worker take the worker's cause, then waits queued behind a task
-    workers = worker_waits(getattr(session, "xfs_waits", None), session.jbd2_events)
+    workers = worker_waits(getattr(session, "xfs_waits", None), session.jbd2_events,
+                           getattr(session, "worker_offcpu", None), session.stacks)
     all_cause, all_labels, all_worker = worker_causes(offcpu, all_cause, all_labels, workers)
     all_cause, all_labels, all_behind = queued_causes(offcpu, all_cause, all_labels, cp_events)
     # device-queue waits while another task's checkpoint wrote home on the same device

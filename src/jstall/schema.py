@@ -59,6 +59,12 @@ COLUMNS = {
         ("state", _i64, False), ("runnable", _bool, False), ("stack_id", _i32, False),
         ("call_ts_ns", _i64, False), ("syscall", _str, False), ("dev", _str, True),
     ] + _WAKER,
+    # a kernel worker's off-CPU interval inside a work item of the filesystems' (or writeback's)
+    # code: what a traced call waiting for the worker waited on in turn
+    "worker_offcpu": [("ts_ns", _i64, False), ("offcpu_ns", _i64, False)] + _TASK + [
+        ("state", _i64, False), ("runnable", _bool, False), ("stack_id", _i32, False),
+        ("work_ts_ns", _i64, False), ("work_function", _str, True),
+    ] + _WAKER,
     "stacks": [("stack_id", _i32, False), ("frames", pa.list_(_str), False)],
     "jbd2_events": [("ts_ns", _i64, False), ("event", _str, False), ("dev", _str, False),
                     ("transaction", _i64, True)] + _TASK + [
