@@ -51,21 +51,6 @@ def test_a_stall_loses_its_part_of_the_causes_touched_and_all_of_it_under_the_th
     )
 
 
-@pytest.mark.parametrize(
-    "low, high, want",
-    [
-        (100.0, 1900.0, (100.0, 1900.0)),  # under 2 s: +-1 s is narrow enough
-        (3000.0, 5000.0, (3000.0, 5000.0)),  # within 2x
-        (0.0, 6000.0, (2000.0, 4000.0)),  # wider: [2/3, 4/3] of its middle
-        (5000.0, 2000.0, (3500.0 * 2 / 3, 3500.0 * 4 / 3)),  # either order; 2.5x: around 3.5 s
-    ],
-)
-def test_an_interval_is_never_wider_than_2x_or_1_s_under_2_s(low, high, want):
-    lo, hi = remedies.narrow(low, high)
-    assert (round(lo, 6), round(hi, 6)) == (round(want[0], 6), round(want[1], 6))
-    assert hi <= 2000.0 or hi <= 2.0 * lo + 1e-9
-
-
 def test_regimes_and_the_figures_that_decide_them():
     at_limit = {"util": 0.9, "basis": "writes against the device's pace (1,000 writes/s)"}
     spare = {"util": 0.3, "basis": "io_ticks"}
@@ -195,7 +180,7 @@ def test_analyze_leads_with_the_verdict_of_its_json(tmp_path):
             assert r["stall_ms_total"] == d["stalls"]["total_ms"] and r["cost"] in remedies.COSTS
             assert r["regime"] in remedies.REGIMES and r["command"]
             lo, hi = r["stall_ms_removed_low"], r["stall_ms_removed_high"]
-            assert 0 <= lo <= hi <= r["stall_ms_total"] and (hi <= 2000 or hi <= 2 * lo + 1e-6)
+            assert 0 <= lo <= hi <= r["stall_ms_total"]
 
 
 def test_shares_over_the_whole_are_said_with_their_unit():

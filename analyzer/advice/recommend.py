@@ -85,7 +85,7 @@ class Recommendation:
     high_mib: float = None
     inputs: dict = field(default_factory=dict)
     #: what a remedy removes of the stall time (ms, all causes, all tasks: the summary's
-    #: total), as an interval (remedies.narrow: at most 2x, or +-1 s under 2 s); None for a finding
+    #: total), as an interval (the model's bounds: remedies.stall_interval); None for a finding
     stall_ms_removed_low: float = None
     stall_ms_removed_high: float = None
     #: the session's stall time the interval is a part of

@@ -27,7 +27,9 @@ Regimes (:func:`regime_of`), per journal or log:
   log's tail.
 - ``hot_set``: blocks re-logged, a size holds it for a longer run of the same work.
 
-Interval width: at most 2x (``high <= 2 * low``), or +-1 s under 2 s (:func:`narrow`).
+Interval width: the model's own bounds, never narrowed to look precise; the benchmark
+(benchmarks/advice_judge.py) counts an interval wider than 2x (or +-1 s under 2 s) as not
+narrow enough.
 """
 
 from __future__ import annotations
@@ -146,25 +148,15 @@ def durable_interval(stalls: pd.DataFrame, fractions: dict[str, float], min_ms: 
     return max(total - cut, 0.0), total
 
 
-def narrow(low: float, high: float) -> tuple[float, float]:
-    """An interval no wider than 2x (or +-1 s when its high end is under 2 s): wider ones
-    are narrowed around their middle to [2/3, 4/3] of it."""
-    low, high = max(float(low), 0.0), max(float(high), 0.0)
-    low, high = min(low, high), max(low, high)
-    if high <= 2000.0 or high <= 2.0 * low:
-        return low, high
-    mid = (low + high) / 2.0
-    return mid * 2.0 / 3.0, mid * 4.0 / 3.0
-
-
 def stall_interval(stalls: pd.DataFrame, low: dict[str, float], high: dict[str, float], min_ms: float,
                    dev: str | None = None, total: float | None = None) -> tuple[float, float]:
     """(low, high) stall time removed (ms): :func:`removed_ms` of the low and the high
-    fractions, at most ``total``, narrowed (:func:`narrow`)."""
+    fractions, at most ``total``. As wide as the model's bounds: a model that cannot say more
+    than "none to all" prints that (the benchmark counts it as not narrow)."""
     lo, hi = removed_ms(stalls, low, min_ms, dev), removed_ms(stalls, high, min_ms, dev)
     if total is not None:
         lo, hi = min(lo, total), min(hi, total)
-    return narrow(lo, hi)
+    return max(min(lo, hi), 0.0), max(lo, hi, 0.0)
 
 
 def utilisation(session: Session, stalls: pd.DataFrame, dev: str, role: str = "data") -> dict | None:
