@@ -7,6 +7,7 @@ with its cause unchanged."""
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from jstall.analyzer import analyze
 from jstall.analyzer.stalls.chains import queued_causes, worker_causes, worker_waits
@@ -254,3 +255,43 @@ def test_device_queue_waits_beside_another_tasks_checkpoint_are_tied_to_it(tmp_p
     assert ("70 ms of waits on the device's queue (data_writeback, commit_wait, device_flush) "
             "ran while another task's checkpoint wrote home on the same device, in 1 stall "
             "(their cause unchanged). Checkpointing: culprit 22 70 ms.") in session_summary(a)
+
+
+def test_the_log_remedies_may_shorten_a_flush_by_what_the_logs_waits_covered(tmp_path):
+    """A create waits 400 ms for XFS's flush of delayed allocations (enospc_flush through the
+    flush worker); kernel workers waited for log space through half of it (their writeback's
+    transactions), and an unlink waited 100 ms for log space itself. The XFS log remedies'
+    high end takes that half of the flush (their low end none of it): covered_share, and the
+    fraction in each remedy's interval."""
+    from jstall.analyzer.advice import remedies
+
+    path = str(tmp_path / "s")
+    grant = ["__schedule", "schedule", "xlog_grant_head_wait", "xlog_grant_head_check", "xfs_log_reserve",
+             "xfs_trans_alloc", "xfs_remove"]
+    flush = ["__schedule", "schedule", "wait_for_completion", "__flush_work", "xfs_create"]
+    stacks = [{"stack_id": 1, "frames": flush}, {"stack_id": 2, "frames": grant},
+              {"stack_id": 21, "frames": FLUSH_INODES}]
+    off = [interval(1000, 400, 11, comm="touch", waker=87, waker_comm="kworker/1:2", call_ms=1000),
+           interval(3000, 100, 12, comm="rm", stack_id=2, call_ms=3000)]
+    wo = [worker_interval(1000, 400, 87, 21, "xfs_flush_inodes_worker")]
+    waits = [xfs_wait(1000, 150, 90, comm="kworker/u8:1"), xfs_wait(1100, 100, 91, comm="kworker/u8:2"),
+             xfs_wait(3000, 100, 12, comm="rm", context="unlinkat", in_call=True)]
+    calls = [_call(1000, 405, 11, comm="touch", syscall="openat"), _call(3000, 105, 12)]
+    write_session(path, {"calls": rows(calls), "offcpu": rows(off), "stacks": rows(stacks),
+                         "xfs_waits": rows(waits), "worker_offcpu": rows(wo)},
+                  metadata(journals=[journal_meta(kind="xfs", log_bytes=8 << 20)]))
+    a = analyze(path)
+    st = a.stalls.set_index("tid")
+    assert st.loc[11, "cause"] == "enospc_flush" and st.loc[11, "enospc_flush_ms"] == 400.0
+    # the union of the workers' waits (1,000-1,200 ms) covers half of the create's 405 ms call
+    w = a.session.xfs_waits
+    t0 = w["ts_ns"].to_numpy()
+    share = remedies.covered_share(a.stalls, t0, t0 + w["wait_ns"].to_numpy(), "7:0", "enospc_flush")
+    assert share == pytest.approx(200 / 405)
+    assert remedies.covered_share(a.stalls, t0, t0 + w["wait_ns"].to_numpy(), "7:0", "checkpoint") == 0.0
+    logs = [r for r in a.recommendations if r.kind in ("log_size", "log_buffers", "external_log")]
+    assert logs, [r.kind for r in a.recommendations]
+    for r in logs:
+        assert r.inputs["fractions_high"]["enospc_flush"] == pytest.approx(200 / 405), r.kind
+        assert "enospc_flush" not in r.inputs["fractions_low"]
+        assert r.stall_ms_removed_high >= 400.0 * 200 / 405, r.kind

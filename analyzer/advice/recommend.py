@@ -1129,13 +1129,16 @@ def _effects(ctx, r):
                 f"umount {mnt} && tune2fs -O fast_commit {device} && mount {device} {mnt}")
     if r.kind in ("log_size", "log_buffers", "external_log"):
         ls = ctx.cause_ms("log_space", dev)
+        # a flush of delayed allocations waits for writeback whose transactions wait for log
+        # space: it may shorten by the share the log's waits covered (the high end), or not
+        flush = {"enospc_flush": _log_covered_share(ctx, dev, "enospc_flush")}
         if r.kind == "log_size":
             share = min(r.stall_ms_addressed / ls, 1.0) if ls > 0 else 0.0
             lo, hi = remedies.log_fractions(name, 1.0, share)
             if not r.estimate:
                 lo = 0.0
             size = f"{int(r.journal_size_mib)}m" if r.journal_size_mib else "N"
-            return ({"log_space": lo}, {"log_space": hi}, "new_filesystem",
+            return ({"log_space": lo}, {"log_space": hi, **flush}, "new_filesystem",
                     f"mkfs.xfs -l size={size} NEWDEV, then copy the files from {mnt}")
         # the share of the log-space waits it removes (every task's, the workers' and the
         # queued ones too: what the estimate is a part of), of each stall's log-space time
@@ -1144,12 +1147,23 @@ def _effects(ctx, r):
         hi = min(inp["removed_high_ms"] / waits, 1.0) if waits > 0 and ls > 0 else 0.0
         if r.kind == "log_buffers":
             opts = f"logbsize={int(inp.get('logbsize_target_kib') or 256)}k,logbufs=8"
-            return ({"log_space": lo}, {"log_space": hi}, "remount",
+            return ({"log_space": lo}, {"log_space": hi, **flush}, "remount",
                     f"umount {mnt} && mount -o {opts} {device} {mnt} (mount -o remount does not change them)")
-        return ({"log_space": lo}, {"log_space": hi}, "new_filesystem",
+        return ({"log_space": lo}, {"log_space": hi, **flush}, "new_filesystem",
                 (f"mkfs.xfs -l logdev=LOGDEV,size=N NEWDEV && mount -o logdev=LOGDEV NEWDEV {mnt}, then copy "
                  f"the files from {mnt}"))
     return None
+
+
+def _log_covered_share(ctx, dev, cause):
+    """The share of ``cause``'s stall time on ``dev`` that ran while some task (a kernel
+    worker's writeback among them) waited for the XFS log's space (remedies.covered_share)."""
+    w = ctx.session.xfs_waits
+    if not len(w):
+        return 0.0
+    w = w[w["dev"].astype("str") == str(dev)]
+    t0 = w["ts_ns"].to_numpy(dtype="int64")
+    return remedies.covered_share(ctx.stalls, t0, t0 + w["wait_ns"].to_numpy(dtype="int64"), dev, cause)
 
 
 def _checkpoint_effects(ctx, r, name, fig, cp, device, mnt):

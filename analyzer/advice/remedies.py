@@ -267,6 +267,38 @@ def through_share(stalls: pd.DataFrame, c0: np.ndarray, c1: np.ndarray, dev: str
     return float(ms[hit].sum() / ms.sum())
 
 
+def covered_share(stalls: pd.DataFrame, c0: np.ndarray, c1: np.ndarray, dev: str, cause: str) -> float:
+    """The share of a cause's stall time (on ``dev``) that ran while spans [c0, c1) (ns
+    arrays) were under way: each stall's ``<cause>_ms`` weighted by the part of its time the
+    spans' union covers. An XFS flush of delayed allocations (``enospc_flush``) waits for the
+    writeback whose own transactions wait for log space: it can shorten by as much as the log's
+    waits covered it, and no more."""
+    col = f"{cause}_ms"
+    if not len(stalls) or col not in stalls or not len(c0):
+        return 0.0
+    on = stalls[stalls["dev"].astype("str") == str(dev)]
+    ms = np.nan_to_num(on[col].to_numpy(dtype="float64"))
+    if not ms.sum() > 0:
+        return 0.0
+    # the spans' union as disjoint [a, b), and the time covered before each of its ends
+    o = np.argsort(c0)
+    a0, b0 = np.asarray(c0, dtype="int64")[o], np.asarray(c1, dtype="int64")[o]
+    reach = np.maximum.accumulate(b0)
+    new = np.r_[True, a0[1:] > reach[:-1]]
+    a = a0[new]
+    b = np.maximum.reduceat(reach, np.flatnonzero(new))
+    cum = np.r_[0, np.cumsum(b - a)]
+
+    def covered(x):
+        i = np.searchsorted(a, x, side="right") - 1
+        j = np.maximum(i, 0)
+        return np.where(i >= 0, cum[j] + np.clip(x - a[j], 0, b[j] - a[j]), 0)
+
+    s0, s1 = on["ts_ns"].to_numpy(dtype="int64"), on["end_ns"].to_numpy(dtype="int64")
+    span = np.maximum(s1 - s0, 1)
+    return float((ms * (covered(s1) - covered(s0)) / span).sum() / ms.sum())
+
+
 def device_fractions(cp_device_share: float, saved: float) -> tuple[dict[str, float], dict[str, float]]:
     """(low, high) per-cause fractions of the waits on a device's requests (DEVICE_SIDE) a
     log-size remedy removes: the device time its saved writes home took
