@@ -324,7 +324,8 @@ def verdict(recs: Sequence[Recommendation], stalls: pd.DataFrame, min_ms: float,
     """The verdict analyze leads with (a dict, the JSON's ``verdict``; :func:`verdict_lines`
     renders it): the causes that dominate the stall time (``dominant``: the three largest, ms
     and share); the ``headline`` remedy, the highest-ranked whose high end is at least half of
-    the stall time, with its interval, regime, cost and command; else the ``best`` remedy and
+    the stall time, with its interval, regime, cost and command (``filesystem_removes_most``
+    when its low end is at least half too: it removes most for sure); else the ``best`` remedy and
     ``beyond``: the stall time no filesystem option touches (the waits on the device's requests,
     DEVICE_SIDE, with the device's utilisation ``util`` when known) and what would remove it."""
 
@@ -347,7 +348,9 @@ def verdict(recs: Sequence[Recommendation], stalls: pd.DataFrame, min_ms: float,
     v = {
         "stall_ms_total": total_ms,
         "dominant": dominant,
-        "filesystem_removes_most": head is not None,
+        # most of it for sure: the headline's low end too (a high end over half says only
+        # that it may)
+        "filesystem_removes_most": head is not None and head.stall_ms_removed_low >= 0.5 * total_ms,
         "headline": _remedy(head),
         "best": None,
         "beyond": None,
@@ -427,7 +430,8 @@ def verdict_lines(v: dict | None) -> list[str]:
     ]
     h = v.get("headline")
     if h:
-        out.append(f"verdict: {_removes(h, total)}: {h['command']}")
+        stays = "" if v.get("filesystem_removes_most") else "; at its low end most of the stall time stays"
+        out.append(f"verdict: {_removes(h, total)}{stays}: {h['command']}")
         return out
     b, w = v.get("best"), v.get("beyond")
     line = "verdict: no filesystem option removes most of it"
