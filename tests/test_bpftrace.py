@@ -8,7 +8,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -20,6 +19,7 @@ import pytest
 from jstall.probes.host import config_hz
 from jstall.workloads.scratch import FsConfig, ScratchFs
 
+from child_output import end_bpftrace
 from conftest import leftovers
 
 pytestmark = [
@@ -88,15 +88,9 @@ class Bpftrace:
         raise AssertionError("bpftrace did not attach in time")
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-        try:
-            # it drains its buffers and prints its END summary first: beside the guests that
-            # once took more than 60 s
-            _, err = self.proc.communicate(timeout=300)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            _, err = self.proc.communicate()
+        # Ctrl-C, again until it ends (child_output.end_bpftrace): it drains its buffers and
+        # prints its END summary first
+        _, err = end_bpftrace(self.proc, timeout=300)
         text = self.text()
         self.out.close()
         return text, err
@@ -284,9 +278,7 @@ def run_briefly(script, *args, wait_for="Ctrl-C to end"):
             if wait_for in line:
                 break
     finally:
-        if p.poll() is None:
-            p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=60)
+        out, err = end_bpftrace(p)
         timer.cancel()
     return "".join(lines) + out, err, p.returncode
 

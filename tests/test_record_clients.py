@@ -4,7 +4,6 @@ checked against an independent bpftrace measurement of the same run."""
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -12,7 +11,7 @@ import time
 import pytest
 
 from jstall.workloads.scratch import FsConfig, ScratchFs
-from child_output import read_line
+from child_output import end_bpftrace, read_line
 
 pytestmark = [pytest.mark.kernel, pytest.mark.skipif(os.geteuid() != 0, reason="needs root")]
 
@@ -79,8 +78,7 @@ def test_tar_xattrs_extraction_stalls_in_mknodat(xattr_archive, tmp_path):
                                   f"tar --xattrs -xf {xattr_archive} -C {fs.mountpoint} && sync -f {fs.mountpoint}"],
                                  capture_output=True, text=True, timeout=600)
         finally:
-            bt.send_signal(signal.SIGINT)
-            text = bt.communicate(timeout=60)[0]
+            text = end_bpftrace(bt)[0]
     assert rec.returncode == 0, rec.stderr
     seen = bpftrace_values(text)
     assert seen["all"] == FILES and seen.get("slow", 0) >= 5, text

@@ -16,7 +16,7 @@ from jstall import jbd2, session
 
 from jstall.workloads.scratch import FsConfig, ScratchFs
 
-from child_output import read_line
+from child_output import end_bpftrace, read_line
 from conftest import SLOWDOWN
 
 pytestmark = [pytest.mark.kernel, pytest.mark.skipif(os.geteuid() != 0, reason="needs root")]
@@ -95,8 +95,7 @@ def home_writes_counted():
         assert line == "ready\n", "bpftrace did not start"
         yield home
     finally:
-        bt.send_signal(signal.SIGINT)
-        out, _ = bt.communicate(timeout=60)
+        out, _ = end_bpftrace(bt)
     for m in re.finditer(r"@home\[(\d+), (\d+)\]: (\d+)", out):
         home[(int(m.group(1)), int(m.group(2)))] = int(m.group(3))
 

@@ -5,7 +5,6 @@ measurement of the same run; an XFS and an ext4 recorded at once keep their stal
 
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ import pytest
 
 from jstall.workloads.scratch import FsConfig, ScratchFs
 from conftest import SLOWDOWN
+from child_output import end_bpftrace
 from test_record_clients import bpftrace_attached, bpftrace_values
 
 pytestmark = [pytest.mark.kernel, pytest.mark.skipif(os.geteuid() != 0, reason="needs root")]
@@ -87,10 +87,8 @@ def test_log_space_waits_agree_with_the_kernel_and_bpftrace(tmp_path):
             rec = subprocess.run([JSTALL, "record", "-q", "-o", out, "-d", fs.mountpoint, "--", sys.executable, "-c",
                                   CREATE, fs.mountpoint, "40000"], capture_output=True, text=True, timeout=900)
         finally:
-            for p in (bt, tool):
-                p.send_signal(signal.SIGINT)
-            text = bt.communicate(timeout=60)[0]
-            tool_text = tool.communicate(timeout=60)[0]
+            text = end_bpftrace(bt)[0]
+            tool_text = end_bpftrace(tool)[0]
     assert rec.returncode == 0, rec.stderr
     seen = bpftrace_values(text)
     assert seen.get("sleeps", 0) >= 5, text
@@ -260,8 +258,7 @@ def test_an_unlink_waiting_for_the_inodegc_worker_takes_its_log_space_wait(tmp_p
                 open(stop, "w").close()
                 filler.wait(timeout=120)
         finally:
-            bt.send_signal(signal.SIGINT)
-            text = bt.communicate(timeout=60)[0]
+            text = end_bpftrace(bt)[0]
     assert rec.returncode == 0, rec.stderr
     seen = bpftrace_values(text)
     a = analyze(out)
@@ -371,8 +368,7 @@ def test_a_create_waiting_for_the_flush_of_delayed_allocations_takes_the_flush_w
                                   "-c", ENOSPC, fs.mountpoint, "270", "300"], capture_output=True, text=True,
                                  timeout=600)
         finally:
-            bt.send_signal(signal.SIGINT)
-            text = bt.communicate(timeout=60)[0]
+            text = end_bpftrace(bt)[0]
     assert rec.returncode == 0, rec.stderr
     items = {k: int(v) for k, v in re.findall(r"^@items\[(\w+)\]: (\d+)$", text, re.M)}
     longest_ms = bpftrace_values(text).get("openat_max_ns", 0) / 1e6

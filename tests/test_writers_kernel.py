@@ -5,7 +5,6 @@ independent bpftrace counting the same tracepoints by cgroup."""
 
 import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -16,7 +15,7 @@ from jstall.workloads.scratch import FsConfig, ScratchFs
 
 import cgroup_pair
 from cgroup_pair import CID, UID, VICTIM, in_cgroup
-from child_output import read_line
+from child_output import end_bpftrace, read_line
 
 pytestmark = [pytest.mark.kernel, pytest.mark.skipif(os.geteuid() != 0, reason="needs root")]
 
@@ -101,8 +100,7 @@ def test_the_culprit_that_filled_the_journal_is_named_for_the_victims_stalls(tmp
             subprocess.run(["sync", "-f", mnt], check=True)
             rec.stop()
         finally:
-            bt.send_signal(signal.SIGINT)
-            text, _ = bt.communicate(timeout=60)
+            text, _ = end_bpftrace(bt)
     bt_dirtied = {int(m.group(1)): int(m.group(2))
                   for m in re.finditer(r"@dirtied\[(\d+)\]: (\d+)", text)}
 
@@ -178,8 +176,7 @@ def test_xfs_writers_share_the_kernels_log_bytes(tmp_path, cgroups_made):
                                 timeout=600)
             rec.stop()
         finally:
-            bt.send_signal(signal.SIGINT)
-            text, _ = bt.communicate(timeout=60)
+            text, _ = end_bpftrace(bt)
     assert rm.returncode == 0
     session = load_session(out)
     w = session.writers
