@@ -92,7 +92,7 @@ static __always_inline void note_waker(void *ctx, struct jstall_waker *w)
  * in a stack that names no cause: it waited for whatever the worker waited on. From
  * workqueue_execute_start to workqueue_execute_end, a worker running a work item whose
  * function is in work_fns (the filesystems' functions and writeback's, filled from
- * kallsyms by ProbeSet._fill_work_fns) has its off-CPU intervals over OFFCPU_MIN_NS
+ * kallsyms by ProbeSet._attach_workers) has its off-CPU intervals over OFFCPU_MIN_NS
  * recorded as worker_offcpu_event, with their stacks and wakers; the analysis gives the
  * traced call the cause of the worker's waits (chains.worker_causes). */
 struct worker_item {
