@@ -246,18 +246,25 @@ def union_ms(c0: np.ndarray, c1: np.ndarray) -> float:
     return total / 1e6
 
 
+def _cause_ms_on(stalls: pd.DataFrame, dev: str, cause: str) -> tuple[pd.DataFrame, np.ndarray] | None:
+    """(the stalls on ``dev``, their ``<cause>_ms``), or None when they hold none of it."""
+    col = f"{cause}_ms"
+    if not len(stalls) or col not in stalls:
+        return None
+    on = stalls[stalls["dev"].astype("str") == str(dev)]
+    ms = np.nan_to_num(on[col].to_numpy(dtype="float64"))
+    return (on, ms) if ms.sum() > 0 else None
+
+
 def through_share(stalls: pd.DataFrame, c0: np.ndarray, c1: np.ndarray, dev: str,
                   cause: str = "transaction_wait") -> float:
     """The share of a cause's stall time (on ``dev``) in stalls that overlap a forced
     checkpoint's span [c0, c1) (ns arrays): handles that waited for a transaction which could
     not close while the log was full wait through the checkpoint, and go with it."""
-    col = f"{cause}_ms"
-    if not len(stalls) or col not in stalls or not len(c0):
+    got = _cause_ms_on(stalls, dev, cause) if len(c0) else None
+    if got is None:
         return 0.0
-    on = stalls[stalls["dev"].astype("str") == str(dev)]
-    ms = np.nan_to_num(on[col].to_numpy(dtype="float64"))
-    if not ms.sum() > 0:
-        return 0.0
+    on, ms = got
     s0, s1 = on["ts_ns"].to_numpy(dtype="int64"), on["end_ns"].to_numpy(dtype="int64")
     o = np.argsort(c0)
     a, b = np.asarray(c0)[o], np.maximum.accumulate(np.asarray(c1)[o])
@@ -273,13 +280,10 @@ def covered_share(stalls: pd.DataFrame, c0: np.ndarray, c1: np.ndarray, dev: str
     spans' union covers. An XFS flush of delayed allocations (``enospc_flush``) waits for the
     writeback whose own transactions wait for log space: it can shorten by as much as the log's
     waits covered it, and no more."""
-    col = f"{cause}_ms"
-    if not len(stalls) or col not in stalls or not len(c0):
+    got = _cause_ms_on(stalls, dev, cause) if len(c0) else None
+    if got is None:
         return 0.0
-    on = stalls[stalls["dev"].astype("str") == str(dev)]
-    ms = np.nan_to_num(on[col].to_numpy(dtype="float64"))
-    if not ms.sum() > 0:
-        return 0.0
+    on, ms = got
     # the spans' union as disjoint [a, b), and the time covered before each of its ends
     o = np.argsort(c0)
     a0, b0 = np.asarray(c0, dtype="int64")[o], np.asarray(c1, dtype="int64")[o]
