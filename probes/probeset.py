@@ -72,7 +72,7 @@ WRITERS_MAX = 4096
 #: what a traced call waiting for a worker (__flush_work, a completion) may wait on
 WORK_FN_PREFIXES = ("xfs_", "xlog_", "ext4_", "jbd2_")
 WORK_FNS = ("wb_workfn",)
-#: functions work_fns holds at most (xfs, ext4 and jbd2 have about 5,000 here), and work
+#: functions work_fns holds at most (xfs, ext4 and jbd2 have about 3,000 here), and work
 #: items under way at once
 WORK_FNS_MAX = 16384
 WORKER_ITEMS_MAX = 4096

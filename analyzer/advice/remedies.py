@@ -230,20 +230,22 @@ def saved_home_share(model: JournalModel) -> float:
     return min(max(model.relogged_blocks / model.blocks, 0.0), 1.0) if model.blocks else 0.0
 
 
+def union_spans(c0: np.ndarray, c1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The spans [c0, c1) (ns arrays) merged: (starts, ends) of disjoint spans in order,
+    overlapping or touching ones made one."""
+    o = np.argsort(c0, kind="stable")
+    a0, b0 = np.asarray(c0, dtype="int64")[o], np.asarray(c1, dtype="int64")[o]
+    if not len(a0):
+        return a0, b0
+    reach = np.maximum.accumulate(b0)
+    first = np.flatnonzero(np.r_[True, a0[1:] > reach[:-1]])
+    return a0[first], np.maximum.reduceat(reach, first)
+
+
 def union_ms(c0: np.ndarray, c1: np.ndarray) -> float:
     """The time (ms) the spans [c0, c1) (ns arrays) cover, overlaps counted once."""
-    if not len(c0):
-        return 0.0
-    o = np.argsort(c0)
-    total, end = 0, None
-    for a, b in zip(np.asarray(c0)[o], np.asarray(c1)[o]):
-        if end is None or a > end:
-            total += b - a
-            end = b
-        elif b > end:
-            total += b - end
-            end = b
-    return total / 1e6
+    a, b = union_spans(c0, c1)
+    return float((b - a).sum()) / 1e6
 
 
 def _cause_ms_on(stalls: pd.DataFrame, dev: str, cause: str) -> tuple[pd.DataFrame, np.ndarray] | None:
@@ -284,13 +286,8 @@ def covered_share(stalls: pd.DataFrame, c0: np.ndarray, c1: np.ndarray, dev: str
     if got is None:
         return 0.0
     on, ms = got
-    # the spans' union as disjoint [a, b), and the time covered before each of its ends
-    o = np.argsort(c0)
-    a0, b0 = np.asarray(c0, dtype="int64")[o], np.asarray(c1, dtype="int64")[o]
-    reach = np.maximum.accumulate(b0)
-    new = np.r_[True, a0[1:] > reach[:-1]]
-    a = a0[new]
-    b = np.maximum.reduceat(reach, np.flatnonzero(new))
+    # the spans' union, and the time it covers before each of its starts
+    a, b = union_spans(c0, c1)
     cum = np.r_[0, np.cumsum(b - a)]
 
     def covered(x):

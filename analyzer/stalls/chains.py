@@ -266,8 +266,8 @@ def worker_causes(offcpu: pd.DataFrame, cause: np.ndarray, label: np.ndarray,
     ov = np.minimum(e_end[rows], hi[which]) - np.maximum(e_start[rows], lo[which])
     ok = ov >= 0
     c = ev["cause"].to_numpy(dtype=object)[rows[ok]]
-    work = ev["work"].to_numpy(dtype=object)[rows[ok]] if "work" in ev else np.full(int(ok.sum()), None, dtype=object)
-    over = pd.DataFrame({"w": which[ok], "c": c, "work": pd.Series(work, dtype=object).fillna(""), "ov": ov[ok]})
+    work = pd.Series(ev["work"].to_numpy(dtype=object)[rows[ok]], dtype=object).fillna("")
+    over = pd.DataFrame({"w": which[ok], "c": c, "work": work, "ov": ov[ok]})
     tot = over.groupby(["w", "c"], sort=True)["ov"].sum().reset_index()
     best = tot.sort_values(["w", "ov"], ascending=[True, False], kind="stable").drop_duplicates("w")
     # the work function behind most of the chosen cause's time ("": the worker's own records
