@@ -1,11 +1,12 @@
 """The advice judged by running it: for each workload, scale and device speed, a baseline
 run on a small-journal filesystem, `jstall analyze` of it, and every remedy that advice names
 and the lab can apply (journal or log size, 256-byte inodes, an external journal or log as
-slow as the data device, fast_commit, XFS log buffers, the commit= interval), each run 3
-times interleaved with the baseline (B R1 R2 B R1 R2 B R1 R2); medians of the stall time
-(analyze's JSON `stalls.total_ms`: every stalled call of 10 ms or more, every cause) and of
-the durable time (the lab's phases, until their work was durable on the device). Then the
-targets, each printed:
+slow as the data device, fast_commit, XFS log buffers, the commit= interval, the tenants
+client's storm on a filesystem of its own), each run 3 times interleaved with the baseline
+(B R1 R2 B R1 R2 B R1 R2); medians of the stall time (analyze's JSON `stalls.total_ms`:
+every stalled call of 10 ms or more, every cause; for the tenant remedy, the stall time of
+the processes it does not move) and of the durable time (the lab's phases, until their
+work was durable on the device). Then the targets, each printed:
 
   1. calibration: the measured median stall-time removal lies inside the interval the advice
      printed for >= 80 % of (workload, remedy) pairs, intervals no wider than 2x (high/low
@@ -46,6 +47,7 @@ Not tried: advice that changes a setting of the whole host (vm.dirty_* writeback
 other filesystems share it) or names no setting; each is listed with its reason.
 """
 
+import contextlib
 import datetime
 import math
 import os
@@ -58,6 +60,7 @@ import tempfile
 
 import advice_judge as judge
 from benchlib import parser
+from clients import STORM_DIR
 from tune_check import WORKLOADS as TUNED_WORKLOADS
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -66,6 +69,8 @@ EXT4 = {"fs_size": "2G", "inode_size": 128, "journal_size": "4M"}
 XFS = {"fs_type": "xfs", "fs_size": "1G", "journal_size": "8M"}
 MIN_MS = 10.0
 TAR_PIPE = "tar --xattrs -cf - src | tar --xattrs -xf - -C dst"
+#: the change that moves a client's process to a filesystem of its own (the tenant remedy)
+OWN_FS = "own_filesystem"
 
 
 def _sh(script):
@@ -166,6 +171,11 @@ def remedy(a, fs):
         )
     if kind == "fast_commit":
         return "fast_commit", {"fast_commit": True}
+    if kind == "own_filesystem":
+        # the tenants client moves its storm (clients.py: $JSTALL_STORM_DIR) and nothing else
+        if a.get("moved") != "storm":
+            return None, f"the advice moves {a.get('moved')!r}; the client can move only its storm"
+        return "storm on its own filesystem", {OWN_FS: "storm"}
     if kind == "log_buffers":
         return "8x256K log buffers", dict(XFS_BIG_LOG_BUFFERS)
     cmd = a.get("command") or ""
@@ -194,20 +204,48 @@ def _commit():
     return head, advice
 
 
+@contextlib.contextmanager
+def _env(name, value):
+    """os.environ[name] = value while the block runs (the lab's commands inherit it)."""
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
+
+
+def _stall_by_comm(doc):
+    """{process name: stall ms} of analyze's JSON document (its per_process rows)."""
+    out = {}
+    for p in doc.get("per_process") or []:
+        out[str(p.get("comm"))] = out.get(str(p.get("comm")), 0.0) + float(p.get("stall_ms") or 0.0)
+    return out
+
+
 def _json_safe(change):
     return {k: v for k, v in (change or {}).items()}
 
 
-def run_one(fs, pattern, params, out, scratch):
+def run_one(fs, pattern, params, out, scratch, own_fs=False):
     """One lab run recorded into out; (stall ms, durable s, analyze's JSON document, what each
     device served: {role: {"write_ios", "flush_ios"}} from /sys/block/*/stat, as the lab
-    sampled it)."""
+    sampled it). ``own_fs``: a second scratch filesystem like the first, on a paced device of
+    its own, for the storm of the tenants client (not recorded: the lab records its own
+    filesystem's device only)."""
     from jstall.analyzer.analysis import analyze
     from jstall.workloads.lab import LabConfig, run_lab
+    from jstall.workloads.scratch import ScratchFs
 
     from jstall.metadata import lab_of
 
-    with open(os.devnull, "w") as quiet:
+    with open(os.devnull, "w") as quiet, contextlib.ExitStack() as stack:
+        if own_fs:
+            other = stack.enter_context(ScratchFs(fs, scratch_dir=scratch))
+            stack.enter_context(_env(STORM_DIR, other.mountpoint))
         r = run_lab(
             LabConfig(fs=fs, pattern=pattern, params=params, output_dir=out, scratch_dir=scratch),
             console=quiet,
@@ -251,8 +289,10 @@ def run_case(
             return done[k]
         out = os.path.join(runs_dir, f"{slug}-{re.sub(r'[^A-Za-z0-9]+', '-', config)}-{n}")
         shutil.rmtree(out, ignore_errors=True)  # a run killed before: its partial session
+        fs_change = {k: v for k, v in (change or {}).items() if k != OWN_FS}
         stall, durable, doc, served = run_one(
-            fs_config(fs_fields, iops, change), pattern, params, out, scratch
+            fs_config(fs_fields, iops, fs_change), pattern, params, out, scratch,
+            own_fs=OWN_FS in (change or {}),
         )
         rec = {
             **ident,
@@ -268,6 +308,7 @@ def run_case(
             "date": datetime.date.today().isoformat(),
         }
         if config == "baseline":
+            rec["stall_ms_by_comm"] = _stall_by_comm(doc)
             rec["advice"] = judge.advice_of(doc)
             rec["verdict"] = doc.get("verdict")
         judge.append_result(results, rec)

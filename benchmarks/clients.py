@@ -15,15 +15,20 @@ maildir  mail delivery into a maildir: 4 writer processes deliver MESSAGES messa
          process renames what arrives in new/ into cur/NAME:2,S (a reader marking it seen)
          until the writers are done and new/ is empty.
 tenants  two tenants on one filesystem: an xattr storm (FILES files, then UPDATES setxattr
-         calls of 32-byte values on them in turn, two attribute names) beside a latency
-         tenant that writes 4 KiB at the next offset of a 4 MiB file and fdatasyncs it every
-         5 ms for as long as the storm runs.
+         calls of 32-byte values on them in turn, two attribute names; process name
+         "storm") beside a latency tenant ("latency") that writes 4 KiB at the next offset
+         of a 4 MiB file and fdatasyncs it every 5 ms for as long as the storm runs. With
+         $JSTALL_STORM_DIR set the storm works there instead (another filesystem: the
+         tenant remedy).
 """
 
 import os
 import sqlite3
 import sys
 import time
+
+#: the environment variable naming the storm's directory (default: the working directory)
+STORM_DIR = "JSTALL_STORM_DIR"
 
 
 def sqlite_commits(n):
@@ -88,9 +93,20 @@ def maildir(n, writers=4):
         raise SystemExit(f"maildir: {bad} of its processes failed")
 
 
+def _set_comm(name):
+    """Set the process's name as ps, top and jstall show it (its comm); return the old one."""
+    with open("/proc/self/comm", "r+") as f:
+        old = f.read().strip()
+        f.seek(0)
+        f.write(name)
+    return old
+
+
 def _storm(files, updates):
-    os.makedirs("storm", exist_ok=True)
-    paths = [os.path.join("storm", f"f{i:06d}") for i in range(files)]
+    _set_comm("storm")
+    top = os.path.join(os.environ.get(STORM_DIR) or ".", "storm")
+    os.makedirs(top, exist_ok=True)
+    paths = [os.path.join(top, f"f{i:06d}") for i in range(files)]
     for p in paths:
         open(p, "w").close()
     for k in range(updates):
@@ -104,6 +120,7 @@ def tenants(files, updates, period_s=0.005, size=4096, span=4 << 20):
     if storm == 0:
         _storm(files, updates)
         os._exit(0)
+    name = _set_comm("latency")
     fd = os.open("latency.dat", os.O_WRONLY | os.O_CREAT, 0o644)
     block, off, writes = b"l" * size, 0, 0
     nxt = time.monotonic()
@@ -120,6 +137,7 @@ def tenants(files, updates, period_s=0.005, size=4096, span=4 << 20):
                 nxt = time.monotonic()  # behind: the next write at once, no burst to catch up
     finally:
         os.close(fd)
+        _set_comm(name)
     if writes == 0:
         raise SystemExit("tenants: the latency tenant wrote nothing")
 

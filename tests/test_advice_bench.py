@@ -173,6 +173,24 @@ def test_pairs_use_medians_and_the_first_runs_interval():
     assert judge.calibration(list(ps.values())) == (2, 2, 2, 2)
 
 
+def test_the_tenant_remedy_is_judged_on_the_stall_time_of_the_processes_it_leaves():
+    # the storm moves to a filesystem of its own, with its stalls: the baseline's stall time
+    # without the storm's (each run's own) against the remedy's, which records only the rest
+    moved = {**adv("own_filesystem", 500.0, 700.0, 1), "moved": "storm"}
+    rs = _case([1200.0, 1100.0, 1300.0], {"storm on its own filesystem": ("own_filesystem", [10.0, 0.0, 30.0])},
+               [moved])
+    for r, storm in zip(rs[:3], (500.0, 550.0, 600.0)):
+        r["stall_ms_by_comm"] = {"storm": storm, "latency": r["stall_ms"] - storm}
+    (p,) = judge.pairs(judge.cases(rs))
+    assert p["baseline_runs_ms"] == [550.0, 700.0, 700.0]
+    assert (p["baseline_stall_ms"], p["stall_ms"], p["removed_ms"]) == (700.0, 10.0, 690.0)
+    assert p["inside"] and p["narrow"]
+    # the advice read from analyze's JSON names the process it moves
+    doc = {"recommendations": [{"kind": "own_filesystem", "stall_ms_removed_low": 1.0, "stall_ms_removed_high": 2.0,
+                                "inputs": {"comm": "storm"}}]}
+    assert judge.advice_of(doc)[0]["moved"] == "storm"
+
+
 def test_calibration_counts_a_wide_interval_as_a_miss_though_inside():
     advice = [adv("external_journal", 1000.0, 9000.0, 1)]
     rs = _case([10000.0] * 3, {"external journal": ("external_journal", [5000.0] * 3)}, advice)
@@ -358,6 +376,17 @@ def test_tenants_client_runs_the_latency_tenant_while_the_storm_lasts(tmp_path, 
     assert len(files) == 20
     # 40 updates over 20 files: each got user.a, then user.b, with the update's number
     assert os.getxattr(tmp_path / "storm" / files[0], "user.b") == f"{20:032d}".encode()
+    assert os.path.getsize(tmp_path / "latency.dat") >= 4096
+
+
+def test_tenants_client_puts_its_storm_where_the_environment_says(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "other").mkdir()
+    monkeypatch.setenv(clients.STORM_DIR, str(tmp_path / "other"))
+    comm = open("/proc/self/comm").read()
+    assert clients.main(["tenants", "5", "10"]) == 0
+    assert open("/proc/self/comm").read() == comm   # "latency" while it ran, then its own again
+    assert len(os.listdir(tmp_path / "other" / "storm")) == 5 and not (tmp_path / "storm").exists()
     assert os.path.getsize(tmp_path / "latency.dat") >= 4096
 
 

@@ -30,6 +30,8 @@ from jstall.analyzer.stalls import causes
 from jstall.analyzer.stalls.find import stall_intervals, stall_keys
 from jstall.analyzer.jbd2.fill import timeline as fill_timeline
 from jstall.analyzer.jbd2.model import MARGIN, holding_divisor, model
+from jstall.analyzer.stalls import writers
+from jstall.analyzer.jbd2.journals import checkpoints as checkpoint_events
 from jstall.analyzer.jbd2.journals import (checkpoint_costs, checkpoint_spans, checkpoint_waits, device_load,
                                            device_saturation, log_share_during, logging_overlap, untraced_checkpoints,
                                            untraced_text)
@@ -861,6 +863,57 @@ def per_cause(ctx: Context) -> list[Recommendation]:
     return out
 
 
+def own_filesystem(ctx: Context) -> list[Recommendation]:
+    """The tenant remedy: the writer that filled a journal (writers.tenant: a cgroup, or a
+    process) moved to a filesystem of its own, on a device of its own, for the others' stalls
+    on this journal; the culprit's own stalls go with it (to its new filesystem, where it fills
+    its own journal), so the interval is a part of the others' stall time only.
+
+    What goes of each other task's stalls (fractions of its per-cause waits):
+    - the waits for log space (checkpoint, log_space): at least the culprit's share of what
+      the log held when it filled (the log fills that much more slowly), at most all of them;
+    - the commits' waits (commit_wait, transaction_wait): a shared journal commits everyone's
+      blocks together, so at least the culprit's share of what was logged over the run;
+    - every other wait on the device's queue (data pages, cache flushes, metadata reads): at
+      most all of them (the culprit's requests leave the device), at least none (the others'
+      own requests may still keep it at its limit)."""
+    out = []
+    devs = {str(d) for d in ctx.stalls["dev"].astype("str").unique()} if len(ctx.stalls) else set()
+    if not devs or not len(ctx.session.writers):
+        return out
+    fill = ctx._memo("at_fill", lambda: writers.at_fill(ctx.session, checkpoint_events(ctx.session)))
+    run = ctx._memo("writer_shares", lambda: writers.writer_shares(ctx.session))
+    for dev in sorted(devs):
+        t = writers.tenant(ctx.session, fill, run, ctx.stalls, dev)
+        if t is None:
+            continue
+        o = t["others"]
+        log_ms = sum(float(np.nansum(o[f"{c}_ms"].to_numpy(dtype="float64"))) for c in remedies.LOG_CAUSES
+                     if f"{c}_ms" in o)
+        device_ms = sum(float(np.nansum(o[f"{c}_ms"].to_numpy(dtype="float64"))) for c in remedies.DEVICE_SIDE
+                        if f"{c}_ms" in o)
+        if log_ms + device_ms <= 0:
+            continue
+        fill_share = t["fill_share"] if t["fill_share"] is not None else t["run_share"]
+        run_text = f"{100 * t['run_share']:.0f}% of what was logged over the run"
+        wrote = (f"{100 * fill_share:.0f}% of what the journal held when it filled ({run_text})"
+                 if t["fill_share"] is not None else run_text)
+        inputs = {k: v for k, v in t.items() if k != "others"}
+        inputs.update(log_wait_ms=log_ms, device_wait_ms=device_ms, moved_pids=t["pids"])
+        out.append(Recommendation(
+            "own_filesystem", dev=dev, estimate=True, stall_ms_addressed=log_ms, inputs=inputs,
+            text=(f"{dev}: {t['who']} wrote {wrote}; the other tasks stalled "
+                  f"{remedies.fmt_ms(t['others_ms'])} on it ({t['victim']} "
+                  f"{remedies.fmt_ms(t['victim_ms'])}), {remedies.fmt_ms(log_ms)} of it waiting for log space "
+                  f"and {remedies.fmt_ms(device_ms)} on the device's queue. On a filesystem of its own, on "
+                  f"another device, {t['who']} fills a journal of its own: its "
+                  f"{remedies.fmt_ms(t['culprit_ms'])} of stalls go with it, and the others' log-space waits "
+                  "go in part (the journal fills that much more slowly), their commits' too (a shared journal "
+                  "commits everyone's blocks together), and their other waits on the device as far as its "
+                  "requests kept them queued.")))
+    return out
+
+
 def _xfs_logs_waiting(ctx):
     """(journal description, jstall.enough verdict) of each XFS log not big enough for the
     run, whose log-space waits took time."""
@@ -1127,6 +1180,14 @@ def _effects(ctx, r):
         lo, hi = (0.0, 1.0) if inp.get("ineligible_xattr") else (s / 2, s)
         return ({"commit_wait": lo}, {"commit_wait": hi}, "offline",
                 f"umount {mnt} && tune2fs -O fast_commit {device} && mount {device} {mnt}")
+    if r.kind == "own_filesystem":
+        fill = inp["fill_share"] if inp["fill_share"] is not None else inp["run_share"]
+        lo = {"checkpoint": fill, "log_space": fill, "commit_wait": inp["run_share"],
+              "transaction_wait": inp["run_share"]}
+        hi = {c: 1.0 for c in (*remedies.LOG_CAUSES, *remedies.DEVICE_SIDE)}
+        return (lo, hi, "new_filesystem",
+                f"make a filesystem on another device (mkfs NEWDEV; mount NEWDEV DIR) and move {inp['who']}'s "
+                f"files from {mnt} to it")
     if r.kind in ("log_size", "log_buffers", "external_log"):
         ls = ctx.cause_ms("log_space", dev)
         # a flush of delayed allocations waits for writeback whose transactions wait for log
@@ -1311,11 +1372,14 @@ def annotate(ctx: Context, recs: list[Recommendation]) -> None:
         r.mechanism_ms_removed = float(r.stall_ms_addressed or 0.0)
         r.regime, fig = regime(ctx, r.dev)
         r.inputs = {**r.inputs, "regime_figures": fig, "fractions_low": lo, "fractions_high": hi}
+        on = ctx.stalls
+        if r.kind == "own_filesystem":  # the others' stalls: the culprit's move with it
+            on = on[~on["pid"].astype("int64").isin(r.inputs["moved_pids"])]
         r.stall_ms_removed_low, r.stall_ms_removed_high = remedies.stall_interval(
-            ctx.stalls, lo, hi, ctx.min_ms, r.dev, total)
+            on, lo, hi, ctx.min_ms, r.dev, total)
         lab = lab_of(ctx.session.meta)
         phases = lab.phases if lab else None
-        d = remedies.durable_interval(ctx.stalls, hi, ctx.min_ms, phases, r.dev)
+        d = remedies.durable_interval(on, hi, ctx.min_ms, phases, r.dev)
         if d is not None:
             r.durable_s_low, r.durable_s_high = d
         _add_curve(r)
@@ -1370,7 +1434,7 @@ def generic_causes() -> tuple[str, ...]:
 
 #: Every rule, in no particular order (the result is ranked).
 RULES = (lost_events, no_stalls, writeback_window, commit_interval, journal_size, inode_size,
-         external_journal, fast_commit, log_size, xfs_log_device, per_cause)
+         external_journal, fast_commit, log_size, xfs_log_device, own_filesystem, per_cause)
 #: Kinds ranked before all others whatever their stall time.
 FINDINGS = ("lost_events", "no_stalls", "untraced_checkpoints")
 

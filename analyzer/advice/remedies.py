@@ -85,6 +85,7 @@ REMEDIES = (
     "log_size",
     "log_buffers",
     "external_log",
+    "own_filesystem",
 )
 #: the low end of a remedy's own mechanism that holds: a hot set held by the size (its
 #: waits go, but the threshold moves between runs), a stream held for one window
@@ -407,14 +408,16 @@ def _pct(ms, total):
     return f"{100 * ms / total:.0f}%" if total else "0%"
 
 
-def _ms(ms):
+def fmt_ms(ms: float) -> str:
+    """'1.2 s' from 1,000 ms up, else '850 ms'."""
     return f"{ms / 1000:,.1f} s" if ms >= 1000 else f"{ms:,.0f} ms"
+
 
 
 def _removes(h, total):
     return (
-        f"{h['kind']}{' on ' + h['dev'] if h.get('dev') else ''} removes {_ms(h['low_ms'])} to "
-        f"{_ms(h['high_ms'])} ({_pct(h['low_ms'], total)}-{_pct(h['high_ms'], total)}; "
+        f"{h['kind']}{' on ' + h['dev'] if h.get('dev') else ''} removes {fmt_ms(h['low_ms'])} to "
+        f"{fmt_ms(h['high_ms'])} ({_pct(h['low_ms'], total)}-{_pct(h['high_ms'], total)}; "
         f"regime {h['regime']}; "
         f"cost {h['cost']})"
     )
@@ -427,7 +430,7 @@ def verdict_lines(v: dict | None) -> list[str]:
         return []
     dom = ", ".join(f"{d['cause']} {_pct(d['ms'], total)}" for d in v["dominant"])
     out = [
-        f"verdict: {_ms(total)} of stall time (every stalled call, every cause); most of it {dom}."
+        f"verdict: {fmt_ms(total)} of stall time (every stalled call, every cause); most of it {dom}."
     ]
     h = v.get("headline")
     if h:
@@ -454,8 +457,8 @@ def fmt_interval(r: Recommendation) -> str:
     """'1.2 s to 2.3 s (12-23 % of 10.0 s of stall time)' of a Recommendation's fields."""
     t = r.stall_ms_total or 0.0
     return (
-        f"{_ms(r.stall_ms_removed_low)} to {_ms(r.stall_ms_removed_high)} of the stall time "
-        f"({_pct(r.stall_ms_removed_low, t)}-{_pct(r.stall_ms_removed_high, t)} of {_ms(t)}, "
+        f"{fmt_ms(r.stall_ms_removed_low)} to {fmt_ms(r.stall_ms_removed_high)} of the stall time "
+        f"({_pct(r.stall_ms_removed_low, t)}-{_pct(r.stall_ms_removed_high, t)} of {fmt_ms(t)}, "
         "all causes)"
     )
 

@@ -240,3 +240,77 @@ def summary(session: Session, checkpoints: pd.DataFrame, stalls: pd.DataFrame) -
     v = victims(session, stalls)
     return {"writers": w.to_dict("records"), "at_fill": f.to_dict("records"),
             "victims": v.to_dict("records"), "verdicts": verdicts(w, f, v)}
+
+
+#: the share of what a journal held when it filled (over the run, where it never filled or
+#: the kind keeps no transactions: XFS) a writer must have written to be called its culprit
+CULPRIT_SHARE = 50.0
+
+
+def _stall_cgroups(session: Session, stalls: pd.DataFrame) -> np.ndarray:
+    """The cgroup id of each stall's call (0: not known), in the table's order."""
+    c = session.calls
+    if "cgroup_id" not in c.columns or not len(stalls):
+        return np.zeros(len(stalls), dtype="int64")
+    m = stalls[["tid", "ts_ns"]].merge(c[["tid", "ts_ns", "cgroup_id"]].drop_duplicates(["tid", "ts_ns"]),
+                                       on=["tid", "ts_ns"], how="left")
+    return m["cgroup_id"].fillna(0).to_numpy(dtype="int64")
+
+
+def tenant(session: Session, fill: pd.DataFrame, run: pd.DataFrame, stalls: pd.DataFrame,
+           dev: str) -> dict | None:
+    """The writer that filled journal ``dev`` and the others that stalled on it, for the
+    tenant remedy (the culprit on a filesystem of its own): None unless one writer (a cgroup,
+    or a process where its cgroup holds others that stalled) wrote at least CULPRIT_SHARE %
+    of what the journal held when it filled (``fill``: at_fill rows; over the run, ``run``:
+    writer_shares rows, where it never filled) and others stalled on it.
+
+    ``{"dev", "who", "unit" ("cgroup" or "process"), "pids" (the culprit's processes),
+    "cgroup_id", "fill_share" and "run_share" (0-1: of what the log held at fill, and of what
+    it logged over the run), "others" (the stall table's rows of the other processes on the
+    device), "others_ms", "culprit_ms", "victim" (who of the others stalled longest)}``."""
+    def on_dev(t):
+        return t[t["dev"].astype("str") == str(dev)] if len(t) else t
+
+    f, r = on_dev(fill), on_dev(run)
+    basis = f if len(f) else r
+    if not len(basis) or not len(stalls):
+        return None
+    top = basis.iloc[0]
+    st_on = stalls["dev"].astype("str").to_numpy(dtype=object) == str(dev)
+    st = stalls[st_on]
+    if not len(st):
+        return None
+    pid = int(top["pid"])
+    cg = int(top["cgroup_id"]) if pd.notna(top.get("cgroup_id")) else 0
+    st_pid = st["pid"].to_numpy(dtype="int64")
+    st_cg = _stall_cgroups(session, st)
+    # a cgroup of its own (a container, a unit) moves as one; a process shares its cgroup
+    # with others that stalled: it moves alone
+    unit = "cgroup" if cg and not ((st_cg == cg) & (st_pid != pid)).any() else "process"
+
+    def mine(t):
+        if unit == "cgroup":
+            return pd.to_numeric(t["cgroup_id"], errors="coerce").fillna(0).astype("int64").to_numpy() == cg
+        return t["pid"].astype("int64").to_numpy() == pid
+
+    fill_share = float(f.loc[mine(f), "share_pct"].sum()) if len(f) else None
+    run_share = float(r.loc[mine(r), "share_pct"].sum()) if len(r) else 0.0
+    if (fill_share if fill_share is not None else run_share) < CULPRIT_SHARE:
+        return None
+    culprit = (st_cg == cg) if unit == "cgroup" else (st_pid == pid)
+    others = st[~culprit]
+    if not len(others) or not float(others["latency_ms"].sum()) > 0:
+        return None
+    pids = sorted({int(p) for p in basis.loc[mine(basis), "pid"]} | {int(p) for p in st_pid[culprit]})
+    per = others.groupby("pid")["latency_ms"].sum().sort_values(ascending=False, kind="stable")
+    vpid = int(per.index[0])
+    vcomm = str(others.loc[others["pid"] == vpid, "comm"].iloc[0])
+    who = (f"cgroup {top['cgroup']}" if unit == "cgroup" and top.get("cgroup")
+           else f"{top['comm']} (pid {pid})")
+    return {"dev": str(dev), "who": who, "unit": unit, "pids": pids, "cgroup_id": cg or None,
+            "comm": str(top["comm"]),
+            "fill_share": None if fill_share is None else fill_share / 100.0, "run_share": run_share / 100.0,
+            "others": others, "others_ms": float(others["latency_ms"].sum()),
+            "culprit_ms": float(st.loc[culprit, "latency_ms"].sum()),
+            "victim": f"{vcomm} (pid {vpid})", "victim_ms": float(per.iloc[0])}
