@@ -1,8 +1,8 @@
 """The advice judged by running it: for each workload, scale and device speed, a baseline
 run on a small-journal filesystem, `jstall analyze` of it, and every remedy that advice names
 and the lab can apply (journal or log size, 256-byte inodes, an external journal or log as
-slow as the data device, fast_commit, XFS log buffers, the commit= interval, the tenants
-client's storm on a filesystem of its own), each run 3 times interleaved with the baseline
+slow as the data device, fast_commit, XFS log buffers, the commit= interval, the tenant
+that filled the journal on a filesystem of its own), each run 3 times interleaved with the baseline
 (B R1 R2 B R1 R2 B R1 R2); medians of the stall time (analyze's JSON `stalls.total_ms`:
 every stalled call of 10 ms or more, every cause; for the tenant remedy, the stall time of
 the processes it does not move) and of the durable time (the lab's phases, until their
@@ -36,8 +36,9 @@ Workloads (each at two scales; nothing here is fitted to jstall's model): the la
 (xattr, fdtree); fs_mark, dbench, GNU tar --xattrs, rsync -aX, cp -a then rm -rf, git add
 and commit, copying trees of small files with two user.* attributes (benchmarks/maketree.py);
 and benchmarks/clients.py: SQLite commits with a rollback journal, maildir delivery (4
-writers: write, fsync, setxattr, rename; one mover), two tenants (an xattr storm beside a
-4 KiB write + fdatasync every 5 ms). ext4: 2 GiB, 128-byte inodes, a 4 MiB internal
+writers: write, fsync, setxattr, rename; one mover), two tenants in cgroups of their own
+(the lab's tenants pattern: an xattr storm beside a 4 KiB write + fdatasync every 5 ms,
+ended when the storm is done). ext4: 2 GiB, 128-byte inodes, a 4 MiB internal
 journal. XFS (rm -rf and tar of a tree): 1 GiB, an 8 MiB internal log (below what mkfs.xfs
 makes outside xfsprogs' tests: the lab sets its test-harness variables for mkfs.xfs).
 Every filesystem is on the lab's paced device (every request waits its turn) at each
@@ -47,7 +48,6 @@ Not tried: advice that changes a setting of the whole host (vm.dirty_* writeback
 other filesystems share it) or names no setting; each is listed with its reason.
 """
 
-import contextlib
 import datetime
 import math
 import os
@@ -60,7 +60,6 @@ import tempfile
 
 import advice_judge as judge
 from benchlib import parser
-from clients import STORM_DIR
 from tune_check import WORKLOADS as TUNED_WORKLOADS
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -69,7 +68,8 @@ EXT4 = {"fs_size": "2G", "inode_size": 128, "journal_size": "4M"}
 XFS = {"fs_type": "xfs", "fs_size": "1G", "journal_size": "8M"}
 MIN_MS = 10.0
 TAR_PIPE = "tar --xattrs -cf - src | tar --xattrs -xf - -C dst"
-#: the change that moves a client's process to a filesystem of its own (the tenant remedy)
+#: the tenants pattern's option that moves a tenant to a filesystem of its own (the tenant
+#: remedy), kept with a remedy's changes
 OWN_FS = "own_filesystem"
 
 
@@ -81,6 +81,14 @@ def _client(*args):
     return _sh(
         f"{shlex.quote(sys.executable)} {shlex.quote(CLIENTS)} " + " ".join(str(a) for a in args)
     )
+
+
+def _tenants(files, updates):
+    """The lab's tenants pattern: the storm and the latency tenant in cgroups of their own,
+    the latency tenant ended when the storm is done."""
+    client = f"{shlex.quote(sys.executable)} {shlex.quote(CLIENTS)}"
+    return {"tenant": [f"latency={client} latency", f"storm={client} storm {files} {updates}"],
+            "until": "storm"}
 
 
 def _tree(directory, n):
@@ -103,7 +111,7 @@ WORKLOADS.update(
         "tenants": (
             EXT4,
             [
-                (f"{f:,} files, {u:,} updates", "command", _client("tenants", f, u))
+                (f"{f:,} files, {u:,} updates", "tenants", _tenants(f, u))
                 for f, u in ((1500, 6000), (3000, 12000))
             ],
         ),
@@ -172,10 +180,10 @@ def remedy(a, fs):
     if kind == "fast_commit":
         return "fast_commit", {"fast_commit": True}
     if kind == "own_filesystem":
-        # the tenants client moves its storm (clients.py: $JSTALL_STORM_DIR) and nothing else
-        if a.get("moved") != "storm":
-            return None, f"the advice moves {a.get('moved')!r}; the client can move only its storm"
-        return "storm on its own filesystem", {OWN_FS: "storm"}
+        # the lab's tenants pattern moves a tenant (its process name is its tenant's name)
+        if not a.get("moved"):
+            return None, "names no process"
+        return f"{a['moved']} on its own filesystem", {OWN_FS: a["moved"]}
     if kind == "log_buffers":
         return "8x256K log buffers", dict(XFS_BIG_LOG_BUFFERS)
     cmd = a.get("command") or ""
@@ -204,20 +212,6 @@ def _commit():
     return head, advice
 
 
-@contextlib.contextmanager
-def _env(name, value):
-    """os.environ[name] = value while the block runs (the lab's commands inherit it)."""
-    old = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = old
-
-
 def _stall_by_comm(doc):
     """{process name: stall ms} of analyze's JSON document (its per_process rows)."""
     out = {}
@@ -230,22 +224,16 @@ def _json_safe(change):
     return {k: v for k, v in (change or {}).items()}
 
 
-def run_one(fs, pattern, params, out, scratch, own_fs=False):
+def run_one(fs, pattern, params, out, scratch):
     """One lab run recorded into out; (stall ms, durable s, analyze's JSON document, what each
     device served: {role: {"write_ios", "flush_ios"}} from /sys/block/*/stat, as the lab
-    sampled it). ``own_fs``: a second scratch filesystem like the first, on a paced device of
-    its own, for the storm of the tenants client (not recorded: the lab records its own
-    filesystem's device only)."""
+    sampled it)."""
     from jstall.analyzer.analysis import analyze
     from jstall.workloads.lab import LabConfig, run_lab
-    from jstall.workloads.scratch import ScratchFs
 
     from jstall.metadata import lab_of
 
-    with open(os.devnull, "w") as quiet, contextlib.ExitStack() as stack:
-        if own_fs:
-            other = stack.enter_context(ScratchFs(fs, scratch_dir=scratch))
-            stack.enter_context(_env(STORM_DIR, other.mountpoint))
+    with open(os.devnull, "w") as quiet:
         r = run_lab(
             LabConfig(fs=fs, pattern=pattern, params=params, output_dir=out, scratch_dir=scratch),
             console=quiet,
@@ -290,9 +278,9 @@ def run_case(
         out = os.path.join(runs_dir, f"{slug}-{re.sub(r'[^A-Za-z0-9]+', '-', config)}-{n}")
         shutil.rmtree(out, ignore_errors=True)  # a run killed before: its partial session
         fs_change = {k: v for k, v in (change or {}).items() if k != OWN_FS}
+        run_params = {**params, OWN_FS: change[OWN_FS]} if OWN_FS in (change or {}) else params
         stall, durable, doc, served = run_one(
-            fs_config(fs_fields, iops, fs_change), pattern, params, out, scratch,
-            own_fs=OWN_FS in (change or {}),
+            fs_config(fs_fields, iops, fs_change), pattern, run_params, out, scratch
         )
         rec = {
             **ident,

@@ -3,7 +3,8 @@ I/O, nothing in them chosen to suit jstall's advice. Run in the current director
 
 usage: python3 benchmarks/clients.py sqlite COMMITS
        python3 benchmarks/clients.py maildir MESSAGES
-       python3 benchmarks/clients.py tenants FILES UPDATES
+       python3 benchmarks/clients.py storm FILES UPDATES
+       python3 benchmarks/clients.py latency
 
 sqlite   a database with a rollback journal (journal_mode=DELETE, synchronous=FULL, the
          defaults of the sqlite3 library): COMMITS single-row INSERT transactions, each of
@@ -14,21 +15,18 @@ maildir  mail delivery into a maildir: 4 writer processes deliver MESSAGES messa
          user.* attribute (the flags a filtering agent keeps), rename it into new/; one mover
          process renames what arrives in new/ into cur/NAME:2,S (a reader marking it seen)
          until the writers are done and new/ is empty.
-tenants  two tenants on one filesystem: an xattr storm (FILES files, then UPDATES setxattr
-         calls of 32-byte values on them in turn, two attribute names; process name
-         "storm") beside a latency tenant ("latency") that writes 4 KiB at the next offset
-         of a 4 MiB file and fdatasyncs it every 5 ms for as long as the storm runs. With
-         $JSTALL_STORM_DIR set the storm works there instead (another filesystem: the
-         tenant remedy).
+storm    a noisy tenant: an xattr storm (FILES files, then UPDATES setxattr calls of 32-byte
+         values on them in turn, two attribute names), process name "storm".
+latency  a latency tenant, process name "latency": writes 4 KiB at the next offset of a 4 MiB
+         file and fdatasyncs it every 5 ms until SIGTERM (the lab's tenants pattern, --until
+         storm, sends it when the storm is done).
 """
 
+import contextlib
 import os
 import sqlite3
 import sys
 import time
-
-#: the environment variable naming the storm's directory (default: the working directory)
-STORM_DIR = "JSTALL_STORM_DIR"
 
 
 def sqlite_commits(n):
@@ -102,53 +100,71 @@ def _set_comm(name):
     return old
 
 
-def _storm(files, updates):
-    _set_comm("storm")
-    top = os.path.join(os.environ.get(STORM_DIR) or ".", "storm")
-    os.makedirs(top, exist_ok=True)
-    paths = [os.path.join(top, f"f{i:06d}") for i in range(files)]
-    for p in paths:
-        open(p, "w").close()
-    for k in range(updates):
-        os.setxattr(
-            paths[k % files], "user.a" if (k // files) % 2 == 0 else "user.b", f"{k:032d}".encode()
-        )
-
-
-def tenants(files, updates, period_s=0.005, size=4096, span=4 << 20):
-    storm = os.fork()
-    if storm == 0:
-        _storm(files, updates)
-        os._exit(0)
-    name = _set_comm("latency")
-    fd = os.open("latency.dat", os.O_WRONLY | os.O_CREAT, 0o644)
-    block, off, writes = b"l" * size, 0, 0
-    nxt = time.monotonic()
+@contextlib.contextmanager
+def _named(name):
+    """The process named ``name`` while the block runs."""
+    old = _set_comm(name)
     try:
-        while os.waitpid(storm, os.WNOHANG) == (0, 0):
-            os.pwrite(fd, block, off)
-            os.fdatasync(fd)
-            off, writes = (off + size) % span, writes + 1
-            nxt += period_s
-            delay = nxt - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-            else:
-                nxt = time.monotonic()  # behind: the next write at once, no burst to catch up
+        yield
     finally:
-        os.close(fd)
-        _set_comm(name)
+        _set_comm(old)
+
+
+def storm(files, updates):
+    with _named("storm"):
+        os.makedirs("storm", exist_ok=True)
+        paths = [os.path.join("storm", f"f{i:06d}") for i in range(files)]
+        for p in paths:
+            open(p, "w").close()
+        for k in range(updates):
+            os.setxattr(
+                paths[k % files], "user.a" if (k // files) % 2 == 0 else "user.b", f"{k:032d}".encode()
+            )
+
+
+def _until_terminated():
+    """A loop condition true until SIGTERM arrives (the lab's tenants pattern ends a tenant so)."""
+    import signal
+
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    return lambda: not stop
+
+
+def latency(running=None, period_s=0.005, size=4096, span=4 << 20):
+    """The latency tenant's loop, while ``running()`` (default: until SIGTERM)."""
+    running = running or _until_terminated()
+    block, off, writes = b"l" * size, 0, 0
+    fd = os.open("latency.dat", os.O_WRONLY | os.O_CREAT, 0o644)
+    nxt = time.monotonic()
+    with _named("latency"):
+        try:
+            while running():
+                os.pwrite(fd, block, off)
+                os.fdatasync(fd)
+                off, writes = (off + size) % span, writes + 1
+                nxt += period_s
+                delay = nxt - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                else:
+                    nxt = time.monotonic()  # behind: the next write at once, no burst to catch up
+        finally:
+            os.close(fd)
     if writes == 0:
-        raise SystemExit("tenants: the latency tenant wrote nothing")
+        raise SystemExit("latency: the latency tenant wrote nothing")
 
 
 def main(argv):
     usage = __doc__.split("usage: ")[1].split("\n\n")[0]
     try:
         kind, nums = argv[0], [int(x) for x in argv[1:]]
-        run = {"sqlite": (sqlite_commits, 1), "maildir": (maildir, 1), "tenants": (tenants, 2)}[
-            kind
-        ]
+        run = {
+            "sqlite": (sqlite_commits, 1),
+            "maildir": (maildir, 1),
+            "storm": (storm, 2),
+            "latency": (latency, 0),
+        }[kind]
         if len(nums) != run[1]:
             raise ValueError
     except (IndexError, ValueError, KeyError):

@@ -215,7 +215,7 @@ def test_the_tenant_is_the_writer_that_filled_the_journal_and_moves_as_its_cgrou
     t = writers.tenant(s, run.iloc[:0], run, st, "7:0")
     assert t["unit"] == "cgroup" and t["who"] == "cgroup pod 1a2b-3c4d (burstable)" and t["pids"] == [1]
     assert t["fill_share"] is None and t["run_share"] == pytest.approx(0.9)
-    assert t["others_ms"] == 140.0 and t["culprit_ms"] == 80.0 and t["victim"] == "victim (pid 2)"
+    assert t["others_ms"] == 140.0 and t["culprit_ms"] == 80.0 and t["victim"] == "cgroup victim.service"
     assert t["others"]["pid"].tolist() == [2, 2]
     # a writer of less than half: no culprit
     assert writers.tenant(s, run.iloc[:0], run.iloc[::-1], st, "7:0") is None
@@ -229,6 +229,7 @@ def test_a_writer_that_shares_its_cgroup_with_a_victim_moves_alone(tmp_path):
     st = pd.DataFrame([stall(2, "victim", 100.0, checkpoint=100.0), stall(1, "culprit", 80.0, checkpoint=80.0)])
     t = writers.tenant(s, run.iloc[:0], run, st, "7:0")
     assert t["unit"] == "process" and t["who"] == "culprit (pid 1)" and t["pids"] == [1]
+    assert t["victim"] == "victim (pid 2)"
 
 
 def test_the_tenant_remedy_removes_part_of_the_others_stall_time_only(tmp_path):

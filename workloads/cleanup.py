@@ -8,7 +8,7 @@ from jstall.errors import JstallError
 from jstall.system import mounts as mount_table
 from jstall.system import proc_start
 
-from . import throttle
+from . import tenantcg, throttle
 from .loopdev import detach, dev_of, loop_backing_files, umount
 from .rundir import DEFAULT_SCRATCH, SCRATCH_MARKER, read_marker
 
@@ -41,7 +41,8 @@ def run_state(run_dir, marker=None):
             if root == run_dir.rstrip("/") and mounts and "mnt" in dirs:
                 dirs.remove("mnt")  # a mounted filesystem's files go with its image
             files += [os.path.join(root, n) for n in fnames]
-    return {"throttles": throttles, "mounts": mounts[::-1], "loops": loops, "files": sorted(files)}
+    return {"throttles": throttles, "mounts": mounts[::-1], "loops": loops, "files": sorted(files),
+            "cgroups": tenantcg.leftovers(run_dir)}
 
 
 def undo_run(run_dir, marker=None):
@@ -49,6 +50,9 @@ def undo_run(run_dir, marker=None):
     the actions taken as text lines."""
     st = run_state(run_dir, marker)
     done = []
+    # the tenants pattern's cgroups, and the processes a killed run left in them (they may
+    # hold the mount)
+    done += [f"removed cgroup {d}" for d in tenantcg.remove(run_dir, kill=True)]
     for dev, names in st["throttles"].items():
         throttle.remove(dev, names)
         done.append(f"removed throttle {dev} ({', '.join(names)})")
@@ -114,6 +118,7 @@ def cleanup(scratch_dir=None, dry_run=False, include_alive=False):
             lines = [f"would remove throttle {d} ({', '.join(n)})" for d, n in st["throttles"].items()]
             lines += [f"would unmount {m}" for m in st["mounts"]]
             lines += [f"would detach {lp}" for lp in st["loops"]]
+            lines += [f"would end the processes in and remove cgroup {d}" for d in st["cgroups"]]
             lines += [f"would delete {p}" for p in st["files"]]
             lines.append(f"would remove {run['run_dir']}")
             out.append((run["run_dir"], lines))

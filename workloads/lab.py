@@ -14,6 +14,7 @@ A throttled device serves long after the calls return (ext4 and jbd2, or XFS and
 worker, write metadata and the journal in the background), so timing to the return leaves most of the device's work out.
 """
 
+import contextlib
 import ctypes
 import dataclasses
 import json
@@ -303,8 +304,12 @@ def run_lab(cfg, before_phase=None, console=None, out=None):
     rec = sampler = None
     result = LabResult(lab=lab.to_dict())
     bar = _Bar(console, cfg.progress)
-    with ScratchFs(cfg.fs, scratch_dir=cfg.scratch_dir) as fs:
-        roots = [os.path.join(fs.mountpoint, f"job{j}") for j in range(cfg.jobs)]
+    with ScratchFs(cfg.fs, scratch_dir=cfg.scratch_dir) as fs, contextlib.ExitStack() as more:
+        # a second filesystem, made as the first on a paced device of its own, for the
+        # tenants that work apart (not recorded: the recorder watches the first one's device)
+        own_fs = more.enter_context(ScratchFs(cfg.fs, scratch_dir=cfg.scratch_dir)) if pat.own_filesystems else None
+        pat.setup(fs, own_fs)
+        roots = pat.roots(fs.mountpoint)
         for r in roots:
             os.mkdir(r)
         fs.sync()

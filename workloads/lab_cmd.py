@@ -31,8 +31,9 @@ Reproduce journal stalls on scratch ext4 or XFS filesystems. 'run' makes a loop-
 journal or log, fast_commit, data mode, log buffers, a slow-device profile), records with
 jstall's probes while a workload pattern runs on it (xattr, fdtree, smallfile, or any
 command), times each phase, and removes everything again, leaving a session directory whose
-metadata holds the configuration and the phase timings. 'sweep' runs 'run' over every
-combination of comma-separated option values. 'tune' finds the smallest journal (or XFS log)
+metadata holds the configuration and the phase timings ('tenants': several commands at
+once, each in a cgroup of its own, one of them optionally on a second filesystem). 'sweep'
+runs 'run' over every combination of comma-separated option values. 'tune' finds the smallest journal (or XFS log)
 big enough for the workload by running it, and compares the other remedies. 'cleanup'
 removes what a crashed run left behind. Needs root."""
 
@@ -73,6 +74,13 @@ examples:
   # any program, with the job's directory on the scratch filesystem as its working directory
   # (fs_mark is in Debian's fsmark package)
   sudo jstall lab run command --command 'fs_mark -d . -n 2000 -s 0' --journal-size 16M
+  # two tenants, each in its own cgroup (sync.scope, storm.scope): a 4 KiB write + fsync loop
+  # beside a metadata storm, the loop ended when the storm is done; then the storm on a
+  # filesystem (and a paced device) of its own, as analyze's own_filesystem advice says
+  sudo jstall lab run tenants --journal-size 4M --inode-size 128 --write-iops 1000 \\
+      --tenant 'sync=sh -c "while :; do dd if=/dev/zero of=f bs=4k count=1 conv=fsync; done"' \\
+      --tenant 'storm=fs_mark -d . -n 20000 -s 0' --until storm -o shared
+  sudo jstall lab run tenants ... --own-filesystem storm -o apart
 """
 
 SWEEP_EXAMPLES = """\
@@ -135,7 +143,8 @@ EXAMPLES = RUN_EXAMPLES + "\n" + SWEEP_EXAMPLES.replace("examples:\n", "") + "\n
 
 #: metavars of options that take a number or text
 METAVARS = {"inode_size": "BYTES", "block_size": "BYTES", "commit_interval": "SECONDS", "mkfs_options": "OPTIONS",
-            "mount_options": "OPT,...", "command": "COMMAND", "jobs": "N", "seed": "N"}
+            "mount_options": "OPT,...", "command": "COMMAND", "jobs": "N", "seed": "N",
+            "tenant": "NAME=COMMAND", "own_filesystem": "NAME,...", "until": "NAME"}
 
 
 def _add_options(p, sweep):
@@ -154,6 +163,10 @@ def _add_options(p, sweep):
                                                       METAVARS.get(dest, "N" if kind == "int" else None)))
             if kind == "bool" and default is not None:
                 default = "on" if default else "off"
+            if kind == "list":
+                g.add_argument(_flag(dest), dest=dest, metavar=METAVARS.get(dest), action="append", default=None,
+                               help=help_)
+                continue
             if kind.startswith("choice:") and not sweep:
                 g.add_argument(_flag(dest), dest=dest, choices=kind.split(":", 1)[1].split("|"), default=None,
                                help=help_ + (f" (default: {default})" if default is not None else ""))
@@ -233,7 +246,7 @@ def _values(args, sweep):
                 raise JstallError(f"{_flag(dest)} {raw}: give distinct comma-separated values, e.g. 16M,64M")
             out[dest] = [(t, parse_value(dest, kind, t)) for t in texts]
         else:
-            out[dest] = [(raw, raw)]
+            out[dest] = [("; ".join(raw) if isinstance(raw, list) else raw, raw)]
     return out
 
 

@@ -29,7 +29,8 @@ def pattern_options():
     return [(dest, kind, None, help_) for dest, (kind, help_) in out.items()]
 
 
-# (dest, kind, default, help). kind: size, rate (0 or a size), int, float, bool, choice:a|b, str.
+# (dest, kind, default, help). kind: size, rate (0 or a size), int, float, bool, choice:a|b, str,
+# list (strings, the option given once per value).
 FS_OPTIONS = [
     ("fs_type", "choice:ext4|xfs", "ext4", "the filesystem made: ext4, or xfs (see docs/lab.md, XFS)"),
     ("fs_size", "size", None, "filesystem size (e.g. 64M, 2G; default 2G, or 4 × an internal journal larger than 512M; "

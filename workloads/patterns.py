@@ -8,10 +8,13 @@ bytes set), and ``ops`` in the phase's ``unit``.
 """
 
 import dataclasses
+import functools
 import os
 import random
+import re
 import shlex
 import shutil
+import signal
 import struct
 import subprocess
 
@@ -85,7 +88,7 @@ class Pattern:
     #: {param: default} -- the pattern's own options
     defaults = {}
     #: {param: (kind, help)} -- how the command line takes each option (kinds as in
-    #: options.FS_OPTIONS: int, size, bool, choice:a|b, str)
+    #: options.FS_OPTIONS: int, size, bool, choice:a|b, str; list: given once per value)
     options = {}
 
     def __init__(self, params, jobs=1, seed=1):
@@ -99,8 +102,18 @@ class Pattern:
         self.seed = seed
         self.validate()
 
+    #: tenants working on a second scratch filesystem the lab makes (TenantsPattern)
+    own_filesystems = ()
+
     def validate(self):
         pass
+
+    def setup(self, fs, own_fs=None):
+        """Called with the scratch filesystems (scratchfs.ScratchFs) before the phases run."""
+
+    def roots(self, mountpoint):
+        """The jobs' directories (the lab makes them; its census walks them): ``<mount>/job<j>``."""
+        return [os.path.join(mountpoint, f"job{j}") for j in range(self.jobs)]
 
     def check_fits(self, fs_cfg):
         """Refuse work that cannot fit the filesystem (fs_cfg: FsConfig)."""
@@ -511,21 +524,7 @@ class CommandPattern(Pattern):
         if not cmd:
             raise JstallError("the command pattern needs --command 'PROGRAM ARGS' "
                               "(e.g. --command 'fs_mark -d . -n 1000')")
-        try:
-            argv = shlex.split(cmd) if isinstance(cmd, str) else list(cmd)
-        except ValueError as e:
-            raise JstallError(f"--command: {e}; quote it as one shell word list") from None
-        shell = next((a for a in argv if a in SHELL_OPERATORS or a.startswith(SHELL_PREFIXES)), None)
-        if shell is not None:
-            text = cmd if isinstance(cmd, str) else " ".join(argv)
-            inner = shlex.quote(text)
-            fix = f'"sh -c {inner}"' if not set(inner) & set('"$`\\') else "\"sh -c '...'\""
-            raise JstallError(f"--command runs the program without a shell, so '{shell}' would be one of its "
-                              f"arguments; for redirections or pipes give --command {fix}")
-        if not argv or not shutil.which(argv[0]):
-            raise JstallError(f"--command: program '{argv[0] if argv else ''}' not found; "
-                              "install it or give its full path")
-        self.argv = argv
+        self.argv = command_argv(cmd, "--command")
 
     def phases(self):
         return [Phase("command", "runs", self.jobs, None, run_all=self._run_all)]
@@ -561,7 +560,156 @@ class CommandPattern(Pattern):
         return {"command": shlex.join(self.argv)}
 
 
-PATTERNS = {c.name: c for c in (XattrPattern, FdtreePattern, SmallfilePattern, CommandPattern)}
+# ---- tenants -------------------------------------------------------------------------
+
+#: a tenant's name: a cgroup's and a directory's
+TENANT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+#: seconds the tenants still running get after SIGTERM (--until) before SIGKILL
+TENANT_GRACE_S = 30.0
+
+
+def command_argv(cmd, opt, fix_as=None):
+    """The argv of a command given as one string (or a list), checked as the command pattern
+    checks it: split like a shell's words, no shell operator, the program found. ``fix_as``:
+    how the error's fix gives the command (default ``<opt> "sh -c '...'"``)."""
+    try:
+        argv = shlex.split(cmd) if isinstance(cmd, str) else list(cmd)
+    except ValueError as e:
+        raise JstallError(f"{opt}: {e}; quote it as one shell word list") from None
+    shell = next((a for a in argv if a in SHELL_OPERATORS or a.startswith(SHELL_PREFIXES)), None)
+    if shell is not None:
+        text = cmd if isinstance(cmd, str) else " ".join(argv)
+        inner = shlex.quote(text)
+        fix = f'"sh -c {inner}"' if not set(inner) & set('"$`\\') else "\"sh -c '...'\""
+        raise JstallError(f"{opt} runs the program without a shell, so '{shell}' would be one of its "
+                          f"arguments; for redirections or pipes give {fix_as or opt + ' ' + fix}")
+    if not argv or not shutil.which(argv[0]):
+        raise JstallError(f"{opt}: program '{argv[0] if argv else ''}' not found; install it or give its full path")
+    return argv
+
+
+class TenantsPattern(Pattern):
+    """Several commands at once, each a tenant in a cgroup v2 cgroup of its own
+    (``<name>.scope``, tenantcg.py) with its own working directory ``<mount>/<name>``; a
+    tenant named in ``own_filesystem`` works on a second scratch filesystem instead, made as
+    the first on a paced device of its own and not recorded (the tenant remedy: the writer
+    that fills a journal moved to a filesystem of its own). With ``until``, the run ends when
+    that tenant exits: the others get SIGTERM (a tenant that loops for as long as another
+    works), and their end by it counts as a clean exit. One phase, ``tenants``."""
+
+    name = "tenants"
+    defaults = {"tenant": None, "own_filesystem": None, "until": None}
+    options = {
+        "tenant": ("list", "NAME=COMMAND: a tenant, in its own cgroup NAME.scope and directory <mount>/NAME "
+                           "(give it once per tenant; the command runs without a shell as --command does)"),
+        "own_filesystem": ("str", "NAME,...: these tenants work on a second filesystem made like the first, on a "
+                                  "paced device of its own (not recorded)"),
+        "until": ("str", "NAME: end the run when this tenant exits; the others get SIGTERM then"),
+    }
+
+    def validate(self):
+        given = self.params["tenant"] or []
+        if isinstance(given, str):
+            given = [given]
+        if not given:
+            raise JstallError("the tenants pattern needs --tenant NAME=COMMAND, once per tenant (e.g. --tenant "
+                              "'db=sqlite3 x.db ...' --tenant 'storm=fs_mark -d . -n 1000')")
+        self.tenants = {}
+        for t in given:
+            name, eq, cmd = str(t).partition("=")
+            name = name.strip()
+            if not eq or not TENANT_NAME.match(name):
+                raise JstallError(f"--tenant {t}: give NAME=COMMAND, NAME of letters, digits, '.', '_' or '-' "
+                                  "(e.g. --tenant 'db=sqlite3 x.db')")
+            if name in self.tenants:
+                raise JstallError(f"--tenant {name}: given twice; give each tenant one name")
+            self.tenants[name] = command_argv(cmd, f"--tenant {name}", f"--tenant '{name}=sh -c \"...\"'")
+        own = self.params["own_filesystem"] or ""
+        self.own = [n.strip() for n in (own.split(",") if isinstance(own, str) else own) if n.strip()]
+        until = self.params["until"]
+        for opt, n in [("--own-filesystem", n) for n in self.own] + ([("--until", until)] if until else []):
+            if n not in self.tenants:
+                raise JstallError(f"{opt} {n}: no tenant of that name; the tenants are {', '.join(self.tenants)}")
+        if self.jobs != 1:
+            raise JstallError(f"--jobs {self.jobs}: the tenants pattern runs each tenant once; give more tenants")
+        self.run_dir = self.own_mount = None
+
+    @property
+    def own_filesystems(self):
+        """Tenants on a filesystem of their own (the lab makes it: lab.run_lab)."""
+        return list(self.own)
+
+    def setup(self, fs, own_fs=None):
+        """The scratch filesystems, before the phases: the run's (its run directory names the
+        cgroups) and the second one for ``own_filesystem`` tenants."""
+        self.run_dir = fs.run_dir
+        self.own_mount = own_fs.mountpoint if own_fs is not None else None
+
+    def roots(self, mountpoint):
+        """The directories of the tenants on the lab's filesystem, ``<mount>/<name>``."""
+        return [os.path.join(mountpoint, n) for n in self.tenants if n not in self.own]
+
+    def phases(self):
+        return [Phase("tenants", "runs", 1, None, run_all=self._run_all)]
+
+    def _run_all(self, mountpoint, roots):
+        import time
+
+        from . import tenantcg
+
+        cgs = tenantcg.make(self.run_dir, list(self.tenants))
+        procs, info, ended = {}, {}, set()
+        start = time.monotonic_ns()
+        try:
+            for name, argv in self.tenants.items():
+                base = self.own_mount if name in self.own else mountpoint
+                cwd = os.path.join(base, name)
+                os.makedirs(cwd, exist_ok=True)
+                env = dict(os.environ, JSTALL_LAB_MOUNT=base, JSTALL_LAB_TENANT=name, JSTALL_LAB_SEED=str(self.seed))
+                procs[name] = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                                               preexec_fn=functools.partial(tenantcg.enter, cgs[name]))
+                info[name] = {"cgroup": f"{name}.scope", "own_filesystem": name in self.own,
+                              "start_ns": time.monotonic_ns()}
+            until = self.params["until"]
+            if until:
+                procs[until].wait()
+                for name, p in procs.items():
+                    if p.poll() is None:
+                        p.terminate()
+                        ended.add(name)
+                deadline = time.monotonic() + TENANT_GRACE_S
+                for p in procs.values():
+                    try:
+                        p.wait(timeout=max(deadline - time.monotonic(), 0.1))
+                    except subprocess.TimeoutExpired:
+                        p.kill()
+                        p.wait()
+            for name, p in procs.items():
+                p.wait()
+                clean = name in ended and p.returncode == -signal.SIGTERM
+                info[name].update(exit_status=0 if clean else p.returncode, ended_by_lab=name in ended)
+        except BaseException:
+            for p in procs.values():
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+            raise
+        # the cgroups stay until the scratch filesystem goes (cleanup.undo_run): the recorder
+        # reads their paths when it stops
+        returned = time.monotonic_ns()
+        statuses = [info[n]["exit_status"] for n in self.tenants]
+        return start, returned, [{"ops": 1}], {"exit_statuses": statuses, "tenants": info}
+
+    def lab_fields(self, phase_records):
+        rec = next(p for p in phase_records if "tenants" in p)
+        return {"command_exit_statuses": rec["exit_statuses"], "tenants": rec["tenants"]}
+
+    def describe(self):
+        return {"tenants": {n: shlex.join(a) for n, a in self.tenants.items()}, "own_filesystem": self.own,
+                "until": self.params["until"]}
+
+
+PATTERNS = {c.name: c for c in (XattrPattern, FdtreePattern, SmallfilePattern, CommandPattern, TenantsPattern)}
 
 
 def make_pattern(name, params, jobs=1, seed=1):

@@ -32,6 +32,7 @@ The parts live in modules named for their job; this module gathers their public 
 - rundir.py: the scratch directory, run markers, the free-space check
 - scratchfs.py: ``ScratchFs``, the mounted filesystem (and the XFS superblock read-back)
 - cleanup.py: undoing a run and the runs crashed processes left
+- tenantcg.py: the tenants pattern's cgroups (made per run, removed with the run)
 """
 
 from jstall.jbd2 import parse_dumpe2fs

@@ -303,9 +303,18 @@ def tenant(session: Session, fill: pd.DataFrame, run: pd.DataFrame, stalls: pd.D
     if not len(others) or not float(others["latency_ms"].sum()) > 0:
         return None
     pids = sorted({int(p) for p in basis.loc[mine(basis), "pid"]} | {int(p) for p in st_pid[culprit]})
-    per = others.groupby("pid")["latency_ms"].sum().sort_values(ascending=False, kind="stable")
-    vpid = int(per.index[0])
-    vcomm = str(others.loc[others["pid"] == vpid, "comm"].iloc[0])
+    # the victim: the other cgroup (a unit, a container: its processes together, a shell
+    # loop's short-lived children among them) or, where cgroups are not known, the process
+    # that stalled longest
+    o_cg = st_cg[~culprit]
+    names = cgroup_names(session)
+    if unit == "cgroup" and (o_cg != 0).all():
+        per = others.groupby(o_cg)["latency_ms"].sum().sort_values(ascending=False, kind="stable")
+        victim = f"cgroup {names.get(int(per.index[0]), str(int(per.index[0])))}"
+    else:
+        per = others.groupby("pid")["latency_ms"].sum().sort_values(ascending=False, kind="stable")
+        vpid = int(per.index[0])
+        victim = f"{others.loc[others['pid'] == vpid, 'comm'].iloc[0]} (pid {vpid})"
     who = (f"cgroup {top['cgroup']}" if unit == "cgroup" and top.get("cgroup")
            else f"{top['comm']} (pid {pid})")
     return {"dev": str(dev), "who": who, "unit": unit, "pids": pids, "cgroup_id": cg or None,
@@ -313,4 +322,4 @@ def tenant(session: Session, fill: pd.DataFrame, run: pd.DataFrame, stalls: pd.D
             "fill_share": None if fill_share is None else fill_share / 100.0, "run_share": run_share / 100.0,
             "others": others, "others_ms": float(others["latency_ms"].sum()),
             "culprit_ms": float(st.loc[culprit, "latency_ms"].sum()),
-            "victim": f"{vcomm} (pid {vpid})", "victim_ms": float(per.iloc[0])}
+            "victim": victim, "victim_ms": float(per.iloc[0])}
