@@ -9,7 +9,8 @@ the processes it does not move) and of the durable time (the lab's phases, until
 work was durable on the device). Then the targets, each printed:
 
   1. calibration: the measured median stall-time removal lies inside the interval the advice
-     printed for >= 80 % of (workload, remedy) pairs, intervals no wider than 2x (high/low
+     printed (the median of the three baseline runs' intervals) for >= 80 % of (workload,
+     remedy) pairs, intervals no wider than 2x (high/low
      <= 2, or +- 1 s under 2 s);
   2. where a tried remedy removes >= 90 % of the stall time, the headline one does, in >= 90 %
      of those workloads; where none does, the verdict says no filesystem option removes most;
@@ -23,6 +24,8 @@ The judging is benchmarks/advice_judge.py (pure functions, tests/test_advice_ben
 usage: sudo .venv/bin/python benchmarks/advice_accuracy.py [--resume DIR] [--only NAME,...]
            [--scale small|large|both] [--write-iops N[,N...]] [--tunes] [--scratch DIR]
        .venv/bin/python benchmarks/advice_accuracy.py --report DIR   # judge what DIR holds
+       .venv/bin/python benchmarks/advice_accuracy.py --readvise DIR # this analyzer's advice of
+                                                                     # DIR's kept baselines
 
   # the new clients at the smaller scale, 1,000 writes/s, kept to resume in another session
   sudo .venv/bin/python benchmarks/advice_accuracy.py --resume /var/tmp/adv \\
@@ -266,10 +269,7 @@ def run_case(
     done = {judge.key(r): r for r in records}
     base = fs_config(fs_fields, iops)
     ident = {"workload": name, "scale": scale, "iops": iops}
-    (commit, advice_commit), slug = (
-        _commit(),
-        re.sub(r"[^A-Za-z0-9]+", "-", f"{name}-{scale}-{iops}").strip("-"),
-    )
+    (commit, advice_commit), slug = _commit(), _slug(name, scale, iops)
 
     def run(config, n, change, kind):
         k = (name, scale, iops, config, n)
@@ -360,6 +360,37 @@ def run_case(
                 shutil.rmtree(out, ignore_errors=True)
 
 
+def _slug(*parts):
+    return re.sub(r"[^A-Za-z0-9]+", "-", "-".join(str(p) for p in parts)).strip("-")
+
+
+def readvise(top):
+    """Analyze every kept baseline session under ``top`` again with this checkout's analyzer:
+    its advice, verdict and per-process stall time replace the record's (appended: a later
+    record of a run replaces the earlier one). The measured runs do not change; the advice
+    judged is then this commit's. Returns how many records were renewed."""
+    from jstall.analyzer.analysis import analyze
+
+    results = os.path.join(top, "results.jsonl")
+    records, _ = judge.read_results(results)
+    commit, advice_commit = _commit()
+    n = 0
+    for rec in records:
+        if rec.get("config") != "baseline":
+            continue
+        slug = _slug(rec["workload"], rec["scale"], rec["iops"])
+        out = os.path.join(top, "runs", f"{slug}-baseline-{rec['run']}")
+        if not os.path.exists(os.path.join(out, "metadata.json")):
+            print(f"# {out}: no kept session, its advice stays", file=sys.stderr)
+            continue
+        doc = analyze(out, min_ms=MIN_MS).to_dict()
+        judge.append_result(results, {**rec, "advice": judge.advice_of(doc), "verdict": doc.get("verdict"),
+                                      "stall_ms_by_comm": _stall_by_comm(doc), "advice_commit": advice_commit,
+                                      "readvised_at": commit})
+        n += 1
+    return n
+
+
 def report(results, out=sys.stdout):
     """Print the table and the targets of a results file; the benchmark's exit status."""
     records, bad = judge.read_results(results)
@@ -399,6 +430,12 @@ def main():
     ap.add_argument(
         "--report", metavar="DIR", help="no runs: the table and targets of DIR/results.jsonl"
     )
+    ap.add_argument(
+        "--readvise",
+        metavar="DIR",
+        help="no runs: analyze DIR's kept baseline sessions (--keep-sessions) again with this "
+        "checkout's analyzer, then report",
+    )
     ap.add_argument("--only", help="these workloads only (names as in the table, comma-separated)")
     ap.add_argument("--scale", choices=("small", "large", "both"), default="both")
     ap.add_argument(
@@ -412,6 +449,10 @@ def main():
         "--keep-sessions", action="store_true", help="keep every run's session beside the results"
     )
     args = ap.parse_args()
+    if args.readvise:
+        n = readvise(args.readvise)
+        print(f"# {n} baseline runs analyzed again", file=sys.stderr)
+        return report(os.path.join(args.readvise, "results.jsonl"))
     if args.report:
         path = os.path.join(args.report, "results.jsonl")
         if not os.path.exists(path):

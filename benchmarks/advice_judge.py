@@ -46,6 +46,8 @@ MOST = 0.9
 #: calibration: an interval is narrow enough when high <= WIDTH x low, or, under SMALL_MS,
 #: when it is within +- PLUS_MINUS_MS of its middle (high - low <= 2 x PLUS_MINUS_MS)
 WIDTH, SMALL_MS, PLUS_MINUS_MS = 2.0, 2000.0, 1000.0
+#: inside an interval to the whole ms the advice prints
+ROUNDING_MS = 0.5
 #: the targets' shares
 CALIBRATION_SHARE, HEADLINE_SHARE, JOURNAL_SHARE = 0.8, 0.9, 0.9
 #: target 3: the journal (log) size at most this many times the median of the tunes' thresholds
@@ -171,8 +173,10 @@ def narrow(low, high):
 
 
 def inside(measured, low, high):
-    """The measured removal lies in [low, high]."""
-    return None not in (measured, low, high) and low <= measured <= high
+    """The measured removal lies in [low, high], to the precision the advice prints (whole ms,
+    ROUNDING_MS: analyze's JSON rounds per-process stall time to µs, so a remedy that removes
+    every stall measures a hair past the interval's end it predicted from the same stalls)."""
+    return None not in (measured, low, high) and low - ROUNDING_MS <= measured <= high + ROUNDING_MS
 
 
 def says_none_removes_most(verdict):
@@ -239,15 +243,28 @@ def cases(records):
     return out
 
 
+def predicted(advice_by_run, kind):
+    """The interval the baseline runs' advice printed for ``kind``: the medians of their lows
+    and of their highs (each run's interval is a part of that run's own stall time; the
+    measured removal is of the median run's, so the median run's interval is what it is
+    judged against, not the first run's), with the first run's rank and moved process."""
+    runs = [next((a for a in advice_by_run[n] if a["kind"] == kind), None) for n in sorted(advice_by_run)]
+    runs = [a for a in runs if a is not None]
+    if not runs:
+        return {}
+    return {**runs[0], "low_ms": median(a["low_ms"] for a in runs), "high_ms": median(a["high_ms"] for a in runs),
+            "advised_runs": len(runs)}
+
+
 def pairs(cs):
-    """[pair] of every (case, remedy) with runs: the predicted interval from the first
-    baseline run's advice (the advice that chose the remedy), the medians of stall and durable
+    """[pair] of every (case, remedy) with runs: the predicted interval (:func:`predicted`:
+    the medians of the baseline runs' printed intervals), the medians of stall and durable
     time of the baseline and of the remedy, the measured removal (baseline median - remedy
     median), its share of the baseline's, ``inside`` and ``narrow``."""
     out = []
     for ck, c in sorted(cs.items()):
         first = c["advice"].get(1) or next(iter(c["advice"].values()), [])
-        by_kind = {a["kind"]: a for a in first}
+        by_kind = {a["kind"]: predicted(c["advice"], a["kind"]) for a in first}
         b_dur = median(c["baseline"]["durable_s"].values())
         for config, r in sorted(c["remedies"].items()):
             a = by_kind.get(r["kind"]) or {}

@@ -88,7 +88,10 @@ def test_narrow_is_2x_or_plus_minus_1s_under_2s(low, high, ok):
 
 def test_inside_holds_both_ends():
     assert judge.inside(5.0, 5.0, 9.0) and judge.inside(9.0, 5.0, 9.0)
-    assert not judge.inside(4.9, 5.0, 9.0) and not judge.inside(None, 5.0, 9.0)
+    # to the whole ms printed: a hair past an end (the JSON's rounding) is inside, 1 ms is not
+    assert judge.inside(9.001, 5.0, 9.0) and judge.inside(4.6, 5.0, 9.0)
+    assert not judge.inside(4.0, 5.0, 9.0) and not judge.inside(10.0, 5.0, 9.0)
+    assert not judge.inside(None, 5.0, 9.0)
 
 
 def test_advice_of_reads_the_new_fields_and_falls_back_to_what_is_printed():
@@ -151,7 +154,7 @@ def _case(base, remedies, advice, verdict=None, case=CASE):
     return out
 
 
-def test_pairs_use_medians_and_the_first_runs_interval():
+def test_pairs_use_medians_of_stall_time_and_of_intervals():
     advice = [
         adv("journal_size", 7000.0, 9000.0, 1, mib=66.0),
         adv("inode_size", 1000.0, 1000.0, 2),
@@ -336,8 +339,20 @@ def test_targets_met_and_not_met():
     assert [m for _, m in t] == [True, True, None, True]
     assert t[0][0].startswith("1. calibration: 1 of 1")
     # measured 9,300 removed; an interval of 5,000-6,000 misses it
-    rs[0]["advice"] = [adv("journal_size", 5000.0, 6000.0, 1, mib=66.0)]
+    for r in rs[:3]:
+        r["advice"] = [adv("journal_size", 5000.0, 6000.0, 1, mib=66.0)]
     assert judge.targets(judge.cases(rs))[0][1] is False
+
+
+def test_the_interval_judged_is_the_median_of_the_baseline_runs_intervals():
+    # each run's interval is a part of its own stall time: the measured removal (of the
+    # median run's) is judged against the median of the three intervals, not the first's
+    rs = _case([10000.0, 12000.0, 11000.0], {"journal 66M": ("journal_size", [500.0, 900.0, 700.0])}, [])
+    for r, (lo, hi) in zip(rs[:3], ((7000.0, 9000.0), (9000.0, 11500.0), (8500.0, 10500.0))):
+        r["advice"] = [adv("journal_size", lo, hi, 1, mib=66.0)]
+    (p,) = judge.pairs(judge.cases(rs))
+    assert (p["low_ms"], p["high_ms"], p["removed_ms"]) == (8500.0, 10500.0, 10300.0)
+    assert p["inside"] and p["rank"] == 1
 
 
 def test_clients_refuse_bad_arguments(capsys):
