@@ -43,7 +43,10 @@ def victim_ms(a, comm):
     return float(p.loc[p["comm"] == comm, "stall_ms"].sum())
 
 
-def test_tenants_run_in_their_cgroups_and_the_filler_moves_to_its_own_filesystem(tmp_path, scratch_dir):
+def test_tenants_run_in_their_cgroups_and_the_filler_moves_to_its_own_filesystem(tmp_path, ram_scratch_dir):
+    # the images on a tmpfs: the latency tenant's fdatasyncs each flush the device's cache,
+    # which on /var/tmp waits for the host disk's own flush (conftest.ram_scratch_dir)
+    scratch_dir = ram_scratch_dir
     shared = lab(str(tmp_path / "shared"), scratch_dir)
     assert {n: (v["exit_status"], v["ended_by_lab"], v["cgroup"]) for n, v in shared["tenants"].items()} == {
         "latency": (0, True, "latency.scope"), "storm": (0, False, "storm.scope")}
@@ -55,7 +58,7 @@ def test_tenants_run_in_their_cgroups_and_the_filler_moves_to_its_own_filesystem
     assert procs.get("latency") == "latency.scope" and procs.get("storm") == "storm.scope", procs
     (own,) = [r for r in a.recommendations if r.kind == "own_filesystem"]
     assert own.inputs["who"] == "cgroup storm.scope" and own.inputs["comm"] == "storm"
-    assert own.stall_ms_removed_high <= victim_ms(a, "latency")
+    assert own.stall_ms_removed_high <= victim_ms(a, "latency") + 1e-6   # the same sum in another order
     assert own.cost == "new_filesystem"
 
     moved = lab(str(tmp_path / "moved"), scratch_dir, "--own-filesystem", "storm")

@@ -29,13 +29,13 @@ DESCRIPTION = """\
 Reproduce journal stalls on scratch ext4 or XFS filesystems. 'run' makes a loop-device ext4
 (or XFS, --fs-type xfs) with the options given (journal or log size, inode size, external
 journal or log, fast_commit, data mode, log buffers, a slow-device profile), records with
-jstall's probes while a workload pattern runs on it (xattr, fdtree, smallfile, or any
-command), times each phase, and removes everything again, leaving a session directory whose
-metadata holds the configuration and the phase timings ('tenants': several commands at
-once, each in a cgroup of its own, one of them optionally on a second filesystem). 'sweep'
-runs 'run' over every combination of comma-separated option values. 'tune' finds the smallest journal (or XFS log)
-big enough for the workload by running it, and compares the other remedies. 'cleanup'
-removes what a crashed run left behind. Needs root."""
+jstall's probes while a workload pattern runs on it (xattr, fdtree, smallfile, any command,
+or tenants: several commands at once, each in a cgroup of its own, one of them optionally on
+a second filesystem), times each phase, and removes everything again, leaving a session
+directory whose metadata holds the configuration and the phase timings. 'sweep' runs 'run'
+over every combination of comma-separated option values. 'tune' finds the smallest journal
+(or XFS log) big enough for the workload by running it, and compares the other remedies.
+'cleanup' removes what a crashed run left behind. Needs root."""
 
 SWEEP_DESCRIPTION = """\
 Run 'jstall lab run' over the cartesian product of comma-separated option values, times

@@ -22,6 +22,8 @@ from jstall.errors import JstallError
 
 from jstall.units import format_size, parse_size
 
+from . import tenantcg
+
 CHUNK = 1 << 20
 
 
@@ -632,6 +634,7 @@ class TenantsPattern(Pattern):
                 raise JstallError(f"{opt} {n}: no tenant of that name; the tenants are {', '.join(self.tenants)}")
         if self.jobs != 1:
             raise JstallError(f"--jobs {self.jobs}: the tenants pattern runs each tenant once; give more tenants")
+        tenantcg.require()   # before anything is made
         self.run_dir = self.own_mount = None
 
     @property
@@ -654,8 +657,6 @@ class TenantsPattern(Pattern):
 
     def _run_all(self, mountpoint, roots):
         import time
-
-        from . import tenantcg
 
         cgs = tenantcg.make(self.run_dir, list(self.tenants))
         procs, info, ended = {}, {}, set()

@@ -413,7 +413,6 @@ def fmt_ms(ms: float) -> str:
     return f"{ms / 1000:,.1f} s" if ms >= 1000 else f"{ms:,.0f} ms"
 
 
-
 def _removes(h, total):
     return (
         f"{h['kind']}{' on ' + h['dev'] if h.get('dev') else ''} removes {fmt_ms(h['low_ms'])} to "
