@@ -48,7 +48,13 @@ _guests_pending = []
 
 
 def pytest_collection_finish(session):
-    if session.config.option.collectonly or not any(i.get_closest_marker("guest") for i in session.items):
+    if session.config.option.collectonly:
+        return
+    # the set-up's writes (a venv, packages) written back before the first test: every cache
+    # flush of a lab device on /var/tmp also waits for the host disk's (ram_scratch_dir)
+    if os.geteuid() == 0:
+        os.sync()
+    if not any(i.get_closest_marker("guest") for i in session.items):
         return
     _guests_pending.append(True)
 
