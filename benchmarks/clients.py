@@ -24,6 +24,7 @@ latency  a latency tenant, process name "latency": writes 4 KiB at the next offs
 
 import contextlib
 import os
+import signal
 import sqlite3
 import sys
 import time
@@ -124,8 +125,6 @@ def storm(files, updates):
 
 def _until_terminated():
     """A loop condition true until SIGTERM arrives (the lab's tenants pattern ends a tenant so)."""
-    import signal
-
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     return lambda: not stop

@@ -88,7 +88,7 @@ def test_each_tenant_sees_its_cgroup_and_filesystem(tmp_path, scratch_dir, monke
         seen["run"] = os.path.basename(self.run_dir)
         seen["dev"] = os.stat(mountpoint).st_dev
         for name in self.tenants:
-            d = os.path.join(self.own_mount if name in self.own else mountpoint, name)
+            d = os.path.join(self.own_mount if name in self.own_filesystems else mountpoint, name)
             with open(os.path.join(d, "cgroup.txt")) as f:
                 v2 = next(ln for ln in f.read().splitlines() if ln.startswith("0::"))
             with open(os.path.join(d, "dev.txt")) as f:

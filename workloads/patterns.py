@@ -17,6 +17,7 @@ import shutil
 import signal
 import struct
 import subprocess
+import time
 
 from jstall.errors import JstallError
 
@@ -540,8 +541,6 @@ class CommandPattern(Pattern):
 
     def run_command(self, mountpoint, roots):
         """Run the copies; return (start_ns, end_ns, exit statuses)."""
-        import time
-
         procs = []
         start = time.monotonic_ns()
         try:
@@ -551,15 +550,21 @@ class CommandPattern(Pattern):
                 procs.append(subprocess.Popen(self.argv, cwd=root, env=env, stdin=subprocess.DEVNULL))
             statuses = [p.wait() for p in procs]
         except BaseException:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-                    p.wait()
+            _kill_unfinished(procs)
             raise
         return start, time.monotonic_ns(), statuses
 
     def describe(self):
         return {"command": shlex.join(self.argv)}
+
+
+def _kill_unfinished(procs):
+    """End (SIGKILL) and reap the programs a phase started that still run: its error or
+    Ctrl-C leaves none behind."""
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
 
 
 # ---- tenants -------------------------------------------------------------------------
@@ -627,20 +632,16 @@ class TenantsPattern(Pattern):
                 raise JstallError(f"--tenant {name}: given twice; give each tenant one name")
             self.tenants[name] = command_argv(cmd, f"--tenant {name}", f"--tenant '{name}=sh -c \"...\"'")
         own = self.params["own_filesystem"] or ""
-        self.own = [n.strip() for n in (own.split(",") if isinstance(own, str) else own) if n.strip()]
+        # tenants on a filesystem of their own (the lab makes it: lab.run_lab)
+        self.own_filesystems = [n.strip() for n in (own.split(",") if isinstance(own, str) else own) if n.strip()]
         until = self.params["until"]
-        for opt, n in [("--own-filesystem", n) for n in self.own] + ([("--until", until)] if until else []):
+        for opt, n in [("--own-filesystem", n) for n in self.own_filesystems] + ([("--until", until)] if until else []):
             if n not in self.tenants:
                 raise JstallError(f"{opt} {n}: no tenant of that name; the tenants are {', '.join(self.tenants)}")
         if self.jobs != 1:
             raise JstallError(f"--jobs {self.jobs}: the tenants pattern runs each tenant once; give more tenants")
         tenantcg.require()   # before anything is made
         self.run_dir = self.own_mount = None
-
-    @property
-    def own_filesystems(self):
-        """Tenants on a filesystem of their own (the lab makes it: lab.run_lab)."""
-        return list(self.own)
 
     def setup(self, fs, own_fs=None):
         """The scratch filesystems, before the phases: the run's (its run directory names the
@@ -650,26 +651,24 @@ class TenantsPattern(Pattern):
 
     def roots(self, mountpoint):
         """The directories of the tenants on the lab's filesystem, ``<mount>/<name>``."""
-        return [os.path.join(mountpoint, n) for n in self.tenants if n not in self.own]
+        return [os.path.join(mountpoint, n) for n in self.tenants if n not in self.own_filesystems]
 
     def phases(self):
         return [Phase("tenants", "runs", 1, None, run_all=self._run_all)]
 
     def _run_all(self, mountpoint, roots):
-        import time
-
         cgs = tenantcg.make(self.run_dir, list(self.tenants))
         procs, info, ended = {}, {}, set()
         start = time.monotonic_ns()
         try:
             for name, argv in self.tenants.items():
-                base = self.own_mount if name in self.own else mountpoint
+                base = self.own_mount if name in self.own_filesystems else mountpoint
                 cwd = os.path.join(base, name)
                 os.makedirs(cwd, exist_ok=True)
                 env = dict(os.environ, JSTALL_LAB_MOUNT=base, JSTALL_LAB_TENANT=name, JSTALL_LAB_SEED=str(self.seed))
                 procs[name] = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                                                preexec_fn=functools.partial(tenantcg.enter, cgs[name]))
-                info[name] = {"cgroup": f"{name}.scope", "own_filesystem": name in self.own,
+                info[name] = {"cgroup": f"{name}.scope", "own_filesystem": name in self.own_filesystems,
                               "start_ns": time.monotonic_ns()}
             until = self.params["until"]
             if until:
@@ -690,10 +689,7 @@ class TenantsPattern(Pattern):
                 clean = name in ended and p.returncode == -signal.SIGTERM
                 info[name].update(exit_status=0 if clean else p.returncode, ended_by_lab=name in ended)
         except BaseException:
-            for p in procs.values():
-                if p.poll() is None:
-                    p.kill()
-                    p.wait()
+            _kill_unfinished(procs.values())
             raise
         # the cgroups stay until the scratch filesystem goes (cleanup.undo_run): the recorder
         # reads their paths when it stops
@@ -706,7 +702,7 @@ class TenantsPattern(Pattern):
         return {"command_exit_statuses": rec["exit_statuses"], "tenants": rec["tenants"]}
 
     def describe(self):
-        return {"tenants": {n: shlex.join(a) for n, a in self.tenants.items()}, "own_filesystem": self.own,
+        return {"tenants": {n: shlex.join(a) for n, a in self.tenants.items()}, "own_filesystem": self.own_filesystems,
                 "until": self.params["until"]}
 
 

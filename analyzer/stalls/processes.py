@@ -19,6 +19,19 @@ if TYPE_CHECKING:
 COLUMNS = ["pid", "comm", "threads", "stalls", "stall_ms", "share_pct", "max_ms", "cause", "cause_ms"]
 
 
+def stall_cgroups(session: Session, stalls: pd.DataFrame) -> np.ndarray | None:
+    """The cgroup id of each stall's call (0: not known), in the table's order; None when the
+    session's calls carry no cgroup (sessions that did not record it: an all-null column)."""
+    c = session.calls
+    if "cgroup_id" not in c.columns or not bool(c["cgroup_id"].notna().any()):
+        return None
+    if not len(stalls):
+        return np.zeros(0, dtype="int64")
+    m = stalls[["tid", "ts_ns"]].merge(c[["tid", "ts_ns", "cgroup_id"]].drop_duplicates(["tid", "ts_ns"]),
+                                       on=["tid", "ts_ns"], how="left")
+    return m["cgroup_id"].fillna(0).to_numpy(dtype="int64")
+
+
 def per_process(session: Session, stalls: pd.DataFrame) -> pd.DataFrame:
     """One row per process that stalled, most stall time first.
 
@@ -29,12 +42,10 @@ def per_process(session: Session, stalls: pd.DataFrame) -> pd.DataFrame:
     ``cgroup_id`` too when the session's ``calls`` table has that column."""
     st = stalls
     keys = ["pid"]
-    # a cgroup_id column that is all null (sessions that did not record it) splits nothing
-    cg = "cgroup_id" in session.calls.columns and bool(session.calls["cgroup_id"].notna().any())
+    ids = stall_cgroups(session, st)
+    cg = ids is not None
     if cg and len(st):
-        st = st.merge(session.calls[["tid", "ts_ns", "cgroup_id"]].drop_duplicates(["tid", "ts_ns"]),
-                      on=["tid", "ts_ns"], how="left")
-        st["cgroup_id"] = st["cgroup_id"].fillna(0).astype("int64")  # 0: not known
+        st = st.assign(cgroup_id=ids)
         keys = ["pid", "cgroup_id"]
     cols = COLUMNS[:2] + (["cgroup_id"] if cg else []) + COLUMNS[2:]
     if not len(st):

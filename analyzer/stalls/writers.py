@@ -29,7 +29,7 @@ import pandas as pd
 
 from jstall import cgroups
 
-from jstall.analyzer.stalls.processes import per_process
+from jstall.analyzer.stalls.processes import per_process, stall_cgroups
 from jstall.analyzer.xfs.logs import kernel_delta
 
 if TYPE_CHECKING:
@@ -247,16 +247,6 @@ def summary(session: Session, checkpoints: pd.DataFrame, stalls: pd.DataFrame) -
 CULPRIT_SHARE = 50.0
 
 
-def _stall_cgroups(session: Session, stalls: pd.DataFrame) -> np.ndarray:
-    """The cgroup id of each stall's call (0: not known), in the table's order."""
-    c = session.calls
-    if "cgroup_id" not in c.columns or not len(stalls):
-        return np.zeros(len(stalls), dtype="int64")
-    m = stalls[["tid", "ts_ns"]].merge(c[["tid", "ts_ns", "cgroup_id"]].drop_duplicates(["tid", "ts_ns"]),
-                                       on=["tid", "ts_ns"], how="left")
-    return m["cgroup_id"].fillna(0).to_numpy(dtype="int64")
-
-
 def tenant(session: Session, fill: pd.DataFrame, run: pd.DataFrame, stalls: pd.DataFrame,
            dev: str) -> dict | None:
     """The writer that filled journal ``dev`` and the others that stalled on it, for the
@@ -284,7 +274,9 @@ def tenant(session: Session, fill: pd.DataFrame, run: pd.DataFrame, stalls: pd.D
     pid = int(top["pid"])
     cg = int(top["cgroup_id"]) if pd.notna(top.get("cgroup_id")) else 0
     st_pid = st["pid"].to_numpy(dtype="int64")
-    st_cg = _stall_cgroups(session, st)
+    st_cg = stall_cgroups(session, st)
+    if st_cg is None:
+        st_cg = np.zeros(len(st), dtype="int64")
     # a cgroup of its own (a container, a unit) moves as one; a process shares its cgroup
     # with others that stalled: it moves alone
     unit = "cgroup" if cg and not ((st_cg == cg) & (st_pid != pid)).any() else "process"
