@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from conftest import SLOWDOWN
 from jstall import cgroups
 from jstall.analyzer.analysis import analyze
 from jstall.workloads import tenantcg
@@ -68,8 +69,12 @@ def test_tenants_run_in_their_cgroups_and_the_filler_moves_to_its_own_filesystem
     assert not (b.session.calls["comm"] == "storm").any()
     assert (a.session.calls["comm"] == "storm").any()
     # without the storm's log and requests, the latency tenant's stall time falls (measured
-    # 690-723 ms shared, 40 ms alone at 1,000 writes/s)
-    assert victim_ms(b, "latency") < 0.25 * victim_ms(a, "latency"), (victim_ms(b, "latency"), victim_ms(a, "latency"))
+    # 690-723 ms shared, 40 ms alone at 1,000 writes/s). Not in an emulated guest, whose CPU
+    # runs ~20x slow (conftest.SLOWDOWN): there the tenant's time is the emulator's (Debian
+    # 6.1's: 31.9 s shared, 35.0 s alone)
+    if SLOWDOWN == 1:
+        assert victim_ms(b, "latency") < 0.25 * victim_ms(a, "latency"), (victim_ms(b, "latency"),
+                                                                          victim_ms(a, "latency"))
     assert not [d for d in os.listdir(cgroups.root()) if d.startswith("jstall-lab-")]
 
 

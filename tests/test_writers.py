@@ -192,14 +192,17 @@ def stall(pid, comm, ms, dev="7:0", tid=None, ts=3, **causes):
     return row
 
 
-def tenant_session(tmp_path, cgroup_of_victim=10):
-    """The culprit (pid 1, the pod) wrote 90 of 100 logged blocks; the victim (pid 2) 10."""
-    meta = metadata(journals=[journal_meta()], cgroups={"10": "/system.slice/victim.service", "20": POD})
+def tenant_session(tmp_path, cgroup_of_victim=10, cgroup_of_culprit=20):
+    """The culprit (pid 1, the pod) wrote 90 of 100 logged blocks; the victim (pid 2) 10; a
+    helper of the culprit's (pid 3, cat) stalled in its cgroup."""
+    meta = metadata(journals=[journal_meta()],
+                    cgroups={"10": "/system.slice/victim.service", "20": POD, "1": "/"})
     calls = pd.DataFrame([{"ts_ns": t * S, "latency_ns": 10**8, "pid": p, "tid": p, "comm": c, "syscall": "fdatasync",
                            "ret": 0, "dev": "7:0", "cgroup_id": g}
                           for t, p, c, g in ((3, 2, "victim", cgroup_of_victim), (4, 2, "victim", cgroup_of_victim),
-                                             (3, 1, "culprit", 20))])
-    tables = {"writers": pd.DataFrame([w(1, "culprit", 20, 1, dirtied=90), w(2, "victim", 10, 1, dirtied=10)]),
+                                             (3, 1, "culprit", cgroup_of_culprit), (5, 3, "cat", cgroup_of_culprit))])
+    tables = {"writers": pd.DataFrame([w(1, "culprit", cgroup_of_culprit, 1, dirtied=90),
+                                       w(2, "victim", cgroup_of_victim, 1, dirtied=10)]),
               "run_stats": pd.DataFrame([{"ts_ns": 2 * S, "dev": "7:0", "transaction": 1, "blocks": 100,
                                           "blocks_logged": 100}]),
               "calls": calls}
@@ -221,6 +224,21 @@ def test_the_tenant_is_the_writer_that_filled_the_journal_and_moves_as_its_cgrou
     assert writers.tenant(s, run.iloc[:0], run.iloc[::-1], st, "7:0") is None
     # no other task stalled: nothing to move for
     assert writers.tenant(s, run.iloc[:0], run, st[st["pid"] == 1], "7:0") is None
+
+
+def test_the_culprits_helpers_move_with_its_cgroup_and_a_root_cgroup_moves_no_one(tmp_path):
+    # a helper of the culprit's (its shell's cat) stalled in the culprit's cgroup: the cgroup
+    # moves, the helper with it, and its stall is none of the others'
+    st = pd.DataFrame([stall(2, "victim", 100.0, checkpoint=100.0), stall(1, "culprit", 80.0, checkpoint=80.0),
+                       stall(3, "cat", 12.0, ts=5, metadata_io=12.0)])
+    s = tenant_session(tmp_path / "pod")
+    t = writers.tenant(s, writers.writer_shares(s).iloc[:0], writers.writer_shares(s), st, "7:0")
+    assert t["unit"] == "cgroup" and t["pids"] == [1, 3] and t["others_ms"] == 100.0 and t["culprit_ms"] == 92.0
+    # both tasks in the root cgroup: the process alone
+    s = tenant_session(tmp_path / "root", cgroup_of_victim=1, cgroup_of_culprit=1)
+    t = writers.tenant(s, writers.writer_shares(s).iloc[:0], writers.writer_shares(s), st, "7:0")
+    assert t["unit"] == "process" and t["who"] == "culprit (pid 1)" and t["pids"] == [1]
+    assert t["others_ms"] == 112.0 and t["victim"] == "victim (pid 2)"
 
 
 def test_a_writer_that_shares_its_cgroup_with_a_victim_moves_alone(tmp_path):

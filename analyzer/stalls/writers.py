@@ -250,8 +250,9 @@ CULPRIT_SHARE = 50.0
 def tenant(session: Session, fill: pd.DataFrame, run: pd.DataFrame, stalls: pd.DataFrame,
            dev: str) -> dict | None:
     """The writer that filled journal ``dev`` and the others that stalled on it, for the
-    tenant remedy (the culprit on a filesystem of its own): None unless one writer (a cgroup,
-    or a process where its cgroup holds others that stalled) wrote at least CULPRIT_SHARE %
+    tenant remedy (the culprit on a filesystem of its own): None unless one writer (a cgroup;
+    a process where its cgroup is the root one or holds every other task that stalled) wrote
+    at least CULPRIT_SHARE %
     of what the journal held when it filled (``fill``: at_fill rows; over the run, ``run``:
     writer_shares rows, where it never filled) and others stalled on it.
 
@@ -277,9 +278,12 @@ def tenant(session: Session, fill: pd.DataFrame, run: pd.DataFrame, stalls: pd.D
     st_cg = stall_cgroups(session, st)
     if st_cg is None:
         st_cg = np.zeros(len(st), dtype="int64")
-    # a cgroup of its own (a container, a unit) moves as one; a process shares its cgroup
-    # with others that stalled: it moves alone
-    unit = "cgroup" if cg and not ((st_cg == cg) & (st_pid != pid)).any() else "process"
+    # a cgroup (a container, a unit) moves as one, its helpers with it (a tenant's shell
+    # children stalled beside it in an emulated guest); a process alone where its cgroup is
+    # the root one, or holds every other task that stalled
+    names = cgroup_names(session)
+    beyond = float(st.loc[st_cg != cg, "latency_ms"].sum()) > 0
+    unit = "cgroup" if cg and names.get(cg) != "/" and beyond else "process"
 
     def mine(t):
         if unit == "cgroup":
@@ -299,7 +303,6 @@ def tenant(session: Session, fill: pd.DataFrame, run: pd.DataFrame, stalls: pd.D
     # loop's short-lived children among them) or, where cgroups are not known, the process
     # that stalled longest
     o_cg = st_cg[~culprit]
-    names = cgroup_names(session)
     if unit == "cgroup" and (o_cg != 0).all():
         per = others.groupby(o_cg)["latency_ms"].sum().sort_values(ascending=False, kind="stable")
         victim = f"cgroup {names.get(int(per.index[0]), str(int(per.index[0])))}"
