@@ -20,11 +20,14 @@ test: setup-test
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -ra --durations=15 tests
 
-# The kernel tests on each stock kernel of tests/guest-kernels.txt and its flavours (cloud,
-# rt), in QEMU guests (emulated: hours, not minutes; make test runs a smoke run on each
-# generic kernel).
+# The smoke run, then the kernel tests, on each stock kernel of tests/guest-kernels.txt and
+# its flavours (cloud, rt), in QEMU guests (emulated: hours, not minutes; make test runs the
+# smoke run on each generic kernel).
 test-kernels: setup-test
-	bash scripts/guest.sh test
+	bash scripts/guest.sh setup all
+	st=0; for k in $$(bash scripts/guest.sh kernels); do \
+	    JSTALL_GUEST_KERNELS=$$k $(PY) -m pytest -ra -m guest tests/test_guest_kernels.py || st=1; \
+	done; bash scripts/guest.sh test || st=1; exit $$st
 
 bench: setup-bench
 	$(PY) benchmarks/record_overhead.py
