@@ -62,7 +62,7 @@ import sys
 import tempfile
 
 import advice_judge as judge
-from benchlib import parser
+from benchlib import parser, run_main
 from tune_check import WORKLOADS as TUNED_WORKLOADS
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -507,4 +507,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

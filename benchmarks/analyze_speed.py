@@ -15,7 +15,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from benchlib import parser, verdict, workdir
+from benchlib import parser, run_main, verdict, workdir
 
 from synthetic import journal_meta, metadata, write_session
 
@@ -154,4 +154,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

@@ -22,6 +22,18 @@ if TESTS_DIR not in sys.path:
 CHILD_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (TESTS_DIR, os.environ.get("PYTHONPATH")) if p)}
 
 
+def run_main(main):
+    """Exit with ``main()``'s status; a reader that went away (``| head``) ends it quietly, as
+    it ends jstall's own commands (analyze_cmd.emit_text)."""
+    try:
+        status = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        status = 0
+    sys.exit(status)
+
+
 def parser(doc):
     """An argument parser whose --help is the script's docstring, line breaks kept."""
     return argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 
-from benchlib import TESTS_DIR, parser, verdict, workdir
+from benchlib import TESTS_DIR, parser, run_main, verdict, workdir
 
 CHILD = """
 import json, resource, sys, time
@@ -121,4 +121,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

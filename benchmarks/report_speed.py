@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 
-from benchlib import CHILD_ENV, options, workdir
+from benchlib import CHILD_ENV, options, run_main, workdir
 
 GENERATE = """
 import sys
@@ -78,4 +78,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

@@ -31,7 +31,7 @@ import shutil
 import sys
 import tempfile
 
-from benchlib import parser
+from benchlib import parser, run_main
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MAKETREE = os.path.join(HERE, "maketree.py")
@@ -335,4 +335,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

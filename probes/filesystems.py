@@ -172,12 +172,27 @@ def describe_xfs(dev, mount):
         "proc_info_name": None,
         "log_bytes": geo.log_bytes,
         "log_block_size": geo.log_block_size,
+        # what a larger internal log would take its room from: the data section, its
+        # allocation groups (an internal log lies in one) and the space free at the start
+        "data_bytes": geo.data_blocks * geo.block_size if geo.data_blocks and geo.block_size else None,
+        "ag_bytes": geo.ag_blocks * geo.block_size if geo.ag_blocks and geo.block_size else None,
+        "free_bytes": free_bytes(mount["mountpoint"]),
         "xfs_name": xfs.sysfs_name(mount["source"]),
         "xfs_stats_start": None,
         "xfs_stats_end": None,
         "max_request_kib": max_request_kib(dev),
         "max_segments": max_segments(dev),
     }
+
+
+def free_bytes(mountpoint):
+    """The bytes an unprivileged user may still allocate on a mounted filesystem (statvfs's
+    f_bavail), or None."""
+    try:
+        st = os.statvfs(mountpoint)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
 
 
 def _queue_limit(dev, name):

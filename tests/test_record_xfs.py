@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from jstall import session
 from jstall.workloads.scratch import FsConfig, ScratchFs
 from conftest import SLOWDOWN
 from child_output import end_bpftrace
@@ -77,6 +78,13 @@ def test_log_space_waits_agree_with_the_kernel_and_bpftrace(tmp_path):
     out = str(tmp_path / "s")
     with ScratchFs(FsConfig(**XFS)) as fs:
         major, minor = fs.dev.split(":")
+        # the data section as xfsprogs reports it, and df's free space, before the run
+        info = subprocess.run(["xfs_info", fs.mountpoint], capture_output=True, text=True, check=True).stdout
+        bsize, blocks = re.search(r"^data\s+=\s*bsize=(\d+)\s+blocks=(\d+)", info, re.M).groups()
+        agsize = re.search(r"agsize=(\d+) blks", info).group(1)
+        data_bytes, ag_bytes = int(bsize) * int(blocks), int(bsize) * int(agsize)
+        df_free = int(subprocess.run(["df", "-B1", "--output=avail", fs.mountpoint], capture_output=True, text=True,
+                                     check=True).stdout.split()[-1])
         bt = _bpftrace(fs.dev)
         tool = subprocess.Popen(["bpftrace", XFSLOG_BT, major, minor], stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)
@@ -128,6 +136,13 @@ def test_log_space_waits_agree_with_the_kernel_and_bpftrace(tmp_path):
     # the advice: a log holding what the run logged (the kernel's count), its effect the waits
     (rec,) = [r for r in d["recommendations"] if r["kind"] == "log_size"]
     assert rec["journal_size_mib"] > 8 and rec["inputs"]["logged_mib"] > 8, rec
+    # what a larger internal log takes: the data section and its groups as xfs_info gave them,
+    # the free space as df gave it before the run (the run's files are small: within 1 %)
+    (j,) = session.read_metadata(out)["journals"]
+    assert (j["data_bytes"], j["ag_bytes"]) == (data_bytes, ag_bytes)
+    assert j["free_bytes"] == pytest.approx(df_free, rel=0.01)
+    i = rec["inputs"]
+    assert i["more_mib"] == rec["journal_size_mib"] - 8 and i["fits_ag"] == (rec["journal_size_mib"] * 2**20 < ag_bytes)
     assert rec["stall_ms_addressed"] >= log["wait_ms"] * 0.99, (rec, log)
 
 

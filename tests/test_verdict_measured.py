@@ -18,8 +18,8 @@ WAIT_MS = 1_325
 STATS = "push_ail {} 0 0 0 0 0 0 0 0 0\nlog {} {} 0 0 0\n"
 
 
-def _xfs_meta(logged_blocks):
-    j = journal_meta(XFS_DEV, journal_blocks=16384, kind="xfs", log_bytes=64 << 20, log_block_size=4096,
+def _xfs_meta(logged_blocks, **room):
+    j = journal_meta(XFS_DEV, journal_blocks=16384, kind="xfs", log_bytes=64 << 20, log_block_size=4096, **room,
                      max_transaction_blocks=None, xfs_name="loop1",
                      xfs_stats_start={"push_ail": {"try_logspace": 0, "sleep_logspace": 0},
                                       "log": {"writes": 0, "blocks": 0}},
@@ -28,7 +28,7 @@ def _xfs_meta(logged_blocks):
     return metadata(end_ns=20 * S, journals=[j])
 
 
-def _xfs_session(tmp_path, logged_blocks=300_000, stack_id=-1):
+def _xfs_session(tmp_path, logged_blocks=300_000, stack_id=-1, **room):
     """Six mknodat calls on an XFS, each 1,400 ms with one 1,325 ms log-space wait inside it
     (one sleep each) and one off-CPU interval over the wait whose stack is ``stack_id``."""
     calls, offs, waits = [], [], []
@@ -52,7 +52,7 @@ def _xfs_session(tmp_path, logged_blocks=300_000, stack_id=-1):
                       "ail_flushing": 0, "log_forces": 0, "log_writes": 2})
     stacks = pd.DataFrame({"stack_id": [7], "frames": [["__schedule", "schedule", "msleep", "some_driver_wait"]]})
     tables = {"calls": rows(calls), "offcpu": rows(offs), "xfs_waits": rows(waits), "stacks": stacks}
-    return load_session(write_session(str(tmp_path / f"xfs{stack_id}"), tables, _xfs_meta(logged_blocks)))
+    return load_session(write_session(str(tmp_path / f"xfs{stack_id}"), tables, _xfs_meta(logged_blocks, **room)))
 
 
 def test_xfs_log_waits_without_stacks_decide_the_verdict_and_the_advice(tmp_path):
@@ -164,3 +164,49 @@ def test_the_recorders_own_checkpoints_are_never_the_workloads(tmp_path):
     assert note.startswith("5 forced checkpoints ran in jstall's own process (jstall 999 on 7:0")
     assert "journal_size" not in [r.kind for r in own.recommendations]
     assert "journal not big enough" not in session_summary(own)
+
+
+GIB, MIB = 1 << 30, 1 << 20
+
+
+def test_the_log_size_advice_says_what_a_larger_internal_log_takes(tmp_path):
+    """The run logged 146.5 MiB (300,000 basic blocks) into a 64 MiB log: a 147 MiB internal
+    log takes 83 MiB more of a 1 GiB data section (8.1 %), with 900 MiB free at the start;
+    the figures are the JSON's inputs."""
+    a = analyze(_xfs_session(tmp_path, data_bytes=GIB, ag_bytes=256 * MIB, free_bytes=900 * MIB))
+    (ls,) = [r for r in a.recommendations if r.kind == "log_size"]
+    assert ls.journal_size_mib == 147
+    i = ls.inputs
+    assert (i["more_mib"], i["data_mib"], i["ag_mib"], i["free_mib"]) == (83, 1024, 256, 900)
+    assert i["fits_ag"] is True and i["fits_free"] is True and round(100 * i["data_share"], 1) == 8.1
+    assert "mkfs.xfs -l size=147m" in ls.text
+    assert "it takes 83 MiB more of the data section's 1 GiB (8.1%) (900 MiB were free" in ls.text, ls.text
+    assert "logdev=DEV,size=147m" in ls.text
+
+
+def test_a_log_larger_than_an_allocation_group_is_advised_as_an_external_log(tmp_path):
+    """With 100 MiB allocation groups a 147 MiB internal log cannot be made (mkfs.xfs refuses
+    a log larger than one): the advice says so and gives the external log, not the refused
+    command."""
+    a = analyze(_xfs_session(tmp_path, data_bytes=400 * MIB, ag_bytes=100 * MIB, free_bytes=300 * MIB))
+    (ls,) = [r for r in a.recommendations if r.kind == "log_size"]
+    assert ls.inputs["fits_ag"] is False
+    assert "does not fit in one of this filesystem's 100 MiB allocation groups" in ls.text, ls.text
+    assert "mkfs.xfs -l size=" not in ls.text and "logdev=DEV,size=147m" in ls.text
+
+
+def test_a_larger_internal_log_that_leaves_no_room_for_the_data_says_so(tmp_path):
+    """50 MiB free: the 83 MiB more the log takes would leave the filesystem's contents no
+    room when they are copied back."""
+    a = analyze(_xfs_session(tmp_path, data_bytes=GIB, ag_bytes=256 * MIB, free_bytes=50 * MIB))
+    (ls,) = [r for r in a.recommendations if r.kind == "log_size"]
+    assert ls.inputs["fits_free"] is False
+    assert "more than the 50 MiB free when the recording began" in ls.text, ls.text
+    assert "mkfs.xfs -l size=" not in ls.text and "logdev=DEV,size=147m" in ls.text
+
+
+def test_the_log_size_advice_of_a_session_without_the_data_section(tmp_path):
+    """Sessions recorded before the data section was kept: the size and command, no room."""
+    (ls,) = [r for r in analyze(_xfs_session(tmp_path)).recommendations if r.kind == "log_size"]
+    assert ls.inputs["data_mib"] is None and ls.inputs["fits_ag"] is None
+    assert "mkfs.xfs -l size=147m" in ls.text and "data section" not in ls.text

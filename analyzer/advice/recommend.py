@@ -951,15 +951,64 @@ def log_size(ctx: Context) -> list[Recommendation]:
                 "workload."))
             continue
         mib = min(math.ceil(logged_mib), xfs.MAX_LOG_BYTES >> 20)
+        room = internal_log_room(j, mib)
+        inputs.update(room)
         out.append(Recommendation(
             "log_size", dev=dev, stall_ms_addressed=e.wait_ms, estimate=True, journal_size_mib=float(mib),
             low_mib=log_mib, high_mib=float(mib), inputs=inputs,
             text=head + (f"The run logged {logged_mib:,.1f} MiB (the kernel's xs_log_blocks); a log that holds it, "
-                         f"{_fmt_mib(mib)}, would not have waited: up to {e.wait_ms:,.0f} ms removed. mkfs.xfs -l "
-                         f"size={mib}m (an internal log cannot grow: the filesystem is made again), or an external "
-                         "log (mkfs.xfs -l logdev=DEV,size=). A larger job of this kind needs more; "
+                         f"{_fmt_mib(mib)}, would not have waited: up to {e.wait_ms:,.0f} ms removed. "
+                         + _internal_log_text(room, mib) + " A larger job of this kind needs more; "
                          "jstall lab tune --fs-type xfs measures the smallest.")))
     return out
+
+
+def internal_log_room(j: dict, mib: float) -> dict:
+    """What an internal log of ``mib`` MiB takes on the traced XFS (the journal's description:
+    ``log_bytes``, ``data_bytes``, ``ag_bytes``, ``free_bytes``, None where not recorded):
+    ``more_mib`` it takes from the data section beyond today's log, as ``data_share`` of
+    it; ``fits_ag`` whether it fits in one allocation group (mkfs.xfs places an internal log
+    in one and refuses a larger one); ``fits_free`` whether what the data held at the start
+    still fits beside it (the filesystem is made again and its contents copied back)."""
+    mib_b = 1 << 20
+    log, data, ag, free = (j.get(k) for k in ("log_bytes", "data_bytes", "ag_bytes", "free_bytes"))
+    more = max(0.0, mib - (log or 0) / mib_b)
+    return {"more_mib": more,
+            "data_mib": data / mib_b if data else None,
+            "data_share": more * mib_b / data if data else None,
+            "ag_mib": ag / mib_b if ag else None,
+            "fits_ag": (mib * mib_b < ag) if ag else None,
+            "free_mib": free / mib_b if free is not None else None,
+            "fits_free": (more * mib_b <= free) if free is not None else None}
+
+
+def _internal_log_text(room: dict, mib: float) -> str:
+    """How to make the log ``mib`` MiB and what it takes (internal_log_room's figures): the
+    mkfs.xfs command for an internal log where one fits, else the external log."""
+    external = f"an external log (mkfs.xfs -l logdev=DEV,size={mib:g}m) takes no room from the data"
+    if room["fits_ag"] is False:
+        return (f"An internal log that large does not fit in one of this filesystem's "
+                f"{_fmt_mib(round(room['ag_mib'], 1))} allocation groups (mkfs.xfs refuses it): {external}; or "
+                "make the filesystem with fewer, larger allocation groups (mkfs.xfs -d agcount=).")
+    takes = (f"it takes {_fmt_mib(round(room['more_mib'], 1))} more of the data section's "
+             f"{_fmt_mib(round(room['data_mib'], 1))} ({100 * room['data_share']:.1f}%)" if room["data_mib"] else "")
+    if room["fits_free"] is False:
+        return (f"An internal log of {mib:g} MiB does not leave room for the data: {takes}, more than the "
+                f"{_fmt_mib(round(room['free_mib'], 1))} free when the recording began, so what the filesystem "
+                f"holds would not fit back. Instead, {external}.")
+    text = (f"mkfs.xfs -l size={mib:g}m (an internal log cannot grow: the filesystem is made again and its "
+            "contents copied back)")
+    if takes:
+        text += f"; {takes}"
+        if room["free_mib"] is not None:
+            text += f" ({_fmt_mib(round(room['free_mib'], 1))} were free when the recording began)"
+    return f"{text}. Or {external}."
+
+
+def internal_log_fits(inputs: dict) -> bool:
+    """Whether the internal log a log_size recommendation's ``inputs`` give can be made: it fits
+    in one allocation group and leaves the data its room (True where not recorded)."""
+    return inputs.get("fits_ag") is not False and inputs.get("fits_free") is not False
 
 
 #: the largest in-core log buffer XFS takes (mount -o logbsize=256k), and the default
@@ -1206,6 +1255,10 @@ def _effects(ctx, r):
             if not r.estimate:
                 lo = 0.0
             size = f"{int(r.journal_size_mib)}m" if r.journal_size_mib else "N"
+            if not internal_log_fits(inp):   # no internal log that large: the external one
+                return ({"log_space": lo}, {"log_space": hi, **flush}, "new_filesystem",
+                        f"mkfs.xfs -l logdev=LOGDEV,size={size} NEWDEV && mount -o logdev=LOGDEV NEWDEV {mnt}, "
+                        f"then copy the files from {mnt}")
             return ({"log_space": lo}, {"log_space": hi, **flush}, "new_filesystem",
                     f"mkfs.xfs -l size={size} NEWDEV, then copy the files from {mnt}")
         # the share of the log-space waits it removes (every task's, the workers' and the

@@ -64,6 +64,11 @@ class JournalDoc:
     log_bytes: typing.Optional[int] = None
     log_block_size: typing.Optional[int] = None
     xfs_name: typing.Optional[str] = None
+    #: XFS: the data section's bytes, one allocation group's, and the bytes free when the
+    #: recording began (statvfs): the room a larger internal log would take
+    data_bytes: typing.Optional[int] = None
+    ag_bytes: typing.Optional[int] = None
+    free_bytes: typing.Optional[int] = None
     xfs_stats_start: typing.Optional[dict] = None
     xfs_stats_end: typing.Optional[dict] = None
 
