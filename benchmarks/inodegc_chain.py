@@ -8,7 +8,7 @@ The filesystem: XFS, a 6 MiB log (--log), on a device paced at --iops writes a s
 FILES files of EXTENTS one-block extents each (made with the device unpaced), removed by
 `jstall record -- rm -rf`; with --filler, an untraced task creates files with an attribute
 beside it, keeping the log short of space. Needs root, bpftrace and mkfs.xfs.
-Usage: python benchmarks/inodegc_chain.py [--files N] [--extents N] [--iops N] [--filler]
+Usage: python benchmarks/inodegc_chain.py [--files N] [--extents N] [--iops N] [--filler] [--keep DIR]
 """
 
 import os
@@ -90,8 +90,11 @@ def shares(path, chains):
 
 def main():
     opts = options(__doc__, files=10000, extents=6, iops=20, log=("6M", "the log's size"),
-                   filler=(False, "keep the log short of space with an untraced task beside"))
-    with workdir("jstall-inodegc-") as tmp:
+                   filler=(False, "keep the log short of space with an untraced task beside"),
+                   keep=(None, "keep the session in DIR (DIR/s)"))
+    if opts.keep:
+        os.makedirs(opts.keep, exist_ok=True)
+    with workdir("jstall-inodegc-", opts.keep) as tmp:
         out = os.path.join(tmp, "s")
         cfg = FsConfig(fs_type="xfs", fs_size="400M", journal_size=opts.log, write_iops=opts.iops)
         with ScratchFs(cfg) as fs:
@@ -131,7 +134,8 @@ def main():
         print(f"stalls {st['count']}, off CPU {st['offcpu_ms']:,.0f} ms; "
               f"other before {100 * before.get('other', 0):.1f} %,"
               f" after {100 * after.get('other', 0):.1f} %; log_space before {100 * before.get('log_space', 0):.1f} %,"
-              f" after {100 * after.get('log_space', 0):.1f} %")
+              f" after {100 * after.get('log_space', 0):.1f} %; workqueue (a worker's wait no record explains) "
+              f"after {100 * after.get('workqueue', 0):.1f} %")
         print(f"through workers: {st['through_worker']['count']} stalls, {st['through_worker']['total_ms']:,.0f} ms; "
               f"{st['workers']}")
         print(f"inodegc throttles (bpftrace) {seen.get(('throttles', ''), 0)}; flush waits in stalls "

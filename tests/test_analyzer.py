@@ -79,6 +79,11 @@ STACKS = {
     19: ("enospc_flush", ["__schedule", "schedule", "io_schedule", "folio_wait_bit", "folio_wait_writeback",
                           "__filemap_fdatawait_range", "filemap_fdatawait_keep_errors", "sync_inodes_sb",
                           "xfs_flush_inodes_worker", "process_one_work", "worker_thread", "kthread"]),
+    # an unlink waiting for XFS's inodegc worker (the xfs frames inlined into destroy_inode),
+    # where none of the worker's own waits explains it: labelled by whose wait it was
+    20: ("workqueue", ["bpf_prog_1b3dc44952e5bd75_btf_sched_switc", "bpf_trace_run4", "__schedule", "schedule",
+                       "schedule_timeout", "wait_for_completion", "__flush_work", "destroy_inode", "do_unlinkat",
+                       "__x64_sys_unlinkat"]),
 }
 
 
@@ -134,6 +139,10 @@ def test_each_cause_recognised_from_its_stack(tmp_path):
     assert got.loc[1, "label"] == "jbd2_log_do_checkpoint"
     assert got.loc[10, "label"] == "blkdev_issue_flush" and got.loc[9, "label"] == "folio_wait_writeback"
     assert got.loc[13, "label"] == "msleep <- some_driver_wait"
+    assert got.loc[20, "label"] == "__flush_work <- destroy_inode"
+    # a cause named anywhere in the stack wins over the wait for a worker
+    assert classify_stack(["__schedule", "schedule", "wait_for_completion", "__flush_work", "xfs_flush_inodes",
+                           "xfs_create"]) == "enospc_flush"
     assert set(got["cause"]) | {"cpu"} == set(CAUSES)
 
 

@@ -132,13 +132,13 @@ def test_tune_finds_the_smallest_xfs_log_and_checks_the_log_size_advice(scratch_
     # two guests beside, 201 waits; 34 of 496, 9 waits, one of 12.8 ms in a kernel worker, no
     # call stalled): most of the waits go, not every one.
     # Above the high end (every log-space wait) the remedy may also remove what the analysis
-    # left `other`: an unlink asleep 81 ms in __flush_work for the inodegc worker, whose own
-    # waits were not recorded (the chain through workers could not name them), went with the
-    # rest in one run (200.1 ms removed: 119.1 of log space and that stall).
+    # left `other` or `workqueue`: an unlink asleep 81 ms in __flush_work for the inodegc
+    # worker, whose own waits were not recorded (the chain through workers could not name
+    # them), went with the rest in one run (200.1 ms removed: 119.1 of log space and that stall).
     bufs_run = next(c for c in r.comparisons if c.label == bufs.measured_label)
     a0 = analyze(start.session_dir, min_ms=10)
     st0 = a0.stalls
-    untied = float(st0.loc[st0["cause"] == "other", "latency_ms"].sum())
+    untied = float(st0.loc[st0["cause"].isin(("other", "workqueue")), "latency_ms"].sum())
     assert bufs.stall_removed_low_ms - 0.5 <= bufs.stall_removed_ms <= bufs.stall_removed_high_ms + untied + 0.5, \
         (bufs, untied)
     assert bufs.measured_ms > 0.5 * start.checkpoint_waits_ms, (bufs, bufs_run)

@@ -1240,15 +1240,16 @@ def _effects(ctx, r):
         # at its limit the others' own requests may keep it there, their waits moving from
         # one cause to another (measured at 500 writes/s: the latency tenant alone waited
         # 631 ms for its data pages against 90 ms beside the storm)
-        hi = {c: 1.0 for c in (*remedies.LOG_CAUSES, *remedies.DEVICE_SIDE, "other")}
+        hi = {c: 1.0 for c in (*remedies.LOG_CAUSES, *remedies.DEVICE_SIDE, "workqueue", "other")}
         return (lo, hi, "new_filesystem",
                 f"make a filesystem on another device (mkfs NEWDEV; mount NEWDEV DIR) and move {inp['who']}'s "
                 f"files from {mnt} to it")
     if r.kind in ("log_size", "log_buffers", "external_log"):
         ls = ctx.cause_ms("log_space", dev)
         # a flush of delayed allocations waits for writeback whose transactions wait for log
-        # space: it may shorten by the share the log's waits covered (the high end), or not
-        flush = {"enospc_flush": _log_covered_share(ctx, dev, "enospc_flush")}
+        # space, a wait for a worker (inodegc) for work whose transactions do too: either may
+        # shorten by the share the log's waits covered (the high end), or not
+        flush = {c: _log_covered_share(ctx, dev, c) for c in ("enospc_flush", "workqueue")}
         if r.kind == "log_size":
             share = min(r.stall_ms_addressed / ls, 1.0) if ls > 0 else 0.0
             lo, hi = remedies.log_fractions(name, 1.0, share)

@@ -158,6 +158,15 @@ REGISTRY = [
           2, "#e377c2",
           "dirty page throttling (balance_dirty_pages): the device could not keep up with the written data",
           "more write bandwidth, or a dirty limit the device can drain (vm.dirty_bytes, the bdi's max_ratio)"),
+    Cause("workqueue",
+          ("__flush_work", "__flush_workqueue", "drain_workqueue", "xfs_inodegc_flush", "xfs_inodegc_wait_all"),
+          3, "#aec7e8",
+          "waiting for a kernel worker's queued work (__flush_work: XFS's inodegc worker inactivates unlinked "
+          "inodes, and an unlink that finds too many queued waits for it), where none of the worker's own "
+          "recorded waits (log space, checkpoints, stacks naming a cause) explains the wait: the work waiting "
+          "to start, or the worker's CPU time",
+          "CPU time for the kernel's workers (fewer runnable tasks beside them); where the worker waits for log "
+          "space, a larger log"),
     Cause("cpu", (), 3, "#7f7f7f",
           "waiting for a CPU (runnable but not running)",
           "fewer runnable tasks on these CPUs, or more CPUs for the workload"),
@@ -210,6 +219,10 @@ def unregister(name: str) -> None:
     """Remove the cause ``name`` (one :func:`register` added) from the registry."""
     REGISTRY[:] = [c for c in REGISTRY if c.name != name]
     _derive()
+
+#: the precedence of generic waits (a kernel worker's): any other cause in the stack wins, and
+#: the label is the two innermost frames that are not plumbing (whose wait it was), as for other
+GENERIC = 3
 
 #: Scheduler and wait plumbing, never a label (besides the prefixes of :func:`is_plumbing`).
 SCHED_FRAMES = frozenset((
@@ -266,6 +279,8 @@ def _classify(frames):
         if not plumbing and len(other) < 2:
             other.append(name)
     if best is not None:
+        if best[0] == GENERIC and other:   # a generic wait: whose it is, as for other
+            return best[2], " <- ".join(other)
         return best[2], best[1]
     return "other", " <- ".join(other) if other else "only scheduler/tracing frames"
 

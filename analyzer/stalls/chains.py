@@ -38,6 +38,8 @@ from jstall.analyzer.stalls.causes import interval_causes
 MAX_DEPTH = 4
 #: causes an interval never passes on: they say nothing about what the lock holder did
 NOT_INHERITED = frozenset(("other", "cpu"))
+#: causes a wait chain refines: no cause named, or a wait for a kernel worker's work
+REFINED = ("other", "workqueue")
 
 
 def queued_causes(offcpu: pd.DataFrame, cause: np.ndarray, label: np.ndarray,
@@ -66,7 +68,7 @@ def queued_causes(offcpu: pd.DataFrame, cause: np.ndarray, label: np.ndarray,
     wake = offcpu["wake_ts_ns"].to_numpy(dtype="float64", na_value=np.nan)
     wcall = offcpu["waker_call_ts_ns"].to_numpy(dtype="float64", na_value=np.nan)
     wcomm = offcpu["waker_comm"].to_numpy(dtype=object, na_value=None)
-    cand = np.flatnonzero((cause == "other") & ~np.isnan(waker) & (waker != tid))
+    cand = np.flatnonzero(np.isin(cause, REFINED) & ~np.isnan(waker) & (waker != tid))
     if not len(cand):
         return cause, label, behind
     cp = checkpoint_events if checkpoint_events is not None and len(checkpoint_events) else None
@@ -213,8 +215,8 @@ def worker_causes(offcpu: pd.DataFrame, cause: np.ndarray, label: np.ndarray,
 
     A call that waits for a kernel worker's work (``__flush_work`` for XFS's inodegc worker
     in ``destroy_inode``, a completion, an ext4 workqueue, jbd2's thread) sleeps in a stack
-    that names no cause (``other``) and is woken by the worker (``sched_waking``: the offcpu
-    table's ``waker_*`` columns). Its worker's own waits (``waits``, :func:`worker_waits`)
+    that names no cause (``other``) or only the worker's (``workqueue``) and is woken by the worker
+    (``sched_waking``: the offcpu table's ``waker_*`` columns). Its worker's own waits (``waits``, :func:`worker_waits`)
     that overlap the interval, from its start to its wakeup, give it their cause: the cause
     with the most overlapping time (a moment, a checkpoint of jbd2's thread, counts when it
     lies in the interval and no wait overlaps it).
@@ -234,7 +236,7 @@ def worker_causes(offcpu: pd.DataFrame, cause: np.ndarray, label: np.ndarray,
     tid = offcpu["tid"].to_numpy(dtype="int64")
     waker = offcpu["waker_tid"].to_numpy(dtype="float64", na_value=np.nan)
     known = np.isin(np.nan_to_num(waker, nan=-1).astype("int64"), waits["tid"].to_numpy())
-    cand = np.flatnonzero((cause == "other") & ~np.isnan(waker) & (waker != tid) & known)
+    cand = np.flatnonzero(np.isin(cause, REFINED) & ~np.isnan(waker) & (waker != tid) & known)
     if not len(cand):
         return cause, label, worker
     lo = offcpu["ts_ns"].to_numpy(dtype="int64")[cand]
