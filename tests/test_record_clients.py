@@ -123,8 +123,8 @@ def test_checkpoints_in_calls_not_traced_are_seen_as_journal_waits(xattr_archive
     assert len(tar_cp) >= 5 and tar_cp["in_traced_call"].all()
     waits = a.session.calls[(a.session.calls["syscall"] == "journal_start") & (a.session.calls["comm"] == "tar")]
     # the calls GNU tar makes that start a journal handle: it creates with mknodat, and sets
-    # owner, mode and times by path or on the open file (fchmod, fchown; a directory's mode
-    # once by chmod: a wait lands in one of those as the journal's timing falls)
+    # owner, mode and times by path or on the open file (fchmod, fchown; chmod in one run: a
+    # wait lands in whichever of them starts a handle as the journal fills)
     assert len(waits) and set(waits["context"]) <= {"mknodat", "mkdirat", "openat", "utimensat", "fchownat",
                                                    "fchmodat", "fchmod", "fchown", "chmod", "chown", "lchown",
                                                    "close"} \
