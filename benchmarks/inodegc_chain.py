@@ -4,11 +4,12 @@ without and with the waits through kernel workers (chains.worker_causes, on the 
 session), and the workers' log-space waits jstall recorded against the kernel's count
 (/sys/fs/xfs/<dev>/stats/stats sleep_logspace) and an independent bpftrace program.
 
-The filesystem: XFS, a 6 MiB log (--log), on a device paced at --iops writes a second.
+The filesystem: XFS of --fs-size (400M), a 6 MiB log (--log), on a device paced at --iops writes a second.
 FILES files of EXTENTS one-block extents each (made with the device unpaced), removed by
 `jstall record -- rm -rf`; with --filler, an untraced task creates files with an attribute
 beside it, keeping the log short of space. Needs root, bpftrace and mkfs.xfs.
 Usage: python benchmarks/inodegc_chain.py [--files N] [--extents N] [--iops N] [--filler] [--keep DIR]
+       [--fs-size SIZE]
 """
 
 import os
@@ -91,12 +92,12 @@ def shares(path, chains):
 def main():
     opts = options(__doc__, files=10000, extents=6, iops=20, log=("6M", "the log's size"),
                    filler=(False, "keep the log short of space with an untraced task beside"),
-                   keep=(None, "keep the session in DIR (DIR/s)"))
+                   keep=(None, "keep the session in DIR (DIR/s)"), fs_size=("400M", "the filesystem's size"))
     if opts.keep:
         os.makedirs(opts.keep, exist_ok=True)
     with workdir("jstall-inodegc-", opts.keep) as tmp:
         out = os.path.join(tmp, "s")
-        cfg = FsConfig(fs_type="xfs", fs_size="400M", journal_size=opts.log, write_iops=opts.iops)
+        cfg = FsConfig(fs_type="xfs", fs_size=opts.fs_size, journal_size=opts.log, write_iops=opts.iops)
         with ScratchFs(cfg) as fs:
             throttle.set_rule(fs.lower_dev, "write_iops", 0)
             subprocess.run([sys.executable, "-c", MAKE, fs.mountpoint, str(opts.files), str(opts.extents)],

@@ -8,12 +8,15 @@ alternates (untraced, A, B; then reversed):
   loop's own rate by the same round's untraced rate;
 - the recorder's start (from its exec to its session's metadata.json: Python, the BTF,
   clang's compile, the attach) and stop (from SIGINT to its exit: the flush and the detach);
+- the BPF programs' own run time per loop call (kernel.bpf_stats_enabled on, bpftool's
+  counters of the programs loaded since the recorder started), in runs of their own (the statistics
+  cost a clock read per event);
 - then `jstall analyze --json` of one session (the first checkout's first recording, which
   both read) by each in turn, wall seconds of the whole process.
 Needs root. Prints medians (min-max) and B against A.
 
 usage: sudo .venv/bin/python benchmarks/trees_ab.py A_DIR B_DIR [--rounds N] [--files N]
-           [--loops N] [--analyze-rounds N]
+           [--loops N] [--analyze-rounds N] [--stats-rounds N]
 """
 
 import json
@@ -39,8 +42,40 @@ def loop(mount, files, loops):
     return json.loads(out)["calls_per_s"]
 
 
-def recorded(jstall, mount, out, files, loops):
-    """(loop rate, start s, stop s) with `jstall record -q -d mount -o out` running."""
+def programs():
+    """{id: bpftool's description} of every BPF program loaded."""
+    out = subprocess.run(["bpftool", "prog", "show", "-j"], capture_output=True, text=True, check=True).stdout
+    return {p["id"]: p for p in json.loads(out)}
+
+
+def bpf_run_ns(ids):
+    """(run time ns, runs) summed over the BPF programs ``ids`` (the kernel counts with
+    kernel.bpf_stats_enabled on)."""
+    now = programs()
+    mine = [now[i] for i in ids if i in now]
+    return sum(p.get("run_time_ns", 0) for p in mine), sum(p.get("run_cnt", 0) for p in mine)
+
+
+class BpfStats:
+    """kernel.bpf_stats_enabled on for a with-block, as it was after."""
+
+    PATH = "/proc/sys/kernel/bpf_stats_enabled"
+
+    def __enter__(self):
+        with open(self.PATH) as f:
+            self.was = f.read().strip()
+        with open(self.PATH, "w") as f:
+            f.write("1")
+
+    def __exit__(self, *exc):
+        with open(self.PATH, "w") as f:
+            f.write(self.was)
+
+
+def recorded(jstall, mount, out, files, loops, stats=False):
+    """(loop rate, start s, stop s, BPF ns per loop call or None) with `jstall record -q -d
+    mount -o out` running; ``stats``: its programs' run time over the loop (statistics on)."""
+    before = set(programs()) if stats else set()
     t0 = time.monotonic()
     rec = subprocess.Popen([jstall, "record", "-q", "-d", mount, "-o", out], stdout=subprocess.DEVNULL,
                            stderr=subprocess.PIPE, text=True)
@@ -50,8 +85,17 @@ def recorded(jstall, mount, out, files, loops):
             raise RuntimeError(f"{jstall} record ended at start: {rec.stderr.read().strip()}")
         time.sleep(0.01)
     start = time.monotonic() - t0
+    per_call = None
     try:
-        rate = loop(mount, files, loops)
+        if stats:   # the programs loaded since it started: its own (one recorder at a time)
+            ids = set(programs()) - before
+            with BpfStats():
+                ns0, _ = bpf_run_ns(ids)
+                rate = loop(mount, files, loops)
+                ns1, _ = bpf_run_ns(ids)
+            per_call = (ns1 - ns0) / (4 * files * loops)
+        else:
+            rate = loop(mount, files, loops)
     finally:
         t1 = time.monotonic()
         rec.send_signal(signal.SIGINT)
@@ -59,7 +103,7 @@ def recorded(jstall, mount, out, files, loops):
     stop = time.monotonic() - t1
     if rec.returncode != 0:
         raise RuntimeError(f"{jstall} record: exit {rec.returncode}: {err.strip()}")
-    return rate, start, stop
+    return rate, start, stop, per_call
 
 
 def analyze_s(jstall, session):
@@ -80,6 +124,8 @@ def main():
     ap.add_argument("--files", type=int, default=5000)
     ap.add_argument("--loops", type=int, default=10)
     ap.add_argument("--analyze-rounds", type=int, default=6)
+    ap.add_argument("--stats-rounds", type=int, default=4,
+                    help="loop runs per checkout with BPF statistics on: the programs' run time per call")
     args = ap.parse_args()
     trees = {"A": os.path.join(args.a, ".venv", "bin", "jstall"), "B": os.path.join(args.b, ".venv", "bin", "jstall")}
     for k, j in trees.items():
@@ -99,14 +145,19 @@ def main():
                 if k is None:
                     got[None] = loop(fs.mountpoint, args.files, args.loops)
                     continue
-                rate, start, stop = recorded(trees[k], fs.mountpoint, os.path.join(tmp, f"{k}{r}"), args.files,
-                                             args.loops)
+                rate, start, stop, _ = recorded(trees[k], fs.mountpoint, os.path.join(tmp, f"{k}{r}"), args.files,
+                                                args.loops)
                 got[k] = rate
                 starts[k].append(start)
                 stops[k].append(stop)
             for k in ("A", "B"):
                 ratio[k].append(got[k] / got[None])
             ba_loop.append(got["B"] / got["A"])
+        bpf = {"A": [], "B": []}
+        for r in range(args.stats_rounds):
+            for k in (("A", "B") if r % 2 == 0 else ("B", "A")):
+                bpf[k].append(recorded(trees[k], fs.mountpoint, os.path.join(tmp, f"stats-{k}{r}"), args.files,
+                                       args.loops, stats=True)[3])
         session = os.path.join(tmp, "A0")
         ana = {"A": [], "B": []}
         for r in range(args.analyze_rounds):
@@ -115,12 +166,12 @@ def main():
     print(f"A {args.a}, B {args.b}; {args.rounds} rounds, load average {load0} -> {loadavg()}")
     for k in ("A", "B"):
         print(f"{k}: loop under record {med(ratio[k])} of untraced; start {med(starts[k])} s, stop "
-              f"{med(stops[k])} s; analyze --json {med(ana[k])} s")
+              f"{med(stops[k])} s; analyze --json {med(ana[k])} s; BPF ns per loop call {med(bpf[k])}")
     def b_over_a(d):
         return f"{statistics.median(d['B']) / statistics.median(d['A']):.3f}"
 
     print(f"B against A: loop {med(ba_loop)}; start {b_over_a(starts)}, stop {b_over_a(stops)}, "
-          f"analyze {b_over_a(ana)}")
+          f"analyze {b_over_a(ana)}, BPF ns per call {b_over_a(bpf)}")
     return 0
 
 

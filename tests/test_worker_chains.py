@@ -42,7 +42,7 @@ def kworker(ts, ms, tid, waker, comm="kworker/0:1"):
 
 def test_a_flush_wait_takes_its_workers_log_space_wait_and_names_it():
     off = table(kworker(100, 200, 11, 87),               # the worker waited for log space
-                kworker(400, 50, 11, 87),                # the worker waited on nothing recorded
+                kworker(400, 50, 11, 87),                # the worker's records explain nothing
                 kworker(500, 50, 11, 99, comm="rm"),     # woken by a user task: not a worker
                 kworker(600, 30, 11, 87))                # explained by its own stack
     w = waits_of(xfs_wait(90, 150, 87), xfs_wait(260, 20, 87),
@@ -51,10 +51,13 @@ def test_a_flush_wait_takes_its_workers_log_space_wait_and_names_it():
     flush = "__flush_work <- destroy_inode"
     got, label, worker = worker_causes(off, objects("other", "other", "other", "metadata_io"),
                                        objects(flush, flush, flush, "x"), w)
-    assert got.tolist() == ["log_space", "other", "other", "metadata_io"]
-    assert worker.tolist() == ["kworker/0:1 87", None, None, None]
+    # the worker's records explain the second flush no more: a wait for its work (workqueue),
+    # the worker named all the same
+    assert got.tolist() == ["log_space", "workqueue", "other", "metadata_io"]
+    assert worker.tolist() == ["kworker/0:1 87", "kworker/0:1 87", None, None]
     assert label[0] == "through worker kworker/0:1 87 in __flush_work <- destroy_inode"
-    assert label[1] == flush
+    assert label[1] == "through worker kworker/0:1 87 in __flush_work <- destroy_inode"
+    assert label[2] == flush
 
 
 def test_the_cause_with_most_overlap_wins_and_a_jbd2_thread_checkpoint_counts_as_a_moment():

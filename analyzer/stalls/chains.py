@@ -261,6 +261,18 @@ def worker_causes(offcpu: pd.DataFrame, cause: np.ndarray, label: np.ndarray,
     j0 = np.searchsorted(key(e_tid, e_reach), key(w, lo), side="left")   # reaches lo
     j1 = np.searchsorted(key(e_tid, e_start), key(w, hi), side="right")  # starts at or before hi
     cnt = np.maximum(j1 - j0, 0)
+    comm = offcpu["waker_comm"].to_numpy(dtype=object, na_value=None)
+    own = label.copy()
+
+    def through(k, c, item=""):
+        worker[k] = f"{comm[k]} {int(waker[k])}"
+        label[k] = f"through worker {worker[k]}{item} in {own[k]}"
+        cause[k] = c
+
+    # woken by a worker none of whose records explains the wait (a flush of its work, a lock
+    # it held while it ran): a wait for the worker's work, the worker named
+    for k in cand:
+        through(k, "workqueue")
     if not cnt.sum():
         return cause, label, worker
     which = np.repeat(np.arange(len(cand)), cnt)
@@ -277,13 +289,8 @@ def worker_causes(offcpu: pd.DataFrame, cause: np.ndarray, label: np.ndarray,
     fn = over.merge(best[["w", "c"]], on=["w", "c"]).groupby(["w", "work"], sort=True)["ov"].sum().reset_index() \
         .sort_values(["w", "ov"], ascending=[True, False], kind="stable").drop_duplicates("w")
     fn = dict(zip(fn["w"].tolist(), fn["work"].tolist()))
-    comm = offcpu["waker_comm"].to_numpy(dtype=object, na_value=None)
     for i, c in zip(best["w"].tolist(), best["c"].tolist()):
-        k = cand[i]
-        worker[k] = f"{comm[k]} {int(waker[k])}"
-        item = f" ({fn[i]})" if fn.get(i) else ""
-        label[k] = f"through worker {worker[k]}{item} in {label[k]}"
-        cause[k] = c
+        through(cand[i], c, f" ({fn[i]})" if fn.get(i) else "")
     return cause, label, worker
 
 
