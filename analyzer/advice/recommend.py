@@ -1416,6 +1416,14 @@ def _ext_command(device, mnt):
             f"tune2fs -J device=JDEV {device} && mount {device} {mnt}")
 
 
+def _stalls_applied(ctx, r):
+    """The stalls a remedy's fractions (:func:`_effects`) apply to: every stall, but the other
+    tasks' for own_filesystem (the culprit's stalls move with it)."""
+    if r.kind == "own_filesystem":
+        return ctx.stalls[~ctx.stalls["pid"].astype("int64").isin(r.inputs["moved_pids"])]
+    return ctx.stalls
+
+
 def annotate(ctx: Context, recs: list[Recommendation]) -> None:
     """Fill every remedy's stall-time interval, mechanism figure, regime, cost and command
     (advice); advice that is not a remedy keeps only ``stall_ms_total``."""
@@ -1433,9 +1441,7 @@ def annotate(ctx: Context, recs: list[Recommendation]) -> None:
         r.mechanism_ms_removed = float(r.stall_ms_addressed or 0.0)
         r.regime, fig = regime(ctx, r.dev)
         r.inputs = {**r.inputs, "regime_figures": fig, "fractions_low": lo, "fractions_high": hi}
-        on = ctx.stalls
-        if r.kind == "own_filesystem":  # the others' stalls: the culprit's move with it
-            on = on[~on["pid"].astype("int64").isin(r.inputs["moved_pids"])]
+        on = _stalls_applied(ctx, r)
         r.stall_ms_removed_low, r.stall_ms_removed_high = remedies.stall_interval(
             on, lo, hi, ctx.min_ms, r.dev, total)
         lab = lab_of(ctx.session.meta)
