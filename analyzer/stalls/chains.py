@@ -215,11 +215,13 @@ def worker_causes(offcpu: pd.DataFrame, cause: np.ndarray, label: np.ndarray,
 
     A call that waits for a kernel worker's work (``__flush_work`` for XFS's inodegc worker
     in ``destroy_inode``, a completion, an ext4 workqueue, jbd2's thread) sleeps in a stack
-    that names no cause (``other``) or only the worker's (``workqueue``) and is woken by the worker
-    (``sched_waking``: the offcpu table's ``waker_*`` columns). Its worker's own waits (``waits``, :func:`worker_waits`)
-    that overlap the interval, from its start to its wakeup, give it their cause: the cause
-    with the most overlapping time (a moment, a checkpoint of jbd2's thread, counts when it
-    lies in the interval and no wait overlaps it).
+    that names no cause (``other``) or only the worker's (``workqueue``) and is woken by the
+    worker (``sched_waking``: the offcpu table's ``waker_*`` columns). Its worker's own waits
+    (``waits``, :func:`worker_waits`) that overlap the interval, from its start to its wakeup,
+    give it their cause: the cause with the most overlapping time (a moment, a checkpoint of
+    jbd2's thread, counts when it lies in the interval and no wait overlaps it). Where none
+    overlaps (the work not yet started, the worker on a CPU, a lock it held while it ran), the
+    interval waited for the worker's work: ``workqueue``, the worker named all the same.
 
     Returns ``(cause, label, worker)``: new object arrays; ``worker`` names the worker
     (``"comm tid"``) of each interval that took its cause, else None; its ``label`` reads
