@@ -134,8 +134,9 @@ def test_the_stall_table_summary_and_json_name_the_worker(tmp_path):
     assert top[100 * MS]["worker"] == "kworker/0:1 87" and top[100 * MS]["worker_ms"] == 300.0
     text = session_summary(a)
     assert ("300 ms of the stall time (75% of it off CPU) waited for kernel workers "
-            "(__flush_work, a completion, a lock the worker held) while they stalled themselves, in 1 stall; each took "
-            "its worker's cause. Workers: kworker/0:1 87 300 ms." in text), text
+            "(__flush_work, a completion, a lock the worker held), in 1 stall; each took the cause of what its "
+            "worker waited on meanwhile, or workqueue where the worker's records name none. Workers: "
+            "kworker/0:1 87 300 ms." in text), text
 
 
 #: a worker's stacks (innermost first): XFS's flush of delayed allocations when a reservation

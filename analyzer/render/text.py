@@ -119,9 +119,9 @@ def _stall_total_lines(su):
             who = ", ".join(f"{task} {ms:,.0f} ms" for task, ms in st.workers.items())
             n = st.through_worker.count
             out.append(f"{st.through_worker.total_ms:,.0f} ms of the stall time ({pct:.0f}% of it off CPU) "
-                       "waited for kernel workers (__flush_work, a completion, a lock the worker held) "
-                       f"while they stalled themselves, in {n} stall{'s' * (n != 1)}; each took its worker's cause. "
-                       f"Workers: {who}.")
+                       "waited for kernel workers (__flush_work, a completion, a lock the worker held), in "
+                       f"{n} stall{'s' * (n != 1)}; each took the cause of what its worker waited on meanwhile, "
+                       f"or workqueue where the worker's records name none. Workers: {who}.")
         if st.during_checkpoint.count:
             who = ", ".join(f"{task} {ms:,.0f} ms" for task, ms in st.checkpointers.items())
             n = st.during_checkpoint.count
