@@ -15,6 +15,7 @@ import pytest
 from guest_runs import RUNS, listed_kernels
 
 from jstall import session
+from jstall.analyzer.xfs.logs import kernel_delta
 
 pytestmark = [pytest.mark.kernel, pytest.mark.guest,
               pytest.mark.skipif(os.geteuid() != 0, reason="needs root")]
@@ -109,6 +110,15 @@ def test_stock_kernel_records_the_seed_stall(smoke, kernel):
     assert j["forced_checkpoints"] >= 1 and j["inode_size"] == 128
     # the kernel's own transaction count agrees (/proc/fs/jbd2 read in the guest)
     assert not [p for p in d.get("proc", []) if p.get("status") == "disagree"], d.get("proc")
+    # the writers' probe attached there too: per committed transaction the handles' dirtied
+    # blocks are the kernel's (jbd2_run_stats), and the writers share out what it logged
+    w = a.session.writers
+    per_tx = w.dropna(subset=["transaction"]).groupby("transaction")["dirtied_blocks"].sum()
+    both = a.session.run_stats.set_index("transaction").join(per_tx, how="inner")
+    assert len(both) == len(a.session.run_stats) > 0, "a committed transaction without writers"
+    assert (both["dirtied_blocks"] == both["blocks"]).all(), both[["blocks", "dirtied_blocks"]]
+    logged = int(both["blocks_logged"].sum())
+    assert abs(sum(r["logged_blocks"] for r in d["writers"]["writers"]) - logged) <= 1
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
@@ -169,6 +179,11 @@ def test_stock_kernel_records_xfs_log_waits(smoke, kernel):
         cycles = kernel.startswith("6.1.")
         assert w["start_tail_space_bytes"].isna().all() == cycles and (w["ticket"] == 0).all() == cycles
         assert w["log_writes"].notna().all(), w   # xlog_iclog_sync_done (since 5.14) counted on both
+    # the writers share out exactly the bytes the kernel wrote to the log (xs_log_blocks)
+    (j,) = session.read_metadata(os.path.join(out, "lab-xfs"))["journals"]
+    kernel = kernel_delta(j)["log"]["blocks"] * 512
+    assert sum(r["logged_bytes"] for r in d["writers"]["writers"]) == pytest.approx(kernel, rel=1e-9), \
+        d["writers"]["writers"][:4]
 
 
 def read_output(out, name):
