@@ -245,7 +245,37 @@ def worker_causes(offcpu: pd.DataFrame, cause: np.ndarray, label: np.ndarray,
     end = lo + offcpu["offcpu_ns"].to_numpy(dtype="int64")[cand]
     wake = offcpu["wake_ts_ns"].to_numpy(dtype="float64", na_value=np.nan)[cand]
     hi = np.where(np.isnan(wake), end, np.nan_to_num(wake).astype("int64"))
-    w = waker[cand].astype("int64")
+    comm = offcpu["waker_comm"].to_numpy(dtype=object, na_value=None)
+    own = label.copy()
+
+    def through(k, c, item=""):
+        worker[k] = f"{comm[k]} {int(waker[k])}"
+        label[k] = f"through worker {worker[k]}{item} in {own[k]}"
+        cause[k] = c
+
+    # woken by a worker none of whose records explains the wait (a flush of its work, a lock
+    # it held while it ran): a wait for the worker's work, the worker named
+    for k in cand:
+        through(k, "workqueue")
+    over = _overlapping(waits, waker[cand].astype("int64"), lo, hi)
+    if not len(over):
+        return cause, label, worker
+    tot = over.groupby(["w", "c"], sort=True)["ov"].sum().reset_index()
+    best = tot.sort_values(["w", "ov"], ascending=[True, False], kind="stable").drop_duplicates("w")
+    # the work function behind most of the chosen cause's time ("": the worker's own records
+    # name none)
+    fn = over.merge(best[["w", "c"]], on=["w", "c"]).groupby(["w", "work"], sort=True)["ov"].sum().reset_index() \
+        .sort_values(["w", "ov"], ascending=[True, False], kind="stable").drop_duplicates("w")
+    fn = dict(zip(fn["w"].tolist(), fn["work"].tolist()))
+    for i, c in zip(best["w"].tolist(), best["c"].tolist()):
+        through(cand[i], c, f" ({fn[i]})" if fn.get(i) else "")
+    return cause, label, worker
+
+
+def _overlapping(waits: pd.DataFrame, w: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> pd.DataFrame:
+    """DataFrame(w, c, work, ov): for each interval ``i`` (worker thread ``w[i]``, from
+    ``lo[i]`` to ``hi[i]``), each of that worker's ``waits`` overlapping it: its cause, work
+    function ("" for none) and overlap in ns (0 for a moment inside)."""
     # the worker's waits by (thread, start); the waits overlapping [lo, hi] are within one
     # run, found by two searchsorted on a (thread, time rank) key: from the first whose end
     # so far (a thread's waits may nest: a log-space wait holds its off-CPU intervals) is at
@@ -263,37 +293,13 @@ def worker_causes(offcpu: pd.DataFrame, cause: np.ndarray, label: np.ndarray,
     j0 = np.searchsorted(key(e_tid, e_reach), key(w, lo), side="left")   # reaches lo
     j1 = np.searchsorted(key(e_tid, e_start), key(w, hi), side="right")  # starts at or before hi
     cnt = np.maximum(j1 - j0, 0)
-    comm = offcpu["waker_comm"].to_numpy(dtype=object, na_value=None)
-    own = label.copy()
-
-    def through(k, c, item=""):
-        worker[k] = f"{comm[k]} {int(waker[k])}"
-        label[k] = f"through worker {worker[k]}{item} in {own[k]}"
-        cause[k] = c
-
-    # woken by a worker none of whose records explains the wait (a flush of its work, a lock
-    # it held while it ran): a wait for the worker's work, the worker named
-    for k in cand:
-        through(k, "workqueue")
-    if not cnt.sum():
-        return cause, label, worker
-    which = np.repeat(np.arange(len(cand)), cnt)
+    which = np.repeat(np.arange(len(w)), cnt)
     rows = np.repeat(j0, cnt) + (np.arange(cnt.sum()) - np.repeat(np.cumsum(cnt) - cnt, cnt))
     ov = np.minimum(e_end[rows], hi[which]) - np.maximum(e_start[rows], lo[which])
     ok = ov >= 0
-    c = ev["cause"].to_numpy(dtype=object)[rows[ok]]
     work = pd.Series(ev["work"].to_numpy(dtype=object)[rows[ok]], dtype=object).fillna("")
-    over = pd.DataFrame({"w": which[ok], "c": c, "work": work, "ov": ov[ok]})
-    tot = over.groupby(["w", "c"], sort=True)["ov"].sum().reset_index()
-    best = tot.sort_values(["w", "ov"], ascending=[True, False], kind="stable").drop_duplicates("w")
-    # the work function behind most of the chosen cause's time ("": the worker's own records
-    # name none)
-    fn = over.merge(best[["w", "c"]], on=["w", "c"]).groupby(["w", "work"], sort=True)["ov"].sum().reset_index() \
-        .sort_values(["w", "ov"], ascending=[True, False], kind="stable").drop_duplicates("w")
-    fn = dict(zip(fn["w"].tolist(), fn["work"].tolist()))
-    for i, c in zip(best["w"].tolist(), best["c"].tolist()):
-        through(cand[i], c, f" ({fn[i]})" if fn.get(i) else "")
-    return cause, label, worker
+    return pd.DataFrame({"w": which[ok], "c": ev["cause"].to_numpy(dtype=object)[rows[ok]], "work": work,
+                         "ov": ov[ok]})
 
 
 #: waits on the device's queue: a checkpoint writing home on the same device lengthens them
