@@ -159,3 +159,29 @@ def test_the_monitor_with_syscalls_compiles_the_recorder(compiled):
     # tracepoints (this kernel's fentry is refused)
     entries = {"fentry_call", "fexit_call"} if p.attach_mode == "fentry" else {"sc_enter", "sc_exit"}
     assert entries | {"rtp_jbd2_handle_start"} <= held and not held & MONITOR_OPS, (p.attach_mode, held)
+
+
+#: the -D switches that choose what a session does (not what the kernel has): bcc compiles
+#: the program at each start, so they are its run-time configuration; each is compiled in
+#: both of its modes here, so that no mode is left that no build compiles
+BEHAVIOUR_SWITCHES = ("FILTER_TREE", "FILTER_DEV", "FILTER_CGROUP", "HANDLE_WAITS", "HOME_WRITES", "WAIT_CHAINS",
+                      "WRITERS", "COMMIT_EVENTS")
+
+
+@pytest.mark.kernel
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
+@pytest.mark.parametrize("switch", BEHAVIOUR_SWITCHES)
+def test_each_behaviour_switch_compiles_in_its_other_mode(compiled, switch):
+    class Flipped(probeset.ProbeSet):
+        def _cflags(self):
+            flags = super()._cflags()
+            (at,) = [i for i, f in enumerate(flags) if f.startswith(f"-D{switch}=")]
+            was = flags[at].split("=", 1)[1]
+            flags[at] = f"-D{switch}={0 if was != '0' else 1}"
+            self.flipped = (was, flags[at])
+            return flags
+
+    p = Flipped(probeset.ProbeOptions(quiet=True, attach="syscalls"))
+    b = compiled(p)
+    # it compiled, and the calls' entries and exits are there in either mode
+    assert {"sc_enter", "sc_exit"} <= everything(b), (switch, p.flipped)
