@@ -8,9 +8,9 @@ alternates (untraced, A, B; then reversed):
   loop's own rate by the same round's untraced rate;
 - the recorder's start (from its exec to its session's metadata.json: Python, the BTF,
   clang's compile, the attach) and stop (from SIGINT to its exit: the flush and the detach);
-- the BPF programs' own run time per loop call (kernel.bpf_stats_enabled on, bpftool's
-  counters of the programs loaded since the recorder started), in runs of their own (the statistics
-  cost a clock read per event);
+- the BPF programs' own run time per loop call (the kernel's BPF statistics on, as the
+  monitor turns them on: monitor/bpfstats.py; bpftool's counters of the programs loaded since
+  the recorder started), in runs of their own (the statistics cost a clock read per event);
 - then `jstall analyze --json` of one session (the first checkout's first recording, which
   both read) by each in turn, wall seconds of the whole process.
 Needs root. Prints medians (min-max) and B against A.
@@ -30,6 +30,7 @@ import time
 
 from benchlib import loadavg, parser, run_main
 
+from jstall.monitor import bpfstats
 from jstall.workloads.scratch import FsConfig, ScratchFs
 
 LOOP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "metadata_loop.py")
@@ -49,27 +50,11 @@ def programs():
 
 
 def bpf_run_ns(ids):
-    """(run time ns, runs) summed over the BPF programs ``ids`` (the kernel counts with
-    kernel.bpf_stats_enabled on)."""
+    """(run time ns, runs) summed over the BPF programs ``ids`` (the kernel counts while BPF
+    statistics are on)."""
     now = programs()
     mine = [now[i] for i in ids if i in now]
     return sum(p.get("run_time_ns", 0) for p in mine), sum(p.get("run_cnt", 0) for p in mine)
-
-
-class BpfStats:
-    """kernel.bpf_stats_enabled on for a with-block, as it was after."""
-
-    PATH = "/proc/sys/kernel/bpf_stats_enabled"
-
-    def __enter__(self):
-        with open(self.PATH) as f:
-            self.was = f.read().strip()
-        with open(self.PATH, "w") as f:
-            f.write("1")
-
-    def __exit__(self, *exc):
-        with open(self.PATH, "w") as f:
-            f.write(self.was)
 
 
 def recorded(jstall, mount, out, files, loops, stats=False):
@@ -89,10 +74,13 @@ def recorded(jstall, mount, out, files, loops, stats=False):
     try:
         if stats:   # the programs loaded since it started: its own (one recorder at a time)
             ids = set(programs()) - before
-            with BpfStats():
+            stats_fd = bpfstats.enable()   # the kernel counts run time while it is open
+            try:
                 ns0, _ = bpf_run_ns(ids)
                 rate = loop(mount, files, loops)
                 ns1, _ = bpf_run_ns(ids)
+            finally:
+                bpfstats.disable(stats_fd)
             per_call = (ns1 - ns0) / (4 * files * loops)
         else:
             rate = loop(mount, files, loops)

@@ -25,13 +25,11 @@ def listed_kernels():
     (its first column, the generic kernels); JSTALL_GUEST_KERNELS names others, `all` for
     every release and its flavours (`make test-kernels` runs each flavour's alone)."""
     chosen = os.environ.get("JSTALL_GUEST_KERNELS", "").split()
-    if chosen == ["all"]:
-        out = subprocess.run(["bash", GUEST, "kernels"], capture_output=True, text=True, check=True)
-        return out.stdout.split()
-    if chosen:
+    if chosen and chosen != ["all"]:
         return chosen
-    with open(os.path.join(ROOT, "tests", "guest-kernels.txt")) as f:
-        return [line.split("#")[0].split()[0] for line in f if line.split("#")[0].strip()]
+    # guest.sh reads the list (its `kernels` command): every flavour, or the releases alone
+    kernels = ["kernels"] if chosen else ["kernels", "generic"]
+    return subprocess.run(["bash", GUEST, *kernels], capture_output=True, text=True, check=True).stdout.split()
 
 
 def lowest_priority(pid):

@@ -64,6 +64,10 @@ class Cause:
     advice: str
 
 
+#: the precedence of generic waits (a kernel worker's): any other cause in the stack wins, and
+#: the label is the two innermost frames that are not plumbing (whose wait it was), as for other
+GENERIC = 3
+
 #: Every cause, in report order.
 REGISTRY = [
     Cause("checkpoint",
@@ -160,7 +164,7 @@ REGISTRY = [
           "more write bandwidth, or a dirty limit the device can drain (vm.dirty_bytes, the bdi's max_ratio)"),
     Cause("workqueue",
           ("__flush_work", "__flush_workqueue", "drain_workqueue", "xfs_inodegc_flush", "xfs_inodegc_wait_all"),
-          3, "#aec7e8",
+          GENERIC, "#aec7e8",
           "waiting for a kernel worker's queued work (__flush_work: XFS's inodegc worker inactivates unlinked "
           "inodes, and an unlink that finds too many queued waits for it), where none of the worker's own "
           "recorded waits (log space, checkpoints, stacks naming a cause) explains the wait: the work waiting "
@@ -219,10 +223,6 @@ def unregister(name: str) -> None:
     """Remove the cause ``name`` (one :func:`register` added) from the registry."""
     REGISTRY[:] = [c for c in REGISTRY if c.name != name]
     _derive()
-
-#: the precedence of generic waits (a kernel worker's): any other cause in the stack wins, and
-#: the label is the two innermost frames that are not plumbing (whose wait it was), as for other
-GENERIC = 3
 
 #: Scheduler and wait plumbing, never a label (besides the prefixes of :func:`is_plumbing`).
 SCHED_FRAMES = frozenset((

@@ -252,9 +252,8 @@ def tenant(session: Session, fill: pd.DataFrame, run: pd.DataFrame, stalls: pd.D
     """The writer that filled journal ``dev`` and the others that stalled on it, for the
     tenant remedy (the culprit on a filesystem of its own): None unless one writer (a cgroup;
     a process where its cgroup is the root one or holds every other task that stalled) wrote
-    at least CULPRIT_SHARE %
-    of what the journal held when it filled (``fill``: at_fill rows; over the run, ``run``:
-    writer_shares rows, where it never filled) and others stalled on it.
+    at least CULPRIT_SHARE % of what the journal held when it filled (``fill``: at_fill rows;
+    over the run, ``run``: writer_shares rows, where it never filled) and others stalled on it.
 
     ``{"dev", "who", "unit" ("cgroup" or "process"), "pids" (the culprit's processes),
     "cgroup_id", "fill_share" and "run_share" (0-1: of what the log held at fill, and of what
