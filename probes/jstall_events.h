@@ -266,7 +266,8 @@ struct fill_event {
 
 /* An XFS log reservation that slept for log space (xlog_grant_head_wait), written when
  * the reservation returned (xfs_log_reserve_exit / xfs_log_regrant_exit): the ticket, the
- * grant heads and the tail when it first slept (start_*) and when it got its space (end_*),
+ * grant heads and the tail when it asked (start_*: xfs_log_reserve / xfs_log_regrant, what
+ * xlog_grant_head_check() then compared) and when it got its space (end_*),
  * and what the AIL and the log did on its filesystem meanwhile. Since 6.11 the heads are
  * bytes and tail_space is the log's used space up to its tail; before, each head is a
  * (cycle, bytes) pair and tail_space is 0 (src/jstall/xfs.py has both rules). */
@@ -307,6 +308,8 @@ struct xfs_wait_event {
 	__u64 log_forces;         /* xfs_log_force */
 	__u64 log_writes;         /* xlog_iclog_sync_done: the log's own writes completed */
 	__u64 cgroup_id;          /* the waiting task's cgroup (bpf_get_current_cgroup_id) */
+	__u32 queued;             /* tickets already waited on its head when it asked */
+	__u32 pad;
 };
 
 #endif

@@ -296,6 +296,7 @@ def xfs_waits_table(a, names):
         "curr_cycle": a["curr_cycle"].astype(np.int64), "curr_block": a["curr_block"].astype(np.int64),
         **{c: a[c].astype(np.int64) for c in ("ail_pushes", "ail_pinned", "ail_locked", "ail_flushing", "log_forces",
                                                  "log_writes")},
+        "queued": a["queued"] != 0,
     })
 
 

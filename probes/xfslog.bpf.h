@@ -86,8 +86,11 @@ TRACEPOINT_PROBE(xfs, xlog_iclog_sync_done) { xfs_count(args->dev, 5); return 0;
 	} while (0)
 
 /* A reservation begins: a traced call's first one names its device (as a journal
- * handle does on ext4: path-based calls find their filesystem here). */
-static __always_inline int xfs_reserve(__u32 dev, __u32 head)
+ * handle does on ext4: path-based calls find their filesystem here). Returns the task's
+ * wait state, which the caller fills with the heads as xlog_grant_head_check() is about to
+ * read them, or NULL. queued: tickets already waited on the head (the tracepoint's reserveq
+ * or writeq "active"): it then sleeps unless the space covers theirs too. */
+static __always_inline struct xfs_wait *xfs_reserve(__u32 dev, __u32 head, __u32 queued)
 {
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task_btf();
 	struct inflight *c = current_call(0);
@@ -106,22 +109,39 @@ static __always_inline int xfs_reserve(__u32 dev, __u32 head)
 		w->ts_ns = 0;
 		w->sleeps = 0;
 		w->head = head;
+		w->e.queued = queued;
 	} else if (head == XFS_HEAD_RESERVE) {
 		/* storage only for tasks that may wait: made at their first reservation; a kernel
 		 * thread's whatever the task filter (a worker a traced call may wait for: XFS's
 		 * inodegc workers inactivate the inodes a traced unlink released) */
 		if (!(c && c->ts_ns) && !task_allowed(bpf_get_current_pid_tgid() >> 32) &&
 		    !(READ_FIELD(task, TASK_FLAGS) & PF_KTHREAD_FLAG))
-			return 0;
+			return NULL;
 		w = xfs_waiting.task_storage_get(task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-		if (w)
+		if (w) {
 			w->head = head;
+			w->e.queued = queued;
+		}
 	}
+	return w;
+}
+
+/* (reserveq and writeq are list_empty() of the heads' waiters: 0 when tickets wait) */
+TRACEPOINT_PROBE(xfs, xfs_log_reserve)
+{
+	struct xfs_wait *w = xfs_reserve(args->dev, XFS_HEAD_RESERVE, !args->reserveq);
+	if (w)
+		XFS_HEADS(&w->e, start, args);
 	return 0;
 }
 
-TRACEPOINT_PROBE(xfs, xfs_log_reserve) { return xfs_reserve(args->dev, XFS_HEAD_RESERVE); }
-TRACEPOINT_PROBE(xfs, xfs_log_regrant) { return xfs_reserve(args->dev, XFS_HEAD_WRITE); }
+TRACEPOINT_PROBE(xfs, xfs_log_regrant)
+{
+	struct xfs_wait *w = xfs_reserve(args->dev, XFS_HEAD_WRITE, !args->writeq);
+	if (w)
+		XFS_HEADS(&w->e, start, args);
+	return 0;
+}
 
 /* Each sleep of xlog_grant_head_wait(); the first one starts the wait. */
 TRACEPOINT_PROBE(xfs, xfs_log_grant_sleep)
@@ -146,7 +166,6 @@ TRACEPOINT_PROBE(xfs, xfs_log_grant_sleep)
 	e->tic_flags = args->flags;
 	e->curr_cycle = args->curr_cycle;
 	e->curr_block = args->curr_block;
-	XFS_HEADS(e, start, args);
 	struct xfs_ail_counts *k = xfs_ail.lookup(&dev);
 	if (k)
 		w->ail = *k;

@@ -21,7 +21,7 @@ import pytest
 
 from jstall.analyzer.session.load import load_session
 from jstall.schema import SCHEMAS
-from jstall.session import read_arrow
+from jstall.session import read_arrow, table_path
 from jstall.workloads.scratch import FsConfig, ScratchFs
 from child_output import read_line
 
@@ -170,13 +170,19 @@ def _kept(line):
 
 @kernel
 def test_enospc_mid_run_ends_the_recording_with_what_was_flushed(tmp_path, traced):
-    """A 150 KiB tmpfs holds the start and a flush or two of a busy filesystem's calls: the
-    recording ends by itself at the first write that fails, says so in one line (exit 2),
-    and every row it says it kept loads."""
+    """A busy filesystem's calls recorded to a tmpfs that is filled to the last byte once the
+    first of them are written (a chunk of calls): the recording ends by itself at the next
+    write, which fails, says so in one line (exit 2), and every row it says it kept loads."""
     tiny = str(tmp_path / "tiny")
-    with tmpfs(tiny, "150k"), background("busy", os.path.join(traced.mountpoint, "busy")):
+    with tmpfs(tiny, "16m"), background("busy", os.path.join(traced.mountpoint, "busy")):
         out = os.path.join(tiny, "s")
         rec = record(out, "-d", traced.mountpoint, "--min-ms", "0")
+        chunks = table_path(out, "calls")   # a directory of chunks while it records
+        deadline = time.monotonic() + 120
+        while rec.poll() is None and time.monotonic() < deadline and not (
+                os.path.isdir(chunks) and any(f.startswith("part-") for f in os.listdir(chunks))):
+            time.sleep(0.05)
+        fill_up(tiny)
         _, err = rec.communicate(timeout=300)   # no signal: it ends itself
         line = one_line(err)
         kept, unwritten = _kept(line)

@@ -175,7 +175,9 @@ def test_stock_kernel_records_xfs_log_waits(smoke, kernel):
     assert log["sleeps"] == log["kernel_sleep_logspace"] and log["sleeps_agree"] is True, log
     if log["waits"]:
         w = a.xfs_waits
-        assert w["space_left_start_bytes"].notna().all() and (w["headroom_start_bytes"] < w["need_bytes"]).all()
+        # some ticket asked with less than it needed; whether tickets waited ahead, on both
+        assert w["space_left_start_bytes"].notna().all() and (w["headroom_start_bytes"] < 0).any(), w
+        assert w["queued"].notna().all(), w
         cycles = kernel.startswith("6.1.")
         assert w["start_tail_space_bytes"].isna().all() == cycles and (w["ticket"] == 0).all() == cycles
         assert w["log_writes"].notna().all(), w   # xlog_iclog_sync_done (since 5.14) counted on both

@@ -114,12 +114,13 @@ def test_log_space_waits_agree_with_the_kernel_and_bpftrace(tmp_path):
     assert len(rows) == log["waits"] and all(int(r[2]) > 0 and int(r[3]) > 0 for r in rows)
     assert re.search(r"^@waits: (\d+)$", tool_text, re.M).group(1) == str(len(rows))
     assert log["wait_ms"] == pytest.approx(seen["wait_ns"] / 1e6, rel=0.1)
-    # at its first sleep each ticket needed more than its head had left (or queued behind
-    # tickets already waiting); the tail waited on something the AIL or the log reported:
+    # some ticket asked with less than it needed (how each asked:
+    # test_tickets_queued_behind_waiters_agree_with_bpftrace); the tail waited on something the
+    # AIL or the log reported:
     # measured 89-100 % of the waits and 99.9 % of their time (a wait of no AIL event ended
     # as the log's own writes completed: log_write); the rest, waits of a millisecond or two
     w = a.xfs_waits
-    assert (w["headroom_start_bytes"] < w["need_bytes"]).all()
+    assert (w["headroom_start_bytes"] < 0).any() and log["waits_queued"] == int(w["queued"].sum())
     known = w["tail"] != "unknown"
     assert known.mean() >= 0.75 and w.loc[known, "wait_ms"].sum() >= 0.95 * w["wait_ms"].sum(), \
         w.groupby("tail")["wait_ms"].agg(["count", "sum"])
@@ -144,6 +145,62 @@ def test_log_space_waits_agree_with_the_kernel_and_bpftrace(tmp_path):
     i = rec["inputs"]
     assert i["more_mib"] == rec["journal_size_mib"] - 8 and i["fits_ag"] == (rec["journal_size_mib"] * 2**20 < ag_bytes)
     assert rec["stall_ms_addressed"] >= log["wait_ms"] * 0.99, (rec, log)
+
+
+# the reservations' waits of DEV, those that asked while tickets already waited on their head
+# (reserveq or writeq 0: the kernel's list_empty() of the head's waiters), and the sum of
+# their head's grant bytes when they asked
+QUEUED_BT = """
+BEGIN { printf("attached\\n"); }
+tracepoint:xfs:xfs_log_reserve /args->dev == DEV/ {
+  @q[tid] = args->reserveq == 0 ? 1 : 0; @g[tid] = args->grant_reserve_bytes;
+}
+tracepoint:xfs:xfs_log_regrant /args->dev == DEV/ {
+  @q[tid] = args->writeq == 0 ? 1 : 0; @g[tid] = args->grant_write_bytes;
+}
+tracepoint:xfs:xfs_log_grant_sleep /args->dev == DEV && @s[tid] == 0/ {
+  @s[tid] = 1; @waits = count(); @grant = sum(@g[tid]); if (@q[tid]) { @queued = count(); }
+}
+tracepoint:xfs:xfs_log_reserve_exit, tracepoint:xfs:xfs_log_regrant_exit /@s[tid]/ { delete(@s[tid]); }
+END { clear(@q); clear(@g); clear(@s); }
+"""
+
+
+def test_tickets_queued_behind_waiters_agree_with_bpftrace(tmp_path):
+    """Four writers on one 8 MiB log: most tickets that sleep asked while others already
+    waited. jstall's waits, its ``queued`` ones and the heads' grants when they asked are
+    bpftrace's of the same run. (The kernel compares a moment later, in
+    xlog_grant_head_check(): a queued ticket sleeps with room to spare, and another task's
+    reservation may take its grant in between: measured, 66 of 682 unqueued waits asked
+    with room.)"""
+    from jstall.analyzer import analyze
+
+    out = str(tmp_path / "s")
+    with ScratchFs(FsConfig(**XFS)) as fs:
+        major, minor = (int(x) for x in fs.dev.split(":"))
+        script = " ".join(f"{sys.executable} {CREATE_PY} {fs.mountpoint}/t{i} 8000 &" for i in range(4)) + " wait"
+        for i in range(4):
+            os.mkdir(f"{fs.mountpoint}/t{i}")
+        bt = subprocess.Popen(["bpftrace", "-e", QUEUED_BT.replace("DEV", str(major << 20 | minor))],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not bpftrace_attached(bt):
+                time.sleep(0.2)
+            rec = subprocess.run([JSTALL, "record", "-q", "-o", out, "-d", fs.mountpoint, "--", "sh", "-c", script],
+                                 capture_output=True, text=True, timeout=900)
+        finally:
+            text = end_bpftrace(bt)[0]
+    assert rec.returncode == 0, rec.stderr
+    seen = bpftrace_values(text)
+    a = analyze(out)
+    (log,) = a.to_dict()["xfs_logs"]
+    w = a.xfs_waits
+    assert log["waits"] == seen["waits"] and log["sleeps_agree"] is True, (log, seen)
+    assert log["waits_queued"] == int(w["queued"].sum()) == seen.get("queued", 0) > 0, (log, seen)
+    write = w["head"] == "write"
+    grant = w["start_reserve_bytes"].where(~write, w["start_write_bytes"])
+    assert int(grant.sum()) == seen["grant"] and (w["headroom_start_bytes"] < 0).any()
 
 
 def test_an_xfs_and_an_ext4_recorded_at_once_keep_their_stalls_apart(tmp_path):

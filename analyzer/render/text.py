@@ -384,10 +384,13 @@ def xfs_log_lines(su: Summary) -> list[str]:
             parts = [f"{TAIL_REASONS[r].split(' (')[0]} {x[f'tail_{r}_ms']:,.0f} ms" for r in TAIL_REASONS
                      if x[f"tail_{r}_ms"] > 0]
             out.append(f"{x['dev']}: the log's tail waited on " + ", ".join(parts))
+            if x.get("waits_queued"):
+                out.append(f"{x['dev']}: {x['waits_queued']} of the {x['waits']} waits asked behind tickets already "
+                           "waiting (the kernel grants those first)")
         if x["sleeps_agree"] is not None:
             out.append(f"{x['dev']}: /sys/fs/xfs sleep_logspace: "
                        + ("agrees with the sleeps recorded" if x["sleeps_agree"]
                           else "DISAGREES with the sleeps recorded"))
     out.append("headroom: the grant head's space left (log size - tail space - grants) minus what the ticket "
-               "needs, in % of the log, when it first slept")
+               "needs, in % of the log, when it asked")
     return out

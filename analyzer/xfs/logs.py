@@ -44,9 +44,10 @@ def xfs_only(session: Session) -> bool:
 def waits(session: Session) -> pd.DataFrame:
     """The ``xfs_waits`` table with ``wait_ms``, what the ticket needed on its head
     (``need_bytes``), the head's space left and headroom (space left less need) when it
-    first slept and when it got its space (``space_left_{start,end}_bytes``,
-    ``headroom_{start,end}_bytes`` and ``_pct`` of the log), the log's size
-    (``log_bytes``), and ``tail`` (a key of :data:`TAIL_REASONS`)."""
+    asked (what ``xlog_grant_head_check()`` compared) and when it got its space
+    (``space_left_{start,end}_bytes``, ``headroom_{start,end}_bytes`` and ``_pct`` of the log),
+    the log's size (``log_bytes``), and ``tail`` (a key of :data:`TAIL_REASONS`). A ticket that
+    asked with headroom to spare slept behind tickets already waiting (``queued``)."""
     w = session.xfs_waits.copy()
     logs = xfs_journals(session)
     w["dev"] = w["dev"].astype("str")
@@ -88,13 +89,16 @@ def tail_reasons(w: pd.DataFrame) -> np.ndarray:
 
 #: summary columns of a log with no waits
 _EMPTY = {"waits": 0, "sleeps": 0, "wait_ms": 0.0, "longest_wait_ms": 0.0, "waits_in_traced_calls": 0,
-          "wait_ms_in_traced_calls": 0.0, "min_headroom_start_pct": np.nan, "need_bytes_max": np.nan}
+          "wait_ms_in_traced_calls": 0.0, "min_headroom_start_pct": np.nan, "need_bytes_max": np.nan,
+          "waits_queued": None}
 
 
 def summary(session: Session, waits_: pd.DataFrame, stalls: pd.DataFrame | None = None,
             log_waits: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per XFS log: its size and device, the waits (count, sleeps, time, the longest,
-    those inside traced calls), the lowest headroom a wait started from, the wait time by
+    those inside traced calls), the lowest headroom a wait started from, the waits that asked
+    behind tickets already waiting (``waits_queued``; None in a session from before it was
+    recorded), the wait time by
     what the tail waited for (``tail_<reason>_ms``), and the kernel's own counters over the
     session (``kernel_sleep_logspace``, ``kernel_try_logspace``, ``kernel_push_ail``,
     ``kernel_log_forces``: /sys/fs/xfs/<name>/stats/stats at the end less the start; None when
@@ -118,7 +122,8 @@ def summary(session: Session, waits_: pd.DataFrame, stalls: pd.DataFrame | None 
                        longest_wait_ms=float(w["wait_ms"].max()), waits_in_traced_calls=int(inside.sum()),
                        wait_ms_in_traced_calls=float(w.loc[inside, "wait_ms"].sum()),
                        min_headroom_start_pct=float(w["headroom_start_pct"].min()),
-                       need_bytes_max=float(w["need_bytes"].max()))
+                       need_bytes_max=float(w["need_bytes"].max()),
+                       waits_queued=None if w["queued"].isna().all() else int(w["queued"].fillna(False).sum()))
         for reason in TAIL_REASONS:
             row[f"tail_{reason}_ms"] = float(w.loc[w["tail"] == reason, "wait_ms"].sum()) if len(w) else 0.0
         delta = kernel_delta(j)

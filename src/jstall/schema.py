@@ -84,7 +84,8 @@ COLUMNS = {
     ] + _WHO + _FILL,
     "fill": [("ts_ns", _i64, False), ("dev", _str, False)] + _FILL + [("source", _str, False)],
     # XFS: each log reservation of a traced task that slept for log space (xlog_grant_head_wait),
-    # from its first sleep to the reservation's exit; the grant heads and the tail at both ends
+    # from its first sleep to the reservation's exit; the grant heads and the tail when it asked
+    # and when it got its space; queued: tickets already waited on its head when it asked
     # (bytes since 6.11; before, each head a cycle and bytes, tail_space null)
     "xfs_waits": [("ts_ns", _i64, False), ("end_ns", _i64, False), ("wait_ns", _i64, False), ("dev", _str, False)]
     + _TASK + [
@@ -100,6 +101,7 @@ COLUMNS = {
         ("curr_cycle", _i64, False), ("curr_block", _i64, False),
         ("ail_pushes", _i64, False), ("ail_pinned", _i64, False), ("ail_locked", _i64, False),
         ("ail_flushing", _i64, False), ("log_forces", _i64, False), ("log_writes", _i64, True),
+        ("queued", _bool, True),
     ],
     # each block forced checkpoints wrote home (a write bio a task queued between jbd2_checkpoint
     # and its handle's start), once: how often, the first and last time; sector in 512-byte units
@@ -135,7 +137,7 @@ from .session import LATER_TABLES  # noqa: E402,F401 -- tables a session may lac
 #: Columns added to the format after sessions were first written: a session without them
 #: loads with nulls (still schema version 1).
 OPTIONAL = frozenset(("committing_credits", "journal_committing_credits", "file", "cgroup_id",
-                      "in_traced_call", "traced_task", "context", "log_writes")) | {n for n, _, _ in _WAKER}
+                      "in_traced_call", "traced_task", "context", "log_writes", "queued")) | {n for n, _, _ in _WAKER}
 
 
 def arrow_schema(table: str) -> pa.Schema:
