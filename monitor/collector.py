@@ -181,7 +181,8 @@ def _writer_families(t):
 def _process_families(t, flight_dropped):
     """The monitor's own costs: lost events, its CPU time, its BPF programs' run time."""
     lost = CounterMetricFamily("jstall_events_lost", "Records the probes could not hand over (ring buffer "
-                               "full, stack table full) and flight-buffer records dropped over its bound.",
+                               "full, stack table full), runs of its programs the kernel skipped (skipped: another BPF "
+                               "program active on the CPU) and flight-buffer records dropped over its bound.",
                                labels=["buffer"])
     for k, v in sorted(t.events_lost().items()):
         lost.add_metric([k], v)

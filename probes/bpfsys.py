@@ -1,6 +1,7 @@
 """The few bpf(2) commands bcc 0.26 does not wrap, through ctypes: loading bcc-compiled
 instructions as BTF-typed tracing programs (tp_btf, fentry, fexit) on a vmlinux or a
-module's BTF type, attaching them, and finding a module's BTF object."""
+module's BTF type, attaching them, finding a module's BTF object, reading a program's
+counters and turning the kernel's run-time statistics on."""
 
 import ctypes
 import os
@@ -8,7 +9,8 @@ import struct
 
 BPF_SYSCALL = {"x86_64": 321, "aarch64": 280}.get(os.uname().machine)
 BPF_PROG_LOAD, BPF_OBJ_GET_INFO_BY_FD, BPF_BTF_GET_FD_BY_ID = 5, 15, 19
-BPF_RAW_TRACEPOINT_OPEN, BPF_BTF_GET_NEXT_ID = 17, 23
+BPF_RAW_TRACEPOINT_OPEN, BPF_BTF_GET_NEXT_ID, BPF_ENABLE_STATS = 17, 23, 32
+BPF_STATS_RUN_TIME = 0
 BPF_PROG_TYPE_TRACING = 26
 BPF_TRACE_RAW_TP, BPF_TRACE_FENTRY, BPF_TRACE_FEXIT = 23, 24, 25
 
@@ -111,3 +113,33 @@ def module_btf_fd(module):
         if _bpf(BPF_OBJ_GET_INFO_BY_FD, info_attr) == 0 and name.value.decode() == module:
             return fd
         os.close(fd)
+
+
+#: struct bpf_prog_info's members read here and their offsets (include/uapi/linux/bpf.h):
+#: its id, the run count and time (with kernel.bpf_stats_enabled on), and recursion_misses,
+#: the runs the kernel skipped because a BPF program was already active on the CPU (fentry
+#: since 5.12, raw and BTF-typed tracepoints since 6.1, perf tracepoints and kprobes since 6.7:
+#: trace_call_bpf)
+_PROG_INFO = {"id": (4, "I"), "run_time_ns": (192, "Q"), "run_cnt": (200, "Q"), "recursion_misses": (208, "Q")}
+
+
+def enable_stats():
+    """A descriptor that keeps the kernel's run-time statistics of BPF programs on
+    (BPF_ENABLE_STATS, BPF_STATS_RUN_TIME) for as long as it is open, or None where the
+    kernel refuses (before 5.8)."""
+    if BPF_SYSCALL is None:
+        return None
+    attr = ctypes.create_string_buffer(struct.pack("I", BPF_STATS_RUN_TIME), 8)
+    fd = _bpf(BPF_ENABLE_STATS, attr)
+    return fd if fd >= 0 else None
+
+
+def prog_info(fd):
+    """{'id', 'run_time_ns', 'run_cnt', 'recursion_misses'} of the loaded program fd
+    (BPF_OBJ_GET_INFO_BY_FD); a member the kernel does not have reads 0. None when refused."""
+    info = ctypes.create_string_buffer(256)   # struct bpf_prog_info (232 bytes in 6.x), zeroed
+    attr = ctypes.create_string_buffer(16)
+    struct.pack_into("IIQ", attr, 0, fd, len(info), ctypes.addressof(info))
+    if _bpf(BPF_OBJ_GET_INFO_BY_FD, attr) != 0:
+        return None
+    return {k: struct.unpack_from(fmt, info, off)[0] for k, (off, fmt) in _PROG_INFO.items()}

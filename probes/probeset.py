@@ -556,12 +556,21 @@ class ProbeSet:
         return {filesystems.dev_name(int(k.value)) for k in self.bpf[b"used_devs"].keys()}
 
     def lost(self):
-        """{'calls', 'offcpu', 'jbd2', 'stacks'} (and 'home_writes' where counted): records the
-        kernel could not hand over (home_writes: blocks written home not counted, the map
-        being full)."""
+        """{'calls', 'offcpu', 'jbd2', 'stacks', 'skipped'} (and 'home_writes' where counted):
+        records the kernel could not hand over (home_writes: blocks written home not counted,
+        the map being full), and the runs of the programs it skipped (:meth:`skipped`)."""
         c = events.lost_counts(self.bpf)
-        return {k: c[k] for k in ("calls", "offcpu", "jbd2", "stacks") + ("home_writes",) * self.home_writes_counted
-                + ("writers",) * self.writers}
+        return {**{k: c[k] for k in ("calls", "offcpu", "jbd2", "stacks") + ("home_writes",) * self.home_writes_counted
+                   + ("writers",) * self.writers}, "skipped": self.skipped()}
+
+    def skipped(self):
+        """Runs of the probes' programs the kernel skipped, a BPF program being active on the
+        CPU already (bpf_prog_info.recursion_misses, summed): events nothing saw. On
+        PREEMPT_RT a task preempted inside a BPF map operation (bpf_disable_instrumentation)
+        holds its CPU's guard meanwhile. The kernel counts these for fentry (since 5.12), raw
+        and BTF-typed tracepoints (6.1) and perf (syscall) tracepoints (6.7)."""
+        infos = (bpfsys.prog_info(f.fd) for f in list(self.bpf.funcs.values()))
+        return sum(i["recursion_misses"] for i in infos if i)
 
     def writers_since(self, committed=()):
         """What each writer put into each journal since the last call (read_writers' counts

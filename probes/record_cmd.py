@@ -189,7 +189,11 @@ def _summary(rec, path):
               + ", ".join(f"{k} {v['count']}" for k, v in devless.items()) + f"; {where}", file=sys.stderr)
     print(f"jstall: events lost: calls {lost['calls']}, offcpu {lost['offcpu']}, jbd2 {lost['jbd2']}, "
           + (f"home_writes {lost['home_writes']}, " if "home_writes" in lost else "")
-          + f"stacks {m['stacks_lost']}", file=sys.stderr)
+          + f"stacks {m['stacks_lost']}"
+          + (f", skipped by the kernel {lost['skipped']}" if lost.get("skipped") else ""), file=sys.stderr)
+    if lost.get("skipped"):
+        print(f"jstall: WARNING: the kernel skipped {lost['skipped']} runs of the probes (a BPF program already "
+              "active on that CPU): counts may fall short by as many", file=sys.stderr)
     # sized to what was lost: each kind's share, and a warning only when the share matters
     jbd2_rows = sum(rec.rows[t] for t in ("jbd2_events", "run_stats", "checkpoint_stats", "log_tail", "fill"))
     for what, n, total in (("slow calls", lost["calls"], rec.rows["calls"] + lost["calls"]),

@@ -26,6 +26,7 @@ import time
 
 import numpy as np
 
+from jstall import flavour
 from jstall.devstats import DeviceSampler, devices_under
 from jstall.errors import JstallError
 from jstall.schema import SCHEMAS
@@ -130,6 +131,10 @@ class Recorder:
             raise
         if not self.opts.quiet:
             console.print_start(self.console, console.scope(self.probes))
+        if flavour.uncounted_skips(flavour.running(), host.kernel_version(), self.probes.attach_mode):
+            print("jstall: note: this PREEMPT_RT kernel (before 6.7) skips a syscall tracepoint's program while "
+                  "any BPF tool's map operation is preempted on that CPU, and counts none of those skips; "
+                  "JSTALL_ATTACH=fentry counts them", file=sys.stderr)
         self._thread = threading.Thread(target=self._poll, name="jstall-poll", daemon=True)
         self._thread.start()
         return self

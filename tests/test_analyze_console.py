@@ -281,6 +281,17 @@ def test_large_losses_are_warnings_with_counts_and_shares(tmp_path):
         assert not any("jbd2 events lost" in x for x in w)
 
 
+def test_runs_the_kernel_skipped_are_a_warning_and_the_lost_events_advice(tmp_path):
+    """Runs of the probes the kernel skipped (bpf_prog_info.recursion_misses) belong to no
+    table: a warning with the count however few, and the lost-events advice names their fix."""
+    s = _lossy(tmp_path, "k", 10, {"events_lost": {"calls": 0, "offcpu": 0, "jbd2": 0, "skipped": 2}})
+    d = analyze(s).to_dict()
+    assert {"buffer": "skipped", "lost": 2, "kept": None, "share": None} in d["losses"]
+    assert any(x.startswith("the kernel skipped 2 runs of the probes") for x in d["warnings"]), d["warnings"]
+    (r,) = [r for r in d["recommendations"] if r["kind"] == "lost_events"]
+    assert "skipped 2" in r["text"] and "fewer BPF tools" in r["text"] and r["inputs"]["skipped"] == 2
+
+
 def test_incomplete_sessions_say_so_and_up_to_when(tmp_path, capsys):
     m = metadata(status="recording", last_flush={"wall": "", "wall_ns": WALL0 + 6 * S, "monotonic_ns": 6 * S})
     del m["end"]

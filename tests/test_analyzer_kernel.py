@@ -49,7 +49,7 @@ def test_128_byte_inodes_stall_in_checkpoints_at_the_forced_level(small_inodes):
     d = a.to_dict()
     st = d["stalls"]
     assert st["count"] >= 1, d
-    assert d["events_lost"] == {"calls": 0, "offcpu": 0, "jbd2": 0, "home_writes": 0, "writers": 0}
+    assert d["events_lost"] == {"calls": 0, "offcpu": 0, "jbd2": 0, "home_writes": 0, "writers": 0, "skipped": 0}
     if SLOWDOWN == 1:
         assert st["by_cause"]["checkpoint"]["total_ms"] >= 0.9 * st["total_ms"], st["by_cause"]
     else:  # emulated: shares of time are the emulator's (CPU ~20x slow); the largest of the kernel's waits

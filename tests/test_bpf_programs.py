@@ -185,3 +185,38 @@ def test_each_behaviour_switch_compiles_in_its_other_mode(compiled, switch):
     b = compiled(p)
     # it compiled, and the calls' entries and exits are there in either mode
     assert {"sc_enter", "sc_exit"} <= everything(b), (switch, p.flipped)
+
+
+@pytest.mark.kernel
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
+def test_a_programs_counters_read_as_bpftool_reads_them():
+    """bpfsys.prog_info (what record's skipped runs and the monitor's BPF time read) against
+    bpftool's own reading of the same program: its id, its runs with statistics on (between
+    two readings of ours) and the runs the kernel skipped (none here: no BPF program runs
+    inside another's on this kernel's syscall tracepoint)."""
+    import json
+    import subprocess
+
+    from jstall.probes import bpfsys, host
+
+    os.environ.update(host.kernel_headers_env())   # (the generic-header fallback, as record's)
+    from bcc import BPF
+
+    b = BPF(text=b'TRACEPOINT_PROBE(syscalls, sys_enter_getppid) { return 0; }')
+    stats = bpfsys.enable_stats()
+    try:
+        assert stats is not None
+        fd = b.funcs[b"tracepoint__syscalls__sys_enter_getppid"].fd
+        for _ in range(1000):
+            os.getppid()
+        before = bpfsys.prog_info(fd)
+        shown = json.loads(subprocess.run(["bpftool", "-j", "prog", "show", "id", str(before["id"])],
+                                          capture_output=True, text=True, check=True).stdout)
+        after = bpfsys.prog_info(fd)
+    finally:
+        os.close(stats)
+        b.cleanup()
+    assert shown["id"] == before["id"] == after["id"] and before["run_cnt"] >= 1000
+    assert before["run_cnt"] <= shown["run_cnt"] <= after["run_cnt"]
+    assert before["run_time_ns"] <= shown["run_time_ns"] <= after["run_time_ns"]
+    assert shown.get("recursion_misses", 0) == before["recursion_misses"] == 0

@@ -5,7 +5,7 @@ from jstall.analyzer import analyze
 from jstall.analyzer.session.load import load_session
 from synthetic import metadata, write_session
 from jstall.analyzer.render.text import session_summary
-from jstall.flavour import attach_words, flavour
+from jstall.flavour import attach_words, flavour, uncounted_skips
 
 
 def test_flavour_of_debians_kernels_and_upstream_rt():
@@ -20,6 +20,15 @@ def test_flavour_of_debians_kernels_and_upstream_rt():
     assert flavour("5.10.0-trt-x") == "generic" and flavour(None) == "generic"
     assert attach_words("syscalls") == "syscall tracepoints" and attach_words("fentry") == "fentry"
     assert attach_words(None) is None
+
+
+def test_skips_go_uncounted_only_on_rt_before_6_7_with_syscall_tracepoints():
+    """trace_call_bpf() counts the runs it skips since 6.7; a PREEMPT_RT kernel skips them
+    while another task's BPF map operation is preempted on the CPU; fentry counts its own."""
+    assert uncounted_skips("rt", (6, 1), "syscalls")
+    assert not uncounted_skips("rt", (6, 12), "syscalls") and not uncounted_skips("rt", (6, 7), "syscalls")
+    assert not uncounted_skips("rt", (6, 1), "fentry") and not uncounted_skips("rt", (6, 1), "raw")
+    assert not uncounted_skips("generic", (6, 1), "syscalls") and not uncounted_skips("rt", None, "syscalls")
 
 
 def test_session_line_states_the_flavour_and_the_attach_mode(tmp_path):

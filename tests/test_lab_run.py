@@ -234,7 +234,7 @@ def test_recording_shows_exactly_each_phases_work(scratch_dir, tmp_path, pattern
                     output_dir=str(tmp_path / "s"), scratch_dir=scratch_dir)
     res = run_lab(cfg)
     s = load_session(res.session_dir)
-    assert s.meta["events_lost"] == {"calls": 0, "offcpu": 0, "jbd2": 0, "home_writes": 0, "writers": 0}
+    assert s.meta["events_lost"] == {"calls": 0, "offcpu": 0, "jbd2": 0, "home_writes": 0, "writers": 0, "skipped": 0}
     lab = s.meta["lab"]
     assert lab == json.loads(json.dumps(res.lab))
     # the syscalls (journal handle waits outside them, journal_start, are any task's)

@@ -103,7 +103,7 @@ def home_writes_counted():
 def test_session_loads_with_every_table_and_no_lost_events(recorded):
     meta = session.read_metadata(recorded["path"])
     assert meta["status"] == "complete" and meta["command_exit_status"] == 0
-    assert meta["events_lost"] == {"calls": 0, "offcpu": 0, "jbd2": 0, "home_writes": 0, "writers": 0}
+    assert meta["events_lost"] == {"calls": 0, "offcpu": 0, "jbd2": 0, "home_writes": 0, "writers": 0, "skipped": 0}
     assert meta["hz"] in (100, 250, 300, 1000)
     # the writeback settings the journal's tail depends on, as /proc/sys/vm has them
     with open("/proc/sys/vm/dirty_expire_centisecs") as f:

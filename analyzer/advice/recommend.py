@@ -185,14 +185,17 @@ def lost_events(ctx: Context) -> list[Recommendation]:
     m = ctx.session.meta
     lost = {k: int(v or 0) for k, v in (m.get("events_lost") or {}).items()}
     stacks = int(m.get("stacks_lost") or 0)
-    if not any(r["share"] >= NOTE_SHARE for r in losses(ctx.session)):  # smaller losses are only a note
+    # smaller losses are only a note; runs the kernel skipped (share unknown) always count
+    if not any(r["share"] is None or r["share"] >= NOTE_SHARE for r in losses(ctx.session)):
         return []
     parts = ", ".join(f"{k} {v}" for k, v in lost.items() if v)
     if stacks:
         parts = (parts + ", " if parts else "") + f"stacks {stacks}"
+    fix = "Record again with fewer devices or a higher --min-ms."
+    if lost.get("skipped"):
+        fix += " Runs the kernel skipped (another BPF program active on the CPU) need fewer BPF tools beside it."
     return [Recommendation("lost_events", f"Events were lost while recording ({parts}): counts and stall times "
-                           "below are lower bounds. Record again with fewer devices or a higher --min-ms.",
-                           inputs={**lost, "stacks": stacks})]
+                           f"below are lower bounds. {fix}", inputs={**lost, "stacks": stacks})]
 
 
 def no_stalls(ctx: Context) -> list[Recommendation]:

@@ -168,6 +168,9 @@ def losses(session: Session) -> list[dict]:
         if not n:
             continue
         kept = sum(len(getattr(session, t)) for t in BUFFER_TABLES.get(buf, ()) if hasattr(session, t))
+        if buf == "skipped":   # runs of the programs, of no one table
+            out.append({"buffer": buf, "lost": n, "kept": None, "share": None})
+            continue
         if buf == "writers" and hasattr(session, "writers"):   # handles and tickets, not rows
             kept = int(session.writers["handles"].sum()) if len(session.writers) else 0
         out.append({"buffer": buf, "lost": n, "kept": kept, "share": n / (n + kept)})
@@ -187,6 +190,11 @@ def loss_messages(session: Session) -> tuple[list[str], list[str]]:
     times are lower bounds)."""
     warnings, notes = [], []
     for r in losses(session):
+        if r["buffer"] == "skipped":
+            warnings.append(f"the kernel skipped {r['lost']:,} runs of the probes (a BPF program already active on "
+                            "that CPU): counts may fall short by as many; on PREEMPT_RT, fewer concurrent BPF "
+                            "tools (or fentry, where the kernel has it) leave fewer")
+            continue
         pct = 100 * r["share"]
         if r["buffer"] == "stacks":
             what = (f"{r['lost']:,} kernel stack captures failed; {r.get('missing', 0):,} of "

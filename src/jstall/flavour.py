@@ -42,3 +42,16 @@ def running(realtime_path: str = "/sys/kernel/realtime") -> str:
 def attach_words(mode: str | None) -> str | None:
     """The attach mode in words (``fentry``, ``syscall tracepoints``), or None unknown."""
     return ATTACH_WORDS.get(mode, mode) if mode else None
+
+
+#: the first release whose syscall (perf) tracepoints count the runs of a program the kernel
+#: skips (trace_call_bpf: recursion_misses); fentry counts its own since 5.12, raw and
+#: BTF-typed tracepoints since 6.1, and neither is held off by another tool's map operation
+SKIPS_COUNTED = (6, 7)
+
+
+def uncounted_skips(flavour_: str, version: tuple[int, int] | None, mode: str | None) -> bool:
+    """Whether the kernel may skip runs of the probes and count none of them: a PREEMPT_RT
+    kernel (a task preempted inside any BPF tool's map operation holds its CPU's
+    bpf_prog_active) before 6.7, with the syscall tracepoints (docs/recording.md)."""
+    return flavour_ == "rt" and mode == "syscalls" and version is not None and tuple(version) < SKIPS_COUNTED
