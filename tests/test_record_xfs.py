@@ -168,7 +168,7 @@ END { clear(@q); clear(@g); clear(@s); }
 
 
 def test_tickets_queued_behind_waiters_agree_with_bpftrace(tmp_path):
-    """Four writers on one 8 MiB log: most tickets that sleep asked while others already
+    """Four writers on one 8 MiB log: many tickets that sleep asked while others already
     waited. jstall's waits, its ``queued`` ones and the heads' grants when they asked are
     bpftrace's of the same run. (The kernel compares a moment later, in
     xlog_grant_head_check(): a queued ticket sleeps with room to spare, and another task's
@@ -179,7 +179,8 @@ def test_tickets_queued_behind_waiters_agree_with_bpftrace(tmp_path):
     out = str(tmp_path / "s")
     with ScratchFs(FsConfig(**XFS)) as fs:
         major, minor = (int(x) for x in fs.dev.split(":"))
-        script = " ".join(f"{sys.executable} {CREATE_PY} {fs.mountpoint}/t{i} 8000 &" for i in range(4)) + " wait"
+        # as many files as the one writer's test above: enough to wait on every kernel's log
+        script = " ".join(f"{sys.executable} {CREATE_PY} {fs.mountpoint}/t{i} 10000 &" for i in range(4)) + " wait"
         for i in range(4):
             os.mkdir(f"{fs.mountpoint}/t{i}")
         bt = subprocess.Popen(["bpftrace", "-e", QUEUED_BT.replace("DEV", str(major << 20 | minor))],
@@ -197,6 +198,7 @@ def test_tickets_queued_behind_waiters_agree_with_bpftrace(tmp_path):
     a = analyze(out)
     (log,) = a.to_dict()["xfs_logs"]
     w = a.xfs_waits
+    assert seen.get("waits", 0) > 0, text
     assert log["waits"] == seen["waits"] and log["sleeps_agree"] is True, (log, seen)
     assert log["waits_queued"] == int(w["queued"].sum()) == seen.get("queued", 0) > 0, (log, seen)
     write = w["head"] == "write"
