@@ -96,7 +96,12 @@ def test_stock_kernel_records_the_seed_stall(smoke, kernel):
     assert a.session.offcpu["waker_tid"].notna().any()
     d = a.to_dict()
     st = d["stalls"]
-    assert d["events_lost"] == {"calls": 0, "offcpu": 0, "jbd2": 0, "home_writes": 0, "writers": 0, "skipped": 0}
+    # nothing lost; on PREEMPT_RT a program preempted on a CPU holds its guard (prog->active)
+    # and the kernel skips the next run of it there, and counts it (6.1 rt: 1 in a lab run)
+    lost = dict(d["events_lost"])
+    skipped = lost.pop("skipped")
+    assert lost == {"calls": 0, "offcpu": 0, "jbd2": 0, "home_writes": 0, "writers": 0}
+    assert skipped == 0 or session.read_metadata(lab)["kernel_flavour"] == "rt", d["events_lost"]
     assert st["count"] >= 1, d
     # the same cause and advice as on this machine's kernel (tests/test_analyzer_kernel.py)
     # waiting for a CPU is the emulator's (two guests on two cores): the largest of the
