@@ -87,10 +87,8 @@ TRACEPOINT_PROBE(xfs, xlog_iclog_sync_done) { xfs_count(args->dev, 5); return 0;
 
 /* A reservation begins: a traced call's first one names its device (as a journal
  * handle does on ext4: path-based calls find their filesystem here). Returns the task's
- * wait state, which the caller fills with the heads as xlog_grant_head_check() is about to
- * read them, or NULL. queued: tickets already waited on the head (the tracepoint's reserveq
- * or writeq "active"): it then sleeps unless the space covers theirs too. */
-static __always_inline struct xfs_wait *xfs_reserve(__u32 dev, __u32 head, __u32 queued)
+ * wait state, which the caller fills with what the ticket asked against, or NULL. */
+static __always_inline struct xfs_wait *xfs_reserve(__u32 dev, __u32 head)
 {
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task_btf();
 	struct inflight *c = current_call(0);
@@ -109,7 +107,6 @@ static __always_inline struct xfs_wait *xfs_reserve(__u32 dev, __u32 head, __u32
 		w->ts_ns = 0;
 		w->sleeps = 0;
 		w->head = head;
-		w->e.queued = queued;
 	} else if (head == XFS_HEAD_RESERVE) {
 		/* storage only for tasks that may wait: made at their first reservation; a kernel
 		 * thread's whatever the task filter (a worker a traced call may wait for: XFS's
@@ -118,28 +115,34 @@ static __always_inline struct xfs_wait *xfs_reserve(__u32 dev, __u32 head, __u32
 		    !(READ_FIELD(task, TASK_FLAGS) & PF_KTHREAD_FLAG))
 			return NULL;
 		w = xfs_waiting.task_storage_get(task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-		if (w) {
+		if (w)
 			w->head = head;
-			w->e.queued = queued;
-		}
 	}
 	return w;
 }
 
-/* (reserveq and writeq are list_empty() of the heads' waiters: 0 when tickets wait) */
+/* What the ticket asked against: the heads as xlog_grant_head_check() is about to read them,
+ * and whether tickets already waited on its head (queued: it then sleeps unless the space
+ * covers theirs too; reserveq and writeq are list_empty() of the heads' waiters). */
+#define XFS_ASKED(w, a, waiters_empty)                                                   \
+	do {                                                                             \
+		if (w) {                                                                 \
+			(w)->e.queued = !(waiters_empty);                                \
+			XFS_HEADS(&(w)->e, start, a);                                    \
+		}                                                                        \
+	} while (0)
+
 TRACEPOINT_PROBE(xfs, xfs_log_reserve)
 {
-	struct xfs_wait *w = xfs_reserve(args->dev, XFS_HEAD_RESERVE, !args->reserveq);
-	if (w)
-		XFS_HEADS(&w->e, start, args);
+	struct xfs_wait *w = xfs_reserve(args->dev, XFS_HEAD_RESERVE);
+	XFS_ASKED(w, args, args->reserveq);
 	return 0;
 }
 
 TRACEPOINT_PROBE(xfs, xfs_log_regrant)
 {
-	struct xfs_wait *w = xfs_reserve(args->dev, XFS_HEAD_WRITE, !args->writeq);
-	if (w)
-		XFS_HEADS(&w->e, start, args);
+	struct xfs_wait *w = xfs_reserve(args->dev, XFS_HEAD_WRITE);
+	XFS_ASKED(w, args, args->writeq);
 	return 0;
 }
 

@@ -167,10 +167,10 @@ def losses(session: Session) -> list[dict]:
         n = int(v or 0)
         if not n:
             continue
-        kept = sum(len(getattr(session, t)) for t in BUFFER_TABLES.get(buf, ()) if hasattr(session, t))
         if buf == "skipped":   # runs of the programs, of no one table
             out.append({"buffer": buf, "lost": n, "kept": None, "share": None})
             continue
+        kept = sum(len(getattr(session, t)) for t in BUFFER_TABLES.get(buf, ()) if hasattr(session, t))
         if buf == "writers" and hasattr(session, "writers"):   # handles and tickets, not rows
             kept = int(session.writers["handles"].sum()) if len(session.writers) else 0
         out.append({"buffer": buf, "lost": n, "kept": kept, "share": n / (n + kept)})
