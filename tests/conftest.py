@@ -3,6 +3,7 @@ clean (no loop device, mount or throttle rule of its own remains) after each tes
 
 import functools
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -75,6 +76,36 @@ def pytest_sessionfinish(session):
 
     if "guest_runs" in sys.modules:
         sys.modules["guest_runs"].RUNS.stop()
+
+
+#: CPU seconds each test took (its own process's and the children it waited for, qemu's
+#: guests among them; not the kernel's threads: loop devices, jbd2, writeback): make test is
+#: CPU-bound on a 2-core machine, so where the CPU goes says where its minutes go
+_cpu = {}
+
+
+def _cpu_seconds():
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    t0 = _cpu_seconds()
+    yield
+    _cpu[item.nodeid] = _cpu_seconds() - t0
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Beside --durations: the tests that took the most CPU time, and the session's total."""
+    if not _cpu:
+        return
+    tr = terminalreporter
+    tr.write_sep("=", "most CPU time (the test process and its children)")
+    for nodeid, cpu in sorted(_cpu.items(), key=lambda kv: -kv[1])[:15]:
+        tr.write_line(f"{cpu:8.1f} s  {nodeid}")
+    guests = sum(v for k, v in _cpu.items() if "test_guest_kernels" in k)
+    tr.write_line(f"{sum(_cpu.values()):8.1f} s  in all {len(_cpu)} tests ({guests:.1f} s in the guest tests)")
 
 
 BLKIO = "/sys/fs/cgroup/blkio"
