@@ -79,8 +79,9 @@ def pytest_sessionfinish(session):
 
 
 #: CPU seconds each test took (its own process's and the children it waited for, qemu's
-#: guests among them; not the kernel's threads: loop devices, jbd2, writeback): make test is
-#: CPU-bound on a 2-core machine, so where the CPU goes says where its minutes go
+#: guests among them; not the kernel's threads: loop devices, jbd2, writeback). On a 2-core
+#: machine the emulated guests take most of make test's CPU and decide when it ends; the
+#: host's tests mostly wait (README, Tests)
 _cpu = {}
 
 
