@@ -139,6 +139,7 @@ def describe(dev, mount):
         # the largest request the device takes: how many logged blocks one log write carries
         "max_request_kib": max_request_kib(dev),
         "max_segments": max_segments(dev),
+        **cache_of(dev),
     }
 
 
@@ -182,6 +183,7 @@ def describe_xfs(dev, mount):
         "xfs_stats_end": None,
         "max_request_kib": max_request_kib(dev),
         "max_segments": max_segments(dev),
+        **cache_of(dev),
     }
 
 
@@ -212,6 +214,19 @@ def max_request_kib(dev):
 def max_segments(dev):
     """/sys/dev/block/<dev>/queue/max_segments (memory segments a request takes at most), or None."""
     return _queue_limit(dev, "max_segments")
+
+
+def cache_of(dev):
+    """How the device serves flushes: ``write_cache`` (/sys/dev/block/<dev>/queue/write_cache:
+    "write back" when it has a volatile cache a flush empties, "write through" when flushes
+    are no-ops) and ``fua`` (queue/fua: 1 when it takes a write with FUA as one request; 0 when
+    the block layer sends a FUA write as the write and then a flush). None where unreadable."""
+    try:
+        with open(f"/sys/dev/block/{dev}/queue/write_cache") as f:
+            cache = f.read().strip() or None
+    except OSError:
+        cache = None
+    return {"write_cache": cache, "fua": _queue_limit(dev, "fua")}
 
 
 def _jbd2_dirs():

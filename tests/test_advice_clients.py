@@ -45,8 +45,8 @@ def test_dbench_external_journal_removes_what_the_range_says(tmp_path, ram_scrat
     scratch_dir = ram_scratch_dir
     a = _run(str(tmp_path / "internal"), scratch_dir)
     (ej,) = [r for r in a.recommendations if r.kind == "external_journal"]
-    low, high = ej.inputs["removed_low_ms"], ej.inputs["removed_high_ms"]
-    assert ej.stall_ms_addressed == low and 0 < low <= high, ej.inputs
+    low, high = ej.stall_ms_removed_low, ej.stall_ms_removed_high
+    assert 0 < low <= high, ej.inputs
     # dbench fsyncs: most of its journal stall time waits on commits' I/O, which queues behind
     # the data device's other requests
     assert ej.inputs["commit_io_stall_ms"] > ej.inputs["transaction_stall_ms"], ej.inputs

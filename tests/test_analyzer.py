@@ -926,12 +926,14 @@ def test_external_journal_estimate_is_the_logs_share_of_the_device_requests(tmp_
     1,000 blocks never wrapped the 1,024-block journal) and the 40 flushes, so 120 of 4,040
     requests were the log's. The checkpoints (1 s to 4.94 s) queued behind what the device
     served while they ran: each second of them 100 writes and 4 flushes, of which the log's
-    were 20 writes (all 40 commits ran then) and the flushes, 24 of 104; that share of the
-    2,800 ms of checkpoint waits on a fast journal device (the high end). On one as slow (the
-    low end), only the share of the checkpoints' time a commit wrote the log beside them: none
-    when no commit did, a quarter when ten of the twenty checkpoints had one writing for half
-    their 140 ms. With nothing written home by the forced checkpoints, no advice."""
-    from jstall.analyzer.advice.recommend import log_requests
+    were 20 writes (all 40 commits ran then) and the flushes, 24 of 104, at 104/704 of the
+    device's busiest rate. Each of the 20 forced checkpoints wrote 30 blocks home, then
+    flushed the device and wrote the journal superblock (with FUA: 1 of 3 rounds; a device
+    without FUA, a loop device, takes the superblock's write and a flush: 2 of 4) on the
+    journal's device: of their rounds' time, from the superblock's own requests (1 of 32, 2
+    of 33) to an equal share of a long queue. With nothing written home by the forced
+    checkpoints, no advice."""
+    from jstall.analyzer.advice.recommend import log_requests, tail_moved_shares, tail_rounds
 
     # a 4 KiB block's buffer is a memory segment of its own: a device of 128 segments (the block
     # layer's default) takes 128 of them a request, 512 KiB, one of 512 takes max_sectors_kb
@@ -939,6 +941,9 @@ def test_external_journal_estimate_is_the_logs_share_of_the_device_requests(tmp_
     assert log_requests([205] * 40, 4096, 1280) == 120 == log_requests([205] * 40, 4096, 1280, 128)
     # a wrap at the journal's end splits a write; each superblock write is one
     assert log_requests([205] * 40, 4096, 1280, 512, journal_blocks=1024, superblock_writes=5) == 80 + 8 + 5
+    assert tail_rounds("write back", 1) == (3, 1) == tail_rounds(None, None)
+    assert tail_rounds("write back", 0) == (4, 2) and tail_rounds("write through", 0) == (2, 1)
+    assert tail_moved_shares(4, 2, 30) == (pytest.approx(2 / 33), 0.5)
     calls, offs, evs = _classic_stalls()
     rs = [run_stat(S + i * 100 * MS, i, handles=100, blocks=24, logged=25) for i in range(40)]
     # the device served 104 requests a second while the checkpoints ran (1 s to 4.94 s), 704 at its busiest
@@ -947,36 +952,40 @@ def test_external_journal_estimate_is_the_logs_share_of_the_device_requests(tmp_
               "read_merges": 0, "read_sectors": 0, "write_ios": w, "write_merges": 0, "write_sectors": 8 * w,
               "flush_ios": 4, "busy_ms": 900, "queue_ms": 900, "in_flight_requests": 1} for i, w in enumerate(writes)]
 
-    # ten of the checkpoints (from 1 ms into their calls, 140 ms each) with a commit writing the
-    # log for their first 70 ms
-    logging = [e for i in range(0, 20, 2) for e in (
-        jev(calls[i]["ts_ns"] + MS, "commit_logging", 7, jbd2_thread=True, transaction=1000 + i),
-        jev(calls[i]["ts_ns"] + 71 * MS, "end_commit", 7, jbd2_thread=True, transaction=1000 + i))]
-
-    def advice(name, written, events=evs, dstat=dstat):
+    def advice(name, written, events=evs, dstat=dstat, **device):
         cs = [{"ts_ns": S + i * 200 * MS + 2 * MS, "dev": "7:0", "transaction": i, "tid": 100 + i % 2,
                "pid": 100 + i % 2, "comm": f"w{100 + i % 2}", "chp_time_jiffies": 35, "chp_time_ns": 140 * MS,
                "forced_to_close": 0, "written": written, "dropped": 0} for i in range(20)]
-        a = analyze(_session(tmp_path, name, calls=calls, offcpu=offs, jbd2_events=events, run_stats=rs,
-                             stacks=stacks_df(), device_stats=dstat, checkpoint_stats=cs))
+        a = analyze(_session(tmp_path, name, metadata(journals=[journal_meta(**device)]), calls=calls, offcpu=offs,
+                             jbd2_events=events, run_stats=rs, stacks=stacks_df(), device_stats=dstat,
+                             checkpoint_stats=cs))
         return next(r for r in a.recommendations if r.kind == "external_journal") if any(
             r.kind == "external_journal" for r in a.recommendations) else None
+
+    def checkpoint(ej, t_lo, t_hi, cps, busy):
+        lo = t_lo * (1 - cps * busy) + (1 - t_lo) * cps * busy
+        hi = t_hi + (1 - t_hi) * cps
+        assert ej.inputs["fractions_low"]["checkpoint"] == pytest.approx(lo)
+        assert ej.inputs["fractions_high"]["checkpoint"] == pytest.approx(hi)
+        assert ej.stall_ms_addressed == pytest.approx(2800 * lo)   # every stall a checkpoint's
+        return lo, hi
 
     ej = advice("written", 30)
     assert ej.inputs["log_write_requests"] == 80 and ej.inputs["device_requests"] == 4040
     assert ej.inputs["log_request_share"] == pytest.approx(120 / 4040)
     assert ej.inputs["log_request_share_checkpoints"] == pytest.approx(24 / 104)
-    assert ej.inputs["removed_high_ms"] == pytest.approx(2800 * 24 / 104)
-    assert ej.inputs["logging_overlap"] == 0 and ej.inputs["device_saturation"] == pytest.approx(104 / 704)
-    assert ej.stall_ms_addressed == pytest.approx(2800 * 24 / 104 * 104 / 704) == ej.inputs["removed_low_ms"]
+    assert ej.inputs["device_saturation"] == pytest.approx(104 / 704)
+    lo, hi = checkpoint(ej, 1 / 32, 1 / 3, 24 / 104, 104 / 704)
     assert "120 of the data device's 4040 requests were the log's" in ej.text
     assert ("of the requests it served while the forced checkpoints waited, 23.1% were the log's, so their writes "
             "would queue behind 23.1% fewer") in ej.text
-    assert "Estimate: 95 ms removed on a journal device as slow as this one, up to 646 ms on a fast one." in ej.text
-    beside = advice("beside", 30, evs + logging)
-    assert beside.inputs["logging_overlap"] == pytest.approx(0.25)
-    assert beside.stall_ms_addressed == pytest.approx(2800 * 24 / 104 * 0.25)
-    assert "a commit was writing the log during 25% of the forced checkpoints' time" in beside.text
+    assert (f"Removed of each cause's waits, on a journal device as slow as this one to a fast one: checkpoint "
+            f"{100 * lo:.0f}-{100 * hi:.0f}% of 2,800 ms.") in ej.text
+    # the text's interval is the stall-time interval of the same fractions: one definition
+    assert (ej.stall_ms_removed_low, ej.stall_ms_removed_high) == (pytest.approx(2800 * lo), pytest.approx(2800 * hi))
+    loop = advice("loop", 30, fua=0, write_cache="write back")
+    checkpoint(loop, 2 / 33, 2 / 4, 24 / 104, 104 / 704)
+    assert "2 of the 4 rounds a forced checkpoint waits for one after another" in loop.text
     # each move of the log's tail (a journal superblock write) flushes the data device first,
     # wherever the journal is: those flushes stay, and the log's share loses them: 12 tail moves,
     # 3 a second from 1 s to 5 s, so 20 writes and 1 of the 4 flushes a second were the log's
@@ -990,10 +999,8 @@ def test_external_journal_estimate_is_the_logs_share_of_the_device_requests(tmp_
     # it served, the log's whenever they came
     steady = [dict(d, write_ios=400, write_sectors=3200) for d in dstat]
     busy = advice("busy", 30, dstat=steady)
-    assert busy.inputs["device_saturation"] == 1.0 and busy.inputs["logging_overlap"] == 0
-    assert busy.inputs["log_request_share_checkpoints"] == pytest.approx(24 / 404)
-    assert busy.stall_ms_addressed == pytest.approx(2800 * 24 / 404) == busy.inputs["removed_high_ms"]
-    assert "the device served 100% of its busiest rate of requests during them" in busy.text
+    assert busy.inputs["device_saturation"] == 1.0
+    checkpoint(busy, 1 / 32, 1 / 3, 24 / 404, 1.0)
     assert advice("nothing-written", 0) is None   # no commit waits either: no advice at all
 
 
@@ -1031,10 +1038,16 @@ def test_the_logs_share_of_the_requests_served_during_the_checkpoints():
 def test_external_journal_splits_commit_io_waits_from_waits_for_the_transaction_to_close(tmp_path):
     """Two stalls waiting on a commit's I/O (fsync) and two waiting for the running transaction
     to close (on other handles), 80 ms each, on a device whose requests were 30% the log's (10
-    commits of 25 blocks: 20 writes, and 100 cache flushes, of 400): as slow a journal device
-    takes the commit I/O's 70% it spent behind the other requests (112 ms), a fast one all of
-    it (160); the transaction waits are on handles, not on the log, and nothing was
-    checkpointed: neither end counts them."""
+    commits of 25 blocks: 20 writes, and 100 cache flushes, of 400). A fast journal device
+    takes the rounds of each commit that go to it: its log writes, the flush and the commit
+    block, 2 of 3 on a device with FUA, 3 of 4 on a loop device (the commit block's write and
+    its flush); the flush of the data device before the commit record stays. As slow a
+    journal device may remove none of it. The transaction waits are on handles, whose own
+    I/O queues behind the log's: the log's share on a fast device, none on as slow a one."""
+    from jstall.analyzer.advice.recommend import commit_rounds
+
+    assert commit_rounds("write back", 1) == (3, 2) == commit_rounds(None, None)
+    assert commit_rounds("write back", 0) == (4, 3) and commit_rounds("write through", 0) == (2, 2)
     rs = [run_stat(S // 4 + i * MS, i, blocks=24, logged=25) for i in range(10)]
     dstat = [{"ts_ns": 6 * S, "interval_ns": 6 * S, "dev": "7:0", "role": "data", "lower_dev": "7:0", "read_ios": 0,
               "read_merges": 0, "read_sectors": 0, "write_ios": 300, "write_merges": 0, "write_sectors": 2400,
@@ -1044,27 +1057,34 @@ def test_external_journal_splits_commit_io_waits_from_waits_for_the_transaction_
         c = call((i + 1) * S, 100 * MS, 10 + i, syscall="setxattr" if sid == 2 else "fsync")
         calls.append(c)
         offs.append(off(c, c["ts_ns"] + MS, 80 * MS, sid))
-    a = analyze(_session(tmp_path, "split", calls=calls, offcpu=offs, stacks=stacks_df(), run_stats=rs,
-                         device_stats=dstat))
-    (ej,) = [r for r in a.recommendations if r.kind == "external_journal"]
+
+    def advice(name, **device):
+        a = analyze(_session(tmp_path, name, metadata(journals=[journal_meta(**device)]), calls=calls, offcpu=offs,
+                             stacks=stacks_df(), run_stats=rs, device_stats=dstat))
+        (ej,) = [r for r in a.recommendations if r.kind == "external_journal"]
+        return ej
+
+    ej = advice("split")
     assert ej.inputs["log_request_share"] == pytest.approx(0.3)
     assert (ej.inputs["commit_io_stall_ms"], ej.inputs["transaction_stall_ms"]) == (160, 160)
-    assert ej.stall_ms_addressed == pytest.approx(112) and ej.inputs["removed_high_ms"] == pytest.approx(160)
+    assert ej.inputs["fractions_high"]["commit_wait"] == pytest.approx(2 / 3)
+    assert ej.inputs["fractions_high"]["transaction_wait"] == pytest.approx(0.3)
+    assert not any(ej.inputs["fractions_low"].get(c) for c in ("commit_wait", "transaction_wait"))
+    assert ej.stall_ms_addressed == 0 and ej.stall_ms_removed_low == 0
+    assert ej.stall_ms_removed_high == pytest.approx(160 * 2 / 3 + 160 * 0.3)
     assert "160 ms for the running transaction to close (on handles, not on the log)" in ej.text
-    assert "Estimate: 112 ms removed on a journal device as slow as this one, up to 160 ms on a fast one." in ej.text
+    assert ("Removed of each cause's waits, on a journal device as slow as this one to a fast one: "
+            "transaction_wait 0-30% of 160 ms, commit_wait 0-67% of 160 ms.") in ej.text
+    loop = advice("loop", fua=0, write_cache="write back")
+    assert loop.stall_ms_removed_high == pytest.approx(160 * 3 / 4 + 160 * 0.3)
 
 
 def test_external_journal_counts_the_waits_on_the_data_devices_own_requests(tmp_path):
     """Two fsyncs waiting on a commit's I/O and two on their data pages' writeback (stack 9),
     80 ms each, on a device whose requests were 30% the log's. The data pages' writes queued
-    behind the log's too: as slow a journal device takes the log's share of them (48 ms), a
-    fast one what a single server's queue loses with 30% of its load gone (device_queue_gone):
-    all of it when the device ran at its busiest during those waits, 160 * (1 - 0.7 * 0.5 /
-    0.65) ms at half of it."""
-    from jstall.analyzer.advice.recommend import device_queue_gone
-
-    assert device_queue_gone(0.3, 0.0) == pytest.approx(0.3) and device_queue_gone(0.3, 1.0) == 1.0
-    assert device_queue_gone(0.0, 1.0) == 0.0 and device_queue_gone(0.3, 0.5) == pytest.approx(1 - 0.35 / 0.65)
+    behind the log's too: as slow a journal device takes the log's share of the queue ahead
+    of them at the load the device ran at during those waits (48 ms at its busiest, 24 at
+    half of it), a fast one the log's share (48 ms)."""
     rs = [run_stat(S // 4 + i * MS, i, blocks=24, logged=25) for i in range(10)]
 
     def dstat(rates):   # one-second intervals of write requests (a quarter of them flushes' worth)
@@ -1089,14 +1109,14 @@ def test_external_journal_counts_the_waits_on_the_data_devices_own_requests(tmp_
     busy = advice("busy", [0, 0, 0, 200, 200, 0])
     assert busy.inputs["log_request_share"] == pytest.approx(0.3) and busy.inputs["device_stall_ms"] == 160
     assert busy.inputs["device_load"] == 1.0
-    assert busy.stall_ms_addressed == pytest.approx(160 * 0.7 + 160 * 0.3)
-    assert busy.inputs["removed_high_ms"] == pytest.approx(160 + 160)
+    assert busy.stall_ms_addressed == pytest.approx(160 * 0.3) == busy.stall_ms_removed_low
+    assert busy.stall_ms_removed_high == pytest.approx(160 * 0.3 + 160 * 2 / 3)
     assert "160 ms on the device's other requests (data pages, metadata blocks, cache flushes: the device ran " \
            "at 100% of its busiest rate of requests during them)" in busy.text
     half = advice("half", [0, 0, 0, 100, 100, 200])
     assert half.inputs["log_request_share"] == pytest.approx(0.3) and half.inputs["device_load"] == 0.5
-    assert half.stall_ms_addressed == pytest.approx(160 * 0.7 + 160 * 0.3)
-    assert half.inputs["removed_high_ms"] == pytest.approx(160 + 160 * (1 - 0.35 / 0.65))
+    assert half.stall_ms_addressed == pytest.approx(160 * 0.3 * 0.5) == half.stall_ms_removed_low
+    assert half.stall_ms_removed_high == pytest.approx(160 * 0.3 + 160 * 2 / 3)
 
 
 def test_xfs_log_device_changes_remove_their_share_of_the_requests_of_the_waits():

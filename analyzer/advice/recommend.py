@@ -33,7 +33,7 @@ from jstall.analyzer.jbd2.model import MARGIN, holding_divisor, model
 from jstall.analyzer.stalls import writers
 from jstall.analyzer.jbd2.journals import checkpoints as checkpoint_events
 from jstall.analyzer.jbd2.journals import (checkpoint_costs, checkpoint_spans, checkpoint_waits, device_load,
-                                           device_saturation, log_share_during, logging_overlap, untraced_checkpoints,
+                                           device_saturation, log_share_during, untraced_checkpoints,
                                            untraced_text)
 from jstall.analyzer.session.devices import device_rows, device_time
 from jstall.analyzer.session.recording import NOTE_SHARE, home_writes, losses, session_span_s
@@ -627,38 +627,17 @@ def log_requests(logged_blocks: ArrayLike, block_size: int, max_request_kib: flo
 DEVICE_CAUSES = ("metadata_io", "data_writeback", "device_flush")
 
 
-def device_queue_gone(share: float, load: float) -> float:
-    """The share of a queue's waiting time that goes when ``share`` of its requests leave, at
-    ``load`` (0-1) of its capacity: a single server's queue (M/M/1) waits
-    ``load / (1 - load)`` service times, so from ``load`` to ``load * (1 - share)`` it keeps
-    ``(1 - share) (1 - load) / (1 - load (1 - share))`` of them. ``share`` on an idle device
-    (each wait loses the requests ahead of it that were the log's), all of it on a saturated
-    one (its queue was the backlog the log's requests kept up)."""
-    share, load = min(max(share, 0.0), 1.0), min(max(load, 0.0), 1.0)
-    if share == 0.0:
-        return 0.0
-    left = 1.0 - load * (1.0 - share)
-    return 1.0 - ((1.0 - share) * (1.0 - load) / left if left > 0 else 0.0)
-
-
 def external_journal(ctx: Context) -> list[Recommendation]:
-    """Judged by device time, as a range: a device serves requests one after another, whatever
-    their size, and a checkpoint's writes wait behind the log's; an own journal device takes
-    those away. The log's share of the data device's requests — its writes merged into requests
-    (counted from the commits) and the device's cache flushes but the one before each move of
-    the log's tail (jbd2_cleanup_journal_tail flushes the filesystem's device wherever the
-    journal is), against the device's write and flush requests from its own counters; for the
-    checkpoints, that share of what the device served while they waited
-    (journals.log_share_during). On a fast journal device (the high end) the waits on commits'
-    I/O (``commit_wait``, ``lock_buffer``) all go, and that share of the checkpoint waits and
-    of the waits for the running transaction to close
-    (``transaction_wait``: on other handles, whose I/O queues behind the log's). On one as
-    slow as the data device (the low end) the commits' I/O waits lose their time behind the
-    device's other requests, the checkpoints the log writes that ran beside them (that
-    share of their time a commit was writing the log: journals.logging_overlap) or, as far as
-    the device ran as busy as it got during them (journals.device_saturation), the log's share
-    of all it served, and the transaction waits nothing. None for the checkpoints when they
-    wrote nothing home (their waits were not the device's)."""
+    """Judged by device time: a device serves requests one after another, whatever their
+    size, and the waits on it queue behind the log's requests; an own journal device takes
+    those away. The log's share of the data device's requests — its writes merged into
+    requests (counted from the commits) and the device's cache flushes but the one before
+    each move of the log's tail (jbd2_cleanup_journal_tail flushes the filesystem's device
+    wherever the journal is), against the device's write and flush requests from its own
+    counters; for the checkpoints, that share of what the device served while they waited
+    (journals.log_share_during), and the rounds of each move of the log's tail that go to the
+    journal's device (tail_rounds). What each cause loses: external_journal_fractions. None
+    for the checkpoints when they wrote nothing home (their waits were not the device's)."""
     out = []
     meta = {j["dev"]: j for j in ctx.session.journals}
     for _, j in ctx.journals.iterrows():  # one row per journal
@@ -668,6 +647,83 @@ def external_journal(ctx: Context) -> list[Recommendation]:
         if r is not None:
             out.append(r)
     return out
+
+
+def tail_rounds(write_cache: str | None, fua: int | None) -> tuple[int, int]:
+    """(rounds, of them the journal superblock's) a forced checkpoint that wrote blocks home
+    waits for one after another on a shared device: its writes home, then
+    jbd2_cleanup_journal_tail's cache flush of the filesystem's device (none on a device
+    without a volatile cache: ``write_cache`` "write through") and the journal superblock's
+    REQ_FUA write (jbd2_write_superblock), which a device without FUA (``fua`` 0: a loop
+    device) takes as the write and then a flush. The superblock's rounds go to the journal's
+    own device; the flush stays on the filesystem's. Unknown: a device with FUA."""
+    flush = 0 if write_cache == "write through" else 1
+    sb = 1 + (1 if flush and fua == 0 else 0)
+    return 1 + flush + sb, sb
+
+
+def commit_rounds(write_cache: str | None, fua: int | None) -> tuple[int, int]:
+    """(rounds, of them on the journal's own device) a commit waits for one after another:
+    its log writes, the cache flush before its commit block (REQ_PREFLUSH; none without a
+    volatile cache) and the commit block (REQ_FUA: on a device without FUA the write and a
+    flush). On an external journal all go to its device, but a transaction that carried
+    ordered data also flushes the filesystem's device before its commit record
+    (t_need_data_flush in jbd2_journal_commit_transaction): one round stays there."""
+    flush = 0 if write_cache == "write through" else 1
+    rounds = 2 + flush + (1 if flush and fua == 0 else 0)
+    return rounds, rounds - flush
+
+
+def tail_moved_shares(rounds: int, sb_rounds: int, write_requests: float) -> tuple[float, float]:
+    """(low, high) share of a forced checkpoint's time in the rounds that go to the journal's
+    device (tail_rounds), as the queue ahead of each round is unknown: none (each round takes
+    its own requests' time: ``write_requests`` for the writes home, one for each other round)
+    or long (every round takes the same time, the queue's)."""
+    if rounds <= 0:
+        return 0.0, 0.0
+    return sb_rounds / (max(write_requests, 1.0) + rounds - 1), sb_rounds / rounds
+
+
+def external_journal_fractions(inp: dict) -> tuple[dict[str, float], dict[str, float]]:
+    """(low, high): the share of each cause's waits an external journal removes, on a journal
+    device as slow as the data device (low) and on a fast one (high), from the figures of
+    external_journal's ``inputs`` — the one definition the recommendation's text, its
+    stall-time interval and its own-mechanism figure are rendered from.
+
+    - ``checkpoint`` (forced checkpoints that wrote blocks home): the rounds of the move of
+      the log's tail that go to the journal's device (``tail_moved_share_low``/``_high``:
+      tail_moved_shares) and,
+      of the rest, the log's share of what the data device served while they waited
+      (``log_request_share_checkpoints``). On as slow a journal device the moved rounds
+      still queue behind the log's own requests there (that share, at the rate the device ran
+      during them: ``device_saturation``), and the rest lose the log's share at that rate.
+    - ``commit_wait`` and ``lock_buffer``: on a fast device the rounds of each commit that go
+      to it (``commit_moved_share``, commit_rounds); on as slow a one nothing is certain (the
+      flush of the data device a commit with ordered data still waits for queues behind its
+      other requests, and the log's requests alone may keep the journal device as busy:
+      measured, maildir delivery's commit waits lost 23 %, SQLite's 78 %).
+    - ``transaction_wait`` (on other handles, whose own I/O queues behind the log's): the
+      log's share of the requests on a fast device, none on as slow a one.
+    - the waits on the data device's own requests (``metadata_io``, ``data_writeback``,
+      ``device_flush``): the log's share of the queue ahead of them, at the load the device
+      ran at during them (low) or all of it (high).
+
+    No counters of the data device: from nothing to every wait on the commits' I/O."""
+    share = inp.get("log_request_share")
+    if share is None:
+        return {}, {c: 1.0 for c in ("commit_wait", "lock_buffer")}
+    cps = inp.get("log_request_share_checkpoints") or 0.0
+    load = inp.get("device_load") or 0.0
+    busy = inp.get("device_saturation") or 0.0
+    t_lo, t_hi = (inp.get("tail_moved_share_low") or 0.0, inp.get("tail_moved_share_high") or 0.0) if cps > 0 \
+        else (0.0, 0.0)
+    lo = {c: share * load for c in DEVICE_CAUSES}
+    hi = {c: share for c in (*DEVICE_CAUSES, "transaction_wait")}
+    hi.update({c: inp.get("commit_moved_share") or 0.0 for c in ("commit_wait", "lock_buffer")})
+    if cps > 0:
+        lo["checkpoint"] = t_lo * (1 - cps * busy) + (1 - t_lo) * cps * busy
+        hi["checkpoint"] = t_hi + (1 - t_hi) * cps
+    return lo, hi
 
 
 def _external_journal(ctx, j, m):
@@ -686,38 +742,30 @@ def _external_journal(ctx, j, m):
     log_req = log_requests(t["blocks_logged"].to_numpy(), j.get("block_size"), m.get("max_request_kib"),
                            m.get("max_segments"), jb if jb and jb == jb else None, len(sb))
     written = int(j.get("forced_checkpoint_written_blocks") or 0)
+    rounds, sb_rounds = tail_rounds(m.get("write_cache"), m.get("fua"))
+    c_rounds, c_moved = commit_rounds(m.get("write_cache"), m.get("fua"))
+    per_cp = written / max(int(j.get("forced_checkpoints") or 0), 1)
+    t_lo, t_hi = tail_moved_shares(rounds, sb_rounds, per_cp)
     inputs = {"commit_stall_ms": io_ms + txn_ms, "commit_io_stall_ms": io_ms, "transaction_stall_ms": txn_ms,
               "checkpoint_stall_ms": cp_ms, "device_stall_ms": dev_ms,
               "logged_blocks": float(j.get("logged_blocks") or 0),
               "log_write_requests": log_req, "max_request_kib": m.get("max_request_kib") or DEFAULT_MAX_REQUEST_KIB,
-              "checkpoint_written_blocks": written}
+              "checkpoint_written_blocks": written, "write_cache": m.get("write_cache"), "fua": m.get("fua"),
+              "tail_rounds": rounds, "tail_moved_share_low": t_lo, "tail_moved_share_high": t_hi,
+              "commit_rounds": c_rounds, "commit_moved_share": c_moved / c_rounds}
     share, cp_share, basis = _log_request_share(ctx, j, m, t, sb, log_req, cp_ms, inputs)
-    # a fast journal device: the commits' I/O waits all go, the checkpoints' queue behind the
-    # log, and the waits for the running transaction to close by the log's share (they wait
-    # on handles, whose own I/O queues behind the log's)
-    high = io_ms + (txn_ms + cp_ms) * cp_share if share is not None else io_ms
-    # the waits on the data device's own requests (data pages, metadata blocks, cache
-    # flushes) queued behind the log's too: as slow a journal device takes the log's share
-    # of the requests ahead of them; a fast one, on a device that ran near its busiest,
-    # what a queue's wait loses with that share of its load (device_queue_gone)
     load = _device_load_in_waits(ctx, dev) if dev_ms > 0 and share is not None else 0.0
-    if dev_ms > 0 and share is not None:
-        high += dev_ms * device_queue_gone(share, load)
-    if high <= 0:
-        return None
-    overlap = logging_overlap(ctx.session, ctx.costs, dev) if cp_ms > 0 and cp_share > 0 else 0.0
-    overlap = 1.0 if overlap != overlap else overlap   # no checkpoint time recorded: as if always
     busy = device_saturation(ctx.session, ctx.costs, dev) if cp_ms > 0 and cp_share > 0 else 0.0
-    busy = 0.0 if busy != busy else busy
-    # as slow a device: the commits' I/O no longer queues behind the data device's other
-    # requests; the checkpoints lose the log writes that ran beside them, or all of the
-    # log's when the device was as busy as it got (they queued behind whatever it served)
-    low = io_ms * (1 - (share or 0.0)) + cp_ms * cp_share * max(overlap, busy) + dev_ms * (share or 0.0)
-    inputs.update(logging_overlap=overlap, device_saturation=busy, device_load=load, removed_low_ms=low,
-                  removed_high_ms=high)
-    beside = (f"; a commit was writing the log during {100 * overlap:.0f}% of the forced checkpoints' time, "
-              f"and the device served {100 * busy:.0f}% of its busiest rate of requests during them"
-              if cp_ms > 0 and cp_share > 0 else "")
+    inputs.update(device_saturation=0.0 if busy != busy else busy, device_load=load)
+    lo, hi = external_journal_fractions(inputs)
+    by = {c: ctx.cause_ms(c, dev) for c in set(lo) | set(hi)}
+    low = sum(f * by[c] for c, f in lo.items())
+    if sum(f * by[c] for c, f in hi.items()) <= 0:
+        return None
+    fua = " and its flush: no FUA" if sb_rounds > 1 else ""
+    tail = (f"; {sb_rounds} of the {rounds} rounds a forced checkpoint waits for one after another (its writes "
+            f"home, the cache flush, the journal superblock's write{fua}) go to the journal's device"
+            if "checkpoint" in hi else "")
     return Recommendation(
         "external_journal", estimate=True, dev=dev, stall_ms_addressed=low, inputs=inputs,
         text=(f"{dev}: the log and the checkpoints write to the same device. An external journal on its own "
@@ -726,10 +774,18 @@ def _external_journal(ctx, j, m):
               f"transaction to close (on handles, not on the log), {cp_ms:.0f} ms on checkpoints"
               + (f" and {dev_ms:.0f} ms on the device's other requests (data pages, metadata blocks, cache "
                  f"flushes: the device ran at {100 * load:.0f}% of its busiest rate of requests during them)"
-                 if dev_ms > 0 and share is not None else "") + f"; {basis}"
-              f"{beside}. Estimate: {low:.0f} ms removed on a journal device as slow as this one"
-              + (f", up to {high:.0f} ms on a fast one." if round(high) > round(low) else ".")),
+                 if dev_ms > 0 and share is not None else "") + f"; {basis}{tail}. "
+              + _fractions_text(lo, hi, by)),
     )
+
+
+def _fractions_text(lo, hi, by):
+    """'Removed of each cause's waits, on a journal device as slow as this one to a fast one:
+    checkpoint 47-66% of 868 ms, ...' (the causes with waits, ``by``: ms each, largest first)."""
+    parts = [f"{c} {100 * lo.get(c, 0.0):.0f}-{100 * hi.get(c, 0.0):.0f}% of {by[c]:,.0f} ms"
+             for c in sorted(hi, key=lambda c: -by.get(c, 0.0)) if by.get(c, 0.0) > 0 and hi.get(c, 0.0) > 0]
+    return ("Removed of each cause's waits, on a journal device as slow as this one to a fast one: "
+            + ", ".join(parts) + ".") if parts else ""
 
 
 def _log_request_share(ctx, j, m, t, sb, log_req, cp_ms, inputs):
@@ -1227,7 +1283,7 @@ def _effects(ctx, r):
         return ({"transaction_wait": tw}, {"transaction_wait": tw, "commit_wait": cw}, "remount",
                 inp["command"])
     if r.kind == "external_journal":
-        return _external_journal_effects(inp, name, device, mnt)
+        return _external_journal_effects(inp, device, mnt)
     if r.kind == "fast_commit":
         s = inp.get("commit_request_share_saved") or 0.0
         lo, hi = (0.0, 1.0) if inp.get("ineligible_xattr") else (s / 2, s)
@@ -1338,26 +1394,9 @@ def _checkpoint_effects(ctx, r, name, fig, cp, device, mnt):
     return lo, hi, "online", inp.get("command")
 
 
-def _external_journal_effects(inp, name, device, mnt):
-    """_effects of external_journal (its ``inputs`` ``inp``; ``name``: the journal's regime)."""
-    if inp.get("log_request_share") is None:
-        # no counters of the data device: from nothing to every wait on the commits' I/O
-        return ({}, {c: 1.0 for c in ("commit_wait", "lock_buffer")}, "offline", _ext_command(device, mnt))
-    share = inp.get("log_request_share") or 0.0
-    cps = inp.get("log_request_share_checkpoints") or 0.0
-    load = inp.get("device_load") or 0.0
-    beside = max(inp.get("logging_overlap") or 0.0, inp.get("device_saturation") or 0.0)
-    # the commit's own log writes stay on its path on as slow a journal device; a fast one
-    # takes them; the device's other waits lose the log's share of the queue ahead of them
-    # a hot set larger than the journal: a faster log fills it sooner, and the checkpoints
-    # stay as many or more (measured: a 4 MiB journal beside an xattr storm and an fdatasync
-    # loop stalled 14.3 s with its log on an unpaced device, 11.8 s on the data device)
-    if name != "streaming":
-        beside = 0.0
-    lo = {"checkpoint": cps * beside, **{c: share * load for c in ("data_writeback", "device_flush",
-                                                                 "metadata_io")}}
-    hi = {"checkpoint": cps, **{c: share for c in ("commit_wait", "lock_buffer", "transaction_wait",
-                                                      "data_writeback", "device_flush", "metadata_io")}}
+def _external_journal_effects(inp, device, mnt):
+    """_effects of external_journal (its ``inputs`` ``inp``): external_journal_fractions."""
+    lo, hi = external_journal_fractions(inp)
     return lo, hi, "offline", _ext_command(device, mnt)
 
 
