@@ -979,8 +979,7 @@ def test_external_journal_estimate_is_the_logs_share_of_the_device_requests(tmp_
     assert "120 of the data device's 4040 requests were the log's" in ej.text
     assert ("of the requests it served while the forced checkpoints waited, 23.1% were the log's, so their writes "
             "would queue behind 23.1% fewer") in ej.text
-    assert (f"Removed of each cause's waits, on a journal device as slow as this one to a fast one: checkpoint "
-            f"{100 * lo:.0f}-{100 * hi:.0f}% of 2,800 ms.") in ej.text
+    assert f"The checkpoints' 2,800 ms: by {100 * lo:.0f}% to {100 * hi:.0f}%." in ej.text
     # the text's interval is the stall-time interval of the same fractions: one definition
     assert (ej.stall_ms_removed_low, ej.stall_ms_removed_high) == (pytest.approx(2800 * lo), pytest.approx(2800 * hi))
     loop = advice("loop", 30, fua=0, write_cache="write back")
@@ -1035,56 +1034,18 @@ def test_the_logs_share_of_the_requests_served_during_the_checkpoints():
                                        np.array([S + 1]), log_ts, [1] * 60))
 
 
-def test_external_journal_splits_commit_io_waits_from_waits_for_the_transaction_to_close(tmp_path):
-    """Two stalls waiting on a commit's I/O (fsync) and two waiting for the running transaction
-    to close (on other handles), 80 ms each, on a device whose requests were 30% the log's (10
-    commits of 25 blocks: 20 writes, and 100 cache flushes, of 400). A fast journal device
-    takes the rounds of each commit that go to it: its log writes, the flush and the commit
-    block, 2 of 3 on a device with FUA, 3 of 4 on a loop device (the commit block's write and
-    its flush); the flush of the data device before the commit record stays. As slow a
-    journal device may remove none of it. The transaction waits are on handles, whose own
-    I/O queues behind the log's: the log's share on a fast device, none on as slow a one."""
-    from jstall.analyzer.advice.recommend import commit_rounds
+def test_external_journal_shrinks_the_queues_waits_as_the_devices_work(tmp_path):
+    """Two stalls waiting on a commit's I/O (fsync, stack 3) and two on their data pages'
+    writeback (stack 9), 80 ms each in 100 ms calls, on a device that served 300 writes and
+    100 cache flushes, 10 commits of 25 blocks among them (20 writes). Every wait on the
+    device's queue shrinks as its work does. A fast journal device takes the log's writes and
+    every flush but the tail moves': 120 of 400 requests, 30%. One as slow takes only the
+    flushes surely the log's, each commit's before its commit block (and after it on a device
+    without FUA), less the flush of the data device each commit with ordered data still sends
+    before its commit record: (20 + 10 - 10) / 400, 5%; (20 + 20 - 10) / 400, 7.5%, on a loop
+    device; at the load the device ran at during the waits (all of its busiest, or half)."""
+    from jstall.analyzer.advice.recommend import external_journal_fractions
 
-    assert commit_rounds("write back", 1) == (3, 2) == commit_rounds(None, None)
-    assert commit_rounds("write back", 0) == (4, 3) and commit_rounds("write through", 0) == (2, 2)
-    rs = [run_stat(S // 4 + i * MS, i, blocks=24, logged=25) for i in range(10)]
-    dstat = [{"ts_ns": 6 * S, "interval_ns": 6 * S, "dev": "7:0", "role": "data", "lower_dev": "7:0", "read_ios": 0,
-              "read_merges": 0, "read_sectors": 0, "write_ios": 300, "write_merges": 0, "write_sectors": 2400,
-              "flush_ios": 100, "busy_ms": 900, "queue_ms": 900, "in_flight_requests": 0}]
-    calls, offs = [], []
-    for i, sid in enumerate([2, 2, 3, 3]):
-        c = call((i + 1) * S, 100 * MS, 10 + i, syscall="setxattr" if sid == 2 else "fsync")
-        calls.append(c)
-        offs.append(off(c, c["ts_ns"] + MS, 80 * MS, sid))
-
-    def advice(name, **device):
-        a = analyze(_session(tmp_path, name, metadata(journals=[journal_meta(**device)]), calls=calls, offcpu=offs,
-                             stacks=stacks_df(), run_stats=rs, device_stats=dstat))
-        (ej,) = [r for r in a.recommendations if r.kind == "external_journal"]
-        return ej
-
-    ej = advice("split")
-    assert ej.inputs["log_request_share"] == pytest.approx(0.3)
-    assert (ej.inputs["commit_io_stall_ms"], ej.inputs["transaction_stall_ms"]) == (160, 160)
-    assert ej.inputs["fractions_high"]["commit_wait"] == pytest.approx(2 / 3)
-    assert ej.inputs["fractions_high"]["transaction_wait"] == pytest.approx(0.3)
-    assert not any(ej.inputs["fractions_low"].get(c) for c in ("commit_wait", "transaction_wait"))
-    assert ej.stall_ms_addressed == 0 and ej.stall_ms_removed_low == 0
-    assert ej.stall_ms_removed_high == pytest.approx(160 * 2 / 3 + 160 * 0.3)
-    assert "160 ms for the running transaction to close (on handles, not on the log)" in ej.text
-    assert ("Removed of each cause's waits, on a journal device as slow as this one to a fast one: "
-            "transaction_wait 0-30% of 160 ms, commit_wait 0-67% of 160 ms.") in ej.text
-    loop = advice("loop", fua=0, write_cache="write back")
-    assert loop.stall_ms_removed_high == pytest.approx(160 * 3 / 4 + 160 * 0.3)
-
-
-def test_external_journal_counts_the_waits_on_the_data_devices_own_requests(tmp_path):
-    """Two fsyncs waiting on a commit's I/O and two on their data pages' writeback (stack 9),
-    80 ms each, on a device whose requests were 30% the log's. The data pages' writes queued
-    behind the log's too: as slow a journal device takes the log's share of the queue ahead
-    of them at the load the device ran at during those waits (48 ms at its busiest, 24 at
-    half of it), a fast one the log's share (48 ms)."""
     rs = [run_stat(S // 4 + i * MS, i, blocks=24, logged=25) for i in range(10)]
 
     def dstat(rates):   # one-second intervals of write requests (a quarter of them flushes' worth)
@@ -1094,29 +1055,38 @@ def test_external_journal_counts_the_waits_on_the_data_devices_own_requests(tmp_
                  "in_flight_requests": 0} for i, r in enumerate(rates)]
 
     calls, offs = [], []
-    for i, sid in enumerate([3, 3, 9, 9]):   # the data-page waits at 3 s and 4 s
+    for i, sid in enumerate([3, 3, 9, 9]):   # from 1 s to 5 s, the data-page waits at 3 s and 4 s
         c = call((i + 1) * S + S // 10, 100 * MS, 10 + i, syscall="fsync")
         calls.append(c)
         offs.append(off(c, c["ts_ns"] + MS, 80 * MS, sid))
 
-    def advice(name, rates):
-        a = analyze(_session(tmp_path, name, calls=calls, offcpu=offs, stacks=stacks_df(), run_stats=rs,
-                             device_stats=dstat(rates)))
+    def advice(name, rates, **device):
+        a = analyze(_session(tmp_path, name, metadata(journals=[journal_meta(**device)]), calls=calls, offcpu=offs,
+                             stacks=stacks_df(), run_stats=rs, device_stats=dstat(rates)))
         (ej,) = [r for r in a.recommendations if r.kind == "external_journal"]
         return ej
 
-    # 10 commits of 25 blocks: 20 writes, and the 100 cache flushes, of 400 requests
-    busy = advice("busy", [0, 0, 0, 200, 200, 0])
+    busy = advice("busy", [0, 100, 100, 100, 100, 0])
     assert busy.inputs["log_request_share"] == pytest.approx(0.3) and busy.inputs["device_stall_ms"] == 160
-    assert busy.inputs["device_load"] == 1.0
-    assert busy.stall_ms_addressed == pytest.approx(160 * 0.3) == busy.stall_ms_removed_low
-    assert busy.stall_ms_removed_high == pytest.approx(160 * 0.3 + 160 * 2 / 3)
-    assert "160 ms on the device's other requests (data pages, metadata blocks, cache flushes: the device ran " \
-           "at 100% of its busiest rate of requests during them)" in busy.text
-    half = advice("half", [0, 0, 0, 100, 100, 200])
+    assert busy.inputs["commit_io_stall_ms"] == 160 and busy.inputs["device_load"] == 1.0
+    assert (busy.inputs["commit_log_flushes"], busy.inputs["commit_data_flushes"]) == (10, 10)
+    assert busy.inputs["log_request_share_low"] == pytest.approx(0.05)
+    assert busy.stall_ms_addressed == pytest.approx(320 * 0.05) == busy.stall_ms_removed_low
+    assert busy.stall_ms_removed_high == pytest.approx(320 * 0.3)
+    assert busy.inputs["fractions_low"]["data_writeback"] == busy.inputs["fractions_low"]["commit_wait"]
+    assert ("The 320 ms of waits on the device's queue shrink as its work does: by 5% on a journal device as slow "
+            "as this one (the log's writes and the 10 flushes surely its own, less the flush each of the 10 "
+            "commits with ordered data still sends the data device, no more than the journal device's own share "
+            "of the two devices' work, at the 100% of its busiest rate the device ran at then), by 30% on a fast "
+            "one.") in busy.text
+    half = advice("half", [80, 40, 40, 40, 40, 80, 80])
     assert half.inputs["log_request_share"] == pytest.approx(0.3) and half.inputs["device_load"] == 0.5
-    assert half.stall_ms_addressed == pytest.approx(160 * 0.3 * 0.5) == half.stall_ms_removed_low
-    assert half.stall_ms_removed_high == pytest.approx(160 * 0.3 + 160 * 2 / 3)
+    assert half.stall_ms_removed_low == pytest.approx(320 * 0.05 * 0.5)
+    loop = advice("loop", [0, 100, 100, 100, 100, 0], fua=0, write_cache="write back")
+    assert loop.inputs["log_request_share_low"] == pytest.approx(0.075)
+    # a journal with more than half the device's work: the journal device then bounds them
+    assert external_journal_fractions({"log_request_share": 0.8, "log_request_share_low": 0.7,
+                                       "device_load": 1.0})[0]["commit_wait"] == pytest.approx(0.3)
 
 
 def test_xfs_log_device_changes_remove_their_share_of_the_requests_of_the_waits():

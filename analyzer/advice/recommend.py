@@ -662,18 +662,6 @@ def tail_rounds(write_cache: str | None, fua: int | None) -> tuple[int, int]:
     return 1 + flush + sb, sb
 
 
-def commit_rounds(write_cache: str | None, fua: int | None) -> tuple[int, int]:
-    """(rounds, of them on the journal's own device) a commit waits for one after another:
-    its log writes, the cache flush before its commit block (REQ_PREFLUSH; none without a
-    volatile cache) and the commit block (REQ_FUA: on a device without FUA the write and a
-    flush). On an external journal all go to its device, but a transaction that carried
-    ordered data also flushes the filesystem's device before its commit record
-    (t_need_data_flush in jbd2_journal_commit_transaction): one round stays there."""
-    flush = 0 if write_cache == "write through" else 1
-    rounds = 2 + flush + (1 if flush and fua == 0 else 0)
-    return rounds, rounds - flush
-
-
 def tail_moved_shares(rounds: int, sb_rounds: int, write_requests: float) -> tuple[float, float]:
     """(low, high) share of a forced checkpoint's time in the rounds that go to the journal's
     device (tail_rounds), as the queue ahead of each round is unknown: none (each round takes
@@ -684,43 +672,50 @@ def tail_moved_shares(rounds: int, sb_rounds: int, write_requests: float) -> tup
     return sb_rounds / (max(write_requests, 1.0) + rounds - 1), sb_rounds / rounds
 
 
+#: the waits that queue on the data device's requests (the log's among them): they shrink as
+#: its work does
+QUEUE_CAUSES = ("commit_wait", "lock_buffer", "transaction_wait", *DEVICE_CAUSES)
+
+
 def external_journal_fractions(inp: dict) -> tuple[dict[str, float], dict[str, float]]:
     """(low, high): the share of each cause's waits an external journal removes, on a journal
     device as slow as the data device (low) and on a fast one (high), from the figures of
     external_journal's ``inputs`` — the one definition the recommendation's text, its
     stall-time interval and its own-mechanism figure are rendered from.
 
+    - The waits on the device's queue (QUEUE_CAUSES: commits' I/O, the running transaction's
+      handles, data pages, metadata blocks, cache flushes) shrink as its work does: a device
+      busy throughout serves the same requests in the same time whoever waits for them, so
+      the work that leaves it leaves every wait on it. On a fast journal device that is the
+      log's share of its requests (``log_request_share``: its writes and every cache flush but
+      the tail moves'). On one as slow (``log_request_share_low``): its writes and only the
+      flushes surely the log's (each commit's before its commit block, and after it on a
+      device without FUA: ``commit_log_flushes``; an fsync that needs no commit flushes the
+      device itself), less the flush of the data device each commit with ordered data still
+      sends before its commit record (``commit_data_flushes``: t_need_data_flush in
+      jbd2_journal_commit_transaction), and no more than the journal device's own share of
+      the two devices' work (the slower one then bounds them), at the load the device ran at
+      during the waits (``device_load``).
     - ``checkpoint`` (forced checkpoints that wrote blocks home): the rounds of the move of
       the log's tail that go to the journal's device (``tail_moved_share_low``/``_high``:
-      tail_moved_shares) and,
-      of the rest, the log's share of what the data device served while they waited
-      (``log_request_share_checkpoints``). On as slow a journal device the moved rounds
-      still queue behind the log's own requests there (that share, at the rate the device ran
-      during them: ``device_saturation``), and the rest lose the log's share at that rate.
-    - ``commit_wait`` and ``lock_buffer``: on a fast device the rounds of each commit that go
-      to it (``commit_moved_share``, commit_rounds); on as slow a one nothing is certain (the
-      flush of the data device a commit with ordered data still waits for queues behind its
-      other requests, and the log's requests alone may keep the journal device as busy:
-      measured, maildir delivery's commit waits lost 23 %, SQLite's 78 %).
-    - ``transaction_wait`` (on other handles, whose own I/O queues behind the log's): the
-      log's share of the requests on a fast device, none on as slow a one.
-    - the waits on the data device's own requests (``metadata_io``, ``data_writeback``,
-      ``device_flush``): the log's share of the queue ahead of them, at the load the device
-      ran at during them (low) or all of it (high).
+      tail_moved_shares) and, of the rest, the log's share of what the data device served
+      while they waited (``log_request_share_checkpoints``). On as slow a journal device the
+      moved rounds still queue behind the log's own requests there (that share, at the rate
+      the device ran during them: ``device_saturation``), and the rest lose the log's share
+      at that rate.
 
     No counters of the data device: from nothing to every wait on the commits' I/O."""
     share = inp.get("log_request_share")
     if share is None:
         return {}, {c: 1.0 for c in ("commit_wait", "lock_buffer")}
-    cps = inp.get("log_request_share_checkpoints") or 0.0
+    slow = inp.get("log_request_share_low", share)
     load = inp.get("device_load") or 0.0
-    busy = inp.get("device_saturation") or 0.0
-    t_lo, t_hi = (inp.get("tail_moved_share_low") or 0.0, inp.get("tail_moved_share_high") or 0.0) if cps > 0 \
-        else (0.0, 0.0)
-    lo = {c: share * load for c in DEVICE_CAUSES}
-    hi = {c: share for c in (*DEVICE_CAUSES, "transaction_wait")}
-    hi.update({c: inp.get("commit_moved_share") or 0.0 for c in ("commit_wait", "lock_buffer")})
+    lo = {c: min(slow, 1.0 - slow) * load for c in QUEUE_CAUSES}
+    hi = {c: share for c in QUEUE_CAUSES}
+    cps = inp.get("log_request_share_checkpoints") or 0.0
     if cps > 0:
+        busy = inp.get("device_saturation") or 0.0
+        t_lo, t_hi = inp.get("tail_moved_share_low") or 0.0, inp.get("tail_moved_share_high") or 0.0
         lo["checkpoint"] = t_lo * (1 - cps * busy) + (1 - t_lo) * cps * busy
         hi["checkpoint"] = t_hi + (1 - t_hi) * cps
     return lo, hi
@@ -743,7 +738,6 @@ def _external_journal(ctx, j, m):
                            m.get("max_segments"), jb if jb and jb == jb else None, len(sb))
     written = int(j.get("forced_checkpoint_written_blocks") or 0)
     rounds, sb_rounds = tail_rounds(m.get("write_cache"), m.get("fua"))
-    c_rounds, c_moved = commit_rounds(m.get("write_cache"), m.get("fua"))
     per_cp = written / max(int(j.get("forced_checkpoints") or 0), 1)
     t_lo, t_hi = tail_moved_shares(rounds, sb_rounds, per_cp)
     inputs = {"commit_stall_ms": io_ms + txn_ms, "commit_io_stall_ms": io_ms, "transaction_stall_ms": txn_ms,
@@ -751,10 +745,20 @@ def _external_journal(ctx, j, m):
               "logged_blocks": float(j.get("logged_blocks") or 0),
               "log_write_requests": log_req, "max_request_kib": m.get("max_request_kib") or DEFAULT_MAX_REQUEST_KIB,
               "checkpoint_written_blocks": written, "write_cache": m.get("write_cache"), "fua": m.get("fua"),
-              "tail_rounds": rounds, "tail_moved_share_low": t_lo, "tail_moved_share_high": t_hi,
-              "commit_rounds": c_rounds, "commit_moved_share": c_moved / c_rounds}
+              "tail_rounds": rounds, "tail_moved_share_low": t_lo, "tail_moved_share_high": t_hi}
     share, cp_share, basis = _log_request_share(ctx, j, m, t, sb, log_req, cp_ms, inputs)
-    load = _device_load_in_waits(ctx, dev) if dev_ms > 0 and share is not None else 0.0
+    load = _device_load_in_waits(ctx, dev) if share is not None else 0.0
+    if share is not None:
+        # the flushes that are surely the log's: each commit's before its commit block and,
+        # without FUA, after it; the rest may be the filesystem's own (an fsync that needs no
+        # commit flushes the device itself). And a commit with ordered data flushes the data
+        # device before its commit record wherever the journal is.
+        back = m.get("write_cache") != "write through"
+        per_commit = (1 + (1 if m.get("fua") == 0 else 0)) if back else 0
+        sure = min(inputs["log_flushes"], per_commit * len(t))
+        stays = len(t) if back else 0
+        inputs.update(commits=len(t), commit_log_flushes=sure, commit_data_flushes=stays,
+                      log_request_share_low=max(log_req + sure - stays, 0.0) / inputs["device_requests"])
     busy = device_saturation(ctx.session, ctx.costs, dev) if cp_ms > 0 and cp_share > 0 else 0.0
     inputs.update(device_saturation=0.0 if busy != busy else busy, device_load=load)
     lo, hi = external_journal_fractions(inputs)
@@ -771,21 +775,33 @@ def _external_journal(ctx, j, m):
         text=(f"{dev}: the log and the checkpoints write to the same device. An external journal on its own "
               f"device (mkfs.ext4 -O journal_dev; -J device=...) takes the log's writes off it, even at the same "
               f"size: {io_ms:.0f} ms of stalls waited on commits' I/O, {txn_ms:.0f} ms for the running "
-              f"transaction to close (on handles, not on the log), {cp_ms:.0f} ms on checkpoints"
-              + (f" and {dev_ms:.0f} ms on the device's other requests (data pages, metadata blocks, cache "
-                 f"flushes: the device ran at {100 * load:.0f}% of its busiest rate of requests during them)"
-                 if dev_ms > 0 and share is not None else "") + f"; {basis}{tail}. "
-              + _fractions_text(lo, hi, by)),
+              f"transaction to close, {dev_ms:.0f} ms on the device's other requests (data pages, metadata "
+              f"blocks, cache flushes), {cp_ms:.0f} ms on checkpoints; {basis}{tail}. "
+              + _fractions_text(inputs, lo, hi, by)),
     )
 
 
-def _fractions_text(lo, hi, by):
-    """'Removed of each cause's waits, on a journal device as slow as this one to a fast one:
-    checkpoint 47-66% of 868 ms, ...' (the causes with waits, ``by``: ms each, largest first)."""
-    parts = [f"{c} {100 * lo.get(c, 0.0):.0f}-{100 * hi.get(c, 0.0):.0f}% of {by[c]:,.0f} ms"
-             for c in sorted(hi, key=lambda c: -by.get(c, 0.0)) if by.get(c, 0.0) > 0 and hi.get(c, 0.0) > 0]
-    return ("Removed of each cause's waits, on a journal device as slow as this one to a fast one: "
-            + ", ".join(parts) + ".") if parts else ""
+def _fractions_text(inp, lo, hi, by):
+    """What external_journal_fractions removes, in words: the queue's waits (one share for
+    all of them) and the checkpoints'."""
+    q = sum(by.get(c, 0.0) for c in QUEUE_CAUSES)
+    out = []
+    if q > 0 and inp.get("log_request_share") is not None:
+        c = QUEUE_CAUSES[0]
+        out.append(f"The {q:,.0f} ms of waits on the device's queue shrink as its work does: by "
+                   f"{100 * lo[c]:.0f}% on a journal device as slow as this one (the log's writes and the "
+                   f"{inp.get('commit_log_flushes', 0):.0f} flushes surely its own, less the flush each of the "
+                   f"{inp.get('commits', 0)} commits with ordered data still sends the data device, no more than "
+                   f"the journal device's own share of the two devices' work, at the "
+                   f"{100 * (inp.get('device_load') or 0.0):.0f}% of its busiest rate the device ran at then), by "
+                   f"{100 * hi[c]:.0f}% on a fast one.")
+    elif q > 0:
+        io = by.get("commit_wait", 0.0) + by.get("lock_buffer", 0.0)
+        out.append(f"Without the device's counters, from none to all of the {io:,.0f} ms of waits on commits' I/O.")
+    if "checkpoint" in hi and by.get("checkpoint", 0.0) > 0:
+        out.append(f"The checkpoints' {by['checkpoint']:,.0f} ms: by {100 * lo['checkpoint']:.0f}% to "
+                   f"{100 * hi['checkpoint']:.0f}%.")
+    return " ".join(out)
 
 
 def _log_request_share(ctx, j, m, t, sb, log_req, cp_ms, inputs):
@@ -840,10 +856,10 @@ def _log_request_share(ctx, j, m, t, sb, log_req, cp_ms, inputs):
 
 def _device_load_in_waits(ctx, dev):
     """How busy device ``dev`` ran, as a share of its busiest rate of requests, during the
-    stalls that waited on it (DEVICE_CAUSES); 0 when unknown."""
+    stalls that waited on its queue (QUEUE_CAUSES); 0 when unknown."""
     s = ctx.stalls
-    on = (s["dev"].astype("str") == dev).to_numpy() & \
-        (s[[f"{c}_ms" for c in DEVICE_CAUSES]].fillna(0).sum(axis=1) > 0).to_numpy()
+    cols = [f"{c}_ms" for c in QUEUE_CAUSES if f"{c}_ms" in s]
+    on = (s["dev"].astype("str") == dev).to_numpy() & (s[cols].fillna(0).sum(axis=1) > 0).to_numpy()
     load = device_load(ctx.session, dev, s["ts_ns"].to_numpy(dtype="int64")[on],
                        s["end_ns"].to_numpy(dtype="int64")[on])
     return 0.0 if load != load else load
