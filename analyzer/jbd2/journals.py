@@ -259,23 +259,6 @@ def _overlap_ns(c0, c1, t0, t1):
     return out
 
 
-def logging_overlap(session: Session, costs: pd.DataFrame, dev: str) -> float:
-    """The share of a journal's forced-checkpoint time (each from its jbd2_checkpoint event for
-    its ``chp_ms``, checkpoint_costs) during which a commit was writing the log (its
-    commit_logging to end_commit): while it was, the checkpoint's writes queued behind the
-    log's on a shared device. NaN when no forced checkpoint has a time."""
-    c0, c1 = checkpoint_spans(costs, dev)
-    if not len(c0):
-        return float("nan")
-    ev = session.jbd2_events
-    e = ev[(ev["dev"].astype("str") == dev) & ev["transaction"].notna()] if len(ev) else ev
-    lg = e[e["event"] == "commit_logging"].groupby("transaction")["ts_ns"].min()
-    end = e[e["event"] == "end_commit"].groupby("transaction")["ts_ns"].min()
-    both = pd.concat([lg.rename("start"), end.rename("end")], axis=1).dropna()
-    l0, l1 = both["start"].to_numpy(dtype="int64"), both["end"].to_numpy(dtype="int64")
-    return min(int(_overlap_ns(c0, c1, l0, l1).sum()) / float((c1 - c0).sum()), 1.0)
-
-
 def device_saturation(session: Session, costs: pd.DataFrame, dev: str) -> float:
     """How busy a journal's data device was during its forced checkpoints, against the
     busiest it was in the session (device_load over their spans). At 1 the device was serving
