@@ -870,14 +870,12 @@ def _device_load_in_waits(ctx, dev):
 
 
 def fast_commit(ctx: Context) -> list[Recommendation]:
-    """When fsync-driven commit waits are at least MIN_SHARE of the stall time, as any cause
-    worth advice (a knife edge at half of it put the remedy in some identical runs and not
-    others: fs_mark's commit waits were 49-50 %); its interval ranks it. With xattr changes
-    the commits may be ineligible (ext4_fc_mark_ineligible for EXT4_FC_REASON_XATTR)."""
+    """Only when fsync-driven commit waits dominate the stall time and no xattr change makes
+    the commits ineligible (ext4_fc_mark_ineligible for EXT4_FC_REASON_XATTR)."""
     fs = ctx.call_count(FSYNC_SYSCALLS)
     cw = ctx.cause_ms("commit_wait")
     total = ctx.total_ms
-    if not fs or cw <= 0 or not total or cw < MIN_SHARE * total:
+    if not fs or cw <= 0 or not total or cw < 0.5 * total:
         return []
     out = []
     xc = ctx.call_count(XATTR_SYSCALLS)
