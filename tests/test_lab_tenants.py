@@ -59,7 +59,10 @@ def test_tenants_run_in_their_cgroups_and_the_filler_moves_to_its_own_filesystem
     assert procs.get("latency") == "latency.scope" and procs.get("storm") == "storm.scope", procs
     (own,) = [r for r in a.recommendations if r.kind == "own_filesystem"]
     assert own.inputs["who"] == "cgroup storm.scope" and own.inputs["comm"] == "storm"
-    assert own.stall_ms_removed_high <= victim_ms(a, "latency") + 1e-6   # the same sum in another order
+    # at most the stall time of every task it does not move (the latency tenant's, and a
+    # kernel worker's when one stalled on the device: a writeback kworker's 65 ms once)
+    left = float(a.processes.loc[a.processes["comm"] != "storm", "stall_ms"].sum())
+    assert own.stall_ms_removed_high <= left + 1e-6   # the same sum in another order
     assert own.cost == "new_filesystem"
 
     moved = lab(str(tmp_path / "moved"), scratch_dir, "--own-filesystem", "storm")
@@ -75,7 +78,11 @@ def test_tenants_run_in_their_cgroups_and_the_filler_moves_to_its_own_filesystem
     if SLOWDOWN == 1:
         assert victim_ms(b, "latency") < 0.25 * victim_ms(a, "latency"), (victim_ms(b, "latency"),
                                                                           victim_ms(a, "latency"))
-    assert not [d for d in os.listdir(cgroups.root()) if d.startswith("jstall-lab-")]
+    # neither run left its slice behind (another lab run on the host may have one of its own)
+    slices = {path.strip("/").split("/")[0] for x in (a, b) for path in (x.session.meta.get("cgroups") or {}).values()
+              if path.strip("/").startswith("jstall-lab-")}
+    assert len(slices) == 2, slices
+    assert not slices & set(os.listdir(cgroups.root())), slices
 
 
 def test_each_tenant_sees_its_cgroup_and_filesystem(tmp_path, scratch_dir, monkeypatch):
