@@ -197,12 +197,21 @@ def free_bytes(mountpoint):
     return st.f_bavail * st.f_frsize
 
 
-def _queue_limit(dev, name):
-    """/sys/dev/block/<dev>/queue/<name> as an int, or None."""
+def _queue_value(dev, name):
+    """/sys/dev/block/<dev>/queue/<name>'s text, stripped, or None."""
     try:
         with open(f"/sys/dev/block/{dev}/queue/{name}") as f:
-            return int(f.read())
-    except (OSError, ValueError):
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+def _queue_limit(dev, name):
+    """/sys/dev/block/<dev>/queue/<name> as an int, or None."""
+    v = _queue_value(dev, name)
+    try:
+        return int(v) if v is not None else None
+    except ValueError:
         return None
 
 
@@ -221,12 +230,7 @@ def cache_of(dev):
     "write back" when it has a volatile cache a flush empties, "write through" when flushes
     are no-ops) and ``fua`` (queue/fua: 1 when it takes a write with FUA as one request; 0 when
     the block layer sends a FUA write as the write and then a flush). None where unreadable."""
-    try:
-        with open(f"/sys/dev/block/{dev}/queue/write_cache") as f:
-            cache = f.read().strip() or None
-    except OSError:
-        cache = None
-    return {"write_cache": cache, "fua": _queue_limit(dev, "fua")}
+    return {"write_cache": _queue_value(dev, "write_cache"), "fua": _queue_limit(dev, "fua")}
 
 
 def _jbd2_dirs():

@@ -649,16 +649,25 @@ def external_journal(ctx: Context) -> list[Recommendation]:
     return out
 
 
+def flush_requests(write_cache: str | None, fua: int | None) -> tuple[int, int]:
+    """(flushes a REQ_PREFLUSH costs, flushes a REQ_FUA write costs beside the write) on a
+    device: none on one without a volatile cache (``write_cache`` "write through": flushes
+    are no-ops); one each on one with it, but a FUA write's flush only where the device has
+    no FUA (``fua`` 0: a loop device; the block layer then sends the write and a flush).
+    Unknown: a device with a volatile cache and FUA."""
+    flush = 0 if write_cache == "write through" else 1
+    return flush, (1 if flush and fua == 0 else 0)
+
+
 def tail_rounds(write_cache: str | None, fua: int | None) -> tuple[int, int]:
     """(rounds, of them the journal superblock's) a forced checkpoint that wrote blocks home
     waits for one after another on a shared device: its writes home, then
-    jbd2_cleanup_journal_tail's cache flush of the filesystem's device (none on a device
-    without a volatile cache: ``write_cache`` "write through") and the journal superblock's
-    REQ_FUA write (jbd2_write_superblock), which a device without FUA (``fua`` 0: a loop
-    device) takes as the write and then a flush. The superblock's rounds go to the journal's
-    own device; the flush stays on the filesystem's. Unknown: a device with FUA."""
-    flush = 0 if write_cache == "write through" else 1
-    sb = 1 + (1 if flush and fua == 0 else 0)
+    jbd2_cleanup_journal_tail's cache flush of the filesystem's device and the journal
+    superblock's REQ_FUA write (jbd2_write_superblock) with its flush where it costs one
+    (flush_requests). The superblock's rounds go to the journal's own device; the flush stays
+    on the filesystem's."""
+    flush, fua_flush = flush_requests(write_cache, fua)
+    sb = 1 + fua_flush
     return 1 + flush + sb, sb
 
 
@@ -667,8 +676,6 @@ def tail_moved_shares(rounds: int, sb_rounds: int, write_requests: float) -> tup
     device (tail_rounds), as the queue ahead of each round is unknown: none (each round takes
     its own requests' time: ``write_requests`` for the writes home, one for each other round)
     or long (every round takes the same time, the queue's)."""
-    if rounds <= 0:
-        return 0.0, 0.0
     return sb_rounds / (max(write_requests, 1.0) + rounds - 1), sb_rounds / rounds
 
 
@@ -757,10 +764,9 @@ def _external_journal(ctx, j, m):
         # without FUA, after it; the rest may be the filesystem's own (an fsync that needs no
         # commit flushes the device itself). And a commit with ordered data flushes the data
         # device before its commit record wherever the journal is.
-        back = m.get("write_cache") != "write through"
-        per_commit = (1 + (1 if m.get("fua") == 0 else 0)) if back else 0
-        sure = min(inputs["log_flushes"], per_commit * len(t))
-        stays = len(t) if back else 0
+        preflush, fua_flush = flush_requests(m.get("write_cache"), m.get("fua"))
+        sure = min(inputs["log_flushes"], (preflush + fua_flush) * len(t))
+        stays = preflush * len(t)
         inputs.update(commits=len(t), commit_log_flushes=sure, commit_data_flushes=stays,
                       log_request_share_low=max(log_req + sure - stays, 0.0) / inputs["device_requests"])
     busy = device_saturation(ctx.session, ctx.costs, dev) if cp_ms > 0 and cp_share > 0 else 0.0
