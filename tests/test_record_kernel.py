@@ -111,6 +111,11 @@ def test_session_loads_with_every_table_and_no_lost_events(recorded):
     assert set(meta["writeback"]) >= {"dirty_writeback_centisecs", "dirty_background_ratio", "dirty_ratio"}
     (j,) = meta["journals"]
     assert j["dev"] == recorded["dev"] and j["inode_size"] == 128
+    # how the device serves flushes, as its queue says (a loop device: a volatile cache, no FUA)
+    with open(f"/sys/dev/block/{j['dev']}/queue/write_cache") as f:
+        assert j["write_cache"] == f.read().strip()
+    with open(f"/sys/dev/block/{j['dev']}/queue/fua") as f:
+        assert j["fua"] == int(f.read())
     assert "events lost: calls 0, offcpu 0, jbd2 0, home_writes 0" in recorded["stderr"]
 
 
