@@ -1003,6 +1003,70 @@ def test_external_journal_estimate_is_the_logs_share_of_the_device_requests(tmp_
     assert advice("nothing-written", 0) is None   # no commit waits either: no advice at all
 
 
+def test_the_superblock_writes_measured_bound_what_moves_with_them(tmp_path):
+    """Each forced checkpoint of the classic case ends with its journal superblock's write
+    (jbd2_write_superblock) 123 ms after its event and the tail's move (jbd2_update_log_tail)
+    14 ms later: 14 of its 137 ms went to the rounds the journal's device takes; the first
+    moved the tail once before its event too (result 0), a 2 ms superblock write. No more
+    than that moves (the high end, against an equal share of 4 rounds on a loop device), and
+    no more than their own requests' time (the low end stays). A tail moved by the journal's
+    thread after a commit is no checkpoint's: not counted."""
+    from jstall.analyzer.jbd2.journals import superblock_share, tail_moves
+
+    calls, offs, _ = _classic_stalls()
+    # two fsyncs waiting 80 ms on a commit's I/O, one while the first checkpoint wrote home
+    # (its span: 140 ms from 2 ms after 1 s), one at 8 s: half the commit waits ran during them
+    syncs = [call(S + 10 * MS, 100 * MS, 50, syscall="fsync"), call(8 * S, 100 * MS, 51, syscall="fsync")]
+    sync_offs = [off(c, c["ts_ns"] + MS, 80 * MS, 3) for c in syncs]
+    # each checkpoint found blocks to write home (result 1), then moved the tail after them;
+    # the first also moved it over blocks already home before its event (result 0), its
+    # superblock's write 2 ms of it
+    evs = [jev(c["ts_ns"] + MS, "checkpoint", c["tid"], result=1, free=100) for c in calls]
+    first = [jev(S - 2 * MS, "write_superblock", 100), jev(S + MS // 2, "checkpoint", 100, result=0, free=100)]
+    rs = [run_stat(S + i * 100 * MS, i, handles=100, blocks=24, logged=25) for i in range(40)]
+    sb = [jev(c["ts_ns"] + 124 * MS, "write_superblock", c["tid"]) for c in calls]
+    lt = [{"ts_ns": c["ts_ns"] + 138 * MS, "dev": "7:0", "tid": c["tid"], "pid": c["tid"], "comm": c["comm"],
+           "tail_sequence": i, "first_tid": i + 1, "block_nr": 10, "freed_blocks": 30, **fill_columns(300)}
+          for i, c in enumerate(calls)]
+    lt.append({**lt[0], "ts_ns": S})
+    thread = [jev(9 * S, "write_superblock", 7, jbd2_thread=True)]
+    lt.append({**lt[0], "ts_ns": 9 * S + 5 * MS, "tid": 7, "pid": 7, "comm": "jbd2/loop0-8"})
+    cs = [{"ts_ns": S + i * 200 * MS + 2 * MS, "dev": "7:0", "transaction": i, "tid": 100 + i % 2,
+           "pid": 100 + i % 2, "comm": f"w{100 + i % 2}", "chp_time_jiffies": 35, "chp_time_ns": 140 * MS,
+           "forced_to_close": 0, "written": 30, "dropped": 0} for i in range(20)]
+    dstat = [{"ts_ns": (i + 1) * S, "interval_ns": S, "dev": "7:0", "role": "data", "lower_dev": "7:9",
+              "read_ios": 0, "read_merges": 0, "read_sectors": 0, "write_ios": 400, "write_merges": 0,
+              "write_sectors": 3200, "flush_ios": 4, "busy_ms": 900, "queue_ms": 900, "in_flight_requests": 1}
+             for i in range(10)]
+    a = analyze(_session(tmp_path, "measured", metadata(journals=[journal_meta(fua=0, write_cache="write back")]),
+                         calls=calls + syncs, offcpu=offs + sync_offs, jbd2_events=evs + first + sb + thread,
+                         log_tail=lt, run_stats=rs,
+                         stacks=stacks_df(), device_stats=dstat, checkpoint_stats=cs))
+    moves = tail_moves(a.session, "7:0")
+    assert len(moves) == 21 and moves["home"].tolist() == [False] + [True] * 20
+    assert moves["span_ms"].tolist() == [2.0] + [137.0] * 20
+    assert moves["superblock_ms"].tolist() == [2.0] + [14.0] * 20
+    assert superblock_share(moves) == pytest.approx(282 / 2742)
+    assert math.isnan(superblock_share(moves.iloc[:0])) and not len(tail_moves(a.session, "7:5"))
+    (ej,) = [r for r in a.recommendations if r.kind == "external_journal"]
+    assert ej.inputs["superblock_share"] == pytest.approx(282 / 2742)
+    t_lo = 2 / (600 / 21 + 3)   # 600 blocks home in 21 checkpoints, 4 rounds
+    assert ej.inputs["tail_moved_share_low"] == pytest.approx(t_lo)
+    assert ej.inputs["tail_moved_share_high"] == pytest.approx(282 / 2742)
+    cps, busy = ej.inputs["log_request_share_checkpoints"], ej.inputs["device_saturation"]
+    t_hi = 282 / 2742
+    assert ej.inputs["fractions_high"]["checkpoint"] == pytest.approx(t_hi + (1 - t_hi) * cps)
+    assert ej.inputs["fractions_low"]["checkpoint"] == pytest.approx(t_lo * (1 - cps * busy) + (1 - t_lo) * cps * busy)
+    # the commit waits during the checkpoints queued behind their writes home: on a device of
+    # their own, behind the log's alone
+    share = ej.inputs["log_request_share"]
+    assert ej.inputs["commit_wait_during_checkpoints"] == pytest.approx(0.5)
+    assert ej.inputs["fractions_high"]["commit_wait"] == pytest.approx(0.5 * max(1 - cps, share) + 0.5 * share)
+    assert ej.inputs["fractions_high"]["commit_wait"] > share
+    assert "(the superblock's writes took 282 ms, 10.3% of the 2,742 ms from each checkpoint to its tail's move)" \
+        in ej.text
+
+
 def test_the_logs_share_of_the_requests_served_during_the_checkpoints():
     """A copy's two phases, a second each: its data pages (1,000 writes, 10 flushes, 20 of the
     log's requests), then its metadata alone (200 writes, 10 flushes, 40 of the log's).

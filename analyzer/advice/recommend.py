@@ -33,8 +33,8 @@ from jstall.analyzer.jbd2.model import MARGIN, holding_divisor, model
 from jstall.analyzer.stalls import writers
 from jstall.analyzer.jbd2.journals import checkpoints as checkpoint_events
 from jstall.analyzer.jbd2.journals import (checkpoint_costs, checkpoint_spans, checkpoint_waits, device_load,
-                                           device_saturation, log_share_during, untraced_checkpoints,
-                                           untraced_text)
+                                           device_saturation, log_share_during, superblock_share, tail_moves,
+                                           untraced_checkpoints, untraced_text)
 from jstall.analyzer.session.devices import device_rows, device_time
 from jstall.analyzer.session.recording import NOTE_SHARE, home_writes, losses, session_span_s
 from jstall.analyzer.xfs.logs import kernel_delta
@@ -705,11 +705,17 @@ def external_journal_fractions(inp: dict) -> tuple[dict[str, float], dict[str, f
       during the waits (``device_load``).
     - ``checkpoint`` (forced checkpoints that wrote blocks home): the rounds of the move of
       the log's tail that go to the journal's device (``tail_moved_share_low``/``_high``:
-      tail_moved_shares) and, of the rest, the log's share of what the data device served
-      while they waited (``log_request_share_checkpoints``). On as slow a journal device the
+      tail_moved_shares; where the session holds the kernel's events of each move, the share
+      its superblock writes measured, ``superblock_share``, bounds both: no more goes than
+      they took) and, of the rest, the log's share of what the data device served while
+      they waited (``log_request_share_checkpoints``). On as slow a journal device the
       moved rounds still queue behind the log's own requests there (that share, at the rate
       the device ran during them: ``device_saturation``), and the rest lose the log's share
       at that rate.
+    - ``commit_wait`` while the forced checkpoints wrote home (``commit_wait_during_checkpoints``,
+      the share of the commit waits they covered): a commit's log writes queued behind every
+      request the device served then; on a fast device of their own, behind the log's alone,
+      so at most all but the log's share of them goes (the high end).
 
     The high end is no bound for a hot set larger than the journal: a faster log fills it
     sooner, and the checkpoints stay as many or more (measured once: a 4 MiB journal beside
@@ -729,6 +735,10 @@ def external_journal_fractions(inp: dict) -> tuple[dict[str, float], dict[str, f
         t_lo, t_hi = inp.get("tail_moved_share_low") or 0.0, inp.get("tail_moved_share_high") or 0.0
         lo["checkpoint"] = t_lo * (1 - cps * busy) + (1 - t_lo) * cps * busy
         hi["checkpoint"] = t_hi + (1 - t_hi) * cps
+        # a commit's log writes queued behind what the device served while the checkpoints
+        # wrote home; on a device of their own, behind the log's alone
+        during = inp.get("commit_wait_during_checkpoints") or 0.0
+        hi["commit_wait"] = during * max(1.0 - cps, share) + (1.0 - during) * share
     return lo, hi
 
 
@@ -751,12 +761,21 @@ def _external_journal(ctx, j, m):
     rounds, sb_rounds = tail_rounds(m.get("write_cache"), m.get("fua"))
     per_cp = written / max(int(j.get("forced_checkpoints") or 0), 1)
     t_lo, t_hi = tail_moved_shares(rounds, sb_rounds, per_cp)
+    moves = tail_moves(ctx.session, dev)
+    measured = superblock_share(moves)
+    if measured == measured:
+        # the superblock writes' own time, measured by the kernel's events: no more than that
+        # goes with them, and no more than they took on a device with no queue
+        t_lo, t_hi = min(t_lo, measured), measured
     inputs = {"commit_stall_ms": io_ms + txn_ms, "commit_io_stall_ms": io_ms, "transaction_stall_ms": txn_ms,
               "checkpoint_stall_ms": cp_ms, "device_stall_ms": dev_ms,
               "logged_blocks": float(j.get("logged_blocks") or 0),
               "log_write_requests": log_req, "max_request_kib": m.get("max_request_kib") or DEFAULT_MAX_REQUEST_KIB,
               "checkpoint_written_blocks": written, "write_cache": m.get("write_cache"), "fua": m.get("fua"),
-              "tail_rounds": rounds, "tail_moved_share_low": t_lo, "tail_moved_share_high": t_hi}
+              "tail_rounds": rounds, "tail_moved_share_low": t_lo, "tail_moved_share_high": t_hi,
+              "superblock_share": measured if measured == measured else None,
+              "superblock_ms": float(moves["superblock_ms"].sum()) if len(moves) else None,
+              "tail_move_span_ms": float(moves["span_ms"].sum()) if len(moves) else None}
     share, cp_share, basis = _log_request_share(ctx, j, m, t, sb, log_req, cp_ms, inputs)
     load = _device_load_in_waits(ctx, dev) if share is not None else 0.0
     if share is not None:
@@ -771,14 +790,20 @@ def _external_journal(ctx, j, m):
                       log_request_share_low=max(log_req + sure - stays, 0.0) / inputs["device_requests"])
     busy = device_saturation(ctx.session, ctx.costs, dev) if cp_ms > 0 and cp_share > 0 else 0.0
     inputs.update(device_saturation=0.0 if busy != busy else busy, device_load=load)
+    if cp_share > 0:
+        inputs["commit_wait_during_checkpoints"] = remedies.covered_share(
+            ctx.stalls, *checkpoint_spans(ctx.costs, dev), dev, "commit_wait")
     lo, hi = external_journal_fractions(inputs)
     by = {c: ctx.cause_ms(c, dev) for c in set(lo) | set(hi)}
     low = sum(f * by[c] for c, f in lo.items())
     if sum(f * by[c] for c, f in hi.items()) <= 0:
         return None
     fua = " and its flush: no FUA" if sb_rounds > 1 else ""
+    took = (f" (the superblock's writes took {inputs['superblock_ms']:,.0f} ms, {100 * measured:.1f}% of the "
+            f"{inputs['tail_move_span_ms']:,.0f} ms from each checkpoint to its tail's move)"
+            if measured == measured else "")
     tail = (f"; {sb_rounds} of the {rounds} rounds a forced checkpoint waits for one after another (its writes "
-            f"home, the cache flush, the journal superblock's write{fua}) go to the journal's device"
+            f"home, the cache flush, the journal superblock's write{fua}) go to the journal's device{took}"
             if "checkpoint" in hi else "")
     return Recommendation(
         "external_journal", estimate=True, dev=dev, stall_ms_addressed=low, inputs=inputs,
@@ -797,7 +822,7 @@ def _fractions_text(inp, lo, hi, by):
     q = sum(by.get(c, 0.0) for c in QUEUE_CAUSES)
     out = []
     if q > 0 and inp.get("log_request_share") is not None:
-        c = QUEUE_CAUSES[0]
+        c = "lock_buffer"   # one of the queue's causes with the queue's own share
         out.append(f"The {q:,.0f} ms of waits on the device's queue shrink as its work does: by "
                    f"{100 * lo[c]:.0f}% on a journal device as slow as this one (the log's writes and the "
                    f"{inp.get('commit_log_flushes', 0):.0f} flushes surely its own, less the flush each of the "
@@ -811,6 +836,11 @@ def _fractions_text(inp, lo, hi, by):
     if "checkpoint" in hi and by.get("checkpoint", 0.0) > 0:
         out.append(f"The checkpoints' {by['checkpoint']:,.0f} ms: by {100 * lo['checkpoint']:.0f}% to "
                    f"{100 * hi['checkpoint']:.0f}%.")
+    during = inp.get("commit_wait_during_checkpoints") or 0.0
+    if during > 0 and by.get("commit_wait", 0.0) > 0 and hi["commit_wait"] > hi["lock_buffer"]:
+        out.append(f"{100 * during:.0f}% of the {by['commit_wait']:,.0f} ms of commit waits ran while the forced "
+                   f"checkpoints wrote home, their commits' log writes queued behind those writes: on a fast device "
+                   f"of their own, behind the log's alone (the commit waits by up to {100 * hi['commit_wait']:.0f}%).")
     return " ".join(out)
 
 

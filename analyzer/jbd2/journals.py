@@ -251,6 +251,53 @@ def checkpoint_spans(costs: pd.DataFrame, dev: str) -> tuple[np.ndarray, np.ndar
     return c0, c0 + (cp["chp_ms"].to_numpy(dtype="float64") * 1e6).astype("int64")
 
 
+def tail_moves(session: Session, dev: str) -> pd.DataFrame:
+    """Each move of a journal's tail in a forced checkpoint (a task's, not the jbd2 thread's),
+    timed by the kernel's own events. jbd2_log_do_checkpoint first moves the tail over what
+    is already home (jbd2_cleanup_journal_tail: a cache flush of the filesystem's device, the
+    journal superblock's write, jbd2_write_superblock, the move, jbd2_update_log_tail), then
+    fires jbd2_checkpoint (``result`` 0: the tail moved, nothing to write home), writes home
+    and moves the tail again. Columns: ``superblock_ns`` (the superblock write's start),
+    ``tail_ns``, ``superblock_ms`` (its write: its queue, its request and, on a device without
+    FUA, its flush), ``span_ms`` (from the checkpoint's event to the move; a move before its
+    event, the first cleanup's, its superblock write alone: the flush before it is not
+    timed) and ``home`` (the move ended writes home). Empty without the events (a recording
+    without ``log_tail``)."""
+    cols = ["superblock_ns", "tail_ns", "superblock_ms", "span_ms", "home"]
+    ev, lt = session.jbd2_events, session.log_tail
+    if not len(ev) or lt is None or not len(lt):
+        return pd.DataFrame(columns=cols)
+    ev = ev[(ev["dev"].astype("str") == dev) & ~ev["jbd2_thread"].astype(bool)]
+    lt = lt[lt["dev"].astype("str") == dev]
+    rows = []
+    for tid, moves in lt.groupby(lt["tid"].astype("int64"), sort=False):
+        mine = ev[ev["tid"].astype("int64") == tid]
+        cps = mine[mine["event"] == "checkpoint"].sort_values("ts_ns", kind="stable")
+        cp = cps["ts_ns"].to_numpy(dtype="int64")
+        moved = (pd.to_numeric(cps["result"], errors="coerce") == 0).to_numpy()
+        sb = np.sort(mine.loc[mine["event"] == "write_superblock", "ts_ns"].to_numpy(dtype="int64"))
+        ts = np.sort(moves["ts_ns"].to_numpy(dtype="int64"))
+        for n, t in enumerate(ts):
+            k = np.searchsorted(sb, t, side="right") - 1
+            if k < 0:
+                continue
+            i = np.searchsorted(cp, t, side="right") - 1   # the checkpoint before it
+            nxt = i + 1                                       # and the one after
+            first = nxt < len(cp) and moved[nxt] and (n + 1 == len(ts) or cp[nxt] < ts[n + 1])
+            if first:
+                rows.append((int(sb[k]), int(t), (t - sb[k]) / 1e6, (t - sb[k]) / 1e6, False))
+            elif i >= 0 and sb[k] >= cp[i] and (n == 0 or cp[i] > ts[n - 1]):
+                rows.append((int(sb[k]), int(t), (t - sb[k]) / 1e6, (t - cp[i]) / 1e6, True))
+    return pd.DataFrame(rows, columns=cols)
+
+
+def superblock_share(moves: pd.DataFrame) -> float:
+    """The share of the forced checkpoints' time (tail_moves' spans) their journal superblock
+    writes took; NaN without a move."""
+    span = float(moves["span_ms"].sum()) if len(moves) else 0.0
+    return min(float(moves["superblock_ms"].sum()) / span, 1.0) if span > 0 else float("nan")
+
+
 def _overlap_ns(c0, c1, t0, t1):
     """Per interval [t0, t1), the ns of it the spans [c0, c1) cover (summed over the spans)."""
     out = np.zeros(len(t0), dtype="int64")
