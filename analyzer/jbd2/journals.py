@@ -267,7 +267,8 @@ def tail_moves(session: Session, dev: str) -> pd.DataFrame:
     ev, lt = session.jbd2_events, session.log_tail
     if not len(ev) or lt is None or not len(lt):
         return pd.DataFrame(columns=cols)
-    ev = ev[(ev["dev"].astype("str") == dev) & ~ev["jbd2_thread"].astype(bool)]
+    ev = ev[(ev["dev"].astype("str") == dev) & ~ev["jbd2_thread"].astype(bool)
+            & ev["event"].isin(("checkpoint", "write_superblock"))]
     lt = lt[lt["dev"].astype("str") == dev]
     rows = []
     for tid, moves in lt.groupby(lt["tid"].astype("int64"), sort=False):
