@@ -962,8 +962,10 @@ def test_external_journal_estimate_is_the_logs_share_of_the_device_requests(tmp_
         return next(r for r in a.recommendations if r.kind == "external_journal") if any(
             r.kind == "external_journal" for r in a.recommendations) else None
 
-    def checkpoint(ej, t_lo, t_hi, cps, busy):
-        lo = t_lo * (1 - cps * busy) + (1 - t_lo) * cps * busy
+    def checkpoint(ej, t_lo, t_hi, cps, busy, cpw):
+        # the low end counts the log's writes alone (a flush may cost the device nothing)
+        assert ej.inputs["log_write_share_checkpoints"] == pytest.approx(cpw)
+        lo = t_lo * (1 - cpw * busy) + (1 - t_lo) * cpw * busy
         hi = t_hi + (1 - t_hi) * cps
         assert ej.inputs["fractions_low"]["checkpoint"] == pytest.approx(lo)
         assert ej.inputs["fractions_high"]["checkpoint"] == pytest.approx(hi)
@@ -975,7 +977,7 @@ def test_external_journal_estimate_is_the_logs_share_of_the_device_requests(tmp_
     assert ej.inputs["log_request_share"] == pytest.approx(120 / 4040)
     assert ej.inputs["log_request_share_checkpoints"] == pytest.approx(24 / 104)
     assert ej.inputs["device_saturation"] == pytest.approx(104 / 704)
-    lo, hi = checkpoint(ej, 1 / 32, 1 / 3, 24 / 104, 104 / 704)
+    lo, hi = checkpoint(ej, 1 / 32, 1 / 3, 24 / 104, 104 / 704, 20 / 100)
     assert "120 of the data device's 4040 requests were the log's" in ej.text
     assert ("of the requests it served while the forced checkpoints waited, 23.1% were the log's, so their writes "
             "would queue behind 23.1% fewer") in ej.text
@@ -983,7 +985,7 @@ def test_external_journal_estimate_is_the_logs_share_of_the_device_requests(tmp_
     # the text's interval is the stall-time interval of the same fractions: one definition
     assert (ej.stall_ms_removed_low, ej.stall_ms_removed_high) == (pytest.approx(2800 * lo), pytest.approx(2800 * hi))
     loop = advice("loop", 30, fua=0, write_cache="write back")
-    checkpoint(loop, 2 / 33, 2 / 4, 24 / 104, 104 / 704)
+    checkpoint(loop, 2 / 33, 2 / 4, 24 / 104, 104 / 704, 20 / 100)
     assert "2 of the 4 rounds a forced checkpoint waits for one after another" in loop.text
     # each move of the log's tail (a journal superblock write) flushes the data device first,
     # wherever the journal is: those flushes stay, and the log's share loses them: 12 tail moves,
@@ -999,7 +1001,7 @@ def test_external_journal_estimate_is_the_logs_share_of_the_device_requests(tmp_
     steady = [dict(d, write_ios=400, write_sectors=3200) for d in dstat]
     busy = advice("busy", 30, dstat=steady)
     assert busy.inputs["device_saturation"] == 1.0
-    checkpoint(busy, 1 / 32, 1 / 3, 24 / 404, 1.0)
+    checkpoint(busy, 1 / 32, 1 / 3, 24 / 404, 1.0, 20 / 400)
     assert advice("nothing-written", 0) is None   # no commit waits either: no advice at all
 
 
@@ -1056,7 +1058,8 @@ def test_the_superblock_writes_measured_bound_what_moves_with_them(tmp_path):
     cps, busy = ej.inputs["log_request_share_checkpoints"], ej.inputs["device_saturation"]
     t_hi = 282 / 2742
     assert ej.inputs["fractions_high"]["checkpoint"] == pytest.approx(t_hi + (1 - t_hi) * cps)
-    assert ej.inputs["fractions_low"]["checkpoint"] == pytest.approx(t_lo * (1 - cps * busy) + (1 - t_lo) * cps * busy)
+    cpw = min(ej.inputs["log_write_share_checkpoints"], cps)   # the log's writes alone: flushes may cost nothing
+    assert ej.inputs["fractions_low"]["checkpoint"] == pytest.approx(t_lo * (1 - cpw * busy) + (1 - t_lo) * cpw * busy)
     # the commit waits during the checkpoints queued behind their writes home: on a device of
     # their own, behind the log's alone
     share = ej.inputs["log_request_share"]
@@ -1085,6 +1088,9 @@ def test_the_logs_share_of_the_requests_served_during_the_checkpoints():
     log_ts = [S // 2] * 20 + [S + S // 2] * 40   # one request each
     second = log_share_during(session, "7:0", np.array([S + S // 10]), np.array([S + S // 2]), log_ts, [1] * 60)
     assert second == pytest.approx(50 / 210)
+    # of the write requests alone (a flush that costs the device nothing): 40 of 200
+    assert log_share_during(session, "7:0", np.array([S + S // 10]), np.array([S + S // 2]), log_ts, [1] * 60,
+                            flushes=False) == pytest.approx(40 / 200)
     both = log_share_during(session, "7:0", np.array([S // 2, S + S // 2]),
                             np.array([S // 2 + S // 10, S + 6 * S // 10]), log_ts, [1] * 60)
     assert both == pytest.approx(80 / 1220)

@@ -711,7 +711,8 @@ def external_journal_fractions(inp: dict) -> tuple[dict[str, float], dict[str, f
       they waited (``log_request_share_checkpoints``). On as slow a journal device the
       moved rounds still queue behind the log's own requests there (that share, at the rate
       the device ran during them: ``device_saturation``), and the rest lose the log's share
-      at that rate.
+      at that rate, of its writes alone (``log_write_share_checkpoints``: a cache flush may
+      cost the device nothing).
     - ``commit_wait`` while the forced checkpoints wrote home (``commit_wait_during_checkpoints``,
       the share of the commit waits they covered): a commit's log writes queued behind every
       request the device served then; on a fast device of their own, behind the log's alone,
@@ -733,7 +734,9 @@ def external_journal_fractions(inp: dict) -> tuple[dict[str, float], dict[str, f
     if cps > 0:
         busy = inp.get("device_saturation") or 0.0
         t_lo, t_hi = inp.get("tail_moved_share_low") or 0.0, inp.get("tail_moved_share_high") or 0.0
-        lo["checkpoint"] = t_lo * (1 - cps * busy) + (1 - t_lo) * cps * busy
+        # a cache flush may cost the device nothing: the low end counts the log's writes alone
+        cpw = min(inp.get("log_write_share_checkpoints", cps), cps)
+        lo["checkpoint"] = t_lo * (1 - cpw * busy) + (1 - t_lo) * cpw * busy
         hi["checkpoint"] = t_hi + (1 - t_hi) * cps
         # a commit's log writes queued behind what the device served while the checkpoints
         # wrote home; on a device of their own, behind the log's alone
@@ -879,7 +882,11 @@ def _log_request_share(ctx, j, m, t, sb, log_req, cp_ms, inputs):
             ts = np.concatenate([t["ts_ns"].to_numpy(dtype="float64"), tails])
             n = np.concatenate([per, np.ones(len(sb))])
             n = n * (log_req / n.sum()) if n.sum() > 0 else n   # the log's wraps spread with its writes
-            during = log_share_during(ctx.session, dev, *checkpoint_spans(ctx.costs, dev), ts, n, tails)
+            spans = checkpoint_spans(ctx.costs, dev)
+            during = log_share_during(ctx.session, dev, *spans, ts, n, tails)
+            writes = log_share_during(ctx.session, dev, *spans, ts, n, tails, flushes=False)
+            if writes == writes:
+                inputs.update(log_write_share_checkpoints=writes)
         cp_share = (share if during != during else during) if written else 0.0
         inputs.update(log_request_share_checkpoints=cp_share)
         if not written and int(j.get("forced_checkpoints") or 0):

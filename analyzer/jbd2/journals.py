@@ -351,7 +351,7 @@ def _per_interval(t0, t1, ts_ns, counts=None):
 
 
 def log_share_during(session: Session, dev: str, c0: np.ndarray, c1: np.ndarray, log_ts_ns: ArrayLike,
-                     log_requests: ArrayLike, tail_ts_ns: ArrayLike = ()) -> float:
+                     log_requests: ArrayLike, tail_ts_ns: ArrayLike = (), flushes: bool = True) -> float:
     """The log's share of a journal's data device's requests during the spans [c0, c1) (ns
     arrays): its write requests (``log_requests``, each count issued at ``log_ts_ns``) and the
     device's cache flushes but the one before each move of the log's tail (at ``tail_ts_ns``:
@@ -359,8 +359,9 @@ def log_share_during(session: Session, dev: str, c0: np.ndarray, c1: np.ndarray,
     against the device's write and flush requests, over the ``device_stats`` intervals the
     spans ran in (weighted by their time in each). A forced checkpoint's writes queue behind
     the requests the device serves while it waits, not behind the whole run's: a copy's data
-    writes crowd the log out in one phase and its metadata alone fills another. NaN without
-    the device's counters, a span, or a request in them."""
+    writes crowd the log out in one phase and its metadata alone fills another. ``flushes``
+    false: of the write requests alone (a cache flush that costs the device nothing). NaN
+    without the device's counters, a span, or a request in them."""
     d = device_rows(session, dev)
     if not len(c0) or not len(d):
         return float("nan")
@@ -369,7 +370,7 @@ def log_share_during(session: Session, dev: str, c0: np.ndarray, c1: np.ndarray,
     weight = _overlap_ns(c0, c1, t0, t1).astype("float64")
     log = _per_interval(t0, t1, log_ts_ns, log_requests)
     staying = _per_interval(t0, t1, tail_ts_ns)
-    flushes = d["flush_ios"].to_numpy(dtype="float64")
+    flushes = d["flush_ios"].to_numpy(dtype="float64") * (1.0 if flushes else 0.0)
     requests = d["write_ios"].to_numpy(dtype="float64") + flushes
     served = float((requests * weight).sum())
     if not served > 0:
