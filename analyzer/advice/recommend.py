@@ -766,7 +766,8 @@ def _external_journal(ctx, j, m):
     t_lo, t_hi = tail_moved_shares(rounds, sb_rounds, per_cp)
     moves = tail_moves(ctx.session, dev)
     measured = superblock_share(moves)
-    if measured == measured:
+    measured = None if measured != measured else measured   # NaN: no move with a time
+    if measured is not None:
         # the superblock writes' own time, measured by the kernel's events: no more than that
         # goes with them, and no more than they took on a device with no queue
         t_lo, t_hi = min(t_lo, measured), measured
@@ -776,7 +777,7 @@ def _external_journal(ctx, j, m):
               "log_write_requests": log_req, "max_request_kib": m.get("max_request_kib") or DEFAULT_MAX_REQUEST_KIB,
               "checkpoint_written_blocks": written, "write_cache": m.get("write_cache"), "fua": m.get("fua"),
               "tail_rounds": rounds, "tail_moved_share_low": t_lo, "tail_moved_share_high": t_hi,
-              "superblock_share": measured if measured == measured else None,
+              "superblock_share": measured,
               "superblock_ms": float(moves["superblock_ms"].sum()) if len(moves) else None,
               "tail_move_span_ms": float(moves["span_ms"].sum()) if len(moves) else None}
     share, cp_share, basis = _log_request_share(ctx, j, m, t, sb, log_req, cp_ms, inputs)
@@ -804,7 +805,7 @@ def _external_journal(ctx, j, m):
     fua = " and its flush: no FUA" if sb_rounds > 1 else ""
     took = (f" (the superblock's writes took {inputs['superblock_ms']:,.0f} ms, {100 * measured:.1f}% of the "
             f"{inputs['tail_move_span_ms']:,.0f} ms from each checkpoint to its tail's move)"
-            if measured == measured else "")
+            if measured is not None else "")
     tail = (f"; {sb_rounds} of the {rounds} rounds a forced checkpoint waits for one after another (its writes "
             f"home, the cache flush, the journal superblock's write{fua}) go to the journal's device{took}"
             if "checkpoint" in hi else "")

@@ -269,14 +269,15 @@ def tail_moves(session: Session, dev: str) -> pd.DataFrame:
         return pd.DataFrame(columns=cols)
     ev = ev[(ev["dev"].astype("str") == dev) & ~ev["jbd2_thread"].astype(bool)
             & ev["event"].isin(("checkpoint", "write_superblock"))]
+    ev, by_task = _by_tid(ev.sort_values("ts_ns", kind="stable"))   # each task's in time order
     lt = lt[lt["dev"].astype("str") == dev]
     rows = []
     for tid, moves in lt.groupby(lt["tid"].astype("int64"), sort=False):
-        mine = ev[ev["tid"].astype("int64") == tid]
-        cps = mine[mine["event"] == "checkpoint"].sort_values("ts_ns", kind="stable")
+        mine = ev.iloc[slice(*by_task(tid))]
+        cps = mine[mine["event"] == "checkpoint"]
         cp = cps["ts_ns"].to_numpy(dtype="int64")
         moved = (pd.to_numeric(cps["result"], errors="coerce") == 0).to_numpy()
-        sb = np.sort(mine.loc[mine["event"] == "write_superblock", "ts_ns"].to_numpy(dtype="int64"))
+        sb = mine.loc[mine["event"] == "write_superblock", "ts_ns"].to_numpy(dtype="int64")
         ts = np.sort(moves["ts_ns"].to_numpy(dtype="int64"))
         for n, t in enumerate(ts):
             k = np.searchsorted(sb, t, side="right") - 1
