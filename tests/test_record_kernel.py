@@ -194,6 +194,27 @@ def test_run_stats_count_equals_the_kernels_transaction_count(recorded):
     assert end - start == len(rs)
 
 
+def test_each_forced_checkpoints_tail_move_is_timed_by_its_superblock_write(recorded):
+    """A move of the journal's tail in a task that checkpointed (jbd2_update_log_tail)
+    follows that task's journal superblock write (jbd2_write_superblock), after its checkpoint
+    event or just before one that found the tail moved (result 0): analysis.journals'
+    tail_moves pairs them, and the write is a part of the checkpoint's time. (A wait for
+    space that found nothing to checkpoint may move the tail with no checkpoint event: not
+    paired, so at most every move.)"""
+    from jstall.analyzer.jbd2.journals import tail_moves
+    from jstall.analyzer.session.load import load_session
+
+    s = load_session(recorded["path"])
+    ev = s.jbd2_events
+    tasks = set(ev.loc[(ev.event == "checkpoint") & ~ev.jbd2_thread, "tid"].astype("int64"))
+    lt = s.log_tail[s.log_tail["tid"].astype("int64").isin(tasks)]
+    assert len(lt) > 0
+    moves = tail_moves(s, recorded["dev"])
+    assert 0 < len(moves) <= len(lt), (len(moves), len(lt))
+    assert (moves.superblock_ms > 0).all() and (moves.span_ms >= moves.superblock_ms).all()
+    assert moves.home.any()
+
+
 def test_stalled_calls_have_symbolized_jbd2_stacks(recorded):
     calls = table(recorded["path"], "calls")
     off = table(recorded["path"], "offcpu")
