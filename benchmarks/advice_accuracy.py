@@ -162,9 +162,11 @@ def remedy(a, fs):
             return None, f"{mib} MiB is more than the lab's {hi} MiB on this filesystem"
         return f"{'log' if xfs else 'journal'} {mib}M", {"journal_size": f"{mib}M"}
     if kind == "inode_size":
+        m = re.search(r"mkfs\.ext4 -I (\d+)", a.get("command") or "")
+        size = int(m.group(1)) if m else 256
         return (
-            ("256-byte inodes", {"inode_size": 256})
-            if not xfs and fs.inode_size < 256
+            (f"{size}-byte inodes", {"inode_size": size})
+            if not xfs and fs.inode_size < size
             else (None, "inodes not smaller")
         )
     if kind in ("external_journal", "external_log", "xfs_log_device"):

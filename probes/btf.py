@@ -85,7 +85,7 @@ FIELDS = {
 #: (raw_syscalls:sys_enter/sys_exit pass struct pt_regs *). Optional: without them the
 #: probes name no file and find no device by descriptor.
 SYSCALL_ARGS = {
-    "x86_64": (("pt_regs", "di"), ("pt_regs", "si")),
+    "x86_64": (("pt_regs", "di"), ("pt_regs", "si"), ("pt_regs", "r10")),
 }
 #: Where struct pt_regs keeps the number a syscall was entered with (fentry mode).
 SYSCALL_NR = {"x86_64": ("pt_regs", "orig_ax"), "aarch64": ("pt_regs", "syscallno")}
@@ -285,20 +285,20 @@ def _missing_hint(types, struct):
 
 
 def syscall_arg_defines(types, machine=None):
-    """SYSCALL_ARGS (1 when known) and ARG0_OFF/ARG1_OFF: where struct pt_regs keeps a
-    syscall's first two arguments on this architecture."""
+    """SYSCALL_ARGS (1 when known) and ARG0_OFF/ARG1_OFF/ARG3_OFF: where struct pt_regs keeps
+    a syscall's first two arguments and its fourth on this architecture."""
     machine_name = machine or os.uname().machine
     args = SYSCALL_ARGS.get(machine_name)
     try:
         offs = [types.member(*a)[0] for a in args] if args else None
     except KeyError:
         offs = None
-    a0, a1 = offs or (0, 0)
+    a0, a1, a3 = offs or (0, 0, 0)
     nr, ret = SYSCALL_NR.get(machine_name), SYSCALL_RET.get(machine_name)
     try:
         nr_off = types.member(*nr)[0] if nr else 0
         ret_off = types.member(*ret)[0] if ret else -1
     except KeyError:
         nr_off, ret_off = 0, -1
-    return {"SYSCALL_ARGS": int(bool(offs)), "ARG0_OFF": a0, "ARG1_OFF": a1, "SYSCALL_NR_OFF": nr_off,
+    return {"SYSCALL_ARGS": int(bool(offs)), "ARG0_OFF": a0, "ARG1_OFF": a1, "ARG3_OFF": a3, "SYSCALL_NR_OFF": nr_off,
             "SYSCALL_CONTEXT": int(ret_off >= 0), "SYSCALL_RET_OFF": max(ret_off, 0)}

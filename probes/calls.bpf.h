@@ -21,6 +21,7 @@ static __always_inline void call_init(struct inflight *c, __u64 now, __u32 nr, _
 	c->handles = 0;
 	c->arg0 = arg0;
 	c->arg1 = arg1;
+	c->arg3 = 0;
 	c->free_first = c->free_min = c->log_blocks = c->credits_first = 0;
 	c->context_nr = CONTEXT_UNKNOWN;
 	c->task_flags = 0;
@@ -113,6 +114,11 @@ static __always_inline int call_end(struct inflight *c, __s64 ret, __u64 regs)
 				t->max_ns = lat;
 		}
 	}
+#if XATTR_FILES
+	if ((c->flags & NR_XATTR_SET) && ret == 0 && allowed && dev)
+		xattr_note(c, dev, regs ? syscall_arg(regs, ARG0_OFF) : c->arg0, regs ? syscall_arg(regs, ARG1_OFF) : c->arg1,
+			   regs ? syscall_arg(regs, ARG3_OFF) : c->arg3);
+#endif
 	if (allowed) {
 		mark_used(dev);
 		if (lat >= MIN_NS) {

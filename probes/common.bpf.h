@@ -17,7 +17,8 @@
  *   COMMIT_EVENTS               jbd2_start_commit and jbd2_end_commit are both attached
  *   FILTER_PID, FILTER_TREE, FILTER_DEV, FILTER_CGROUP   filters (0 = off)
  *   SIZEOF_<struct>             record sizes the Python side decodes
- *   SYSCALL_ARGS, ARG0_OFF, ARG1_OFF  where pt_regs holds a syscall's first two arguments
+ *   SYSCALL_ARGS, ARG0_OFF, ARG1_OFF, ARG3_OFF  where pt_regs holds a syscall's first two
+ *                               arguments and its fourth
  *   SYSCALL_NR_OFF              where pt_regs holds the syscall's number (fentry mode)
  *   SYSCALL_CONTEXT, SYSCALL_RET_OFF  where pt_regs holds the return value, -ENOSYS inside a
  *                               syscall (x86_64): what a handle wait's task was doing
@@ -26,7 +27,7 @@
  *   SELF_TGID                   the recorder's own process, never traced
  *   CALL_SLOTS, STATS_WAYS      rows of the call_slots counters (one per traced syscall, or per
  *                               monitor operation), and counters per row (a power of 2)
- *   HANDLE_WAITS, WAIT_CHAINS, HOME_WRITES, XFS_LOG, WRITERS   the parts below
+ *   HANDLE_WAITS, WAIT_CHAINS, HOME_WRITES, XFS_LOG, WRITERS, XATTR_FILES   the parts below
  *
  * MONITOR_OPS is the top program's own (recorder.bpf.c 0, monitor.bpf.c 1): its calls are
  * the monitor's fs-level operations (handle waits, fsync), not syscalls. */
@@ -51,6 +52,10 @@
 #ifndef XFS_LOG
 #define XFS_LOG 0
 #endif
+/* 1: each file's set extended attributes are noted (xattrs.bpf.h, SYSCALL_ARGS only) */
+#ifndef XATTR_FILES
+#define XATTR_FILES 0
+#endif
 #ifndef XFS_GRANT_CYCLES
 #define XFS_GRANT_CYCLES 0
 #endif
@@ -66,6 +71,7 @@
 #define NR_RETURNS_FD 4
 #define NR_PATH_ARG0 8
 #define NR_PATH_ARG1 16
+#define NR_XATTR_SET 32   /* sets an attribute (name, value, size): xattrs.bpf.h */
 #include <uapi/linux/ptrace.h>
 #include <linux/types.h>
 #include "jstall_events.h"
@@ -102,6 +108,7 @@ struct inflight {
 	__u32 dev_checked; /* dev passed the device filter (call_end need not look again) */
 	__u64 arg0;        /* first two arguments (per-syscall tracepoints only) */
 	__u64 arg1;
+	__u64 arg3;        /* the fourth: a set attribute's size (per-syscall tracepoints only) */
 	__u64 free_first;
 	__u64 free_min;
 	__u64 log_blocks;

@@ -64,6 +64,9 @@ FILL_SAMPLE_NS = 10_000_000
 #: distinct blocks forced checkpoints wrote home, counted at most (home_writes; the map
 #: grows as they come: about 100 bytes of kernel memory each)
 HOME_BLOCKS_MAX = 1 << 18
+#: files whose set extended attributes are noted at most (xattr_files, an LRU map: the
+#: last ones set; about 100 bytes of kernel memory each)
+XATTR_FILES_MAX = 1 << 14
 #: (process, cgroup, journal, transaction) keys the writers map holds between two reads
 #: (the recorder reads it at every flush and drops committed transactions' keys)
 WRITERS_MAX = 4096
@@ -240,6 +243,7 @@ class ProbeSet:
         self._btf_trace_ids = {}                          # tracepoint -> (btf_trace_<name> type id, module) (_cflags)
         self._fentry_ids = {}                             # call -> its syscall function's BTF id (fentry mode)
         self._xfs_refused = None                          # why the XFS programs did not compile (_compile)
+        self._syscall_args = False                        # pt_regs' argument offsets are known (_cflags)
 
     # ---- set-up -------------------------------------------------------------------
 
@@ -256,6 +260,14 @@ class ProbeSet:
     #: what each process put into each journal is counted in the kernel (WRITERS: the
     #: writers map, read by the owner with read_writers)
     writers = True
+    #: each file's set extended attributes are noted (XATTR_FILES: the xattr_files map)
+    xattr_files = True
+
+    @property
+    def xattr_files_noted(self):
+        """XATTR_FILES: a call that sets an attribute is traced, and its arguments are read."""
+        return bool(self.xattr_files and set(syscalls.XATTR_SET) & set(self.syscall_numbers)
+                    and self._syscall_args)
 
     @property
     def xfs_log(self):
@@ -281,6 +293,7 @@ class ProbeSet:
         self._fentry_ids = self._resolve_attach(funcs, known["funcs"])
         for struct_name, dt in events.DTYPES.items():
             defines[f"SIZEOF_{struct_name}"] = dt.itemsize
+        self._syscall_args = bool(defines.get("SYSCALL_ARGS"))
         xfs_log = self.xfs_log
         defines.update(
             MIN_NS=int(self.opts.min_ms * 1e6),
@@ -302,6 +315,8 @@ class ProbeSet:
             HANDLE_WAITS=int(self.handle_waits),
             HOME_WRITES=int(self.home_writes_counted),
             HOME_BLOCKS_MAX=HOME_BLOCKS_MAX,
+            XATTR_FILES=int(self.xattr_files_noted),
+            XATTR_FILES_MAX=XATTR_FILES_MAX,
             WAIT_CHAINS=int(self.wait_chains),
             TASK_PT_REGS=int((host.kernel_version() or (0, 0)) >= (5, 15)),
             XFS_LOG=int(xfs_log),
@@ -392,7 +407,8 @@ class ProbeSet:
                     if not host.tracepoint_exists("syscalls", tp):
                         self.missing.append(f"syscalls:{tp}")
                         continue
-                    fn = "sc_enter_at" if kind == "enter" and name in syscalls.PATH_ARG1 else f"sc_{kind}"
+                    fn = ("sc_enter_xattr" if kind == "enter" and name in syscalls.XATTR_SET
+                          else "sc_enter_at" if kind == "enter" and name in syscalls.PATH_ARG1 else f"sc_{kind}")
                     b.attach_tracepoint(tp=f"syscalls:{tp}".encode(), fn_name=fn.encode())
                     self.attached.append(f"syscalls:{tp}")
         else:
@@ -634,6 +650,17 @@ class ProbeSet:
             return {}
         return {(filesystems.dev_name(int(k.dev)), int(k.sector)): (int(v.writes), int(v.first_ns), int(v.last_ns))
                 for k, v in self.bpf[b"home_writes"].items()}
+
+    def read_xattr_files(self):
+        """What each file's set extended attributes take in an inode: {(dev 'MAJ:MIN', bytes):
+        files}, bytes the entries' sum with the 4-byte end marker ({} when not noted)."""
+        if not (self.xattr_files_noted and self.bpf is not None):
+            return {}
+        out = {}
+        for k, v in self.bpf[b"xattr_files"].items():
+            key = (filesystems.dev_name(int(k.dev)), 4 + sum(int(b) for b in v.entry_bytes) + int(v.more_bytes))
+            out[key] = out.get(key, 0) + 1
+        return out
 
     @property
     def home_writes_counted(self):

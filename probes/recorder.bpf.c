@@ -22,6 +22,9 @@
 #endif
 
 #include "common.bpf.h"
+#if XATTR_FILES
+#include "xattrs.bpf.h"
+#endif
 #include "calls.bpf.h"
 
 /* ==== the traced syscalls' entry and exit ======================================== */
@@ -62,6 +65,19 @@ int sc_enter_at(struct sc_enter_args *ctx)
 	if (!traced || !*traced)
 		return 0;
 	return call_enter(nr, *traced, ctx->args[0], ctx->args[1], 0);
+}
+
+/* setxattr, lsetxattr, fsetxattr: their fourth argument is the value's size */
+int sc_enter_xattr(struct sc_enter_args *ctx)
+{
+	__u32 nr = ctx->nr;
+	__u16 *traced = traced_nr.lookup(&nr);
+	if (!traced || !*traced)
+		return 0;
+	struct inflight *c = call_begin(nr, *traced, ctx->args[0], ctx->args[1], 0);
+	if (c)
+		c->arg3 = ctx->args[3];
+	return 0;
 }
 
 int sc_exit(struct sc_exit_args *ctx)

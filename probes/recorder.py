@@ -313,6 +313,9 @@ class Recorder:
             if self.probes.home_writes_counted:
                 self._kept("home_writes", write_table_atomic, self.output_dir, "home_writes",
                            tables.home_writes_table(self.probes.read_home_writes()))
+            if self.probes.xattr_files_noted:
+                self._kept("xattr_files", write_table_atomic, self.output_dir, "xattr_files",
+                           tables.xattr_files_table(self.probes.read_xattr_files()))
             metadata = self._metadata(status, end_clock)   # reads the probes' maps: before they close
         finally:
             self.probes.close()

@@ -14,6 +14,7 @@ from jstall.metadata import SessionDoc
 from jstall.session import FORMAT, SCHEMA_VERSION
 
 from . import host
+from .probeset import XATTR_FILES_MAX
 
 
 def clock():
@@ -57,7 +58,8 @@ def session_metadata(rec, status, end_clock, traced, measured, lost, stacks_lost
         probes={"attached": p.attached, "missing": p.missing,
                 "syscalls": sorted(p.syscall_numbers), "attach": p.attach_mode,
                 "attach_note": p.attach_note, "calls_unavailable": p.calls_unavailable,
-                "btf_typed": p.btf_typed, "btf_refused": p.btf_refused},
+                "btf_typed": p.btf_typed, "btf_refused": p.btf_refused,
+                "xattr_files_max": XATTR_FILES_MAX if p.xattr_files_noted else None},
         filters={"devices": rec.devices, "pid": rec.opts.pid, "cgroup": rec.opts.cgroup,
                  "cgroup_id": p.cgroup_id, "command_tree": bool(rec.opts.command_tree)},
         min_ms=rec.opts.min_ms, events_lost=lost, stacks_lost=stacks_lost, journals=list(traced.values()),

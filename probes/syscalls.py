@@ -145,8 +145,12 @@ PATH_ARG1 = ("unlinkat", "mkdirat", "mknodat", "openat", "openat2", "renameat", 
 #: journal handles they start.
 NO_FILE_ARG = ("msync", "linkat", "symlinkat")
 
-#: Bits of the probes' per-number flags (recorder.bpf.c NR_*).
-NR_TRACED, NR_FD_ARG0, NR_RETURNS_FD, NR_PATH_ARG0, NR_PATH_ARG1 = 1, 2, 4, 8, 16
+#: Calls that set an extended attribute by (file, name, value, size): the probes note each
+#: file's attributes (xattrs.bpf.h). setxattrat passes the size in a struct: not noted.
+XATTR_SET = ("setxattr", "lsetxattr", "fsetxattr")
+
+#: Bits of the probes' per-number flags (common.bpf.h NR_*).
+NR_TRACED, NR_FD_ARG0, NR_RETURNS_FD, NR_PATH_ARG0, NR_PATH_ARG1, NR_XATTR_SET = 1, 2, 4, 8, 16, 32
 
 
 def probe_flags(name):
@@ -160,4 +164,6 @@ def probe_flags(name):
         flags |= NR_PATH_ARG0
     if name in RETURNS_FD:
         flags |= NR_RETURNS_FD
+    if name in XATTR_SET:
+        flags |= NR_XATTR_SET
     return flags

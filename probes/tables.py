@@ -371,6 +371,14 @@ def home_writes_table(homes):
         "first_ns": [v[1] for v in vals], "last_ns": [v[2] for v in vals]})
 
 
+def xattr_files_table(files):
+    """The xattr_files table from {(dev, in_inode_bytes): files} (ProbeSet.read_xattr_files),
+    in device and size order."""
+    keys = sorted(files)
+    return _table("xattr_files", {
+        "dev": [k[0] for k in keys], "in_inode_bytes": [k[1] for k in keys], "files": [files[k] for k in keys]})
+
+
 def _signed64(x):
     """An integer read from a 64-bit counter, as int64 holds it (two's complement)."""
     x &= (1 << 64) - 1

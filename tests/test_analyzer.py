@@ -611,6 +611,44 @@ def test_no_journal_size_or_inode_advice_without_checkpoint_stall_time(tmp_path)
     assert "fast_commit" not in _kinds(a)  # 0 fsync calls
 
 
+def test_inode_size_advice_is_the_smallest_size_holding_the_attributes_the_session_saw(tmp_path):
+    """The xattr_files table decides the inode size advised: small attributes, 256 bytes;
+    two 32-byte ones (108 bytes), 512; none that any inode holds, no size, and the advice
+    says why. Without the table (a session recorded before it), 256."""
+    calls, offs = [], []
+    for i in range(3):
+        c = call((i + 1) * S, 100 * MS, 10 + i, syscall="setxattr")
+        calls.append(c)
+        offs.append(off(c, c["ts_ns"] + MS, 80 * MS, 1))
+    totals = [{"syscall": "setxattr", "dev": "7:0", "count": 100, "errors": 0, "total_latency_ns": S,
+               "max_latency_ns": 100 * MS}]
+    probes = {"attached": [], "missing": [], "xattr_files_max": 16384}
+
+    def advice(name, files, noted=True, kind="inode_size"):
+        xf = pd.DataFrame({"dev": ["7:0"] * len(files), "in_inode_bytes": [b for b, _ in files],
+                           "files": [n for _, n in files]})
+        a = analyze(_session(tmp_path, name, meta=metadata(probes=probes if noted else {"attached": [],
+                                                                                         "missing": []}),
+                             calls=calls, offcpu=offs, stacks=stacks_df(), call_totals=totals, xattr_files=xf))
+        (r,) = [r for r in a.recommendations if r.kind in ("inode_size", "xattr_blocks")]
+        assert r.kind == kind
+        return r
+
+    small = advice("small", [(76, 50)])
+    assert small.inputs["inode_size_advised"] == 256 and "mkfs.ext4 -I 256" in small.command
+    assert small.stall_ms_addressed == 240
+    two = advice("two", [(108, 95), (76, 5)])
+    assert two.inputs["inode_size_advised"] == 512 and "mkfs.ext4 -I 512" in two.command
+    assert "the median file's take 108 bytes of the 348 it holds; 5% fit the 92 bytes of 256-byte inodes" in two.text
+    # none: a finding, not a remedy (no interval, no command)
+    big = advice("big", [(2000, 10)], kind="xattr_blocks")
+    assert "inode_size_advised" not in big.inputs and big.stall_ms_addressed == 0 and big.command is None
+    assert "No inode size holds them" in big.text and "0% of the 10 files' fit even in 1024-byte" in big.text
+    # recorded before the table: an empty table is not "no attributes"
+    old = advice("old", [], noted=False)
+    assert old.inputs["inode_size_advised"] == 256 and "attribute_files" not in old.inputs
+
+
 def test_fast_commit_only_when_fsync_commit_waits_dominate(tmp_path):
     fs = [{"syscall": "fsync", "dev": "7:0", "count": 50, "errors": 0, "total_latency_ns": S,
            "max_latency_ns": 100 * MS}]

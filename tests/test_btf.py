@@ -136,7 +136,7 @@ def test_facts_are_read_once_per_btf_and_question(tmp_path, monkeypatch):
               machine="x86_64")
     first = btf.facts(["s32"], ["none"], **kw)
     assert first == {"defines": {"OUTER_D_OFF": 12, "OUTER_D_SIZE": 4, "SYSCALL_ARGS": 0, "ARG0_OFF": 0, "ARG1_OFF": 0,
-                                 "SYSCALL_NR_OFF": 0, "SYSCALL_CONTEXT": 0, "SYSCALL_RET_OFF": 0},
+                                 "ARG3_OFF": 0, "SYSCALL_NR_OFF": 0, "SYSCALL_CONTEXT": 0, "SYSCALL_RET_OFF": 0},
                      "typedefs": {"s32": [7, None]}, "funcs": {}}
     assert btf.facts(["s32"], ["none"], **kw) == first and len(reads) == 1
     btf.facts(["s32", "other"], ["none"], **kw)               # another question

@@ -574,3 +574,63 @@ def test_a_stack_whose_bucket_another_holds_goes_to_the_second_way(tmp_path, mon
     # a capture failed only where both ways were taken: counted, and no interval is without
     # a stack that was not counted
     assert meta["stacks_lost"] >= int((ids < 0).sum()), (meta["stacks_lost"], sorted(set(ids)))
+
+
+#: files whose attributes the kernel test sets, three ways: by path (setxattr) two 16-byte
+#: values, 2 x (20 + 16) + 4 = 76 bytes, inside a 256-byte inode's 92; by the link's path
+#: (lsetxattr) two 32-byte values, 108 bytes, an external block; by descriptor (fsetxattr) one
+#: value replaced by a larger one, 20 + 40 + 4 = 64 bytes, inside
+XATTR_SETS = r"""
+import os, sys
+d, n = sys.argv[1], int(sys.argv[2])
+os.mkdir(d)
+for i in range(n):
+    p = os.path.join(d, f"f{i}")
+    open(p, "w").close()
+    if i % 3 == 0:
+        os.setxattr(p, "user.a", b"%016d" % i)
+        os.setxattr(p, "user.b", b"%016d" % -i)
+    elif i % 3 == 1:
+        os.setxattr(p, "user.a", b"%032d" % i, follow_symlinks=False)
+        os.setxattr(p, "user.b", b"%032d" % -i, follow_symlinks=False)
+    else:
+        fd = os.open(p, os.O_RDONLY)
+        os.setxattr(fd, "user.c", b"%08d" % i)
+        os.setxattr(fd, "user.c", b"%040d" % i)
+        os.close(fd)
+"""
+
+
+@pytest.mark.parametrize("attach", ["auto", "syscalls", "raw"])
+def test_each_files_attributes_are_noted_as_the_kernel_stores_them(tmp_path, attach):
+    """setxattr, lsetxattr and fsetxattr on an ext4 of 256-byte inodes: the xattr_files table
+    holds each file's attributes at the bytes ext4's entries take (in_inode_bytes), under
+    every attach mode; and the kernel agrees which files' attributes fit in the inode: those
+    over its 92 bytes, and only those, got an external block (debugfs: File ACL), read once
+    the journal was written home (fsfreeze)."""
+    n = 30
+    out = str(tmp_path / "s")
+    with ScratchFs(FsConfig(fs_size="32M", journal_size="4M", inode_size=256)) as fs:
+        mnt, dev = fs.mountpoint, fs.dev
+        proc = subprocess.run([JSTALL, "record", "-q", "-o", out, "-d", dev, "--", sys.executable, "-c", XATTR_SETS,
+                               os.path.join(mnt, "d"), str(n)], capture_output=True, text=True, timeout=600,
+                              env={**os.environ, "JSTALL_ATTACH": attach})
+        assert proc.returncode == 0, proc.stderr
+        subprocess.run(["fsfreeze", "-f", mnt], check=True)
+        try:
+            stat = subprocess.run(["debugfs", "-R", "ls -l /d", fs.device], capture_output=True, text=True,
+                                  check=True).stdout
+            cmds = "".join(f"stat /d/f{i}\n" for i in range(n))
+            acl = subprocess.run(["debugfs", "-f", "-", fs.device], input=cmds, capture_output=True, text=True,
+                                 check=True).stdout
+        finally:
+            subprocess.run(["fsfreeze", "-u", mnt], check=True)
+    assert stat.count(" f") >= n
+    blocks = [int(b) for b in re.findall(r"File ACL: (\d+)", acl)]
+    assert len(blocks) == n
+    assert [i for i, b in enumerate(blocks) if b] == [i for i in range(n) if i % 3 == 1]
+    meta = session.read_metadata(out)
+    assert meta["probes"]["xattr_files_max"] > n
+    t = table(out, "xattr_files")
+    assert dict(zip(t["in_inode_bytes"], t["files"])) == {76: n // 3, 108: n // 3, 64: n // 3}
+    assert set(t["dev"]) == {dev}

@@ -30,13 +30,14 @@ from jstall.analyzer.stalls import causes
 from jstall.analyzer.stalls.find import stall_intervals, stall_keys
 from jstall.analyzer.jbd2.fill import timeline as fill_timeline
 from jstall.analyzer.jbd2.model import MARGIN, holding_divisor, model
+from jstall.analyzer.jbd2 import xattrs
 from jstall.analyzer.stalls import writers
 from jstall.analyzer.jbd2.journals import checkpoints as checkpoint_events
 from jstall.analyzer.jbd2.journals import (checkpoint_costs, checkpoint_spans, checkpoint_waits, device_load,
                                            device_saturation, log_share_during, superblock_share, tail_moves,
                                            untraced_checkpoints, untraced_text)
 from jstall.analyzer.session.devices import device_rows, device_time
-from jstall.analyzer.session.recording import NOTE_SHARE, home_writes, losses, session_span_s
+from jstall.analyzer.session.recording import NOTE_SHARE, home_writes, losses, session_span_s, xattr_files
 from jstall.analyzer.xfs.logs import kernel_delta
 
 if TYPE_CHECKING:
@@ -58,10 +59,6 @@ RULE_CAUSES = ("checkpoint", "commit_wait", "log_space")
 ADVICE_FIRST = ("metadata_io", "data_writeback", "device_flush", "transaction_wait")
 #: A cause with less than this share of the stall time gets no advice of its own.
 MIN_SHARE = 0.05
-#: Bytes of in-inode extended-attribute space with 256-byte inodes: 256 - 128 (base inode)
-#: - 32 (i_extra_isize) - 4 (xattr header magic) = 92; each entry takes 16 bytes + name
-#: (rounded to 4) + value (rounded to 4) (ext4_xattr_entry, EXT4_XATTR_LEN/SIZE).
-IN_INODE_XATTR_BYTES_256 = 92
 #: an inode-size margin within this share of the journal is "borderline": the margin moves
 #: that much between identical runs (an xattr storm beside an fdatasync loop, 4 MiB journal,
 #: three runs: -33 %, +11 % and +25 % of the journal, as the share of handles that set
@@ -508,9 +505,14 @@ def commit_interval(ctx: Context) -> list[Recommendation]:
 
 
 def inode_size(ctx: Context) -> list[Recommendation]:
+    """256-byte (or larger) inodes where 128-byte ones keep every file's attributes in an
+    external block the journal logs: the smallest size that holds the attributes the session
+    saw set (its xattr_files table; the lab's attributes where the session has none), the
+    hot set without the blocks they move."""
     out = []
     xc = ctx.call_count(XATTR_SYSCALLS)
     models = _models(ctx)
+    noted = xattr_files(ctx.session)
     for _, j in ctx.journals.iterrows():  # one row per journal
         dev = j["dev"]
         cp_ms = ctx.cause_ms("checkpoint", dev)
@@ -520,22 +522,27 @@ def inode_size(ctx: Context) -> list[Recommendation]:
         handles = m.handles if m else 0
         xshare = min(xc / handles, 1.0) if handles else float("nan")
         inputs = {"inode_size": 128, "xattr_calls": xc, "handles": handles, "xattr_handle_share": xshare}
-        attrs, size = ctx.lab.get("attrs"), ctx.lab.get("attr_size")
-        fits = None
-        if isinstance(attrs, int) and isinstance(size, int):
-            need = attrs * (16 + 8 + ((size + 3) // 4) * 4)  # entry + a short "user." name + value
-            fits = need <= IN_INODE_XATTR_BYTES_256
-            inputs.update(in_inode_bytes_needed=need, in_inode_bytes_256=IN_INODE_XATTR_BYTES_256)
         text = (f"{dev}: 128-byte inodes have no room for extended attributes, so each file's attributes live in "
                 f"an external block that the journal logs ({xc} xattr calls of {handles} handles). ")
+        size, fit_share, why = _inode_size_held(ctx, noted, dev, inputs)
+        if size is None:
+            # no inode holds them: their blocks stay, and a larger inode table is logged; a
+            # finding, not a remedy to try
+            out.append(Recommendation("xattr_blocks", text + f"No inode size holds them: {why}.", estimate=True,
+                                      dev=dev, inputs=inputs))
+            continue
+        inputs.update(inode_size_advised=size)
+        big = f"{size}-byte inodes"
         rec = Recommendation("inode_size", "", estimate=True, dev=dev, inputs=inputs)
-        if fits is False:
-            rec.text = text + (f"256-byte inodes would NOT suffice: {attrs} attributes of {size} bytes need "
-                               f"{inputs['in_inode_bytes_needed']} bytes, more than the "
-                               f"{IN_INODE_XATTR_BYTES_256} bytes a 256-byte inode holds (try -I 512).")
-            rec.stall_ms_addressed = 0.0
-        elif m is not None and not math.isnan(xshare):
-            hot = m.hot_blocks_high * (1.0 - xshare)
+        files_fit = inputs.get("attribute_files_fit")
+        if m is not None and (files_fit is not None or not math.isnan(xshare)):
+            # the share of the distinct blocks logged that leave the log: each file whose
+            # attributes move had an external block of its own (noted), else the share of
+            # handles that set attributes (the lab's attributes)
+            moved = (min(files_fit / max(m.new_to_log_blocks, 1), 1.0) if files_fit is not None
+                     else xshare * fit_share)
+            inputs["moved_block_share"] = moved
+            hot = m.hot_blocks_high * (1.0 - moved)
             overhead = m.logged_blocks / max(m.blocks, 1)
             need_low = jbd2.blocks_needed(hot, overhead, m.divisor / max(m.divisor - 1.0, 1.0), m.fast_commit_blocks)
             need_high = jbd2.blocks_needed(hot, overhead, m.divisor, m.fast_commit_blocks)
@@ -553,7 +560,8 @@ def inode_size(ctx: Context) -> list[Recommendation]:
             inputs["verdict"] = "suffices" if margin >= band else "short" if margin <= -band else "borderline"
             rec.stall_ms_addressed = cp_ms if inputs["verdict"] != "short" else 0.0
             rec.journal_size_mib = None if need_high <= jb else float(int(-(-need_high * m.block_size // 2**20)))
-            head = (f"Estimate: with 256-byte inodes (mkfs.ext4 -I 256) those blocks are not logged; the hot set "
+            head = (f"Estimate: with {big} (mkfs.ext4 -I {size}) {why}, so their blocks are not logged "
+                    f"({100 * moved:.0f}% of the {m.new_to_log_blocks:,} distinct blocks logged); the hot set "
                     f"drops from about {m.hot_blocks_high:.0f} to {hot:.0f} blocks, which needs {need_low:.0f} "
                     f"(held once in the log) to {need_high:.0f} (held in one transaction) of the journal's "
                     f"{jb:.0f} blocks: ")
@@ -563,10 +571,11 @@ def inode_size(ctx: Context) -> list[Recommendation]:
                                           "differ: they may suffice alone; with them a "
                                           f"{_fmt_mib(rec.journal_size_mib or m.journal_mib)} journal would.")
             elif not ok:
-                rec.text = text + head + (f"256-byte inodes alone would NOT suffice (short by {-margin:.0f} blocks), "
-                                          "and each inode-table block the journal logs would hold half as many "
-                                          "inodes (more blocks to log, not fewer, where the attributes did not "
-                                          f"move); with them a {_fmt_mib(rec.journal_size_mib)} journal would.")
+                rec.text = text + head + (f"{big} alone would NOT suffice (short by {-margin:.0f} blocks), "
+                                          f"and each inode-table block the journal logs would hold {size // 128} "
+                                          "times fewer inodes (more blocks to log, not fewer, where the attributes "
+                                          f"did not move); with them a {_fmt_mib(rec.journal_size_mib)} journal "
+                                          "would.")
             elif need_high <= jb:
                 rec.text = text + head + (f"they suffice with a margin of {margin:.0f} blocks "
                                           f"({100 * margin / jb:.0f}% of the journal) at the peak, and "
@@ -579,9 +588,48 @@ def inode_size(ctx: Context) -> list[Recommendation]:
                                           "in one transaction.")
         else:
             rec.stall_ms_addressed = cp_ms
-            rec.text = text + "With 256-byte inodes (mkfs.ext4 -I 256) small attributes live in the inode."
+            rec.text = text + f"With {big} (mkfs.ext4 -I {size}) {why}."
         out.append(rec)
     return out
+
+
+def _inode_size_held(ctx, noted, dev, inputs):
+    """(inode size, share of the files it holds, why in words) for the inode_size rule: the
+    smallest size holding the attributes of xattrs.FIT_SHARE of the files the session saw
+    (``noted``: its xattr_files table, or None), else of the lab's attributes, else 256
+    bytes with the share unknown (1.0). The size is None when no size holds them. Adds the
+    figures to ``inputs``."""
+    fit = xattrs.inode_fit(noted, dev) if noted is not None else None
+    if fit is not None and len(fit):
+        held = xattrs.smallest_holding(fit)
+        med = xattrs.median_bytes(noted, dev)
+        inputs.update(attribute_files=int(fit["files"].iloc[0]), attribute_bytes_median=med,
+                      attribute_fit=fit.to_dict("records"))
+        f256 = fit.iloc[0]
+        if held is not None:
+            inputs["attribute_files_fit"] = held["files_fit"]
+        if held is None:
+            return None, 0.0, (f"the median file's attributes take {med:.0f} bytes; "
+                               f"{100 * fit['fit_share'].iloc[-1]:.0f}% of the {int(f256['files']):,} files' fit "
+                               f"even in {int(fit['inode_size_bytes'].iloc[-1])}-byte inodes")
+        size, space, share = held["inode_size_bytes"], held["attribute_space_bytes"], held["fit_share"]
+        why = (f"{100 * share:.0f}% of the {held['files']:,} files' attributes fit in the inode (the median file's "
+               f"take {med:.0f} bytes of the {space} it holds")
+        if size > 256:
+            why += (f"; {100 * f256['fit_share']:.0f}% fit the {int(f256['attribute_space_bytes'])} bytes of "
+                    "256-byte inodes")
+        return size, share, why + ")"
+    attrs, asize = ctx.lab.get("attrs"), ctx.lab.get("attr_size")
+    if isinstance(attrs, int) and isinstance(asize, int):
+        # the lab's attributes: a short "user." name each
+        need = 4 + attrs * (16 + 8 + ((asize + 3) // 4) * 4)
+        inputs.update(in_inode_bytes_needed=need)
+        for size in xattrs.INODE_SIZES:
+            if need <= xattrs.attribute_space_bytes(size):
+                return size, 1.0, (f"the {attrs} attributes of {asize} bytes fit in the inode ({need} bytes of "
+                                   f"the {xattrs.attribute_space_bytes(size)} it holds)")
+        return None, 0.0, f"{attrs} attributes of {asize} bytes take {need} bytes"
+    return 256, 1.0, "small attributes live in the inode"
 
 
 #: the largest request a device takes when the session does not say (the block layer's
@@ -1453,7 +1501,8 @@ def _checkpoint_effects(ctx, r, name, fig, cp, device, mnt):
                  f"&& mount {device} {mnt}"))
     if r.kind == "inode_size":
         return (lo, hi, "new_filesystem",
-                (f"mkfs.ext4 -I 256 NEWDEV, then copy the files with their attributes (cp -a, rsync -aHAX) "
+                (f"mkfs.ext4 -I {inp.get('inode_size_advised', 256)} NEWDEV, then copy the files with their "
+                 "attributes (cp -a, rsync -aHAX) "
                  f"from {mnt}"))
     return lo, hi, "online", inp.get("command")
 

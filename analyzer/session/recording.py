@@ -153,6 +153,12 @@ def home_writes(session: Session) -> pd.DataFrame | None:
     return session.home_writes if "home_writes" in (session.meta.get("events_lost") or {}) else None
 
 
+def xattr_files(session: Session) -> pd.DataFrame | None:
+    """The session's xattr_files table where its probes noted each file's attributes (its
+    metadata's ``probes.xattr_files_max``), else None: an empty table then means not noted."""
+    return session.xattr_files if (session.meta.get("probes") or {}).get("xattr_files_max") else None
+
+
 def losses(session: Session) -> list[dict]:
     """Events lost per ring buffer against the rows kept: one dict per buffer with losses,
     ``{"buffer", "lost", "kept", "share"}`` where ``share = lost / (lost + kept)``.  For

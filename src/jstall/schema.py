@@ -108,6 +108,10 @@ COLUMNS = {
     # of the device the bio was queued to
     "home_writes": [("dev", _str, False), ("sector", _i64, False), ("writes", _i64, False),
                     ("first_ns", _i64, False), ("last_ns", _i64, False)],
+    # the files whose extended attributes the traced calls set (setxattr, lsetxattr, fsetxattr),
+    # by what their attributes take in an inode's attribute space (ext4's entries, names and
+    # values rounded to 4 bytes, and the 4-byte end marker): how many files take that many bytes
+    "xattr_files": [("dev", _str, False), ("in_inode_bytes", _i64, False), ("files", _i64, False)],
     # what one process (pid, in cgroup cgroup_id) put into one journal's transaction between two
     # reads of the probes' writers map (ts_ns: the read; first_ns: its first count there):
     # jbd2 handles, the credits they requested and used (dirtied_blocks: buffers first dirtied in

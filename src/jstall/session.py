@@ -35,12 +35,13 @@ TABLES = (
     "home_writes",
     "writers",
     "worker_offcpu",
+    "xattr_files",
 )
 
 #: Tables added to the format after sessions were first written: a session without one
 #: (recorded before, or a monitor capture, which has no XFS probes and counts no blocks
 #: written home) loads it empty.
-LATER_TABLES = ("xfs_waits", "home_writes", "writers", "worker_offcpu")
+LATER_TABLES = ("xfs_waits", "home_writes", "writers", "worker_offcpu", "xattr_files")
 
 #: jbd2 lifecycle events, in the order a transaction meets them.
 JBD2_EVENTS = (
