@@ -304,9 +304,27 @@ def pairs(cs):
                     "complete": min(len(c["baseline"]["stall_ms"]), len(r["stall_ms"])) >= RUNS,
                     "inside": inside(removed, low, high),
                     "narrow": narrow(low, high),
+                    "spread_ms": spread(b_runs.values(), r["stall_ms"].values()),
                 }
             )
     return out
+
+
+def spread(baseline_runs, remedy_runs):
+    """How far the runs alone move a measured removal (ms): half the range of the baseline's
+    runs' stall time plus half the remedy's (None without two runs of each). A removal
+    measured from medians of 3 runs is no surer than this."""
+    b, r = _sorted(baseline_runs), _sorted(remedy_runs)
+    if len(b) < 2 or len(r) < 2:
+        return None
+    return (b[-1] - b[0]) / 2 + (r[-1] - r[0]) / 2
+
+
+def resolved(p):
+    """The runs resolve the pair's interval: their spread (:func:`spread`) is no wider than
+    the interval. Where it is wider, whether the median removal falls inside is the runs'
+    noise, not the model's."""
+    return None not in (p["spread_ms"], p["low_ms"], p["high_ms"]) and p["spread_ms"] <= p["high_ms"] - p["low_ms"]
 
 
 def _sorted(values):
@@ -328,6 +346,12 @@ def calibration(ps):
         sum(bool(p["inside"]) for p in ps),
         sum(bool(p["narrow"]) for p in ps),
     )
+
+
+def calibration_resolved(ps):
+    """Target 1 over the pairs the runs resolve (:func:`resolved`): (hits, pairs)."""
+    ps = [p for p in ps if p["removed_ms"] is not None and p["complete"] and resolved(p)]
+    return sum(p["inside"] and p["narrow"] for p in ps), len(ps)
 
 
 def headline(cs, ps):
@@ -437,6 +461,8 @@ def table(ps):
             ok += f" ({min(p['runs'])} of {RUNS} runs: not judged)"
         if p["inside"] and not p["narrow"]:
             ok += " (wider than 2x)"
+        if p["complete"] and p["spread_ms"] is not None and not resolved(p):
+            ok += f" (runs spread {_ms(p['spread_ms'])})"
         removed = f"{_ms(p['removed_ms'])} ({_pct(p['removed_share'])})"
         rows.append(
             f"| {p['workload']} | {p['scale']} | {p['iops']:,} "
@@ -457,6 +483,10 @@ def targets(cs):
         f"interval ({_pct(s)}; target >= {CALIBRATION_SHARE:.0%}); {ins} inside, {nar} narrow "
         "enough"
     )
+    rh, rn = calibration_resolved(ps)
+    line1 += (f"; over the {rn} pairs whose runs spread less than their interval is wide, {rh} "
+              f"({_pct(share(rh, rn))}); the other {n - rn}: the runs alone move the removal more than the "
+              "interval is wide")
     out = [(line1, None if s is None else s >= CALIBRATION_SHARE)]
     h = headline(cs, ps)
     most = [x for x in h if x[1] == "most"]

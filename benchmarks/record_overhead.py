@@ -35,9 +35,12 @@ that would spare the traced calls the syscall tracepoints (other_attach_points).
 The machine may be shared: ABBA order, medians and ranges; the load average is printed.
 
 --writers adds jstall without its writers' probes (jbd2_handle_stats; XFS's ticket
-tracepoints) in each attach mode: the writers' cost, side by side.
+tracepoints) in each attach mode: the writers' cost, side by side. --xattrs adds jstall
+without its note of each file's attributes (xattrs.bpf.h: the name and path read and hashed
+at each setxattr's exit), in each attach mode.
 
 usage: record_overhead.py [--rounds 8] [--files 5000] [--loops 10] [--mount DIR] [--fs-type xfs] [--floor] [--writers]
+                          [--xattrs]
                           [--skip-loop] [--skip-bystanders] [--skip-dbench] [--skip-stats]
                           [--dbench-seconds 10]
 """
@@ -209,21 +212,29 @@ class NoWritersProbes(probeset.ProbeSet):
     writers = False
 
 
+class NoXattrProbes(probeset.ProbeSet):
+    """jstall's probes without the note of each file's attributes (XATTR_FILES 0)."""
+
+    xattr_files = False
+
+
 class Jstall:
     """`jstall record -d MOUNT` in this process, for one run (floor: FloorProbes; writers
-    False: NoWritersProbes)."""
+    False: NoWritersProbes; xattrs False: NoXattrProbes)."""
 
-    def __init__(self, mount, tmp, attach, floor=False, writers=True):
+    def __init__(self, mount, tmp, attach, floor=False, writers=True, xattrs=True):
         self.mount, self.tmp, self.attach, self.floor, self.n = mount, tmp, attach, floor, 0
-        self.writers = writers
+        self.writers, self.xattrs = writers, xattrs
 
     @contextlib.contextmanager
     def running(self):
         self.n += 1
-        tag = "floor-" * self.floor + "nowriters-" * (not self.writers)
+        tag = "floor-" * self.floor + "nowriters-" * (not self.writers) + "noxattrs-" * (not self.xattrs)
         opts = RecordOptions(output_dir=os.path.join(self.tmp, f"{tag}{self.attach}{self.n}"),
                              devices=[self.mount], quiet=True, attach=self.attach)
-        rec = Recorder(opts, FloorProbes(opts) if self.floor else None if self.writers else NoWritersProbes(opts))
+        probes = (FloorProbes(opts) if self.floor else NoWritersProbes(opts) if not self.writers
+                  else NoXattrProbes(opts) if not self.xattrs else None)
+        rec = Recorder(opts, probes)
         rec.start()
         try:
             yield rec
@@ -285,6 +296,8 @@ def main():
     ap.add_argument("--floor", action="store_true", help="add jstall's attach floor to the loop and dbench")
     ap.add_argument("--writers", action="store_true",
                     help="add jstall without its writers' probes (jbd2_handle_stats, XFS tickets), each attach mode")
+    ap.add_argument("--xattrs", action="store_true",
+                    help="add jstall without its note of each file's attributes (xattrs.bpf.h), each attach mode")
     ap.add_argument("--skip-loop", action="store_true")
     ap.add_argument("--skip-bystanders", action="store_true")
     ap.add_argument("--server-rate", type=float, default=100_000, help="the small-read server's syscalls/s")
@@ -311,6 +324,10 @@ def main():
             for a in modes:
                 jstall[f"{a}, no writers"] = Jstall(mount, tmp, a, writers=False)
                 conditions[f"jstall ({a}, no writers)"] = jstall[f"{a}, no writers"].running
+        if args.xattrs:
+            for a in modes:
+                jstall[f"{a}, no xattrs"] = Jstall(mount, tmp, a, xattrs=False)
+                conditions[f"jstall ({a}, no xattrs)"] = jstall[f"{a}, no xattrs"].running
         if args.floor:
             conditions["floor (syscalls)"] = floor["syscalls"].running
             conditions["floor (raw)"] = floor["raw"].running

@@ -3,7 +3,7 @@
  * notes its attribute under its file in xattr_files: the name's hash and the bytes its
  * entry takes in an inode's attribute space (ext4's EXT4_XATTR_LEN(name) +
  * EXT4_XATTR_SIZE(value): a 16-byte ext4_xattr_entry, the name without its prefix and the
- * value, each rounded up to 4 bytes). The recorder sums each file's entries at the end
+ * value as ext4 stores it, each rounded up to 4 bytes). The recorder sums each file's entries at the end
  * (ProbeSet.read_xattr_files): whether they fit a 256- or 512-byte inode. The file is the
  * inode's address for a descriptor's call, else a hash of the path as the caller gave it.
  * An LRU map: past XATTR_FILES_MAX files the least recent go, and the sample is the last ones.
@@ -86,6 +86,12 @@ static __always_inline void xattr_note(struct inflight *c, __u32 dev, __u64 file
 		return;
 	__u32 nh = 2166136261u;
 	XATTR_HASH(nh, s->name, XATTR_NAME_BYTES);
+	if (s->name[0] == 's' && s->name[1] == 'y' && s->name[7] == 'p' && size >= 4) {
+		/* a POSIX ACL: ext4 stores its entries shorter than the call passes them (8 bytes
+		 * each): ext4_acl_size(), 4 bytes of header, 4 for each of the first 4, 8 after */
+		__u64 count = (size - 4) / 8;
+		size = count <= 4 ? 4 + 4 * count : 8 * count - 12;
+	}
 	__u64 bytes = ((xattr_stored_name_len(s->name, len) + 16 + 3) & ~3) + ((size + 3) & ~3ULL);
 	if (bytes > 0xffff)
 		bytes = 0xffff;   /* a value no inode holds */

@@ -203,6 +203,22 @@ def test_calibration_counts_a_wide_interval_as_a_miss_though_inside():
     assert "(wider than 2x)" in judge.table([p])
 
 
+def test_pairs_whose_runs_spread_wider_than_their_interval_are_counted_apart():
+    # an interval 200 ms wide, runs that move 1,000 ms (500 + 500): not resolved, a miss apart
+    advice = [adv("external_journal", 400.0, 600.0, 1), adv("journal_size", 4000.0, 6000.0, 2, mib=66.0)]
+    rs = _case([10000.0, 9000.0, 10000.0], {"external journal": ("external_journal", [9000.0, 10000.0, 9500.0]),
+                                             "journal 66M": ("journal_size", [3000.0, 3200.0, 2900.0])}, advice)
+    ps = {p["config"]: p for p in judge.pairs(judge.cases(rs))}
+    e, j = ps["external journal"], ps["journal 66M"]
+    assert e["spread_ms"] == 1000.0 and not judge.resolved(e) and e["removed_ms"] == 500.0 and e["inside"]
+    assert j["spread_ms"] == 650.0 and judge.resolved(j) and not j["inside"]  # 7,000 removed: over the high end
+    assert judge.calibration_resolved(list(ps.values())) == (0, 1)
+    assert "(runs spread 1,000)" in judge.table([e]) and "runs spread" not in judge.table([j])
+    line = judge.targets(judge.cases(rs))[0][0]
+    assert "over the 1 pairs whose runs spread less than their interval is wide, 0 (0 %); the other 1" in line
+    assert judge.spread([1.0], [2.0, 3.0]) is None
+
+
 def test_headline_target_most_and_none():
     other = {**CASE, "workload": "sqlite rollback"}
     # case 1: the second-ranked remedy removes 95 %, the headline only 40 %: a miss

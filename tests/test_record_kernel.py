@@ -577,17 +577,27 @@ def test_a_stack_whose_bucket_another_holds_goes_to_the_second_way(tmp_path, mon
 
 
 #: files whose attributes the kernel test sets, three ways: by path (setxattr) two 16-byte
-#: values, 2 x (20 + 16) + 4 = 76 bytes, inside a 256-byte inode's 92; by the link's path
-#: (lsetxattr) two 32-byte values, 108 bytes, an external block; by descriptor (fsetxattr) one
-#: value replaced by a larger one, 20 + 40 + 4 = 64 bytes, inside
+#: values, 2 x (20 + 16) + 4 = 76 bytes, inside a 256-byte inode's 92, or on every other one a
+#: POSIX ACL of 10 entries (6 named users) alone, which the call passes as 4 + 10 x 8 = 84
+#: bytes and ext4 stores as 4 + 4 x 4 + 6 x 8 = 68 (ext4_acl_size): 16 + 68 + 4 = 88, inside
+#: (84 would not be); by the link's path (lsetxattr) two 32-byte values, 108 bytes, an
+#: external block; by descriptor (fsetxattr) one value replaced by a larger one, 20 + 40 + 4 =
+#: 64 bytes, inside
 XATTR_SETS = r"""
-import os, sys
+import os, struct, sys
 d, n = sys.argv[1], int(sys.argv[2])
+# posix_acl_xattr: version 2, then (tag, perm, id): user::rw-, 6 named users r--, group::r--,
+# mask, other
+acl = struct.pack("<I", 2) + b"".join(struct.pack("<HHI", t, p, i) for t, p, i in (
+    [(0x01, 6, 0xFFFFFFFF)] + [(0x02, 4, 1000 + u) for u in range(6)]
+    + [(0x04, 4, 0xFFFFFFFF), (0x10, 4, 0xFFFFFFFF), (0x20, 4, 0xFFFFFFFF)]))
 os.mkdir(d)
 for i in range(n):
     p = os.path.join(d, f"f{i}")
     open(p, "w").close()
-    if i % 3 == 0:
+    if i % 3 == 0 and i % 2:
+        os.setxattr(p, "system.posix_acl_access", acl)
+    elif i % 3 == 0:
         os.setxattr(p, "user.a", b"%016d" % i)
         os.setxattr(p, "user.b", b"%016d" % -i)
     elif i % 3 == 1:
@@ -632,5 +642,6 @@ def test_each_files_attributes_are_noted_as_the_kernel_stores_them(tmp_path, att
     meta = session.read_metadata(out)
     assert meta["probes"]["xattr_files_max"] > n
     t = table(out, "xattr_files")
-    assert dict(zip(t["in_inode_bytes"], t["files"])) == {76: n // 3, 108: n // 3, 64: n // 3}
+    acl = len([i for i in range(n) if i % 3 == 0 and i % 2])
+    assert dict(zip(t["in_inode_bytes"], t["files"])) == {76: n // 3 - acl, 88: acl, 108: n // 3, 64: n // 3}
     assert set(t["dev"]) == {dev}
