@@ -39,7 +39,8 @@ Workloads (each at two scales; nothing here is fitted to jstall's model): the la
 (xattr, fdtree); fs_mark, dbench, GNU tar --xattrs, rsync -aX, cp -a then rm -rf, git add
 and commit, copying trees of small files with two user.* attributes (benchmarks/maketree.py);
 and benchmarks/clients.py: SQLite commits with a rollback journal, maildir delivery (4
-writers: write, fsync, setxattr, rename; one mover), two tenants in cgroups of their own
+writers: write, fsync, setxattr, rename; one mover), a file server keeping Windows metadata
+in attributes as Samba does (DOS attributes and an NT ACL), two tenants in cgroups of their own
 (the lab's tenants pattern: an xattr storm beside a 4 KiB write + fdatasync every 5 ms,
 ended when the storm is done). ext4: 2 GiB, 128-byte inodes, a 4 MiB internal
 journal. XFS (rm -rf and tar of a tree): 1 GiB, an 8 MiB internal log (below what mkfs.xfs
@@ -110,6 +111,10 @@ WORKLOADS.update(
         "maildir": (
             EXT4,
             [(f"{n:,} messages", "command", _client("maildir", n)) for n in (2000, 6000)],
+        ),
+        "fileserver": (
+            EXT4,
+            [(f"{n:,} files", "command", _client("fileserver", n)) for n in (5000, 20000)],
         ),
         "tenants": (
             EXT4,

@@ -5,6 +5,7 @@ usage: python3 benchmarks/clients.py sqlite COMMITS
        python3 benchmarks/clients.py maildir MESSAGES
        python3 benchmarks/clients.py storm FILES UPDATES
        python3 benchmarks/clients.py latency
+       python3 benchmarks/clients.py fileserver FILES
 
 sqlite   a database with a rollback journal (journal_mode=DELETE, synchronous=FULL, the
          defaults of the sqlite3 library): COMMITS single-row INSERT transactions, each of
@@ -20,6 +21,11 @@ storm    a noisy tenant: an xattr storm (FILES files, then UPDATES setxattr call
 latency  a latency tenant, process name "latency": writes 4 KiB at the next offset of a 4 MiB
          file and fdatasyncs it every 5 ms until SIGTERM (the lab's tenants pattern, --until
          storm, sends it when the storm is done).
+fileserver  a file server storing Windows metadata as Samba does (store dos attributes,
+         vfs objects = acl_xattr): 2 client processes write FILES files between them (4 to
+         16 KiB each, 50 to a directory), each with its DOS attributes (user.DOSATTRIB, a
+         60-byte blob with the file's times) and its NT ACL (security.NTACL, a 192-byte blob:
+         the descriptor and its hash), set once the data is written.
 """
 
 import contextlib
@@ -154,6 +160,33 @@ def latency(running=None, period_s=0.005, size=4096, span=4 << 20):
         raise SystemExit("latency: the latency tenant wrote nothing")
 
 
+def _serve(c, count):
+    acl = bytes(range(192))   # one inherited ACL: the same descriptor on every file
+    for i in range(count):
+        d = os.path.join("share", f"c{c}d{i // 50:04d}")
+        if i % 50 == 0:
+            os.makedirs(d, exist_ok=True)
+        p = os.path.join(d, f"doc{i:06d}.dat")
+        with open(p, "wb") as f:
+            f.write(b"s" * (4096 + (i * 1237) % 12288))
+        dos = f"DOS:{c}:{i}:{time.time_ns()}".encode().ljust(60, b"\0")
+        os.setxattr(p, "user.DOSATTRIB", dos)
+        os.setxattr(p, "security.NTACL", acl)
+
+
+def fileserver(n, clients=2):
+    kids = []
+    for c in range(clients):
+        pid = os.fork()
+        if pid == 0:
+            _serve(c, n // clients + (c < n % clients))
+            os._exit(0)
+        kids.append(pid)
+    bad = sum(os.waitpid(p, 0)[1] != 0 for p in kids)
+    if bad:
+        raise SystemExit(f"fileserver: {bad} of its clients failed")
+
+
 def main(argv):
     usage = __doc__.split("usage: ")[1].split("\n\n")[0]
     try:
@@ -163,6 +196,7 @@ def main(argv):
             "maildir": (maildir, 1),
             "storm": (storm, 2),
             "latency": (latency, 0),
+            "fileserver": (fileserver, 1),
         }[kind]
         if len(nums) != run[1]:
             raise ValueError

@@ -400,6 +400,19 @@ def test_maildir_client_delivers_every_message_through_tmp_new_cur(tmp_path, mon
     assert {n.split("Q")[1].split(".")[0] for n in cur} == {"0", "1", "2", "3"}
 
 
+def test_fileserver_client_stores_dos_attributes_and_an_nt_acl_on_every_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert clients.main(["fileserver", "120"]) == 0
+    files = sorted(str(p) for p in (tmp_path / "share").rglob("*.dat"))
+    assert len(files) == 120
+    # 2 clients, 50 files to a directory: 60 each, 2 directories each
+    assert sorted(os.listdir(tmp_path / "share")) == ["c0d0000", "c0d0001", "c1d0000", "c1d0001"]
+    dos = {os.getxattr(f, "user.DOSATTRIB") for f in files}
+    assert len(dos) == 120 and all(len(v) == 60 for v in dos)
+    assert {os.getxattr(f, "security.NTACL") for f in files} == {bytes(range(192))}
+    assert all(4096 <= os.path.getsize(f) < 16384 for f in files)
+
+
 def test_tenants_clients_storm_and_latency(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     comm = open("/proc/self/comm").read()
