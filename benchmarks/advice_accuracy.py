@@ -151,9 +151,9 @@ def fs_config(fs, iops, change=None):
     return FsConfig(write_iops=iops, **{**fs, **(change or {})})
 
 
-def remedy(a, fs):
-    """(label, FsConfig changes) of one piece of advice (advice_judge.advice_of), or (None,
-    why it is not tried)."""
+def remedy(a, fs, pattern=None):
+    """(label, FsConfig changes) of one piece of advice (advice_judge.advice_of) on a case of
+    the lab's ``pattern``, or (None, why it is not tried)."""
     from jstall.workloads.tune import XFS_BIG_LOG_BUFFERS, bounds_mib
 
     kind, xfs = a["kind"], fs.fs_type == "xfs"
@@ -193,6 +193,8 @@ def remedy(a, fs):
         # the lab's tenants pattern moves a tenant (its process name is its tenant's name)
         if not a.get("moved"):
             return None, "names no process"
+        if pattern not in (None, "tenants"):
+            return None, "the lab moves a process to a filesystem of its own in its tenants pattern only"
         return f"{a['moved']} on its own filesystem", {OWN_FS: a["moved"]}
     if kind == "log_buffers":
         return "8x256K log buffers", dict(XFS_BIG_LOG_BUFFERS)
@@ -321,7 +323,7 @@ def run_case(
     first = run("baseline", 1, None, None)
     configs, skipped = {"baseline": (None, None)}, []
     for a in first["advice"]:
-        label, change = remedy(a, base)
+        label, change = remedy(a, base, pattern)
         if label is None:
             skipped.append((a["kind"], change))
         elif label not in configs:

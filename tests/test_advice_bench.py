@@ -445,3 +445,19 @@ def test_a_case_cut_short_is_shown_but_not_judged():
     assert judge.headline(cs, [p]) == [] and judge.stability(cs) == []
     assert "(2 of 3 runs: not judged)" in judge.table([p])
     assert [m for _, m in judge.targets(cs)] == [None, None, None, None]
+
+
+def test_each_remedy_is_the_change_the_advice_names_where_the_lab_can_apply_it():
+    import advice_accuracy
+
+    fs = advice_accuracy.fs_config(advice_accuracy.EXT4, 1000)
+    # the inode size the command gives, not a fixed one
+    big = {"kind": "inode_size", "command": "mkfs.ext4 -I 512 NEWDEV, then copy the files"}
+    assert advice_accuracy.remedy(big, fs) == ("512-byte inodes", {"inode_size": 512})
+    assert advice_accuracy.remedy({"kind": "inode_size", "command": None}, fs) == ("256-byte inodes",
+                                                                                  {"inode_size": 256})
+    # a process moved to a filesystem of its own: the tenants pattern only
+    moved = {"kind": "own_filesystem", "moved": "storm"}
+    assert advice_accuracy.remedy(moved, fs, "tenants")[1] == {advice_accuracy.OWN_FS: "storm"}
+    label, why = advice_accuracy.remedy(moved, fs, "xattr")
+    assert label is None and "tenants pattern only" in why

@@ -536,17 +536,18 @@ def inode_size(ctx: Context) -> list[Recommendation]:
         rec = Recommendation("inode_size", "", estimate=True, dev=dev, inputs=inputs)
         files_fit = inputs.get("attribute_files_fit")
         if m is not None and (files_fit is not None or not math.isnan(xshare)):
-            # the share of the distinct blocks logged that leave the log: each file whose
-            # attributes move had an external block of its own (noted), else the share of
-            # handles that set attributes (the lab's attributes)
-            moved = (min(files_fit / max(m.new_to_log_blocks, 1), 1.0) if files_fit is not None
+            # the share of the blocks logged that leave the log: each file whose attributes
+            # move had an external block of its own, logged at least once (noted), else the
+            # share of handles that set attributes (the lab's attributes)
+            moved = (min(files_fit / max(m.blocks, 1), 1.0) if files_fit is not None
                      else xshare * fit_share)
             inputs["moved_block_share"] = moved
             if files_fit is not None:
                 # and the inode table grows: each file's inode takes size / block of a block
-                # where it took 128 / block; the checkpoints write home at least the rest fewer
-                grown = inputs["attribute_files"] * (size - 128) / m.block_size / max(m.new_to_log_blocks, 1)
-                inputs.update(inode_table_share_added=grown, written_home_share_saved=max(moved - grown, 0.0))
+                # where it took 128 / block. The log fills at least the rest more slowly, and
+                # its forced checkpoints come that much less often
+                grown = inputs["attribute_files"] * (size - 128) / m.block_size / max(m.blocks, 1)
+                inputs.update(inode_table_share_added=grown, logged_share_saved=max(moved - grown, 0.0))
             hot = m.hot_blocks_high * (1.0 - moved)
             overhead = m.logged_blocks / max(m.blocks, 1)
             need_low = jbd2.blocks_needed(hot, overhead, m.divisor / max(m.divisor - 1.0, 1.0), m.fast_commit_blocks)
@@ -566,7 +567,7 @@ def inode_size(ctx: Context) -> list[Recommendation]:
             rec.stall_ms_addressed = cp_ms if inputs["verdict"] != "short" else 0.0
             rec.journal_size_mib = None if need_high <= jb else float(int(-(-need_high * m.block_size // 2**20)))
             head = (f"Estimate: with {big} (mkfs.ext4 -I {size}) {why}, so their blocks are not logged "
-                    f"({100 * moved:.0f}% of the {m.new_to_log_blocks:,} distinct blocks logged); the hot set "
+                    f"({100 * moved:.0f}% of the {m.blocks:,} blocks logged); the hot set "
                     f"drops from about {m.hot_blocks_high:.0f} to {hot:.0f} blocks, which needs {need_low:.0f} "
                     f"(held once in the log) to {need_high:.0f} (held in one transaction) of the journal's "
                     f"{jb:.0f} blocks: ")
@@ -575,15 +576,16 @@ def inode_size(ctx: Context) -> list[Recommendation]:
                                           f"{100 * INODE_BAND:.0f}% of the journal, as much as identical runs "
                                           "differ: they may suffice alone; with them a "
                                           f"{_fmt_mib(rec.journal_size_mib or m.journal_mib)} journal would.")
-            elif not ok and "written_home_share_saved" in inputs:
-                saved_share = inputs["written_home_share_saved"]
+            elif not ok and "logged_share_saved" in inputs:
+                saved_share = inputs["logged_share_saved"]
                 rec.stall_ms_addressed = saved_share * cp_ms
                 rec.text = text + head + (f"they alone would not hold it (short by {-margin:.0f} blocks), so forced "
-                                          "checkpoints go on unless writeback keeps up with the slower fill; they "
-                                          f"write home at least {100 * saved_share:.0f}% fewer blocks (the "
-                                          "attributes' blocks less the inode table's growth: each of its blocks "
-                                          f"holds {size // 128} times fewer inodes). With them a "
-                                          f"{_fmt_mib(rec.journal_size_mib)} journal would hold it.")
+                                          "checkpoints go on unless writeback keeps up with the slower fill; the log "
+                                          f"fills at least {100 * saved_share:.0f}% more slowly (the attributes' "
+                                          "blocks less the inode table's growth: each of its blocks holds "
+                                          f"{size // 128} times fewer inodes), and its checkpoints come that much "
+                                          f"less often. With them a {_fmt_mib(rec.journal_size_mib)} journal would "
+                                          "hold it.")
             elif not ok:
                 rec.text = text + head + (f"{big} alone would NOT suffice (short by {-margin:.0f} blocks), "
                                           f"and each inode-table block the journal logs would hold {size // 128} "
@@ -1491,14 +1493,14 @@ def _checkpoint_effects(ctx, r, name, fig, cp, device, mnt):
             inp["journal_blocks"] / max(inp["predicted_needed_blocks_low"], 1.0), 1.0)
         lo, hi = remedies.log_fractions(name, saved, held)
         lo *= 0.5 if inp["verdict"] == "borderline" else 0.0
-    if r.kind == "inode_size" and inp.get("written_home_share_saved") is not None:
-        # the attributes the session saw: the checkpoints write home that share of their
-        # blocks fewer, each at the device's pace (the low end); the log fills that much more
-        # slowly, and where writeback then keeps up none is forced (the high end)
-        p = inp["written_home_share_saved"]
+    if r.kind == "inode_size" and inp.get("logged_share_saved") is not None:
+        # the attributes the session saw: the log fills that share more slowly, and its forced
+        # checkpoints, each as long, come that much less often (the low end); where the hot
+        # set then fits, or writeback keeps up with the slower fill, none is forced (the high end)
+        p = inp["logged_share_saved"]
         lo, hi = max(lo, p), max(hi, 1.0 if inp.get("verdict") == "short" else p)
     # the writes home it saves leave the device's queue: the others' waits shrink
-    dlo, dhi = remedies.device_fractions(fig.get("checkpoint_device_share", 0.0), saved * hi)
+    dlo, dhi = remedies.device_fractions(fig.get("checkpoint_device_share", 0.0), saved * hi, fig.get("device_util"))
     # waits for a transaction, or for a commit, that could not close while the log was full
     # go with the checkpoint they waited through: the high end; the low end keeps them
     for c in remedies.THROUGH:

@@ -301,13 +301,18 @@ def covered_share(stalls: pd.DataFrame, c0: np.ndarray, c1: np.ndarray, dev: str
     return float((ms * (covered(s1) - covered(s0)) / span).sum() / ms.sum())
 
 
-def device_fractions(cp_device_share: float, saved: float) -> tuple[dict[str, float], dict[str, float]]:
+def device_fractions(cp_device_share: float, saved: float,
+                     util: float | None = None) -> tuple[dict[str, float], dict[str, float]]:
     """(low, high) per-cause fractions of the waits on a device's requests (DEVICE_SIDE) a
     log-size remedy removes: the device time its saved writes home took
     (``cp_device_share``: the share of the run forced checkpoints wrote home, times ``saved``)
     leaves the queue every other request waits in; at the device's pace the others' waits
-    shrink by that share (high), on a device with room to spare they need not (low)."""
+    shrink by that share (high), on a device with room to spare they need not (low). A
+    device at its limit (``util``, its utilisation against it, at least DEVICE_BOUND_UTIL)
+    that the saved writes take below it stops queueing: the others' waits may all go (high)."""
     x = min(max(cp_device_share * saved, 0.0), 1.0)
+    if util is not None and util >= DEVICE_BOUND_UTIL and util * (1.0 - x) < DEVICE_BOUND_UTIL:
+        x = 1.0
     return {c: 0.0 for c in DEVICE_SIDE}, {c: x for c in DEVICE_SIDE}
 
 
