@@ -1234,3 +1234,23 @@ def test_a_journal_not_big_enough_whose_hot_set_fits_gets_no_size_but_says_so(tm
     assert "is not big enough" in js.text and "yet its hot set fits" in js.text and "jstall lab tune" in js.text
     assert "its 5 forced checkpoints wrote 100 blocks home (20.0 each on average)" in js.text
     assert js.inputs["high_mib"] <= 4
+
+
+def test_remedies_whose_intervals_mostly_overlap_rank_cheaper_first():
+    from jstall.analyzer.advice.recommend import Recommendation, rank
+
+    def rem(kind, lo, hi, cost):
+        return Recommendation(kind, "", dev="7:0", stall_ms_removed_low=lo, stall_ms_removed_high=hi, cost=cost)
+
+    # 3.86-5.64 s and 3.84-5.64 s: the same removal, printed 3.9 and 3.8 s: the offline change first
+    inode, size = rem("inode_size", 3856.0, 5638.0, "new_filesystem"), rem("journal_size", 3843.0, 5638.0, "offline")
+    ext = rem("external_journal", 141.0, 207.0, "offline")
+    assert [r.kind for r in rank([inode, ext, size])] == ["journal_size", "inode_size", "external_journal"]
+    # apart (overlapping by less than half the narrower's width): the larger removal first, whatever it costs
+    wide = rem("inode_size", 3000.0, 5000.0, "new_filesystem")
+    assert [r.kind for r in rank([rem("journal_size", 1000.0, 3500.0, "offline"), wide])] == ["inode_size",
+                                                                                             "journal_size"]
+    # a point inside another's interval cannot be told apart from it
+    assert [r.kind for r in rank([rem("inode_size", 0.0, 900.0, "new_filesystem"),
+                                  rem("commit_interval", 300.0, 300.0, "online")])] == ["commit_interval",
+                                                                                      "inode_size"]

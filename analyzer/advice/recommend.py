@@ -1684,17 +1684,30 @@ FINDINGS = ("lost_events", "no_stalls", "untraced_checkpoints")
 
 
 def rank(recs: Iterable[Recommendation]) -> list[Recommendation]:
-    """Findings first, then by the stall time removed (the interval's middle, then its high
-    end, in whole ms; ``stall_ms_addressed`` for advice without an interval), largest first,
-    then the cheapest to apply (remedies.COSTS: online first); stable."""
+    """Findings first, then by the stall time removed as the advice prints it (remedies.fmt_ms:
+    tenths of a second from 1 s, whole ms below; the interval's middle, then its high end;
+    ``stall_ms_addressed`` for advice without an interval), largest first, then the cheapest
+    to apply (remedies.COSTS: online first). Two remedies next to each other whose intervals
+    mostly overlap (remedies.same_removal) cannot be told apart by what they remove: the
+    cheaper goes first."""
+    def cost(r):
+        return remedies.COSTS.index(r.cost) if r.cost in remedies.COSTS else len(remedies.COSTS)
+
     def key(r):
         if r.stall_ms_removed_high is None:
             return (r.kind not in FINDINGS, -(r.stall_ms_addressed or 0.0), 0.0)
-        cost = remedies.COSTS.index(r.cost) if r.cost in remedies.COSTS else len(remedies.COSTS)
-        return (r.kind not in FINDINGS, -round((r.stall_ms_removed_low + r.stall_ms_removed_high) / 2),
-                -round(r.stall_ms_removed_high), cost)
+        lo, hi = remedies.printed_ms(r.stall_ms_removed_low), remedies.printed_ms(r.stall_ms_removed_high)
+        return (r.kind not in FINDINGS, -(lo + hi) / 2, -hi, cost(r))
 
-    return sorted(recs, key=key)
+    out = sorted(recs, key=key)
+    moved = True
+    while moved:   # each swap puts a cheaper remedy first: it ends
+        moved = False
+        for i in range(len(out) - 1):
+            a, b = out[i], out[i + 1]
+            if cost(b) < cost(a) and remedies.same_removal(a, b):
+                out[i], out[i + 1], moved = b, a, True
+    return out
 
 
 def recommendations(session: Session, journals: pd.DataFrame, stalls: pd.DataFrame, causes: pd.DataFrame,

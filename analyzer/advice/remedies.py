@@ -418,6 +418,28 @@ def fmt_ms(ms: float) -> str:
     return f"{ms / 1000:,.1f} s" if ms >= 1000 else f"{ms:,.0f} ms"
 
 
+#: two remedies' intervals that overlap by at least this share of the narrower one's width
+#: predict the same removal (the ranking then puts the cheaper first)
+SAME_OVERLAP = 0.5
+
+
+def same_removal(a: Recommendation, b: Recommendation) -> bool:
+    """Remedies ``a`` and ``b`` predict the same stall-time removal: both have an interval,
+    and they overlap by at least SAME_OVERLAP of the narrower's width (a point: inside the
+    other)."""
+    if None in (a.stall_ms_removed_low, a.stall_ms_removed_high, b.stall_ms_removed_low, b.stall_ms_removed_high):
+        return False
+    overlap = min(a.stall_ms_removed_high, b.stall_ms_removed_high) - max(a.stall_ms_removed_low,
+                                                                          b.stall_ms_removed_low)
+    narrow = min(a.stall_ms_removed_high - a.stall_ms_removed_low, b.stall_ms_removed_high - b.stall_ms_removed_low)
+    return overlap >= SAME_OVERLAP * narrow
+
+
+def printed_ms(ms: float) -> float:
+    """``ms`` to the precision :func:`fmt_ms` prints it (tenths of a second from 1 s)."""
+    return round(ms / 100.0) * 100.0 if ms >= 1000 else float(round(ms))
+
+
 def _removes(h, total):
     return (
         f"{h['kind']}{' on ' + h['dev'] if h.get('dev') else ''} removes {fmt_ms(h['low_ms'])} to "
