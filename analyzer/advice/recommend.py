@@ -622,12 +622,11 @@ def _inode_size_held(ctx, noted, dev, inputs):
         inputs.update(attribute_files=int(fit["files"].iloc[0]), attribute_bytes_median=med,
                       attribute_fit=fit.to_dict("records"))
         f256 = fit.iloc[0]
-        if held is not None:
-            inputs["attribute_files_fit"] = held["files_fit"]
         if held is None:
             return None, 0.0, (f"the median file's attributes take {med:.0f} bytes; "
                                f"{100 * fit['fit_share'].iloc[-1]:.0f}% of the {int(f256['files']):,} files' fit "
                                f"even in {int(fit['inode_size_bytes'].iloc[-1])}-byte inodes")
+        inputs["attribute_files_fit"] = held["files_fit"]
         size, space, share = held["inode_size_bytes"], held["attribute_space_bytes"], held["fit_share"]
         why = (f"{100 * share:.0f}% of the {held['files']:,} files' attributes fit in the inode (the median file's "
                f"take {med:.0f} bytes of the {space} it holds")
@@ -1700,13 +1699,13 @@ def rank(recs: Iterable[Recommendation]) -> list[Recommendation]:
         return (r.kind not in FINDINGS, -(lo + hi) / 2, -hi, cost(r))
 
     out = sorted(recs, key=key)
-    moved = True
-    while moved:   # each swap puts a cheaper remedy first: it ends
-        moved = False
+    swapped = True
+    while swapped:   # each swap puts a cheaper remedy first: it ends
+        swapped = False
         for i in range(len(out) - 1):
             a, b = out[i], out[i + 1]
             if cost(b) < cost(a) and remedies.same_removal(a, b):
-                out[i], out[i + 1], moved = b, a, True
+                out[i], out[i + 1], swapped = b, a, True
     return out
 
 
