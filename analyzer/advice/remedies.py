@@ -418,21 +418,22 @@ def fmt_ms(ms: float) -> str:
     return f"{ms / 1000:,.1f} s" if ms >= 1000 else f"{ms:,.0f} ms"
 
 
-#: two remedies' intervals that overlap by at least this share of the narrower one's width
+#: two remedies' intervals that overlap by at least this share of the wider one's width
 #: predict the same removal (the ranking then puts the cheaper first)
 SAME_OVERLAP = 0.5
 
 
 def same_removal(a: Recommendation, b: Recommendation) -> bool:
     """Remedies ``a`` and ``b`` predict the same stall-time removal: both have an interval,
-    and they overlap by at least SAME_OVERLAP of the narrower's width (a point: inside the
-    other)."""
-    if None in (a.stall_ms_removed_low, a.stall_ms_removed_high, b.stall_ms_removed_low, b.stall_ms_removed_high):
+    and they overlap by at least SAME_OVERLAP of the wider's width (two points: equal as
+    printed). A narrow interval inside a wide one is not the same: the wide one may remove
+    far more or far less."""
+    ends = (a.stall_ms_removed_low, a.stall_ms_removed_high, b.stall_ms_removed_low, b.stall_ms_removed_high)
+    if None in ends:
         return False
-    overlap = min(a.stall_ms_removed_high, b.stall_ms_removed_high) - max(a.stall_ms_removed_low,
-                                                                          b.stall_ms_removed_low)
-    narrow = min(a.stall_ms_removed_high - a.stall_ms_removed_low, b.stall_ms_removed_high - b.stall_ms_removed_low)
-    return overlap >= SAME_OVERLAP * narrow
+    alo, ahi, blo, bhi = (printed_ms(x) for x in ends)
+    wide = max(ahi - alo, bhi - blo)
+    return min(ahi, bhi) - max(alo, blo) >= SAME_OVERLAP * wide if wide > 0 else (alo, ahi) == (blo, bhi)
 
 
 def printed_ms(ms: float) -> float:
