@@ -537,17 +537,20 @@ def inode_size(ctx: Context) -> list[Recommendation]:
         files_fit = inputs.get("attribute_files_fit")
         if m is not None and (files_fit is not None or not math.isnan(xshare)):
             # the share of the blocks logged that leave the log: each file whose attributes
-            # move had an external block of its own, logged at least once (noted), else the
-            # share of handles that set attributes (the lab's attributes)
-            moved = (min(files_fit / max(m.blocks, 1), 1.0) if files_fit is not None
-                     else xshare * fit_share)
+            # move had an external block of its own, logged at least once (noted); and a
+            # handle that set an attribute logged its file's block (the share of handles that
+            # did, where a storm re-logs the same blocks)
+            moved = xshare * fit_share if not math.isnan(xshare) else 0.0
+            if files_fit is not None:
+                moved = max(moved, min(files_fit / max(m.blocks, 1), 1.0))
             inputs["moved_block_share"] = moved
             if files_fit is not None:
                 # and the inode table grows: each file's inode takes size / block of a block
-                # where it took 128 / block. The log fills at least the rest more slowly, and
-                # its forced checkpoints come that much less often
+                # where it took 128 / block. The log fills at least the files' blocks' share
+                # less that more slowly, and its forced checkpoints come that much less often
                 grown = inputs["attribute_files"] * (size - 128) / m.block_size / max(m.blocks, 1)
-                inputs.update(inode_table_share_added=grown, logged_share_saved=max(moved - grown, 0.0))
+                inputs.update(inode_table_share_added=grown,
+                              logged_share_saved=max(min(files_fit / max(m.blocks, 1), 1.0) - grown, 0.0))
             hot = m.hot_blocks_high * (1.0 - moved)
             overhead = m.logged_blocks / max(m.blocks, 1)
             need_low = jbd2.blocks_needed(hot, overhead, m.divisor / max(m.divisor - 1.0, 1.0), m.fast_commit_blocks)
