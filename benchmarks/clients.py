@@ -76,6 +76,19 @@ def _move(done):
                 time.sleep(0.005)
 
 
+def _in_processes(work, n, procs):
+    """``work(k, count)`` in ``procs`` child processes sharing ``n`` items between them;
+    how many of them failed."""
+    kids = []
+    for k in range(procs):
+        pid = os.fork()
+        if pid == 0:
+            work(k, n // procs + (k < n % procs))
+            os._exit(0)
+        kids.append(pid)
+    return sum(os.waitpid(p, 0)[1] != 0 for p in kids)
+
+
 def maildir(n, writers=4):
     for d in ("tmp", "new", "cur"):
         os.makedirs(d, exist_ok=True)
@@ -84,14 +97,7 @@ def maildir(n, writers=4):
     if mover == 0:
         _move(done)
         os._exit(0)
-    kids = []
-    for w in range(writers):
-        pid = os.fork()
-        if pid == 0:
-            _deliver(w, n // writers + (w < n % writers))
-            os._exit(0)
-        kids.append(pid)
-    bad = sum(os.waitpid(p, 0)[1] != 0 for p in kids)
+    bad = _in_processes(_deliver, n, writers)
     open(done, "w").close()
     bad += os.waitpid(mover, 0)[1] != 0
     if bad:
@@ -175,14 +181,7 @@ def _serve(c, count):
 
 
 def fileserver(n, clients=2):
-    kids = []
-    for c in range(clients):
-        pid = os.fork()
-        if pid == 0:
-            _serve(c, n // clients + (c < n % clients))
-            os._exit(0)
-        kids.append(pid)
-    bad = sum(os.waitpid(p, 0)[1] != 0 for p in kids)
+    bad = _in_processes(_serve, n, clients)
     if bad:
         raise SystemExit(f"fileserver: {bad} of its clients failed")
 
