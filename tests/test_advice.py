@@ -98,7 +98,7 @@ def _rec(kind, low, high, total=10_000.0, regime="hot_set", cost="offline"):
     )
 
 
-def test_ranked_by_the_interval_and_a_remedy_under_half_is_never_the_headline():
+def test_ranked_by_the_interval_and_the_headline_is_the_first_ranked_reaching_half():
     t = stalls([{"latency_ms": 10_000.0, "checkpoint_ms": 4000.0, "commit_wait_ms": 6000.0}])
     recs = recommend.rank(
         [
@@ -112,12 +112,17 @@ def test_ranked_by_the_interval_and_a_remedy_under_half_is_never_the_headline():
     assert v["headline"] is None and not v["filesystem_removes_most"]
     assert v["best"]["kind"] == "inode_size"
     assert v["beyond"]["causes"] == {"commit_wait": 6000.0} and v["beyond"]["share"] == 0.6
-    # one whose high end reaches half: the headline, even ranked below a narrower one
+    # one whose high end reaches half, ranked below one that removes more at the middle of
+    # its interval: not promoted to the headline; the first-ranked is the best
     recs = recommend.rank(
         [_rec("journal_size", 4200.0, 4400.0), _rec("inode_size", 2600.0, 5000.0)]
     )
     v = remedies.verdict(recs, t, 10.0, 10_000.0)
-    # ... though not for sure: its low end is a quarter of the stall time
+    assert v["headline"] is None and v["best"]["kind"] == "journal_size"
+    # the first-ranked whose high end reaches half: the headline, though not for sure (its low
+    # end is a quarter of the stall time)
+    recs = recommend.rank([_rec("journal_size", 3000.0, 3400.0), _rec("inode_size", 2600.0, 5000.0)])
+    v = remedies.verdict(recs, t, 10.0, 10_000.0)
     assert v["headline"]["kind"] == "inode_size" and not v["filesystem_removes_most"]
     assert remedies.verdict_lines(v)[1].startswith(
         "verdict: inode_size on 7:0 removes 2.6 s to 5.0 s (26%-50%; regime hot_set; cost offline); at its low end "

@@ -330,8 +330,8 @@ def verdict(recs: Sequence[Recommendation], stalls: pd.DataFrame, min_ms: float,
             util: dict | None = None) -> dict:
     """The verdict analyze leads with (a dict, the JSON's ``verdict``; :func:`verdict_lines`
     renders it): the causes that dominate the stall time (``dominant``: the three largest, ms
-    and share); the ``headline`` remedy, the highest-ranked whose high end is at least half of
-    the stall time, with its interval, regime, cost and command (``filesystem_removes_most``
+    and share); the ``headline`` remedy, the highest-ranked where its high end is at least half
+    of the stall time, with its interval, regime, cost and command (``filesystem_removes_most``
     when its low end is at least half too: it removes most for sure); else the ``best`` remedy and
     ``beyond``: the stall time no filesystem option touches (the waits on the device's requests,
     DEVICE_SIDE, with the device's utilisation ``util`` when known) and what would remove it."""
@@ -349,9 +349,10 @@ def verdict(recs: Sequence[Recommendation], stalls: pd.DataFrame, min_ms: float,
         {"cause": c, "ms": ms, "share": ms / total_ms if total_ms else 0.0} for c, ms in top
     ]
     remedies = [r for r in recs if r.kind in REMEDIES and r.stall_ms_removed_high is not None]
-    head = next(
-        (r for r in remedies if total_ms and r.stall_ms_removed_high >= 0.5 * total_ms), None
-    )
+    # the first-ranked remedy, where its high end is at least half: one ranked lower, that
+    # removes less at the middle of its interval, is not the headline because the first's
+    # high end fell just short of half
+    head = remedies[0] if remedies and total_ms and remedies[0].stall_ms_removed_high >= 0.5 * total_ms else None
     v = {
         "stall_ms_total": total_ms,
         "dominant": dominant,
