@@ -9,7 +9,8 @@ the processes it does not move) and of the durable time (the lab's phases, until
 work was durable on the device). Then the targets, each printed:
 
   1. calibration: the measured median stall-time removal lies inside the interval the advice
-     printed (the median of the three baseline runs' intervals) for >= 80 % of (workload,
+     printed (the medians of the three baseline runs' intervals as shares of their own stall
+     time, times the median stall time) for >= 80 % of (workload,
      remedy) pairs, intervals no wider than 2x (high/low
      <= 2, or +- 1 s under 2 s);
   2. where a tried remedy removes >= 90 % of the stall time, the headline one does, in >= 90 %

@@ -244,16 +244,23 @@ def cases(records):
 
 
 def predicted(advice_by_run, kind):
-    """The interval the baseline runs' advice printed for ``kind``: the medians of their lows
-    and of their highs (each run's interval is a part of that run's own stall time; the
-    measured removal is of the median run's, so the median run's interval is what it is
-    judged against, not the first run's), with the first run's rank and moved process."""
+    """The interval the baseline runs' advice printed for ``kind``, with the first run's rank
+    and moved process. Each run's interval is a part of that run's own stall time
+    (``total_ms``), and the measured removal is of the median run's: so the medians of the
+    runs' shares of their own stall time (low and high), times the median stall time; where a
+    run's total is unknown, or the remedy moves a process (its interval is a part of the
+    others' stall time), the medians of the lows and of the highs."""
     runs = [next((a for a in advice_by_run[n] if a["kind"] == kind), None) for n in sorted(advice_by_run)]
     runs = [a for a in runs if a is not None]
     if not runs:
         return {}
-    return {**runs[0], "low_ms": median(a["low_ms"] for a in runs), "high_ms": median(a["high_ms"] for a in runs),
-            "advised_runs": len(runs)}
+    low, high = median(a["low_ms"] for a in runs), median(a["high_ms"] for a in runs)
+    if not runs[0].get("moved") and all(a.get("total_ms") and None not in (a["low_ms"], a["high_ms"])
+                                        for a in runs):
+        total = median(a["total_ms"] for a in runs)
+        low = total * median(a["low_ms"] / a["total_ms"] for a in runs)
+        high = total * median(a["high_ms"] / a["total_ms"] for a in runs)
+    return {**runs[0], "low_ms": low, "high_ms": high, "advised_runs": len(runs)}
 
 
 def pairs(cs):

@@ -369,6 +369,15 @@ def test_the_interval_judged_is_the_median_of_the_baseline_runs_intervals():
     (p,) = judge.pairs(judge.cases(rs))
     assert (p["low_ms"], p["high_ms"], p["removed_ms"]) == (8500.0, 10500.0, 10300.0)
     assert p["inside"] and p["rank"] == 1
+    # with each run's own stall time known: the medians of the shares of it, times the median
+    # stall time. Every run predicted all of its own (the middle run's interval is under its
+    # total): the medians of the highs (11,000) would miss the 11,000 - 0 measured in the
+    # median run; the shares' (1.0) hold it
+    rs = _case([10000.0, 12000.0, 11000.0], {"journal 66M": ("journal_size", [0.0, 0.0, 0.0])}, [])
+    for r, (lo, hi) in zip(rs[:3], ((8000.0, 10000.0), (6000.0, 12000.0), (8800.0, 11000.0))):
+        r["advice"] = [{**adv("journal_size", lo, hi, 1, mib=66.0), "total_ms": r["stall_ms"]}]
+    (p,) = judge.pairs(judge.cases(rs))
+    assert (p["low_ms"], p["high_ms"], p["removed_ms"]) == (8800.0, 11000.0, 11000.0) and p["inside"]
 
 
 def test_clients_refuse_bad_arguments(capsys):
