@@ -203,10 +203,12 @@ class XfsLogState:
 class MonitorProbes(ProbeSet):
     """jstall's probes in monitor mode: monitor.bpf.c, the monitor's operations (handle
     waits, fsyncs) and XFS log-space waits, or with ``syscalls`` exactly record's
-    (recorder.bpf.c); no sched_waking (the monitor's stalls are classified as they end)."""
+    (recorder.bpf.c); no sched_waking (the monitor's stalls are classified as they end), no
+    blocks going home, no files' attributes (what a recording's advice reads)."""
 
     wait_chains = False
     home_writes = False
+    xattr_files = False
 
     def __init__(self, options):
         self.mopts = options

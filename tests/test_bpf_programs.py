@@ -71,7 +71,7 @@ JBD2 = set(probeset.JBD2_RAW_TRACEPOINTS) - {"jbd2_lock_buffer_stall"}
 HANDLE_PROGRAMS = {prog for plan in probeset.HANDLE_START_PLANS for _, prog in plan}
 SHARED_MAPS = ("calls_rb", "offcpu_rb", "jbd2_rb", "counters", "traced_nr", "devices", "tgids",
                "used_devs", "stacks", "call_stats", "call_slots", "writers")
-SYSCALL_ENTRIES = {"sc_enter", "sc_enter_at", "sc_exit", "on_sys_enter", "on_sys_exit",
+SYSCALL_ENTRIES = {"sc_enter", "sc_enter_at", "sc_enter_xattr", "sc_exit", "on_sys_enter", "on_sys_exit",
                    "fentry_call", "fexit_call"}
 MONITOR_OPS = {"mon_ext4_journal_start_sb", "mon_ext4_journal_start_inode",
                "rtp_ext4_sync_file_enter", "rtp_ext4_sync_file_exit"}
@@ -113,7 +113,7 @@ def xfs(p):
 @pytest.mark.kernel
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
 @pytest.mark.parametrize("attach, entries", [
-    ("syscalls", {"sc_enter", "sc_enter_at", "sc_exit"}), ("raw", {"on_sys_enter", "on_sys_exit"})])
+    ("syscalls", {"sc_enter", "sc_enter_at", "sc_enter_xattr", "sc_exit"}), ("raw", {"on_sys_enter", "on_sys_exit"})])
 def test_the_recorder_compiles_with_what_record_attaches(compiled, attach, entries):
     p = probeset.ProbeSet(probeset.ProbeOptions(quiet=True, attach=attach))
     assert p.source == probeset.BPF_SOURCE
@@ -121,7 +121,7 @@ def test_the_recorder_compiles_with_what_record_attaches(compiled, attach, entri
     expected = (entries | twins(JBD2 | HANDLE_PROGRAMS | {"sched_switch", "sched_waking"})
                 | RAW_ONLY | RECORDER_ONLY | xfs(p))
     assert everything(b) == expected
-    for name in SHARED_MAPS + ("home_writes", "offstart", "offstart_pending"):
+    for name in SHARED_MAPS + ("home_writes", "offstart", "offstart_pending", "xattr_files"):
         assert b[name.encode()] is not None
     with pytest.raises(KeyError):
         b[b"mon_journals"]
@@ -143,8 +143,9 @@ def test_the_monitor_compiles_with_what_it_attaches(compiled):
     assert everything(b) == expected
     for name in SHARED_MAPS + ("mon_journals", "offstart"):
         assert b[name.encode()] is not None
-    with pytest.raises(KeyError):
-        b[b"home_writes"]
+    for name in ("home_writes", "xattr_files"):
+        with pytest.raises(KeyError):
+            b[name.encode()]
 
 
 @pytest.mark.kernel
@@ -166,7 +167,7 @@ def test_the_monitor_with_syscalls_compiles_the_recorder(compiled):
 #: the program at each start, so they are its run-time configuration; each is compiled in
 #: both of its modes here, so that no mode is left that no build compiles
 BEHAVIOUR_SWITCHES = ("FILTER_TREE", "FILTER_DEV", "FILTER_CGROUP", "HANDLE_WAITS", "HOME_WRITES", "WAIT_CHAINS",
-                      "WRITERS", "COMMIT_EVENTS")
+                      "WRITERS", "COMMIT_EVENTS", "XATTR_FILES")
 
 
 @pytest.mark.kernel
