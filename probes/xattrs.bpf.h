@@ -3,8 +3,8 @@
  * notes its attribute under its file in xattr_files: the name's hash and the bytes its
  * entry takes in an inode's attribute space (ext4's EXT4_XATTR_LEN(name) +
  * EXT4_XATTR_SIZE(value): a 16-byte ext4_xattr_entry, the name without its prefix and the
- * value as ext4 stores it, each rounded up to 4 bytes). The recorder sums each file's entries at the end
- * (ProbeSet.read_xattr_files): whether they fit a 256- or 512-byte inode. The file is the
+ * value as ext4 stores it, each rounded up to 4 bytes). The recorder sums each file's
+ * entries at the end (ProbeSet.read_xattr_files): whether they fit a 256- or 512-byte inode. The file is the
  * inode's address for a descriptor's call, else a hash of the path as the caller gave it.
  * An LRU map: past XATTR_FILES_MAX files the least recent go, and the sample is the last ones.
  * Included by recorder.bpf.c after common.bpf.h and before calls.bpf.h, whose call_end
@@ -24,7 +24,6 @@ struct xattr_file_val {
 	__u32 name_hash[XATTR_SLOTS];
 	__u16 entry_bytes[XATTR_SLOTS];   /* 0: a free slot */
 	__u32 more_bytes;                 /* the entries of names past XATTR_SLOTS, summed */
-	__u32 sets;                       /* the calls that set an attribute of the file */
 };
 
 struct xattr_scratch {
@@ -44,6 +43,12 @@ BPF_PERCPU_ARRAY(xattr_buf, struct xattr_scratch, 1);
 		h = (h ^ (__u8)(s)[i]) * 16777619u; \
 	}
 
+/* system.posix_acl_access or _default: a POSIX ACL, stored under an index with no name */
+static __always_inline int xattr_is_posix_acl(const char *name)
+{
+	return name[0] == 's' && name[1] == 'y' && name[7] == 'p';
+}
+
 /* The attribute name `name` (len bytes with its NUL) without the prefix ext4 keeps as an
  * index (ext4_xattr_handler_map): its length in the entry. */
 static __always_inline __u32 xattr_stored_name_len(const char *name, int len)
@@ -55,8 +60,8 @@ static __always_inline __u32 xattr_stored_name_len(const char *name, int len)
 		return n > 8 ? n - 8 : 0;          /* trusted. */
 	if (name[0] == 's' && name[1] == 'e')
 		return n > 9 ? n - 9 : 0;          /* security. */
-	if (name[0] == 's' && name[1] == 'y' && name[7] == 'p')
-		return 0;                          /* system.posix_acl_access, _default: no name */
+	if (xattr_is_posix_acl(name))
+		return 0;
 	return n > 7 ? n - 7 : 0;                  /* system.data, ... */
 }
 
@@ -70,12 +75,12 @@ static __always_inline void xattr_note(struct inflight *c, __u32 dev, __u64 file
 	if (!s)
 		return;
 	struct xattr_file_key k = {.dev = dev};
-	__u32 h = 2166136261u;
 	if (c->flags & NR_FD_ARG0) {
 		k.file = READ_FIELD(fd_file(file), FILE_INODE);
 	} else {
 		if (bpf_probe_read_user_str(s->path, sizeof(s->path), (const void *)file) <= 0)
 			return;
+		__u32 h = 2166136261u;
 		XATTR_HASH(h, s->path, XATTR_PATH_BYTES);
 		k.file = h;
 	}
@@ -86,7 +91,7 @@ static __always_inline void xattr_note(struct inflight *c, __u32 dev, __u64 file
 		return;
 	__u32 nh = 2166136261u;
 	XATTR_HASH(nh, s->name, XATTR_NAME_BYTES);
-	if (s->name[0] == 's' && s->name[1] == 'y' && s->name[7] == 'p' && size >= 4) {
+	if (xattr_is_posix_acl(s->name) && size >= 4) {
 		/* a POSIX ACL: ext4 stores its entries shorter than the call passes them (8 bytes
 		 * each): ext4_acl_size(), 4 bytes of header, 4 for each of the first 4, 8 after */
 		__u64 count = (size - 4) / 8;
@@ -99,7 +104,6 @@ static __always_inline void xattr_note(struct inflight *c, __u32 dev, __u64 file
 	struct xattr_file_val *v = xattr_files.lookup_or_try_init(&k, &zv);
 	if (!v)
 		return;
-	v->sets++;
 	int free_slot = -1;
 #pragma unroll
 	for (int i = 0; i < XATTR_SLOTS; i++) {

@@ -542,15 +542,15 @@ def inode_size(ctx: Context) -> list[Recommendation]:
             # did, where a storm re-logs the same blocks)
             moved = xshare * fit_share if not math.isnan(xshare) else 0.0
             if files_fit is not None:
-                moved = max(moved, min(files_fit / max(m.blocks, 1), 1.0))
-            inputs["moved_block_share"] = moved
-            if files_fit is not None:
+                logged = min(files_fit / max(m.blocks, 1), 1.0)
+                moved = max(moved, logged)
                 # and the inode table grows: each file's inode takes size / block of a block
                 # where it took 128 / block. The log fills at least the files' blocks' share
                 # less that more slowly, and its forced checkpoints come that much less often
-                grown = inputs["attribute_files"] * (size - 128) / m.block_size / max(m.blocks, 1)
-                inputs.update(inode_table_share_added=grown,
-                              logged_share_saved=max(min(files_fit / max(m.blocks, 1), 1.0) - grown, 0.0))
+                grown = (inputs["attribute_files"] * (size - xattrs.BASE_INODE_BYTES) / m.block_size
+                         / max(m.blocks, 1))
+                inputs.update(inode_table_share_added=grown, logged_share_saved=max(logged - grown, 0.0))
+            inputs["moved_block_share"] = moved
             hot = m.hot_blocks_high * (1.0 - moved)
             overhead = m.logged_blocks / max(m.blocks, 1)
             need_low = jbd2.blocks_needed(hot, overhead, m.divisor / max(m.divisor - 1.0, 1.0), m.fast_commit_blocks)
