@@ -75,6 +75,33 @@ def test_at_the_device_limit_a_journal_removes_only_the_waits_whose_writes_it_sa
     assert (
         set(hi) == set(remedies.DEVICE_SIDE) and hi["commit_wait"] == 0.1 and lo["commit_wait"] == 0.0
     )
+    # a device at its limit has no room to spare: its queue shrinks by the low end's share
+    # at least; taken below the limit, it may stop queueing
+    lo, hi = remedies.device_fractions(0.2, 0.5, util=0.9, saved_low=0.4)
+    assert lo["commit_wait"] == pytest.approx(0.08) and hi["commit_wait"] == pytest.approx(0.1)
+    lo, hi = remedies.device_fractions(0.3, 1.0, util=0.9, saved_low=0.8)
+    assert lo["commit_wait"] == pytest.approx(0.24) and hi["commit_wait"] == 1.0
+
+
+def test_a_run_shorter_than_writebacks_window_writes_none_of_a_held_hot_set_home():
+    from types import SimpleNamespace
+
+    def model(run_s, window_s=35.0):
+        # 1,000 distinct blocks written home 4,000 times by forced checkpoints
+        return SimpleNamespace(home_blocks=1000, written_home_blocks=4000, relogged_blocks=300, blocks=1000,
+                               run_s=run_s, window_s=window_s)
+
+    # held, each is written home once per window it has been dirty for: none in a 6 s run
+    assert remedies.saved_home_share(model(6.0)) == 1.0
+    # a 100 s run spans two windows: each block twice, 2,000 of the 4,000 writes stay
+    assert remedies.saved_home_share(model(100.0)) == pytest.approx(0.5)
+    # one spanning more windows than checkpoints wrote each block: writeback writes them all
+    assert remedies.saved_home_share(model(1000.0)) == 0.0
+    # no window known: the writes a block's repeats cost
+    assert remedies.saved_home_share(model(None)) == pytest.approx(0.75)
+    m = model(6.0)
+    m.home_blocks = None
+    assert remedies.saved_home_share(m) == 1.0 and remedies.saved_home_share(model(None)) == pytest.approx(0.75)
 
 
 def test_union_counts_overlapping_spans_once():

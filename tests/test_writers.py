@@ -274,3 +274,24 @@ def test_the_tenant_remedy_removes_part_of_the_others_stall_time_only(tmp_path, 
     assert r.stall_ms_removed_high == pytest.approx(80.0 + 40.0)
     assert r.cost == "new_filesystem" and "cgroup pod 1a2b-3c4d (burstable)" in r.command
     assert "wrote 90% of what was logged over the run;" in r.text
+
+
+def test_a_programs_workers_move_together_and_the_kernels_threads_are_no_victims(tmp_path):
+    # a file server's two workers (one program, the root cgroup) wrote half each: together
+    # they filled the journal, and only writeback's worker stalled beside them: no tenant
+    meta = metadata(journals=[journal_meta()], cgroups={"1": "/"})
+    tables = {"writers": pd.DataFrame([w(1, "smbd", 1, 1, dirtied=51), w(2, "smbd", 1, 1, dirtied=49)]),
+              "run_stats": pd.DataFrame([{"ts_ns": 2 * S, "dev": "7:0", "transaction": 1, "blocks": 100,
+                                          "blocks_logged": 100}])}
+    s = load_session(write_session(str(tmp_path / "s"), tables, meta))
+    run = writers.writer_shares(s)
+    st = pd.DataFrame([stall(1, "smbd", 100.0, checkpoint=100.0), stall(2, "smbd", 90.0, checkpoint=90.0),
+                       stall(7, "kworker/u8:2", 60.0, transaction_wait=60.0)])
+    assert writers.tenant(s, run.iloc[:0], run, st, "7:0") is None
+    # another program stalled too: both workers move, and it is the victim, not the worker
+    st = pd.concat([st, pd.DataFrame([stall(3, "postgres", 30.0, ts=4, checkpoint=30.0)])], ignore_index=True)
+    t = writers.tenant(s, run.iloc[:0], run, st, "7:0")
+    assert t["unit"] == "process" and t["pids"] == [1, 2] and t["who"] == "smbd (pids 1, 2)"
+    assert t["run_share"] == pytest.approx(1.0) and t["culprit_ms"] == 190.0
+    assert t["victim"] == "postgres (pid 3)" and t["others_ms"] == 90.0
+    assert writers.kernel_thread("jbd2/loop0-8") and not writers.kernel_thread("kworkerd")

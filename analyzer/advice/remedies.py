@@ -19,8 +19,9 @@ Regimes (:func:`regime_of`), per journal or log:
   on its requests (commits, data pages, metadata, cache flushes, handles waiting for the
   transaction) are at least the checkpoint's. A journal option then removes only the
   checkpoint waits whose writes it saves on the device: the share of the blocks checkpoints
-  wrote home more than once (a hot block is written home once per writeback window instead);
-  a streamed block is written home once either way.
+  wrote home more than once (a hot block is written home once per writeback window instead),
+  and all of them in a run shorter than the window (writeback writes none of them before it
+  ends); a streamed block is written home once either way.
 - ``streaming``: most blocks are logged once (journal_model): checkpoint throughput bounds
   it, and a size holds only this job's or a writeback window's worth of blocks; the
   writeback window (``vm.dirty_expire_centisecs``) bounds how long streamed blocks pin the
@@ -222,13 +223,24 @@ def regime_of(model_regime: str | None, util: dict | None, log_ms: float, device
 
 def saved_home_share(model: JournalModel) -> float:
     """The share of the forced checkpoints' writes home that a journal holding the hot set
-    saves: a block written home k times is written once. From the distinct blocks written
-    home where counted, else the share of logged blocks a later commit re-logged."""
+    takes off the device during the run. A block written home k times is written once; and
+    that once is writeback's, which writes a dirty block home only when it has been dirty for
+    the writeback window (``model.window_s``: dirty_expire + one flusher period): a run
+    shorter than the window writes none of them home before it ends (the sync that ends it
+    does, in large sorted requests), a longer one each distinct block once per window it
+    spans (none saved where checkpoints wrote each block home less often). From the distinct
+    blocks written home where counted, else the share of logged blocks a later commit
+    re-logged."""
     if model is None:
         return 0.0
+    rounds = math.floor(model.run_s / model.window_s) if model.run_s and model.window_s else None
     if model.home_blocks and model.written_home_blocks:
-        return max(0.0, 1.0 - model.home_blocks / model.written_home_blocks)
-    return min(max(model.relogged_blocks / model.blocks, 0.0), 1.0) if model.blocks else 0.0
+        once = max(0.0, 1.0 - model.home_blocks / model.written_home_blocks)
+        if rounds is None:
+            return once
+        return max(0.0, 1.0 - rounds * model.home_blocks / model.written_home_blocks)
+    once = min(max(model.relogged_blocks / model.blocks, 0.0), 1.0) if model.blocks else 0.0
+    return 1.0 if rounds == 0 else once
 
 
 def union_spans(c0: np.ndarray, c1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -301,19 +313,23 @@ def covered_share(stalls: pd.DataFrame, c0: np.ndarray, c1: np.ndarray, dev: str
     return float((ms * (covered(s1) - covered(s0)) / span).sum() / ms.sum())
 
 
-def device_fractions(cp_device_share: float, saved: float,
-                     util: float | None = None) -> tuple[dict[str, float], dict[str, float]]:
+def device_fractions(cp_device_share: float, saved: float, util: float | None = None,
+                     saved_low: float = 0.0) -> tuple[dict[str, float], dict[str, float]]:
     """(low, high) per-cause fractions of the waits on a device's requests (DEVICE_SIDE) a
     log-size remedy removes: the device time its saved writes home took
-    (``cp_device_share``: the share of the run forced checkpoints wrote home, times ``saved``)
-    leaves the queue every other request waits in; at the device's pace the others' waits
-    shrink by that share (high), on a device with room to spare they need not (low). A
-    device at its limit (``util``, its utilisation against it, at least DEVICE_BOUND_UTIL)
-    that the saved writes take below it stops queueing: the others' waits may all go (high)."""
+    (``cp_device_share``: the share of the run forced checkpoints wrote home, times the share
+    of those writes it saves: ``saved`` at its high end, ``saved_low`` at its low end) leaves
+    the queue every other request waits in. At the device's pace the others' waits shrink by
+    that share (high); on a device with room to spare they need not (low). A device at its
+    limit (``util``, its utilisation against it, at least DEVICE_BOUND_UTIL) has none to
+    spare: its queue shrinks by the low end's share at least, and where the saved writes take
+    it below the limit it stops queueing: the others' waits may all go (high)."""
     x = min(max(cp_device_share * saved, 0.0), 1.0)
-    if util is not None and util >= DEVICE_BOUND_UTIL and util * (1.0 - x) < DEVICE_BOUND_UTIL:
+    at_limit = util is not None and util >= DEVICE_BOUND_UTIL
+    lo = min(max(cp_device_share * saved_low, 0.0), x) if at_limit else 0.0
+    if at_limit and util * (1.0 - x) < DEVICE_BOUND_UTIL:
         x = 1.0
-    return {c: 0.0 for c in DEVICE_SIDE}, {c: x for c in DEVICE_SIDE}
+    return {c: lo for c in DEVICE_SIDE}, {c: x for c in DEVICE_SIDE}
 
 
 def log_fractions(regime: str, saved: float, mechanism_share: float = 1.0) -> tuple[float, float]:

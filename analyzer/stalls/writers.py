@@ -245,15 +245,24 @@ def summary(session: Session, checkpoints: pd.DataFrame, stalls: pd.DataFrame) -
 #: the share of what a journal held when it filled (over the run, where it never filled or
 #: the kind keeps no transactions: XFS) a writer must have written to be called its culprit
 CULPRIT_SHARE = 50.0
+#: the kernel's own threads by name: they write and wait for whoever dirtied the pages
+#: (writeback's workers, the journal's thread, XFS's AIL), never a tenant to move nor a victim
+KERNEL_THREADS = ("kworker/", "jbd2/", "xfsaild/", "xfs-", "kswapd", "ksoftirqd/", "kcompactd")
+
+
+def kernel_thread(comm: object) -> bool:
+    """The task named ``comm`` is one of the kernel's own threads (KERNEL_THREADS)."""
+    return str(comm).startswith(KERNEL_THREADS)
 
 
 def tenant(session: Session, fill: pd.DataFrame, run: pd.DataFrame, stalls: pd.DataFrame,
            dev: str) -> dict | None:
     """The writer that filled journal ``dev`` and the others that stalled on it, for the
     tenant remedy (the culprit on a filesystem of its own): None unless one writer (a cgroup;
-    a process where its cgroup is the root one or holds every other task that stalled) wrote
-    at least CULPRIT_SHARE % of what the journal held when it filled (``fill``: at_fill rows;
-    over the run, ``run``: writer_shares rows, where it never filled) and others stalled on it.
+    a program, its processes together, where its cgroup is the root one or holds every other
+    task that stalled) wrote at least CULPRIT_SHARE % of what the journal held when it filled
+    (``fill``: at_fill rows; over the run, ``run``: writer_shares rows, where it never filled)
+    and another program, not one of the kernel's threads (KERNEL_THREADS), stalled on it.
 
     ``{"dev", "who", "unit" ("cgroup" or "process"), "pids" (the culprit's processes),
     "cgroup_id", "fill_share" and "run_share" (0-1: of what the log held at fill, and of what
@@ -284,18 +293,22 @@ def tenant(session: Session, fill: pd.DataFrame, run: pd.DataFrame, stalls: pd.D
     beyond = float(st.loc[st_cg != cg, "latency_ms"].sum()) > 0
     unit = "cgroup" if cg and names.get(cg) != "/" and beyond else "process"
 
+    comm = str(top["comm"])
+
     def mine(t):
         if unit == "cgroup":
             return pd.to_numeric(t["cgroup_id"], errors="coerce").fillna(0).astype("int64").to_numpy() == cg
-        return t["pid"].astype("int64").to_numpy() == pid
+        # a program's workers (a file server's, a mail server's) move together
+        return t["comm"].astype("str").to_numpy(dtype=object) == comm
 
     fill_share = float(f.loc[mine(f), "share_pct"].sum()) if len(f) else None
     run_share = float(r.loc[mine(r), "share_pct"].sum()) if len(r) else 0.0
     if (fill_share if fill_share is not None else run_share) < CULPRIT_SHARE:
         return None
-    culprit = (st_cg == cg) if unit == "cgroup" else (st_pid == pid)
+    culprit = (st_cg == cg) if unit == "cgroup" else mine(st)
     others = st[~culprit]
-    if not len(others) or not float(others["latency_ms"].sum()) > 0:
+    user = ~others["comm"].map(kernel_thread).to_numpy(dtype=bool)
+    if not user.any() or not float(others.loc[user, "latency_ms"].sum()) > 0:
         return None
     pids = sorted({int(p) for p in basis.loc[mine(basis), "pid"]} | {int(p) for p in st_pid[culprit]})
     # the victim: the other cgroup (a unit, a container: its processes together, a shell
@@ -306,13 +319,13 @@ def tenant(session: Session, fill: pd.DataFrame, run: pd.DataFrame, stalls: pd.D
         per = others.groupby(o_cg)["latency_ms"].sum().sort_values(ascending=False, kind="stable")
         victim = f"cgroup {names.get(int(per.index[0]), str(int(per.index[0])))}"
     else:
-        per = others.groupby("pid")["latency_ms"].sum().sort_values(ascending=False, kind="stable")
+        per = others[user].groupby("pid")["latency_ms"].sum().sort_values(ascending=False, kind="stable")
         vpid = int(per.index[0])
         victim = f"{others.loc[others['pid'] == vpid, 'comm'].iloc[0]} (pid {vpid})"
     who = (f"cgroup {top['cgroup']}" if unit == "cgroup" and top.get("cgroup")
-           else f"{top['comm']} (pid {pid})")
+           else f"{comm} (pid {pid})" if len(pids) == 1 else f"{comm} (pids {', '.join(map(str, pids))})")
     return {"dev": str(dev), "who": who, "unit": unit, "pids": pids, "cgroup_id": cg or None,
-            "comm": str(top["comm"]),
+            "comm": comm,
             "fill_share": None if fill_share is None else fill_share / 100.0, "run_share": run_share / 100.0,
             "others": others, "others_ms": float(others["latency_ms"].sum()),
             "culprit_ms": float(st.loc[culprit, "latency_ms"].sum()),
