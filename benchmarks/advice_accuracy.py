@@ -18,6 +18,9 @@ work was durable on the device). Then the targets, each printed:
   3. (with --tunes) the journal size advised <= 2x the median of 3 `lab tune` thresholds on
      >= 90 % of hot-set workloads;
   4. identical verdicts (remedy kinds and ranks) on the 3 identical baseline runs;
+  5. (with --tunes) the log-size remedy's predicted curve (stall time by journal or log
+     size) within 2x of the stall time the tunes measured at each size they ran, on >= 90 %
+     of those points;
 
 and the table of every pair (predicted interval, measured median removal) as markdown.
 The judging is benchmarks/advice_judge.py (pure functions, tests/test_advice_bench.py).
@@ -362,6 +365,10 @@ def run_case(
                     "config": "tune",
                     "run": n,
                     "threshold_mib": t.threshold_mib,
+                    # every size the search ran: the predicted curve is judged on them (target 5)
+                    "points": [{"journal_mib": x.journal_mib, "stall_ms": x.stall_ms,
+                                "waits_ms": x.checkpoint_waits_ms if x.kind == "jbd2" else x.log_space_stall_ms}
+                               for x in t.runs],
                     "commit": commit,
                     "date": datetime.date.today().isoformat(),
                 },
@@ -419,6 +426,9 @@ def report(results, out=sys.stdout):
         file=out,
     )
     print(judge.table(judge.pairs(cs)) + "\n", file=out)
+    cp = judge.curve_points(cs)
+    if cp:
+        print(judge.curve_table(cp) + "\n", file=out)
     ok = True
     for line, met in judge.targets(cs):
         print(

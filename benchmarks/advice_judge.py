@@ -11,7 +11,9 @@ remedies analyze named, ranked), ``verdict`` (analyze's top-level ``verdict`` ob
 None) and ``stall_ms_by_comm`` ({process name: stall ms}: the tenant remedy, which moves a
 process and its stalls to a filesystem of its own, is judged on the others' stall time).
 A tune's record: ``config`` "tune", ``run``, ``threshold_mib`` (lab tune's smallest journal
-big enough; None when none up to its bound was).
+big enough; None when none up to its bound was) and ``points`` (each size its search ran:
+``journal_mib``, ``stall_ms``, the mechanism's ``waits_ms``), against which the log-size
+remedy's predicted curve is judged (target 5, :func:`curve_points`).
 
 What the advice predicts is read from analyze's JSON (advice_of): per recommendation
 ``stall_ms_removed_low`` and ``stall_ms_removed_high`` (stall time over all causes and tasks
@@ -145,9 +147,27 @@ def advice_of(doc):
                 "source": source,
                 # the tenant remedy: the process it moves (by name: pids differ between runs)
                 "moved": inputs.get("comm") if r["kind"] == "own_filesystem" else None,
+                "curve": _curve_inputs(r, inputs),
             }
         )
     return out
+
+
+def _curve_inputs(r, inputs):
+    """What a log-size remedy's predicted curve is drawn from (advice.curve.size_curve): the
+    current size, the mechanism's waits there and the model's two bounds; None for another
+    remedy or one without a size."""
+    if not inputs.get("curve") or r["kind"] not in ("journal_size", "log_size"):
+        return None
+    if r["kind"] == "journal_size":
+        cur, lo, hi = inputs.get("journal_mib"), inputs.get("low_mib"), inputs.get("high_mib")
+    else:
+        cur, lo = inputs.get("log_mib"), r.get("journal_size_mib")
+        hi = lo
+    if None in (cur, lo, hi):
+        return None
+    return {"current_mib": _num(cur), "wait_ms": _num(r.get("mechanism_ms_removed") or 0.0),
+            "low_mib": _num(lo), "high_mib": _num(hi)}
 
 
 def is_remedy(a):
@@ -222,6 +242,7 @@ def cases(records):
         run = int(rec["run"])
         if rec["config"] == "tune":
             c["thresholds"][run] = rec.get("threshold_mib")
+            c.setdefault("points", {})[run] = rec.get("points") or []
             continue
         if rec["config"] == "baseline":
             slot = c["baseline"]
@@ -419,6 +440,38 @@ def journal_sizes(cs):
     return out
 
 
+#: target 5: a tune's measured stall time within this factor of the predicted curve's
+#: interval at its size, or within CURVE_SLACK_MS of it (the tenths of a second the verdict
+#: prints: a point of a few ms is no measure of a factor)
+CURVE_RATIO, CURVE_SLACK_MS = 2.0, 100.0
+
+
+def curve_points(cs):
+    """Target 5: [(case, size MiB, measured stall ms, predicted low, predicted high, hit)] of
+    every point the tunes of a case ran whose first baseline run's log-size remedy carries a
+    curve: the curve (advice.curve.size_curve, from that remedy's figures) at the point's
+    size, and a hit where the measured stall time lies within CURVE_RATIO of its interval
+    (low / 2 <= measured <= 2 x high, give or take CURVE_SLACK_MS)."""
+    from jstall.analyzer.advice.curve import size_curve
+
+    out = []
+    for ck, c in sorted(cs.items()):
+        first = c["advice"].get(1) or []
+        js = next((a for a in first if a["kind"] in ("journal_size", "log_size") and a.get("curve")), None)
+        pts = [p for run in sorted(c.get("points") or {}) for p in c["points"][run]
+               if p.get("journal_mib") and p.get("stall_ms") is not None]
+        if js is None or not pts:
+            continue
+        k = js["curve"]
+        t = size_curve(k["current_mib"], k["wait_ms"], k["low_mib"], k["high_mib"], js["total_ms"] or 0.0,
+                       js["low_ms"] or 0.0, js["high_ms"] or 0.0, [p["journal_mib"] for p in pts])
+        for p, row in zip(pts, t.to_dict("records")):
+            lo, hi, m = row["stall_ms_low"], row["stall_ms_high"], float(p["stall_ms"])
+            hit = lo / CURVE_RATIO - CURVE_SLACK_MS <= m <= hi * CURVE_RATIO + CURVE_SLACK_MS
+            out.append((ck, float(p["journal_mib"]), m, lo, hi, hit))
+    return out
+
+
 def stability(cs):
     """Target 4: [(case, same)] of the cases with three baseline runs: the remedies' kinds
     and ranks identical in all three, and so the verdict's headline remedy and whether it
@@ -481,7 +534,7 @@ def table(ps):
 
 
 def targets(cs):
-    """[(target line, met or None when nothing was measured for it)] of the four targets."""
+    """[(target line, met or None when nothing was measured for it)] of the five targets."""
     ps = pairs(cs)
     hits, n, ins, nar = calibration(ps)
     s = share(hits, n)
@@ -523,4 +576,23 @@ def targets(cs):
         f"{sum(x[1] for x in st)} of {len(st)} workloads"
     )
     out.append((line4, None if not st else all(x[1] for x in st)))
+    cp = curve_points(cs)
+    hit_c = sum(x[5] for x in cp)
+    s_c = share(hit_c, len(cp))
+    line5 = (
+        f"5. the predicted curve (stall time by journal or log size) within {CURVE_RATIO:g}x of the tunes' "
+        f"measured points: {hit_c} of {len(cp)} points, {len({x[0] for x in cp})} workloads ({_pct(s_c)}; "
+        f"target >= {JOURNAL_SHARE:.0%})"
+    )
+    out.append((line5, None if s_c is None else s_c >= JOURNAL_SHARE))
     return out
+
+
+def curve_table(cp):
+    """The markdown table of target 5's points."""
+    rows = ["| workload | scale | write IOPS | journal MiB | predicted stall ms | tune's stall ms | within 2x |",
+            "|---|---|---:|---:|---:|---:|---|"]
+    for ck, mib, m, lo, hi, hit in cp:
+        pred = _ms(lo) if round(lo) == round(hi) else f"{_ms(lo)}-{_ms(hi)}"
+        rows.append(f"| {ck[0]} | {ck[1]} | {ck[2]:,} | {mib:g} | {pred} | {_ms(m)} | {'yes' if hit else 'no'} |")
+    return "\n".join(rows)

@@ -294,6 +294,30 @@ def test_journal_size_target_on_hot_set_cases_with_three_tunes():
     assert [x[0][0] for x in judge.journal_sizes(judge.cases(two))] == []
 
 
+def test_the_curve_is_judged_at_every_size_the_tunes_ran():
+    # 1,000 ms of checkpoint waits at 4 MiB, none needed from 20 MiB (both bounds), 1,200 ms of
+    # stall time of which the journal removes 800-1,200: at 12 MiB the waits are a quarter,
+    # (20 - 12)^2 / (20 - 4)^2, and the stall time left 1,200 - 0.75 x (800-1,200) = 300-600
+    js = {**adv("journal_size", 800.0, 1200.0, 1, regime="hot_set", mib=20.0), "total_ms": 1200.0,
+          "curve": {"current_mib": 4.0, "wait_ms": 1000.0, "low_mib": 20.0, "high_mib": 20.0}}
+    rs = _case([1200.0], {}, [js])
+    rs += [{**CASE, "config": "tune", "run": 1, "threshold_mib": 20.0,
+            "points": [{"journal_mib": 4, "stall_ms": 1300.0}, {"journal_mib": 12, "stall_ms": 1400.0},
+                       {"journal_mib": 20, "stall_ms": 30.0}]},
+           {**CASE, "config": "tune", "run": 2, "threshold_mib": 20.0,
+            "points": [{"journal_mib": 12, "stall_ms": 140.0}]}]
+    got = judge.curve_points(judge.cases(rs))
+    assert [(x[1], x[2], x[5]) for x in got] == [(4.0, 1300.0, True), (12.0, 1400.0, False), (20.0, 30.0, True),
+                                                  (12.0, 140.0, True)]
+    assert got[1][3:5] == pytest.approx((300.0, 600.0))
+    (line, met) = judge.targets(judge.cases(rs))[4]
+    assert line.startswith("5.") and "3 of 4 points, 1 workloads (75 %" in line and met is False
+    assert "| 12 | 300-600 | 1,400 | no |" in judge.curve_table(got)
+    # a remedy without a curve, or no tune's points: nothing judged
+    rs[0]["advice"] = [adv("journal_size", 800.0, 1200.0, 1, mib=20.0)]
+    assert judge.curve_points(judge.cases(rs)) == [] and judge.targets(judge.cases(rs))[4][1] is None
+
+
 def test_stability_compares_kinds_and_ranks_of_three_baseline_runs():
     a = [adv("journal_size", 1.0, 2.0, 1), adv("inode_size", 1.0, 2.0, 2)]
     b = [adv("inode_size", 5.0, 9.0, 1), adv("journal_size", 1.0, 2.0, 2)]
@@ -352,7 +376,7 @@ def test_targets_met_and_not_met():
         advice,
     )
     t = judge.targets(judge.cases(rs))
-    assert [m for _, m in t] == [True, True, None, True]
+    assert [m for _, m in t] == [True, True, None, True, None]
     assert t[0][0].startswith("1. calibration: 1 of 1")
     # measured 9,300 removed; an interval of 5,000-6,000 misses it
     for r in rs[:3]:
@@ -453,7 +477,7 @@ def test_a_case_cut_short_is_shown_but_not_judged():
     assert judge.calibration([p]) == (0, 0, 0, 0)
     assert judge.headline(cs, [p]) == [] and judge.stability(cs) == []
     assert "(2 of 3 runs: not judged)" in judge.table([p])
-    assert [m for _, m in judge.targets(cs)] == [None, None, None, None]
+    assert [m for _, m in judge.targets(cs)] == [None, None, None, None, None]
 
 
 def test_each_remedy_is_the_change_the_advice_names_where_the_lab_can_apply_it():
