@@ -611,6 +611,28 @@ def test_no_journal_size_or_inode_advice_without_checkpoint_stall_time(tmp_path)
     assert "fast_commit" not in _kinds(a)  # 0 fsync calls
 
 
+def test_inode_size_speaks_of_the_journals_journal_size_does(tmp_path, monkeypatch):
+    """A journal whose forced-checkpoint waits all fell under the recording's threshold (no
+    stall spent time checkpointing) is still not big enough when they took 2.9 % of the run:
+    journal_size speaks of it, and so does inode_size, as in the runs where a wait was a
+    stall (rsync -aX, identical runs)."""
+    from jstall.analyzer.advice import recommend
+    from jstall.enough import Enough
+
+    evs = [jev(S // 2 + i * MS, "checkpoint", 999, result=0, free=100) for i in range(5)]
+    rs = [run_stat(S // 4 + i * MS, i, blocks=200, logged=205) for i in range(10)]
+    totals = [{"syscall": "setxattr", "dev": "7:0", "count": 100, "errors": 0, "total_latency_ns": S,
+               "max_latency_ns": 100 * MS}]
+    monkeypatch.setattr(recommend.Context, "enough", lambda self, dev: Enough(96.0, 8.0, 3300.0))
+    a = _stall_session(tmp_path, "s", [2, 2, 7], run_stats=rs, events=evs, totals=totals)
+    assert a.stalls["checkpoint_ms"].sum() == 0
+    assert "journal_size" in _kinds(a) and "inode_size" in _kinds(a)
+    # big enough: neither
+    monkeypatch.setattr(recommend.Context, "enough", lambda self, dev: Enough(3.0, 1.0, 3300.0))
+    b = _stall_session(tmp_path, "t", [2, 2, 7], run_stats=rs, events=evs, totals=totals)
+    assert "journal_size" not in _kinds(b) and "inode_size" not in _kinds(b)
+
+
 def test_inode_size_advice_is_the_smallest_size_holding_the_attributes_the_session_saw(tmp_path):
     """The xattr_files table decides the inode size advised: small attributes, 256 bytes;
     two 32-byte ones (108 bytes), 512; none that any inode holds, no size, and the advice
