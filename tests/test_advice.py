@@ -400,3 +400,20 @@ def test_waits_for_reserved_credits_are_a_journal_size_mechanism():
     assert reserved_credit_share(ctx, "7:1") == pytest.approx(0.8)
     assert reserved_credit_share(ctx, "7:2") == pytest.approx(1.0)
     assert reserved_credit_share(ctx, "8:0") == 0.0
+
+
+def test_an_inode_size_where_the_journal_holds_the_hot_set_already_only_slows_its_fill():
+    # maildir: the 4 MiB journal held the hot set, its forced checkpoints came from commits
+    # wrapping the log; 256-byte inodes (a quarter fewer blocks logged) removed none of them
+    # in three runs: none for sure, at most the slower fill's share
+    r = Recommendation("inode_size", "", dev="7:0", estimate=True, stall_ms_addressed=260.0,
+                       inputs={"verdict": "held_already", "logged_share_saved": 0.26})
+    fig = {"checkpoint_device_share": 0.04, "device_util": 0.99, "saved_home_share": 1.0}
+    lo, hi, cost, _ = recommend._checkpoint_effects(None, r, "device_bound", fig, 1000.0, "/dev/loop0", "/mnt")
+    assert lo["checkpoint"] == 0.0 and hi["checkpoint"] == pytest.approx(0.26) and cost == "new_filesystem"
+    assert lo["commit_wait"] == 0.0 and hi["commit_wait"] == pytest.approx(0.04 * 0.26)
+    # where it does not hold it, a fit is all of them at the high end
+    r.inputs = {"verdict": "suffices", "logged_share_saved": 0.26}
+    r.stall_ms_addressed = 1000.0
+    lo, hi, _, _ = recommend._checkpoint_effects(None, r, "hot_set", fig, 1000.0, "/dev/loop0", "/mnt")
+    assert lo["checkpoint"] == pytest.approx(0.8) and hi["checkpoint"] == 1.0

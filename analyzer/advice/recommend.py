@@ -573,14 +573,27 @@ def inode_size(ctx: Context) -> list[Recommendation]:
             band = INODE_BAND * jb
             ok = margin >= 0
             inputs["verdict"] = "suffices" if margin >= band else "short" if margin <= -band else "borderline"
-            rec.stall_ms_addressed = cp_ms if inputs["verdict"] != "short" else 0.0
+            if math.ceil(m.high_mib) <= m.journal_mib:
+                # the journal holds the hot set already (journal_size gives no size): its forced
+                # checkpoints come from elsewhere (many small commits wrapping the log, their
+                # tail moves), and fewer blocks logged only make it wrap less often
+                inputs["verdict"] = "held_already"
+            rec.stall_ms_addressed = cp_ms if inputs["verdict"] not in ("short", "held_already") else 0.0
             rec.journal_size_mib = None if need_high <= jb else float(int(-(-need_high * m.block_size // 2**20)))
             head = (f"Estimate: with {big} (mkfs.ext4 -I {size}) {why}, so their blocks are not logged "
                     f"({100 * moved:.0f}% of the {m.blocks:,} blocks logged); the hot set "
                     f"drops from about {m.hot_blocks_high:.0f} to {hot:.0f} blocks, which needs {need_low:.0f} "
                     f"(held once in the log) to {need_high:.0f} (held in one transaction) of the journal's "
                     f"{jb:.0f} blocks: ")
-            if inputs["verdict"] == "borderline":
+            if inputs["verdict"] == "held_already":
+                p = inputs.get("logged_share_saved", moved)
+                rec.stall_ms_addressed = p * cp_ms
+                rec.text = text + head + (f"but the {_fmt_mib(m.journal_mib)} journal holds the hot set already "
+                                          f"(about {m.hot_blocks_high:.0f} blocks), so its forced checkpoints come "
+                                          "from elsewhere (many small commits wrapping the log); the log fills "
+                                          f"{100 * p:.0f}% more slowly with them, and its checkpoints come at most "
+                                          "that much less often.")
+            elif inputs["verdict"] == "borderline":
                 rec.text = text + head + (f"the margin, {margin:.0f} blocks at the peak, is within "
                                           f"{100 * INODE_BAND:.0f}% of the journal, as much as identical runs "
                                           "differ: they may suffice alone; with them a "
@@ -1501,7 +1514,12 @@ def _checkpoint_effects(ctx, r, name, fig, cp, device, mnt):
             inp["journal_blocks"] / max(inp["predicted_needed_blocks_low"], 1.0), 1.0)
         lo, hi = remedies.log_fractions(name, saved, held)
         lo *= 0.5 if inp["verdict"] == "borderline" else 0.0
-    if r.kind == "inode_size" and inp.get("logged_share_saved") is not None:
+    if r.kind == "inode_size" and inp.get("verdict") == "held_already":
+        # the hot set is held already: the log only fills more slowly, its checkpoints come
+        # at most that much less often; none for sure
+        p = inp.get("logged_share_saved", inp.get("moved_block_share", 0.0))
+        lo, hi = 0.0, min(max(p, 0.0), 1.0)
+    elif r.kind == "inode_size" and inp.get("logged_share_saved") is not None:
         # the attributes the session saw: the log fills that share more slowly, and its forced
         # checkpoints, each as long, come that much less often (the low end); where the hot
         # set then fits, or writeback keeps up with the slower fill, none is forced (the high end)
