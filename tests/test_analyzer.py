@@ -1276,3 +1276,8 @@ def test_remedies_whose_intervals_mostly_overlap_rank_cheaper_first():
     assert [r.kind for r in rank([rem("external_journal", 666.0, 1312.0, "offline"),
                                   rem("inode_size", 413.0, 3002.0, "new_filesystem")])] == ["inode_size",
                                                                                            "external_journal"]
+    # as costly (a new filesystem each): the size before a device of its own, whichever the
+    # run's figures put a millisecond ahead
+    log, ext_log = rem("log_size", 105.0, 210.0, "new_filesystem"), rem("external_log", 108.0, 210.0, "new_filesystem")
+    assert [r.kind for r in rank([ext_log, log])] == [r.kind for r in rank([log, ext_log])] == ["log_size",
+                                                                                               "external_log"]
