@@ -692,9 +692,6 @@ def test_fast_commit_only_when_fsync_commit_waits_dominate(tmp_path):
     # commit waits a minority of the stall time: no fast_commit
     b = _stall_session(tmp_path, "mi", [3, 4, 4, 4], syscall="fsync", totals=fs, run_stats=[run_stat(S // 4, 1)])
     assert "fast_commit" not in _kinds(b)
-    # under half, but more than any other cause (maildir's, 42-56 % in identical runs): offered
-    m = _stall_session(tmp_path, "lg", [3, 3, 4, 5, 6], syscall="fsync", totals=fs, run_stats=[run_stat(S // 4, 1)])
-    assert m.stalls["commit_wait_ms"].sum() < 0.5 * m.stalls["latency_ms"].sum() and "fast_commit" in _kinds(m)
     # extended-attribute changes: each makes its transaction's fsyncs full commits, the others'
     # may go fast (a maildir run on fast_commit: 175 fast commits and 535 full ones of 2,000
     # fsyncs beside 2,000 setxattrs, and 28% of the stall time removed): from none of the

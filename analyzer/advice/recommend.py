@@ -999,18 +999,12 @@ def _device_load_in_waits(ctx, dev):
 
 
 def fast_commit(ctx: Context) -> list[Recommendation]:
-    """Only when fsync-driven commit waits dominate the stall time (half of it, or more than
-    any other cause: maildir's were 42-56 % of it in identical runs, always the largest) and
-    no xattr change makes the commits ineligible (ext4_fc_mark_ineligible for
-    EXT4_FC_REASON_XATTR)."""
+    """Only when fsync-driven commit waits dominate the stall time and no xattr change makes
+    the commits ineligible (ext4_fc_mark_ineligible for EXT4_FC_REASON_XATTR)."""
     fs = ctx.call_count(FSYNC_SYSCALLS)
     cw = ctx.cause_ms("commit_wait")
     total = ctx.total_ms
-    if not fs or cw <= 0 or not total:
-        return []
-    top = max((ctx.cause_ms(c) for c in causes.CAUSES if c != "commit_wait" and f"{c}_ms" in ctx.stalls),
-              default=0.0)
-    if cw < 0.5 * total and cw <= top:
+    if not fs or cw <= 0 or not total or cw < 0.5 * total:
         return []
     out = []
     xc = ctx.call_count(XATTR_SYSCALLS)
