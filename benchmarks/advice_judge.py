@@ -563,13 +563,9 @@ def targets(cs):
     )
     out.append((line2, met))
     j = journal_sizes(cs)
-    hit_j = sum(x[3] for x in j)
-    s_j = share(hit_j, len(j))
-    line3 = (
-        f"3. journal size <= {JOURNAL_RATIO:g}x the median of {RUNS} tunes' thresholds: {hit_j} of "
-        f"{len(j)} hot-set workloads tuned ({_pct(s_j)}; target >= {JOURNAL_SHARE:.0%})"
-    )
-    out.append((line3, None if s_j is None else s_j >= JOURNAL_SHARE))
+    out.append(_share_target(
+        f"3. journal size <= {JOURNAL_RATIO:g}x the median of {RUNS} tunes' thresholds: {{hits}} of "
+        f"{len(j)} hot-set workloads tuned", sum(x[3] for x in j), len(j)))
     st = stability(cs)
     line4 = (
         f"4. identical verdicts (remedy kinds and ranks) on {RUNS} identical runs: "
@@ -577,15 +573,19 @@ def targets(cs):
     )
     out.append((line4, None if not st else all(x[1] for x in st)))
     cp = curve_points(cs)
-    hit_c = sum(x[5] for x in cp)
-    s_c = share(hit_c, len(cp))
-    line5 = (
+    out.append(_share_target(
         f"5. the predicted curve (stall time by journal or log size) within {CURVE_RATIO:g}x of the tunes' "
-        f"measured points: {hit_c} of {len(cp)} points, {len({x[0] for x in cp})} workloads ({_pct(s_c)}; "
-        f"target >= {JOURNAL_SHARE:.0%})"
-    )
-    out.append((line5, None if s_c is None else s_c >= JOURNAL_SHARE))
+        f"measured points: {{hits}} of {len(cp)} points, {len({x[0] for x in cp})} workloads",
+        sum(x[5] for x in cp), len(cp)))
     return out
+
+
+def _share_target(text, hits, n):
+    """(line, met) of a target met by JOURNAL_SHARE of its ``n`` cases: ``text`` with
+    ``{hits}`` filled, then the share and the target."""
+    s = share(hits, n)
+    return (text.format(hits=hits) + f" ({_pct(s)}; target >= {JOURNAL_SHARE:.0%})",
+            None if s is None else s >= JOURNAL_SHARE)
 
 
 def curve_table(cp):
