@@ -1526,8 +1526,7 @@ def _checkpoint_effects(ctx, r, name, fig, cp, device, mnt):
         p = inp["logged_share_saved"]
         lo, hi = max(lo, p), max(hi, 1.0 if inp.get("verdict") == "short" else p)
     # the writes home it saves leave the device's queue: the others' waits shrink
-    dlo, dhi = remedies.device_fractions(fig.get("checkpoint_device_share", 0.0), saved * hi, fig.get("device_util"),
-                                         saved * lo)
+    dlo, dhi = remedies.device_fractions(fig.get("checkpoint_device_share", 0.0), saved * hi, fig.get("device_util"))
     # waits for a transaction, or for a commit, that could not close while the log was full
     # go with the checkpoint they waited through: the high end; the low end keeps them
     for c in remedies.THROUGH:
