@@ -295,3 +295,23 @@ def test_a_programs_workers_move_together_and_the_kernels_threads_are_no_victims
     assert t["run_share"] == pytest.approx(1.0) and t["culprit_ms"] == 190.0
     assert t["victim"] == "postgres (pid 3)" and t["others_ms"] == 90.0
     assert writers.kernel_thread("jbd2/loop0-8") and not writers.kernel_thread("kworkerd")
+
+
+def test_a_stall_over_before_the_culprit_began_writing_is_not_its_doing(tmp_path):
+    # a tree builder (python) wrote half the log and stalled, then tar copied the tree and
+    # wrote the other half: tar did not make python wait, however much of the log it wrote
+    meta = metadata(journals=[journal_meta()], cgroups={"1": "/"})
+    rows = [{**w(1, "python", 1, 1, dirtied=49), "first_ns": 1 * S},
+            {**w(2, "tar", 1, 1, dirtied=51), "first_ns": 5 * S}]
+    tables = {"writers": pd.DataFrame(rows),
+              "run_stats": pd.DataFrame([{"ts_ns": 9 * S, "dev": "7:0", "transaction": 1, "blocks": 100,
+                                          "blocks_logged": 100}])}
+    s = load_session(write_session(str(tmp_path / "s"), tables, meta))
+    run = writers.writer_shares(s)
+    st = pd.DataFrame([stall(1, "python", 300.0, ts=2, checkpoint=300.0),
+                       stall(2, "tar", 900.0, ts=6, checkpoint=900.0)])
+    assert writers.tenant(s, run.iloc[:0], run, st, "7:0") is None
+    # a stall of python's after tar began: tar's doing, and python its victim
+    st = pd.concat([st, pd.DataFrame([stall(1, "python", 200.0, ts=7, checkpoint=200.0)])], ignore_index=True)
+    t = writers.tenant(s, run.iloc[:0], run, st, "7:0")
+    assert t["who"] == "tar (pid 2)" and t["others_ms"] == 200.0 and t["victim"] == "python (pid 1)"

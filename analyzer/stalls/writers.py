@@ -262,7 +262,8 @@ def tenant(session: Session, fill: pd.DataFrame, run: pd.DataFrame, stalls: pd.D
     a program, its processes together, where its cgroup is the root one or holds every other
     task that stalled) wrote at least CULPRIT_SHARE % of what the journal held when it filled
     (``fill``: at_fill rows; over the run, ``run``: writer_shares rows, where it never filled)
-    and another program, not one of the kernel's threads (KERNEL_THREADS), stalled on it.
+    and another program, not one of the kernel's threads (KERNEL_THREADS), stalled on it once
+    it had begun writing.
 
     ``{"dev", "who", "unit" ("cgroup" or "process"), "pids" (the culprit's processes),
     "cgroup_id", "fill_share" and "run_share" (0-1: of what the log held at fill, and of what
@@ -306,7 +307,16 @@ def tenant(session: Session, fill: pd.DataFrame, run: pd.DataFrame, stalls: pd.D
     if (fill_share if fill_share is not None else run_share) < CULPRIT_SHARE:
         return None
     culprit = (st_cg == cg) if unit == "cgroup" else mine(st)
-    others = st[~culprit]
+    # the others' stalls from the culprit's first write on: one over before it began was not
+    # its doing (tar --xattrs copying a tree a tree builder had just written: the builder's
+    # stalls all ended before tar's first handle)
+    w = session.writers
+    w = w[w["dev"].astype("str") == str(dev)] if len(w) else w
+    began = w.loc[mine(w), "first_ns"].min() if len(w) else None
+    other = ~culprit
+    if began is not None and pd.notna(began):
+        other &= st["end_ns"].to_numpy(dtype="int64") > int(began)
+    others = st[other]
     user = ~others["comm"].map(kernel_thread).to_numpy(dtype=bool)
     if not user.any() or not float(others.loc[user, "latency_ms"].sum()) > 0:
         return None
@@ -314,7 +324,7 @@ def tenant(session: Session, fill: pd.DataFrame, run: pd.DataFrame, stalls: pd.D
     # the victim: the other cgroup (a unit, a container: its processes together, a shell
     # loop's short-lived children among them) or, where cgroups are not known, the process
     # that stalled longest
-    o_cg = st_cg[~culprit]
+    o_cg = st_cg[other]
     if unit == "cgroup" and (o_cg != 0).all():
         per = others.groupby(o_cg)["latency_ms"].sum().sort_values(ascending=False, kind="stable")
         victim = f"cgroup {names.get(int(per.index[0]), str(int(per.index[0])))}"
