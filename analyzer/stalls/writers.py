@@ -288,8 +288,8 @@ def tenant(session: Session, fill: pd.DataFrame, run: pd.DataFrame, stalls: pd.D
     if st_cg is None:
         st_cg = np.zeros(len(st), dtype="int64")
     # a cgroup (a container, a unit) moves as one, its helpers with it (a tenant's shell
-    # children stalled beside it in an emulated guest); a process alone where its cgroup is
-    # the root one, or holds every other task that stalled
+    # children stalled beside it in an emulated guest); a program (its processes by name)
+    # where its cgroup is the root one, or holds every other task that stalled
     names = cgroup_names(session)
     beyond = float(st.loc[st_cg != cg, "latency_ms"].sum()) > 0
     unit = "cgroup" if cg and names.get(cg) != "/" and beyond else "process"
