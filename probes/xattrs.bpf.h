@@ -4,8 +4,9 @@
  * entry takes in an inode's attribute space (ext4's EXT4_XATTR_LEN(name) +
  * EXT4_XATTR_SIZE(value): a 16-byte ext4_xattr_entry, the name without its prefix and the
  * value as ext4 stores it, each rounded up to 4 bytes). The recorder sums each file's
- * entries at the end (ProbeSet.read_xattr_files): whether they fit a 256- or 512-byte inode. The file is the
- * inode's address for a descriptor's call, else a hash of the path as the caller gave it.
+ * entries at the end (ProbeSet.read_xattr_files): whether they fit a 256- or 512-byte
+ * inode. The file is the inode's address for a descriptor's call, else a hash of the path
+ * as the caller gave it.
  * An LRU map: past XATTR_FILES_MAX files the least recent go, and the sample is the last ones.
  * Included by recorder.bpf.c after common.bpf.h and before calls.bpf.h, whose call_end
  * calls xattr_note.

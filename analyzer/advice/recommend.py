@@ -586,7 +586,7 @@ def inode_size(ctx: Context) -> list[Recommendation]:
                     f"(held once in the log) to {need_high:.0f} (held in one transaction) of the journal's "
                     f"{jb:.0f} blocks: ")
             if inputs["verdict"] == "held_already":
-                p = inputs.get("logged_share_saved", moved)
+                p = _slower_fill_share(inputs)
                 rec.stall_ms_addressed = p * cp_ms
                 rec.text = text + head + (f"but the {_fmt_mib(m.journal_mib)} journal holds the hot set already "
                                           f"(about {m.hot_blocks_high:.0f} blocks), so its forced checkpoints come "
@@ -629,6 +629,13 @@ def inode_size(ctx: Context) -> list[Recommendation]:
             rec.text = text + f"With {big} (mkfs.ext4 -I {size}) {why}."
         out.append(rec)
     return out
+
+
+def _slower_fill_share(inputs):
+    """The share by which an inode size makes the log fill more slowly (the inode rule's
+    ``inputs``): ``logged_share_saved`` where the session noted the attributes, else the
+    moved blocks' share."""
+    return inputs.get("logged_share_saved", inputs.get("moved_block_share", 0.0))
 
 
 def _inode_size_held(ctx, noted, dev, inputs):
@@ -1517,8 +1524,7 @@ def _checkpoint_effects(ctx, r, name, fig, cp, device, mnt):
     if r.kind == "inode_size" and inp.get("verdict") == "held_already":
         # the hot set is held already: the log only fills more slowly, its checkpoints come
         # at most that much less often; none for sure
-        p = inp.get("logged_share_saved", inp.get("moved_block_share", 0.0))
-        lo, hi = 0.0, min(max(p, 0.0), 1.0)
+        lo, hi = 0.0, min(max(_slower_fill_share(inp), 0.0), 1.0)
     elif r.kind == "inode_size" and inp.get("logged_share_saved") is not None:
         # the attributes the session saw: the log fills that share more slowly, and its forced
         # checkpoints, each as long, come that much less often (the low end); where the hot

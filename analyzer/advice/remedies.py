@@ -233,14 +233,13 @@ def saved_home_share(model: JournalModel) -> float:
     re-logged."""
     if model is None:
         return 0.0
-    rounds = math.floor(model.run_s / model.window_s) if model.run_s and model.window_s else None
+    # the windows the run spans; without a window known, once
+    rounds = math.floor(model.run_s / model.window_s) if model.run_s and model.window_s else 1
     if model.home_blocks and model.written_home_blocks:
-        once = max(0.0, 1.0 - model.home_blocks / model.written_home_blocks)
-        if rounds is None:
-            return once
         return max(0.0, 1.0 - rounds * model.home_blocks / model.written_home_blocks)
-    once = min(max(model.relogged_blocks / model.blocks, 0.0), 1.0) if model.blocks else 0.0
-    return 1.0 if rounds == 0 else once
+    if rounds == 0:
+        return 1.0
+    return min(max(model.relogged_blocks / model.blocks, 0.0), 1.0) if model.blocks else 0.0
 
 
 def union_spans(c0: np.ndarray, c1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
