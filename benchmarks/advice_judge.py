@@ -15,6 +15,15 @@ big enough; None when none up to its bound was) and ``points`` (each size its se
 ``journal_mib``, ``stall_ms``, the mechanism's ``waits_ms``), against which the log-size
 remedy's predicted curve is judged (target 5, :func:`curve_points`).
 
+A run's ``work`` is what the lab's census found on the filesystem at its end (files,
+directories, extended attributes: :func:`work_of`). Every run of a case does the same work,
+but a client may not: fs_mark -t 2 in one directory once opened its 40,005 files and left
+20,001 (its two threads' names collided), and that baseline stalled 0 ms against 6.5 s. A
+run whose work differs from its case's (the work most of the case's runs did,
+:func:`usual_work`) measures something else: the runner runs it again, and the judge leaves
+out any left (:func:`other_work`), counted in the report. A remedy that moves a process to a
+filesystem of its own takes its work with it, and is not compared.
+
 What the advice predicts is read from analyze's JSON (advice_of): per recommendation
 ``stall_ms_removed_low`` and ``stall_ms_removed_high`` (stall time over all causes and tasks
 the change would remove), ``regime``, ``cost`` and ``command``. Where a recommendation does
@@ -222,13 +231,49 @@ def headline_kind(verdict, advice, tried):
     return next((a["kind"] for a in advice if a["kind"] in tried), None)
 
 
+#: the lab's census fields that say what work a run did (its bytes include clients' own logs,
+#: whose timings differ run to run)
+WORK_FIELDS = ("files", "dirs", "attrs")
+
+
+def work_of(census):
+    """The work a run did (a tuple of WORK_FIELDS) from the lab's census, or None."""
+    if not census:
+        return None
+    return tuple(int(census.get(f) or 0) for f in WORK_FIELDS)
+
+
+def _compared(rec):
+    return rec.get("config") != "tune" and rec.get("work") is not None and not rec.get("moved_work")
+
+
+def usual_work(records, case):
+    """The work most of ``case``'s compared runs did (ties: the earliest key's), or None."""
+    counts = {}
+    for r in sorted(records, key=key):
+        if case_of(r) == case and _compared(r):
+            w = tuple(r["work"])
+            counts[w] = counts.get(w, 0) + 1
+    return max(counts, key=counts.get) if counts else None
+
+
+def other_work(records):
+    """[record] of the runs whose work differs from their case's usual work (usual_work)."""
+    usual = {c: usual_work(records, c) for c in {case_of(r) for r in records}}
+    return [r for r in records if _compared(r) and tuple(r["work"]) != usual[case_of(r)]]
+
+
 def cases(records):
     """{(workload, scale, iops): case} of the records: each case's ``baseline`` and
     ``remedies`` ({config: {"kind", "change", "stall_ms": [by run], "durable_s": [...]}}), the
     advice of each baseline run (``advice``: {run: [...]}, ``verdicts``: {run: ...}) and
-    ``thresholds`` (the tunes')."""
+    ``thresholds`` (the tunes'). Runs that did other work than their case's (other_work) are
+    left out."""
     out = {}
+    skip = {key(r) for r in other_work(records)}
     for rec in sorted(records, key=key):
+        if key(rec) in skip:
+            continue
         c = out.setdefault(
             case_of(rec),
             {

@@ -494,3 +494,33 @@ def test_each_remedy_is_the_change_the_advice_names_where_the_lab_can_apply_it()
     assert advice_accuracy.remedy(moved, fs, "tenants")[1] == {advice_accuracy.OWN_FS: "storm"}
     label, why = advice_accuracy.remedy(moved, fs, "xattr")
     assert label is None and "tenants pattern only" in why
+
+
+def test_a_run_that_did_other_work_is_left_out_and_a_moved_one_is_not_compared():
+    # fs_mark -t 2 once left half its files (its threads' names collided) and stalled 0 ms
+    def did(r, files, moved=False):
+        return {**r, "work": [files, 0, 0], "moved_work": moved}
+
+    records = [
+        did(rec("baseline", 1, 6470.0), 40001),
+        did(rec("baseline", 2, 0.0), 20001),
+        did(rec("baseline", 3, 6670.0), 40001),
+        did(rec("ext", 1, 5690.0, kind="external_journal"), 40001),
+        did(rec("ext", 2, 6091.0, kind="external_journal"), 40001),
+        did(rec("ext", 3, 5987.0, kind="external_journal"), 40001),
+        did(rec("own", 1, 100.0, kind="own_filesystem"), 1, moved=True),
+        {**rec("tune", 1, None), "threshold_mib": 9.0},
+    ]
+    assert judge.work_of({"files": 40001, "dirs": 0, "attrs": 0, "bytes": 633}) == (40001, 0, 0)
+    assert judge.work_of(None) is None
+    assert judge.usual_work(records, judge.case_of(records[0])) == (40001, 0, 0)
+    assert [(r["config"], r["run"]) for r in judge.other_work(records)] == [("baseline", 2)]
+    c = judge.cases(records)[judge.case_of(records[0])]
+    assert c["baseline"]["stall_ms"] == {1: 6470.0, 3: 6670.0}
+    assert c["remedies"]["own"]["stall_ms"] == {1: 100.0}
+    assert c["thresholds"] == {1: 9.0}
+    (p,) = [p for p in judge.pairs({judge.case_of(records[0]): c}) if p["config"] == "ext"]
+    assert p["removed_ms"] == 6570.0 - 5987.0
+    # records kept before the work was recorded are all compared as they were
+    old = [{k: v for k, v in r.items() if k not in ("work", "moved_work")} for r in records]
+    assert judge.other_work(old) == []

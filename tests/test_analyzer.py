@@ -1268,7 +1268,7 @@ def test_remedies_whose_intervals_mostly_overlap_rank_cheaper_first():
     inode, size = rem("inode_size", 3856.0, 5638.0, "new_filesystem"), rem("journal_size", 3843.0, 5638.0, "offline")
     ext = rem("external_journal", 141.0, 207.0, "offline")
     assert [r.kind for r in rank([inode, ext, size])] == ["journal_size", "inode_size", "external_journal"]
-    # apart (overlapping by less than half the narrower's width): the larger removal first, whatever it costs
+    # apart (ends further apart than a fifth of the width): the larger removal first, whatever it costs
     wide = rem("inode_size", 3000.0, 5000.0, "new_filesystem")
     assert [r.kind for r in rank([rem("journal_size", 1000.0, 3500.0, "offline"), wide])] == ["inode_size",
                                                                                              "journal_size"]
@@ -1276,6 +1276,14 @@ def test_remedies_whose_intervals_mostly_overlap_rank_cheaper_first():
     assert [r.kind for r in rank([rem("external_journal", 666.0, 1312.0, "offline"),
                                   rem("inode_size", 413.0, 3002.0, "new_filesystem")])] == ["inode_size",
                                                                                            "external_journal"]
+    # more at both ends by more than a fifth of the width (the tenants' storm on its own
+    # filesystem and their external journal): apart, though they overlap by half the width
+    own, ext = rem("own_filesystem", 379.0, 645.0, "new_filesystem"), rem("external_journal", 247.0, 526.0, "offline")
+    assert [r.kind for r in rank([ext, own])] == [r.kind for r in rank([own, ext])] == ["own_filesystem",
+                                                                                       "external_journal"]
+    # ends within a fifth of the width of each other (XFS rm -rf: 95-186 and 85-193 ms): the same
+    bufs, log = rem("log_buffers", 85.0, 193.0, "remount"), rem("log_size", 95.0, 186.0, "new_filesystem")
+    assert [r.kind for r in rank([log, bufs])] == ["log_buffers", "log_size"]
     # as costly (a new filesystem each): the size before a device of its own, whichever the
     # run's figures put a millisecond ahead
     log, ext_log = rem("log_size", 105.0, 210.0, "new_filesystem"), rem("external_log", 108.0, 210.0, "new_filesystem")

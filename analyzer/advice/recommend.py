@@ -1719,8 +1719,8 @@ def rank(recs: Iterable[Recommendation]) -> list[Recommendation]:
     """Findings first, then by the stall time removed as the advice prints it (remedies.fmt_ms:
     tenths of a second from 1 s, whole ms below; the interval's middle, then its high end;
     ``stall_ms_addressed`` for advice without an interval), largest first, then the cheapest
-    to apply (remedies.COSTS: online first). Two remedies next to each other whose intervals
-    mostly overlap (remedies.same_removal) cannot be told apart by what they remove: the
+    to apply (remedies.COSTS: online first). Two remedies next to each other whose intervals'
+    ends lie close (remedies.same_removal) cannot be told apart by what they remove: the
     cheaper goes first, and of two as costly the one remedies.REMEDIES names first (a size
     before a device of its own: XFS rm -rf's larger log and external log printed 44-89 and
     43-89 ms in one run, 105-210 and 108-210 in another)."""
