@@ -15,6 +15,12 @@ big enough; None when none up to its bound was) and ``points`` (each size its se
 ``journal_mib``, ``stall_ms``, the mechanism's ``waits_ms``), against which the log-size
 remedy's predicted curve is judged (target 5, :func:`curve_points`).
 
+A client that runs for a fixed time (dbench -t) does as much work as its waits let it: a
+remedy that shrinks them leaves it more calls, each with its share of stall time. Its runs
+carry ``per_call`` and ``calls`` (the calls jstall traced on the filesystem, analyze's JSON
+``calls`` counts), and each run's stall time is judged at the baseline's median number of
+calls (:func:`at_baseline_calls`).
+
 A run's ``work`` is what the lab's census found on the filesystem at its end (files,
 directories, extended attributes: :func:`work_of`). Every run of a case does the same work,
 but a client may not: fs_mark -t 2 in one directory once opened its 40,005 files and left
@@ -306,7 +312,27 @@ def cases(records):
             )
         slot["stall_ms"][run] = rec.get("stall_ms")
         slot["durable_s"][run] = rec.get("durable_s")
+        slot.setdefault("calls", {})[run] = rec.get("calls")
+        c["per_call"] = c.get("per_call", False) or bool(rec.get("per_call"))
     return out
+
+
+def at_baseline_calls(c):
+    """Case ``c`` (of :func:`cases`) with each run's stall time scaled to the baseline's median
+    number of calls, where its client runs for a fixed time (``per_call``) and every run's
+    calls are known; else ``c`` as it is."""
+    slots = [c["baseline"], *c["remedies"].values()]
+    calls = [n for slot in slots for n in slot.get("calls", {}).values()]
+    if not c.get("per_call") or not calls or any(not n for n in calls):
+        return c
+    ref = median(c["baseline"]["calls"].values())
+
+    def scaled(slot):
+        ms = {run: None if v is None else v * ref / slot["calls"][run] for run, v in slot["stall_ms"].items()}
+        return {**slot, "stall_ms": ms}
+
+    return {**c, "baseline": scaled(c["baseline"]),
+            "remedies": {k: scaled(v) for k, v in c["remedies"].items()}, "at_calls": ref}
 
 
 def predicted(advice_by_run, kind):
@@ -336,6 +362,7 @@ def pairs(cs):
     median), its share of the baseline's, ``inside`` and ``narrow``."""
     out = []
     for ck, c in sorted(cs.items()):
+        c = at_baseline_calls(c)
         first = c["advice"].get(1) or next(iter(c["advice"].values()), [])
         by_kind = {a["kind"]: predicted(c["advice"], a["kind"]) for a in first}
         b_dur = median(c["baseline"]["durable_s"].values())
@@ -378,6 +405,7 @@ def pairs(cs):
                     "inside": inside(removed, low, high),
                     "narrow": narrow(low, high),
                     "spread_ms": spread(b_runs.values(), r["stall_ms"].values()),
+                    "at_calls": c.get("at_calls"),
                 }
             )
     return out
@@ -568,7 +596,8 @@ def table(ps):
             ok += " (wider than 2x)"
         if p["complete"] and p["spread_ms"] is not None and not resolved(p):
             ok += f" (runs spread {_ms(p['spread_ms'])})"
-        removed = f"{_ms(p['removed_ms'])} ({_pct(p['removed_share'])})"
+        per = f", at {p['at_calls']:,.0f} calls" if p.get("at_calls") else ""
+        removed = f"{_ms(p['removed_ms'])} ({_pct(p['removed_share'])}{per})"
         rows.append(
             f"| {p['workload']} | {p['scale']} | {p['iops']:,} "
             f"| {p['config']} ({p['rank'] or '-'}) "

@@ -524,3 +524,29 @@ def test_a_run_that_did_other_work_is_left_out_and_a_moved_one_is_not_compared()
     # records kept before the work was recorded are all compared as they were
     old = [{k: v for k, v in r.items() if k not in ("work", "moved_work")} for r in records]
     assert judge.other_work(old) == []
+
+
+def test_a_client_that_runs_for_a_fixed_time_is_judged_at_the_baselines_number_of_calls():
+    # dbench -t 10 with its waits shrunk did 57 % more calls, each with its share of stall time
+    case = {"workload": "dbench", "scale": "4 clients, 10 s", "iops": 500}
+
+    def run(config, n, stall, calls, per_call=True, kind=None):
+        return {**rec(config, n, stall, kind=kind, case=case), "calls": calls, "per_call": per_call}
+
+    records = [run("baseline", n, 41000.0 + 100 * n, 100_000 + 1000 * n) for n in (1, 2, 3)]
+    records += [run("ext", n, 38400.0, 157_000, kind="external_journal") for n in (1, 2, 3)]
+    records[0]["advice"] = [adv("external_journal", 12000.0, 20000.0, 1)]
+    (p,) = judge.pairs(judge.cases(records))
+    assert p["at_calls"] == 102_000
+    assert p["baseline_stall_ms"] == pytest.approx(41200.0)
+    assert p["stall_ms"] == pytest.approx(38400.0 * 102_000 / 157_000)
+    assert p["removed_ms"] == pytest.approx(41200.0 - 38400.0 * 102_000 / 157_000)
+    assert "at 102,000 calls" in judge.table([p])
+    # a client that does fixed work is judged as it ran, whatever its calls
+    fixed = [{**r, "per_call": False} for r in records]
+    (q,) = judge.pairs(judge.cases(fixed))
+    assert q["removed_ms"] == pytest.approx(41200.0 - 38400.0) and q["at_calls"] is None
+    # a run whose calls are unknown (kept before they were recorded): judged as it ran
+    old = [{k: v for k, v in r.items() if k != "calls"} for r in records]
+    (o,) = judge.pairs(judge.cases(old))
+    assert o["removed_ms"] == pytest.approx(41200.0 - 38400.0)
