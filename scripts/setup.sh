@@ -14,8 +14,9 @@ PKGS="bpfcc-tools python3-bpfcc bpftrace bpftool e2fsprogs xfsprogs util-linux k
 # benchmarks/record_memory.py records under dbench, an independent metadata-heavy client.
 PKGS="$PKGS dbench"
 # Clients nobody here wrote: fs_mark (wait chains), rsync beside tar and cp, git (the
-# journal-size advice), and strace, whose call counts the recorded ones must equal.
-[ "${1:-}" = "test" ] && PKGS="$PKGS fsmark rsync strace git"
+# journal-size advice), strace, whose call counts the recorded ones must equal, and fio,
+# whose own latencies judge a device's queueing from its counters.
+[ "${1:-}" = "test" ] && PKGS="$PKGS fsmark rsync strace git fio"
 # benchmarks/advice_accuracy.py checks the advice on real clients: fs_mark, rsync, tar, git.
 [ "${1:-}" = "bench" ] && PKGS="$PKGS fsmark rsync git"
 missing=""

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from jstall.analyzer.session.devices import write_limit
+from jstall.analyzer.session.devices import queueing, write_limit
 from jstall.analyzer.stalls import causes
 
 if TYPE_CHECKING:
@@ -164,8 +164,11 @@ def stall_interval(stalls: pd.DataFrame, low: dict[str, float], high: dict[str, 
 def utilisation(session: Session, stalls: pd.DataFrame, dev: str, role: str = "data") -> dict | None:
     """How close a filesystem's device ran to its write limit during the stalls:
     ``{"util", "writes_per_s", "limit_writes_per_s", "basis"}``. The limit is the lab's pace
-    where the session knows it (lab metadata: throttles); else the share of the time the
-    device had a request in flight (io_ticks). None without the device's counters."""
+    where the session knows it (lab metadata: throttles); else how much of its requests' time
+    they waited behind others (devices.queueing: their latency against the device's serving
+    one at a time, with ``latency_ms``, ``alone_ms``, ``in_flight``); else, where no interval
+    served one request at a time, the share of the time the device had a request in flight
+    (io_ticks, ``busy``). None without the device's counters."""
     ds = session.device_stats
     if not len(ds):
         return None
@@ -194,12 +197,26 @@ def utilisation(session: Session, stalls: pd.DataFrame, dev: str, role: str = "d
             "limit_writes_per_s": float(limit),
             "basis": f"writes against the device's pace ({limit:,} writes/s)",
         }
-    busy = float(d["busy_ms"].to_numpy(dtype="float64")[hit].sum()) / 1e3 / secs
+    busy = min(float(d["busy_ms"].to_numpy(dtype="float64")[hit].sum()) / 1e3 / secs, 1.0)
+    q = queueing(d, hit)
+    if q is not None:
+        return {
+            "util": q["util"],
+            "writes_per_s": rate,
+            "limit_writes_per_s": None,
+            "busy": busy,
+            **{k: q[k] for k in ("latency_ms", "alone_ms", "in_flight")},
+            "basis": (f"requests' time behind others: {q['latency_ms']:.2f} ms a request during the stalls "
+                      f"against {q['alone_ms']:.2f} ms served one at a time, {q['in_flight']:.1f} in flight "
+                      f"on average (busy {100 * busy:.0f}%; the device's write limit is not known)"),
+        }
     return {
-        "util": min(busy, 1.0),
+        "util": busy,
         "writes_per_s": rate,
         "limit_writes_per_s": None,
-        "basis": "time with a request in flight (io_ticks; the device's write limit is not known)",
+        "busy": busy,
+        "basis": "time with a request in flight (io_ticks; the device's write limit is not known, and no "
+                 "interval served one request at a time to time its requests alone)",
     }
 
 

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 COLUMNS = ["role", "dev", "lower_dev", "seconds", "read_ios", "write_ios", "write_iops", "busy_pct",
            "stall_seconds", "write_iops_in_stalls", "busy_pct_in_stalls", "limit_write_iops", "limit_pct",
-           "limit_pct_in_stalls"]
+           "limit_pct_in_stalls", "queued_pct_in_stalls", "latency_ms_in_stalls", "alone_latency_ms"]
 
 
 def device_summary(session: Session, stalls: pd.DataFrame) -> pd.DataFrame:
@@ -28,7 +28,9 @@ def device_summary(session: Session, stalls: pd.DataFrame) -> pd.DataFrame:
     interval does). ``limit_write_iops``: the device's write limit where the session knows it
     (the lab's pace: write_limit), and ``limit_pct``/``limit_pct_in_stalls`` the writes a
     second against it (NaN where it is not known: busy time then says how busy it was, but
-    not how near its limit)."""
+    not how near its limit). ``queued_pct_in_stalls``: the share of its requests' time during
+    the stalls they waited behind others (:func:`queueing`, with ``latency_ms_in_stalls`` and
+    ``alone_latency_ms``; NaN where no interval served one request at a time)."""
     ds = session.device_stats
     if not len(ds):
         return pd.DataFrame(columns=COLUMNS)
@@ -47,6 +49,7 @@ def device_summary(session: Session, stalls: pd.DataFrame) -> pd.DataFrame:
         total = secs.sum()
         in_stalls = secs[hit].sum()
         limit = write_limit(session, lower)
+        q = queueing(g, hit if hit.any() else np.ones(len(g), dtype=bool))
         rows.append({
             "role": role, "dev": dev, "lower_dev": lower, "seconds": total,
             "read_ios": int(g["read_ios"].sum()), "write_ios": int(writes.sum()),
@@ -58,8 +61,53 @@ def device_summary(session: Session, stalls: pd.DataFrame) -> pd.DataFrame:
             "limit_write_iops": float(limit) if limit else np.nan,
             "limit_pct": 100.0 * writes.sum() / total / limit if limit and total else np.nan,
             "limit_pct_in_stalls": 100.0 * writes[hit].sum() / in_stalls / limit if limit and in_stalls else np.nan,
+            "queued_pct_in_stalls": 100.0 * q["util"] if q and in_stalls else np.nan,
+            "latency_ms_in_stalls": q["latency_ms"] if q and in_stalls else np.nan,
+            "alone_latency_ms": q["alone_ms"] if q else np.nan,
         })
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+#: an interval whose requests were at most this many in flight on average was served one
+#: request at a time: their latency then is the device's own service time
+ALONE_IN_FLIGHT = 1.0
+#: the device's latency alone: this percentile of those intervals' (a busier one among them,
+#: a request or so in flight, has its requests wait some for each other)
+ALONE_PERCENTILE = 25
+#: an interval with fewer requests says little of their latency
+LATENCY_MIN_REQUESTS = 20
+
+
+def _requests(d: pd.DataFrame) -> np.ndarray:
+    return (d["read_ios"].to_numpy(dtype="float64") + d["write_ios"].to_numpy(dtype="float64")
+            + d["flush_ios"].to_numpy(dtype="float64"))
+
+
+def queueing(d: pd.DataFrame, hit: np.ndarray) -> dict | None:
+    """How much of each request's time a device spent behind other requests over its
+    ``device_stats`` rows ``d`` where ``hit`` (the intervals of the stalls), from its own
+    counters: a request's latency there (``time_in_queue`` counts each request's time in
+    flight: ``queue_ms`` over the requests) against the device's latency serving one request
+    at a time (``alone_ms``: the ALONE_PERCENTILE of the session's intervals with at most
+    ALONE_IN_FLIGHT requests in flight on average and LATENCY_MIN_REQUESTS requests). ``util``
+    is ``1 - alone_ms / latency_ms``: 0 when requests took no longer than alone, near 1 when
+    they mostly waited for others. Busy time (io_ticks) does not say this: a device that
+    serves requests side by side is busy all the time long before they queue. ``in_flight``:
+    the average requests in flight there. None without an interval served one at a time or a
+    request where ``hit``."""
+    if not len(d):
+        return None
+    n = _requests(d)
+    queue = d["queue_ms"].to_numpy(dtype="float64")
+    span_ms = d["interval_ns"].to_numpy(dtype="float64") / 1e6
+    alone = (n >= LATENCY_MIN_REQUESTS) & (queue <= ALONE_IN_FLIGHT * span_ms)
+    if not alone.any() or not n[hit].sum() > 0:
+        return None
+    alone_ms = float(np.percentile(queue[alone] / n[alone], ALONE_PERCENTILE))
+    latency_ms = float(queue[hit].sum() / n[hit].sum())
+    util = min(max(1.0 - alone_ms / latency_ms, 0.0), 1.0) if latency_ms > 0 else 0.0
+    return {"util": util, "latency_ms": latency_ms, "alone_ms": alone_ms,
+            "in_flight": float(queue[hit].sum() / span_ms[hit].sum()) if span_ms[hit].sum() > 0 else 0.0}
 
 
 def write_limit(session: Session, lower_dev: object) -> float | None:
@@ -106,6 +154,10 @@ def _limit(r, key):
     return f" ({v:.0f}% of its limit, {r['limit_write_iops']:,.0f} writes/s)"
 
 
+def _unknown(v) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
 def device_lines(records: Iterable[dict]) -> list[str]:
     """One line per device (device_summary's rows as records), for the text summary."""
     out = []
@@ -117,5 +169,9 @@ def device_lines(records: Iterable[dict]) -> list[str]:
         if r["stall_seconds"]:
             line += (f"; during stalls ({r['stall_seconds']:.1f} s of samples) {r['write_iops_in_stalls']:,.0f} "
                      f"writes/s{_limit(r, 'limit_pct_in_stalls')}, busy {r['busy_pct_in_stalls']:.0f}%")
+            q = r.get("queued_pct_in_stalls")
+            if q is not None and not math.isnan(q) and _unknown(r.get("limit_write_iops")):
+                line += (f", requests {q:.0f}% of their time behind others ({r['latency_ms_in_stalls']:.2f} ms "
+                         f"each against {r['alone_latency_ms']:.2f} ms served one at a time)")
         out.append(line)
     return out
