@@ -15,7 +15,8 @@ what is left falls under the recording's threshold (it is no longer a stall).
 Regimes (:func:`regime_of`), per journal or log:
 
 - ``device_bound``: the data device served writes at 80 % or more of its limit during the
-  stalls (the lab's pace, or busy time from io_ticks where no limit is known), and the waits
+  stalls (the lab's pace; where no limit is known, the share of its requests' time spent
+  behind others: :func:`utilisation`), and the waits
   on its requests (commits, data pages, metadata, cache flushes, handles waiting for the
   transaction) are at least the checkpoint's. A journal option then removes only the
   checkpoint waits whose writes it saves on the device: the share of the blocks checkpoints
