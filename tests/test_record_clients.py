@@ -168,7 +168,9 @@ def _fs_mark_session(tmp_path, journal_size):
                                  timeout=600, cwd=top)
             # fs_mark's two threads in one directory: at times one thread's unlink of its own file
             # fails ("Error in unlink of ...: No such file or directory"), fs_mark's own failure
-            # and no jstall's (it happened once, under load); run it again in a clean directory
+            # and no jstall's: each thread seeds the random part of its names with the
+            # microseconds of its start, so two that start in the same microsecond make the same
+            # names, and one removes the other's file; run it again in a clean directory
             if rec.returncode == 0 or "Error in unlink" not in rec.stderr:
                 break
             shutil.rmtree(top)
