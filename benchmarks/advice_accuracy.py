@@ -30,6 +30,7 @@ case's is run again (up to 3 times: fs_mark -t 2 in one directory once left 20,0
 40,001 files, its threads' names colliding, and stalled 0 ms), and the judging leaves out any
 left. dbench runs for a fixed time, so a remedy that shrinks its waits leaves it more calls:
 its stall time is judged at the baseline's median number of traced calls.
+
 The judging is benchmarks/advice_judge.py (pure functions, tests/test_advice_bench.py).
 
 usage: sudo .venv/bin/python benchmarks/advice_accuracy.py [--resume DIR] [--only NAME,...]
