@@ -421,7 +421,9 @@ def readvise(top):
     """Analyze every kept baseline session under ``top`` again with this checkout's analyzer:
     its advice, verdict and per-process stall time replace the record's (appended: a later
     record of a run replaces the earlier one). The measured runs do not change; the advice
-    judged is then this commit's. Returns how many records were renewed."""
+    judged is then this commit's. A run kept before its work and calls were recorded (any
+    configuration) gets them from its session: the lab's census, analyze's calls. Returns
+    how many records were renewed."""
     from jstall.analyzer.analysis import analyze
 
     results = os.path.join(top, "results.jsonl")
@@ -429,17 +431,23 @@ def readvise(top):
     commit, advice_commit = _commit()
     n = 0
     for rec in records:
-        if rec.get("config") != "baseline":
+        base = rec.get("config") == "baseline"
+        if rec.get("config") == "tune" or (not base and "work" in rec and "calls" in rec):
             continue
         slug = _slug(rec["workload"], rec["scale"], rec["iops"])
-        out = os.path.join(top, "runs", f"{slug}-baseline-{rec['run']}")
+        out = os.path.join(top, "runs", f"{slug}-{re.sub(r'[^A-Za-z0-9]+', '-', rec['config'])}-{rec['run']}")
         if not os.path.exists(os.path.join(out, "metadata.json")):
-            print(f"# {out}: no kept session, its advice stays", file=sys.stderr)
+            print(f"# {out}: no kept session, its {'advice' if base else 'record'} stays", file=sys.stderr)
             continue
-        doc = analyze(out, min_ms=MIN_MS).to_dict()
-        judge.append_result(results, {**rec, "advice": judge.advice_of(doc), "verdict": doc.get("verdict"),
-                                      "stall_ms_by_comm": _stall_by_comm(doc), "advice_commit": advice_commit,
-                                      "readvised_at": commit})
+        a = analyze(out, min_ms=MIN_MS)
+        doc = a.to_dict()
+        new = {**rec, "work": judge.work_of((a.session.meta.get("lab") or {}).get("census")),
+               "moved_work": OWN_FS in (rec.get("change") or {}), "calls": _calls(doc),
+               "per_call": rec["workload"] in FIXED_TIME}
+        if base:
+            new.update(advice=judge.advice_of(doc), verdict=doc.get("verdict"), stall_ms_by_comm=_stall_by_comm(doc),
+                       advice_commit=advice_commit, readvised_at=commit)
+        judge.append_result(results, new)
         n += 1
     return n
 
@@ -511,7 +519,7 @@ def main():
     args = ap.parse_args()
     if args.readvise:
         n = readvise(args.readvise)
-        print(f"# {n} baseline runs analyzed again", file=sys.stderr)
+        print(f"# {n} runs analyzed again", file=sys.stderr)
         return report(os.path.join(args.readvise, "results.jsonl"))
     if args.report:
         path = os.path.join(args.report, "results.jsonl")

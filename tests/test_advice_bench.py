@@ -550,3 +550,27 @@ def test_a_client_that_runs_for_a_fixed_time_is_judged_at_the_baselines_number_o
     old = [{k: v for k, v in r.items() if k != "calls"} for r in records]
     (o,) = judge.pairs(judge.cases(old))
     assert o["removed_ms"] == pytest.approx(41200.0 - 38400.0)
+
+
+def test_readvise_fills_the_work_and_calls_of_runs_kept_before_they_were_recorded(tmp_path):
+    import advice_accuracy
+    from synthetic import metadata, rows, write_session
+
+    case = {"workload": "dbench", "scale": "4 clients, 10 s", "iops": 500}
+    top = tmp_path / "round"
+    slug = advice_accuracy._slug(case["workload"], case["scale"], case["iops"])
+    census = {"files": 7, "dirs": 45, "attrs": 0, "bytes": 1, "attr_bytes": 0, "before_phase": None}
+    totals = [{"syscall": s, "dev": "7:0", "count": n, "errors": 0, "total_latency_ns": 1000, "max_latency_ns": 10}
+              for s, n in (("openat", 1200), ("fsync", 300), ("journal_start", 5))]
+    write_session(str(top / "runs" / f"{slug}-external-journal-1"), {"call_totals": rows(totals)},
+                  metadata(lab={"census": census}))
+    old = {**rec("external journal", 1, 38400.0, kind="external_journal", case=case), "change": {}}
+    kept_elsewhere = {**rec("external journal", 2, 38000.0, kind="external_journal", case=case), "change": {}}
+    judge.append_result(str(top / "results.jsonl"), old)
+    judge.append_result(str(top / "results.jsonl"), kept_elsewhere)
+    assert advice_accuracy.readvise(str(top)) == 1
+    records, _ = judge.read_results(str(top / "results.jsonl"))
+    got = {r["run"]: r for r in records}
+    assert got[1]["work"] == [7, 45, 0] and got[1]["calls"] == 1500 and got[1]["per_call"] is True
+    assert got[1]["moved_work"] is False and got[1]["stall_ms"] == 38400.0   # as measured
+    assert "work" not in got[2]   # no kept session: the record stays
