@@ -302,13 +302,13 @@ def run_case(
     done = {judge.key(r): r for r in records}
     base = fs_config(fs_fields, iops)
     ident = {"workload": name, "scale": scale, "iops": iops}
-    (commit, advice_commit), slug = _commit(), _slug(name, scale, iops)
+    commit, advice_commit = _commit()
 
     def run(config, n, change, kind):
         k = (name, scale, iops, config, n)
         if k in done:
             return done[k]
-        out = os.path.join(runs_dir, f"{slug}-{re.sub(r'[^A-Za-z0-9]+', '-', config)}-{n}")
+        out = run_dir(runs_dir, name, scale, iops, config, n)
         fs_change = {k: v for k, v in (change or {}).items() if k != OWN_FS}
         moved = OWN_FS in (change or {})
         run_params = {**params, OWN_FS: change[OWN_FS]} if moved else params
@@ -336,10 +336,7 @@ def run_case(
             "stall_ms": stall,
             "durable_s": durable,
             "device_served": served,
-            "work": work,
-            "moved_work": moved,
-            "calls": _calls(doc),
-            "per_call": name in FIXED_TIME,
+            **measured_work(name, change, census, doc),
             "commit": commit,
             "advice_commit": advice_commit,
             "date": datetime.date.today().isoformat(),
@@ -382,7 +379,7 @@ def run_case(
             k = (name, scale, iops, "tune", n)
             if k in done:
                 continue
-            out = os.path.join(runs_dir, f"{slug}-tune-{n}")
+            out = run_dir(runs_dir, name, scale, iops, "tune", n)
             shutil.rmtree(out, ignore_errors=True)
             with open(os.devnull, "w") as quiet:
                 t = tune(
@@ -413,6 +410,19 @@ def run_case(
                 shutil.rmtree(out, ignore_errors=True)
 
 
+def run_dir(runs_dir, workload, scale, iops, config, run):
+    """The session directory of one run (``--keep-sessions``): where the runner writes it and
+    --readvise finds it."""
+    return os.path.join(runs_dir, f"{_slug(workload, scale, iops)}-{re.sub(r'[^A-Za-z0-9]+', '-', config)}-{run}")
+
+
+def measured_work(workload, change, census, doc):
+    """The fields the judging reads of what a run did (advice_judge: ``work``, ``moved_work``,
+    ``calls``, ``per_call``), from the lab's census and analyze's JSON document."""
+    return {"work": judge.work_of(census), "moved_work": OWN_FS in (change or {}), "calls": _calls(doc),
+            "per_call": workload in FIXED_TIME}
+
+
 def _slug(*parts):
     return re.sub(r"[^A-Za-z0-9]+", "-", "-".join(str(p) for p in parts)).strip("-")
 
@@ -434,16 +444,15 @@ def readvise(top):
         base = rec.get("config") == "baseline"
         if rec.get("config") == "tune" or (not base and "work" in rec and "calls" in rec):
             continue
-        slug = _slug(rec["workload"], rec["scale"], rec["iops"])
-        out = os.path.join(top, "runs", f"{slug}-{re.sub(r'[^A-Za-z0-9]+', '-', rec['config'])}-{rec['run']}")
+        out = run_dir(os.path.join(top, "runs"), rec["workload"], rec["scale"], rec["iops"], rec["config"],
+                      rec["run"])
         if not os.path.exists(os.path.join(out, "metadata.json")):
             print(f"# {out}: no kept session, its {'advice' if base else 'record'} stays", file=sys.stderr)
             continue
         a = analyze(out, min_ms=MIN_MS)
         doc = a.to_dict()
-        new = {**rec, "work": judge.work_of((a.session.meta.get("lab") or {}).get("census")),
-               "moved_work": OWN_FS in (rec.get("change") or {}), "calls": _calls(doc),
-               "per_call": rec["workload"] in FIXED_TIME}
+        new = {**rec, **measured_work(rec["workload"], rec.get("change"),
+                                      (a.session.meta.get("lab") or {}).get("census"), doc)}
         if base:
             new.update(advice=judge.advice_of(doc), verdict=doc.get("verdict"), stall_ms_by_comm=_stall_by_comm(doc),
                        advice_commit=advice_commit, readvised_at=commit)

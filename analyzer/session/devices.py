@@ -147,15 +147,15 @@ def device_time(session: Session, dev: str, role: str = "data") -> dict | None:
     return out
 
 
-def _limit(r, key):
-    v = r.get(key)
-    if v is None or math.isnan(v):
-        return ""
-    return f" ({v:.0f}% of its limit, {r['limit_write_iops']:,.0f} writes/s)"
-
-
 def _unknown(v) -> bool:
     return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def _limit(r, key):
+    v = r.get(key)
+    if _unknown(v):
+        return ""
+    return f" ({v:.0f}% of its limit, {r['limit_write_iops']:,.0f} writes/s)"
 
 
 def device_lines(records: Iterable[dict]) -> list[str]:
@@ -170,7 +170,7 @@ def device_lines(records: Iterable[dict]) -> list[str]:
             line += (f"; during stalls ({r['stall_seconds']:.1f} s of samples) {r['write_iops_in_stalls']:,.0f} "
                      f"writes/s{_limit(r, 'limit_pct_in_stalls')}, busy {r['busy_pct_in_stalls']:.0f}%")
             q = r.get("queued_pct_in_stalls")
-            if q is not None and not math.isnan(q) and _unknown(r.get("limit_write_iops")):
+            if not _unknown(q) and _unknown(r.get("limit_write_iops")):
                 line += (f", requests {q:.0f}% of their time behind others ({r['latency_ms_in_stalls']:.2f} ms "
                          f"each against {r['alone_latency_ms']:.2f} ms served one at a time)")
         out.append(line)
